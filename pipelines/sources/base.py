@@ -1,0 +1,54 @@
+"""What every parser returns, and how it reports rejected records."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from pipelines.contracts import contract
+
+RAW_TEXT_LIMIT = 2000
+
+
+@dataclass
+class ParseResult:
+    """Rows per contract table, the quarantined records, and how many records were read.
+
+    Invariant each parser keeps: records_read == records_loaded + len(quarantine), where a record
+    is the parser's unit of input (a sample line, a JSON line, a sacct job row).
+    """
+
+    tables: dict[str, pl.DataFrame]
+    quarantine: pl.DataFrame
+    records_read: int
+    records_loaded: int
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def records_quarantined(self) -> int:
+        return self.quarantine.height
+
+
+def quarantine_frame(
+    source: str,
+    source_file: str,
+    line_numbers: list[int | None] | pl.Series,
+    reasons: list[str] | pl.Series,
+    raws: list[str | None] | pl.Series,
+    stage: str = "parse",
+) -> pl.DataFrame:
+    """Build quarantine rows (the ops.quarantine contract) from parallel lists or Series."""
+    frame = pl.DataFrame(
+        {
+            "line_number": pl.Series(line_numbers, dtype=pl.Int32),
+            "reason": pl.Series(reasons, dtype=pl.String),
+            "raw": pl.Series(raws, dtype=pl.String).str.slice(0, RAW_TEXT_LIMIT),
+        }
+    ).with_columns(
+        source=pl.lit(source), source_file=pl.lit(source_file), stage=pl.lit(stage)
+    )
+    return contract("quarantine").conform(frame)
+
+
+def empty_quarantine() -> pl.DataFrame:
+    return contract("quarantine").empty_frame()

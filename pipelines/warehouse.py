@@ -1,0 +1,224 @@
+"""The DuckDB warehouse and the Parquet lake: one writer at a time, partition replacement, views.
+
+Layout under the gpupool home (default ./.gpupool):
+  warehouse.duckdb                      raw, staging, marts, metrics, ops, governance schemas
+  lake/dcgm_samples/date=D/ingest=S/    Parquet part files of raw DCGM samples
+  landing/<ingest source>/<D>/          input files, one folder per UTC day
+"""
+from __future__ import annotations
+
+import datetime as dt
+import fcntl
+import json
+import os
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import polars as pl
+
+from pipelines.contracts import contract, contracts
+
+SCHEMAS = ("raw", "staging", "marts", "metrics", "ops", "governance")
+LAKE_TABLES = ("dcgm_samples",)  # raw tables kept as Parquet, exposed by a view
+PARTITION_COLUMNS = ",\n  partition_date DATE,\n  ingest_source VARCHAR,\n  ingested_at TIMESTAMP"
+
+INGEST_LOG_DDL = """
+create table if not exists ops.ingest_log (
+  run_id VARCHAR,
+  ingest_source VARCHAR,
+  partition_date DATE,
+  files_read INTEGER,
+  records_read BIGINT,
+  records_loaded BIGINT,
+  records_quarantined BIGINT,
+  rows_by_table VARCHAR,
+  started_at TIMESTAMP,
+  finished_at TIMESTAMP
+)"""
+
+
+@dataclass(frozen=True)
+class IngestReport:
+    ingest_source: str
+    partition_date: dt.date
+    files_read: int
+    records_read: int
+    records_loaded: int
+    records_quarantined: int
+    rows_by_table: dict[str, int]
+
+    def summary(self) -> str:
+        return (
+            f"{self.ingest_source} {self.partition_date}: {self.files_read} files, "
+            f"{self.records_read} read, {self.records_loaded} loaded, {self.records_quarantined} quarantined"
+        )
+
+
+class Warehouse:
+    """Paths and connections for one gpupool home."""
+
+    def __init__(self, home: str | Path):
+        self.home = Path(home).resolve()
+        self.db_path = self.home / "warehouse.duckdb"
+        self.lake = self.home / "lake"
+        self.landing = self.home / "landing"
+        self._lock_path = self.home / ".writer.lock"
+
+    # -- connections -------------------------------------------------------------------------
+    def connect(self, read_only: bool = True) -> duckdb.DuckDBPyConnection:
+        if read_only and not self.db_path.exists():
+            raise FileNotFoundError(
+                f"no warehouse at {self.db_path}: run `gpupool demo` or `gpupool ingest` first"
+            )
+        self.home.mkdir(parents=True, exist_ok=True)
+        return duckdb.connect(str(self.db_path), read_only=read_only)
+
+    @contextmanager
+    def writer(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """The one writing connection: an exclusive file lock serialises writers across processes."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        with open(self._lock_path, "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            con = self.connect(read_only=False)
+            try:
+                self.ensure_schema(con)
+                yield con
+            finally:
+                con.close()
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    # -- schema ------------------------------------------------------------------------------
+    def ensure_schema(self, con: duckdb.DuckDBPyConnection) -> None:
+        for schema in SCHEMAS:
+            con.execute(f"create schema if not exists {schema}")
+        for name, c in contracts().items():
+            if name in LAKE_TABLES:
+                continue
+            con.execute(c.ddl(PARTITION_COLUMNS))
+        con.execute(INGEST_LOG_DDL)
+        self.refresh_lake_views(con)
+
+    def refresh_lake_views(self, con: duckdb.DuckDBPyConnection) -> None:
+        for name in LAKE_TABLES:
+            c = contract(name)
+            files = list((self.lake / name).glob("date=*/ingest=*/*.parquet"))
+            if files:
+                glob = (self.lake / name / "*" / "*" / "*.parquet").as_posix()
+                body = (
+                    f"select {', '.join(c.column_names)}, ingested_at, cast(date as date) as partition_date, "
+                    f"ingest as ingest_source from read_parquet('{glob}', hive_partitioning = true, "
+                    f"hive_types = {{'date': date, 'ingest': varchar}})"
+                )
+            else:
+                cols = ", ".join(f"cast(null as {col.type}) as {col.name}" for col in c.columns)
+                body = (
+                    f"select {cols}, cast(null as timestamp) as ingested_at, cast(null as date) as partition_date, "
+                    "cast(null as varchar) as ingest_source where false"
+                )
+            con.execute(f"create or replace view {c.table} as {body}")
+
+    # -- partition replacement ---------------------------------------------------------------
+    def lake_partition_file(self, table: str, partition_date: dt.date, ingest_source: str) -> Path:
+        return self.lake / table / f"date={partition_date.isoformat()}" / f"ingest={ingest_source}" / "part-0.parquet"
+
+    def replace_partition(
+        self,
+        ingest_source: str,
+        partition_date: dt.date,
+        tables: dict[str, pl.DataFrame],
+        quarantine: pl.DataFrame,
+        files_read: int,
+        records_read: int,
+        records_loaded: int,
+        started_at: dt.datetime | None = None,
+    ) -> IngestReport:
+        """Replace everything one ingest source loaded for one day, atomically per store.
+
+        Lake tables: the new Parquet file is written beside the old and renamed over it, so a
+        crash leaves the previous file. Warehouse tables and the quarantine: delete then insert
+        in one transaction. Tables this source does not produce are left alone.
+        """
+        started_at = started_at or dt.datetime.now(dt.UTC).replace(tzinfo=None)
+        ingested_at = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+        for name, frame in tables.items():
+            if name in LAKE_TABLES:
+                self._write_lake_partition(name, partition_date, ingest_source, frame, ingested_at)
+        rows_by_table = {name: frame.height for name, frame in tables.items()}
+        with self.writer() as con:
+            con.execute("begin transaction")
+            try:
+                for name, frame in tables.items():
+                    if name in LAKE_TABLES:
+                        continue
+                    self._replace_rows(con, contract(name).table, frame, partition_date, ingest_source, ingested_at)
+                self._replace_rows(con, "ops.quarantine", quarantine, partition_date, ingest_source, ingested_at)
+                con.execute(
+                    "insert into ops.ingest_log values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [
+                        uuid.uuid4().hex,
+                        ingest_source,
+                        partition_date,
+                        files_read,
+                        records_read,
+                        records_loaded,
+                        quarantine.height,
+                        json.dumps(rows_by_table, sort_keys=True),
+                        started_at,
+                        ingested_at,
+                    ],
+                )
+                con.execute("commit")
+            except Exception:
+                con.execute("rollback")
+                raise
+            self.refresh_lake_views(con)
+        return IngestReport(
+            ingest_source=ingest_source,
+            partition_date=partition_date,
+            files_read=files_read,
+            records_read=records_read,
+            records_loaded=records_loaded,
+            records_quarantined=quarantine.height,
+            rows_by_table=rows_by_table,
+        )
+
+    @staticmethod
+    def _replace_rows(
+        con: duckdb.DuckDBPyConnection,
+        table: str,
+        frame: pl.DataFrame,
+        partition_date: dt.date,
+        ingest_source: str,
+        ingested_at: dt.datetime,
+    ) -> None:
+        con.execute(f"delete from {table} where partition_date = ? and ingest_source = ?", [partition_date, ingest_source])
+        if frame.height == 0:
+            return
+        batch = frame.with_columns(
+            partition_date=pl.lit(partition_date, dtype=pl.Date),
+            ingest_source=pl.lit(ingest_source),
+            ingested_at=pl.lit(ingested_at, dtype=pl.Datetime("us")),
+        )
+        con.register("_gpupool_batch", batch.to_arrow())
+        try:
+            con.execute(f"insert into {table} by name select * from _gpupool_batch")
+        finally:
+            con.unregister("_gpupool_batch")
+
+    def _write_lake_partition(
+        self, table: str, partition_date: dt.date, ingest_source: str, frame: pl.DataFrame, ingested_at: dt.datetime
+    ) -> None:
+        target = self.lake_partition_file(table, partition_date, ingest_source)
+        if frame.height == 0:
+            target.unlink(missing_ok=True)
+            return
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
+        frame.with_columns(ingested_at=pl.lit(ingested_at, dtype=pl.Datetime("us"))).write_parquet(
+            tmp, compression="zstd", statistics=True
+        )
+        os.replace(tmp, target)
