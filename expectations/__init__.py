@@ -1,0 +1,1 @@
+"""Great Expectations suites for the raw tables (suites.py) and the validation API (validate.py)."""

@@ -22,7 +22,7 @@ import polars as pl
 
 from pipelines.contracts import contract, contracts
 
-SCHEMAS = ("raw", "staging", "marts", "metrics", "ops", "governance")
+SCHEMAS = ("raw", "seeds", "staging", "marts", "metrics", "ops", "governance")
 LAKE_TABLES = ("dcgm_samples",)  # raw tables kept as Parquet, exposed by a view
 PARTITION_COLUMNS = ",\n  partition_date DATE,\n  ingest_source VARCHAR,\n  ingested_at TIMESTAMP"
 
@@ -38,6 +38,18 @@ create table if not exists ops.ingest_log (
   rows_by_table VARCHAR,
   started_at TIMESTAMP,
   finished_at TIMESTAMP
+)"""
+
+CHECK_RESULTS_DDL = """
+create table if not exists ops.check_results (
+  check_name VARCHAR,
+  asset VARCHAR,
+  partition_date DATE,
+  passed BOOLEAN,
+  severity VARCHAR,
+  unexpected_count BIGINT,
+  metadata_json VARCHAR,
+  checked_at TIMESTAMP
 )"""
 
 
@@ -100,6 +112,7 @@ class Warehouse:
                 continue
             con.execute(c.ddl(PARTITION_COLUMNS))
         con.execute(INGEST_LOG_DDL)
+        con.execute(CHECK_RESULTS_DDL)
         self.refresh_lake_views(con)
 
     def refresh_lake_views(self, con: duckdb.DuckDBPyConnection) -> None:
@@ -121,6 +134,29 @@ class Warehouse:
                 )
             con.execute(f"create or replace view {c.table} as {body}")
 
+    def record_check(
+        self,
+        check_name: str,
+        asset: str,
+        partition_date: dt.date | None,
+        passed: bool,
+        severity: str,
+        unexpected_count: int,
+        metadata: dict,
+    ) -> None:
+        """Keep the latest result of a check per (check, asset, day) for the dashboards."""
+        with self.writer() as con:
+            con.execute(
+                "delete from ops.check_results where check_name = ? and asset = ? "
+                "and partition_date is not distinct from ?",
+                [check_name, asset, partition_date],
+            )
+            con.execute(
+                "insert into ops.check_results values (?, ?, ?, ?, ?, ?, ?, ?)",
+                [check_name, asset, partition_date, passed, severity, unexpected_count,
+                 json.dumps(metadata, default=str, sort_keys=True), dt.datetime.now(dt.UTC).replace(tzinfo=None)],
+            )
+
     # -- partition replacement ---------------------------------------------------------------
     def lake_partition_file(self, table: str, partition_date: dt.date, ingest_source: str) -> Path:
         return self.lake / table / f"date={partition_date.isoformat()}" / f"ingest={ingest_source}" / "part-0.parquet"
@@ -134,15 +170,21 @@ class Warehouse:
         files_read: int,
         records_read: int,
         records_loaded: int,
+        records_quarantined: int | None = None,
         started_at: dt.datetime | None = None,
     ) -> IngestReport:
         """Replace everything one ingest source loaded for one day, atomically per store.
+
+        records_quarantined counts input records (a record may yield several quarantine rows);
+        it defaults to the number of quarantine rows.
 
         Lake tables: the new Parquet file is written beside the old and renamed over it, so a
         crash leaves the previous file. Warehouse tables and the quarantine: delete then insert
         in one transaction. Tables this source does not produce are left alone.
         """
         started_at = started_at or dt.datetime.now(dt.UTC).replace(tzinfo=None)
+        if records_quarantined is None:
+            records_quarantined = quarantine.height
         ingested_at = dt.datetime.now(dt.UTC).replace(tzinfo=None)
         for name, frame in tables.items():
             if name in LAKE_TABLES:
@@ -165,7 +207,7 @@ class Warehouse:
                         files_read,
                         records_read,
                         records_loaded,
-                        quarantine.height,
+                        records_quarantined,
                         json.dumps(rows_by_table, sort_keys=True),
                         started_at,
                         ingested_at,
@@ -182,7 +224,7 @@ class Warehouse:
             files_read=files_read,
             records_read=records_read,
             records_loaded=records_loaded,
-            records_quarantined=quarantine.height,
+            records_quarantined=records_quarantined,
             rows_by_table=rows_by_table,
         )
 
@@ -218,7 +260,10 @@ class Warehouse:
             return
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
-        frame.with_columns(ingested_at=pl.lit(ingested_at, dtype=pl.Datetime("us"))).write_parquet(
-            tmp, compression="zstd", statistics=True
-        )
-        os.replace(tmp, target)
+        try:
+            frame.with_columns(ingested_at=pl.lit(ingested_at, dtype=pl.Datetime("us"))).write_parquet(
+                tmp, compression="zstd", statistics=True
+            )
+            os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)

@@ -1,0 +1,195 @@
+"""One Great Expectations suite per raw table, built in code from the contracts and the domain rules.
+
+Every expectation carries `meta["reason"]`: the plain-English sentence quarantine rows and check
+metadata show when it fails. Column map expectations skip nulls, so a range or set rule on a
+nullable column reads "when present"; the contract's non-nullable columns get a not-null rule each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import great_expectations as gx
+import great_expectations.expectations as gxe
+from great_expectations.expectations.expectation_configuration import ExpectationConfiguration
+from great_expectations.expectations.row_conditions import Column
+
+from pipelines.contracts import contract
+
+SUITE_TABLES: tuple[str, ...] = (
+    "dcgm_samples",
+    "job_events",
+    "job_gpus",
+    "audit_events",
+    "gpu_inventory",
+    "queue_quotas",
+)
+
+# DCGM profiling metrics exported as a ratio of time or cycles (0..1).
+RATIO_METRICS: tuple[str, ...] = (
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+    "DCGM_FI_PROF_SM_ACTIVE",
+    "DCGM_FI_PROF_SM_OCCUPANCY",
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+    "DCGM_FI_PROF_PIPE_TENSOR_IMMA_ACTIVE",
+    "DCGM_FI_PROF_PIPE_TENSOR_HMMA_ACTIVE",
+    "DCGM_FI_PROF_PIPE_TENSOR_DFMA_ACTIVE",
+    "DCGM_FI_PROF_PIPE_FP64_ACTIVE",
+    "DCGM_FI_PROF_PIPE_FP32_ACTIVE",
+    "DCGM_FI_PROF_PIPE_FP16_ACTIVE",
+    "DCGM_FI_PROF_PIPE_INT_ACTIVE",
+    "DCGM_FI_PROF_DRAM_ACTIVE",
+)
+# Device utilisation counters exported in percent (0..100).
+PERCENT_METRICS: tuple[str, ...] = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL")
+# Amounts that cannot be negative: framebuffer MiB and power in watts.
+NON_NEGATIVE_METRICS: tuple[str, ...] = (
+    "DCGM_FI_DEV_FB_USED",
+    "DCGM_FI_DEV_FB_FREE",
+    "DCGM_FI_DEV_POWER_USAGE",
+)
+
+EVENT_TYPES: tuple[str, ...] = ("submit", "admit", "start", "requeue", "preempt", "finish")
+TEMPLATES: tuple[str, ...] = ("training", "inference", "experiment", "interactive")
+SHARE_MODES: tuple[str, ...] = ("whole", "mig", "timeslice")
+K8S_AUDIT_STAGES: tuple[str, ...] = ("RequestReceived", "ResponseStarted", "ResponseComplete", "Panic")
+SOURCES: dict[str, tuple[str, ...]] = {
+    "dcgm_samples": ("dcgm_text", "prometheus"),
+    "job_events": ("allocator", "slurm", "kueue"),
+    "job_gpus": ("allocator", "slurm", "kueue"),
+    "audit_events": ("allocator", "k8s"),
+    "gpu_inventory": ("allocator", "slurm", "k8s"),
+    "queue_quotas": ("allocator", "slurm", "kueue"),
+}
+
+
+def reason_of(expectation: gxe.Expectation | ExpectationConfiguration) -> str:
+    """The plain-English reason an expectation (or its configuration in a result) states; else its type."""
+    meta = expectation.meta or {}
+    kind = (
+        expectation.type
+        if isinstance(expectation, ExpectationConfiguration)
+        else expectation.expectation_type
+    )
+    return str(meta.get("reason") or expectation.description or kind)
+
+
+def _expect(kind: type[gxe.Expectation], reason: str, **kwargs: object) -> gxe.Expectation:
+    return kind(meta={"reason": reason}, description=reason, **kwargs)
+
+
+def _not_null(column: str) -> gxe.Expectation:
+    return _expect(gxe.ExpectColumnValuesToNotBeNull, f"{column} is required but missing", column=column)
+
+
+def _in_set(column: str, values: tuple[str, ...], reason: str | None = None) -> gxe.Expectation:
+    reason = reason or f"{column} is not one of {', '.join(values)}"
+    return _expect(gxe.ExpectColumnValuesToBeInSet, reason, column=column, value_set=list(values))
+
+
+def _between(column: str, reason: str, **bounds: object) -> gxe.Expectation:
+    return _expect(gxe.ExpectColumnValuesToBeBetween, reason, column=column, **bounds)
+
+
+def _dcgm_rules() -> list[gxe.Expectation]:
+    return [
+        _between("gpu", "gpu index is negative", min_value=0),
+        _between("gpu_instance_id", "MIG instance id is negative", min_value=0),
+        _in_set("source", SOURCES["dcgm_samples"]),
+        _between(
+            "value",
+            "activity ratio outside 0..1",
+            min_value=0,
+            max_value=1,
+            row_condition=Column("metric").is_in(RATIO_METRICS),
+        ),
+        _between(
+            "value",
+            "utilisation percent outside 0..100",
+            min_value=0,
+            max_value=100,
+            row_condition=Column("metric").is_in(PERCENT_METRICS),
+        ),
+        _between(
+            "value",
+            "framebuffer or power value is negative",
+            min_value=0,
+            row_condition=Column("metric").is_in(NON_NEGATIVE_METRICS),
+        ),
+    ]
+
+
+def _job_events_rules() -> list[gxe.Expectation]:
+    return [
+        _in_set(
+            "event_type",
+            EVENT_TYPES,
+            "unknown event_type (not submit, admit, start, requeue, preempt, finish)",
+        ),
+        _between("attempt", "attempt is below 1 (attempts are 1-based)", min_value=1),
+        _in_set("template", TEMPLATES, "unknown template (not training, inference, experiment, interactive)"),
+        _in_set("share_mode", SHARE_MODES),
+        _between("gpus_requested", "gpus_requested is negative", min_value=0),
+        _in_set("source", SOURCES["job_events"]),
+        _expect(
+            gxe.ExpectColumnValuesToBeUnique,
+            "event_id appears more than once in the batch",
+            column="event_id",
+        ),
+    ]
+
+
+def _job_gpus_rules() -> list[gxe.Expectation]:
+    return [
+        _between("fraction", "fraction of a GPU outside (0, 1]", min_value=0, max_value=1, strict_min=True),
+        _between("attempt", "attempt is below 1 (attempts are 1-based)", min_value=1),
+        _between("gpu", "gpu index is negative", min_value=0),
+        _between("gpu_instance_id", "MIG instance or replica id is negative", min_value=0),
+        _in_set("source", SOURCES["job_gpus"]),
+    ]
+
+
+def _audit_events_rules() -> list[gxe.Expectation]:
+    return [
+        _in_set("source", SOURCES["audit_events"]),
+        _in_set("stage", K8S_AUDIT_STAGES, "unknown Kubernetes audit stage"),
+    ]
+
+
+def _gpu_inventory_rules() -> list[gxe.Expectation]:
+    return [
+        _between("fraction", "fraction of a GPU outside (0, 1]", min_value=0, max_value=1, strict_min=True),
+        _in_set("share_mode", SHARE_MODES),
+        _between("memory_mib", "memory_mib is not positive", min_value=0, strict_min=True),
+        _between("gpu", "gpu index is negative", min_value=0),
+        _between("gpu_instance_id", "MIG instance or replica id is negative", min_value=0),
+        _in_set("source", SOURCES["gpu_inventory"]),
+    ]
+
+
+def _queue_quotas_rules() -> list[gxe.Expectation]:
+    return [
+        _between("quota_gpus", "quota_gpus is negative", min_value=0),
+        _in_set("source", SOURCES["queue_quotas"]),
+    ]
+
+
+_DOMAIN_RULES: dict[str, Callable[[], list[gxe.Expectation]]] = {
+    "dcgm_samples": _dcgm_rules,
+    "job_events": _job_events_rules,
+    "job_gpus": _job_gpus_rules,
+    "audit_events": _audit_events_rules,
+    "gpu_inventory": _gpu_inventory_rules,
+    "queue_quotas": _queue_quotas_rules,
+}
+
+
+def build_suite(table: str) -> gx.ExpectationSuite:
+    """A fresh suite for a raw table: not-null per required contract column, then the domain rules."""
+    if table not in _DOMAIN_RULES:
+        raise ValueError(f"no expectation suite for table {table!r}; known: {', '.join(SUITE_TABLES)}")
+    # Passing the list up front keeps suite building free of a data context (add_expectation needs one).
+    expectations = [_not_null(column) for column in contract(table).required] + _DOMAIN_RULES[table]()
+    return gx.ExpectationSuite(
+        name=f"raw.{table}", expectations=expectations, meta={"contract": contract(table).table}
+    )

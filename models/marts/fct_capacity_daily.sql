@@ -1,0 +1,64 @@
+-- capacity is counted per physical GPU: a MIG or time-sliced GPU is one GPU however it is cut
+with days as (
+  select * from marts.dim_days
+),
+
+inventory as (
+  select * from staging.stg_pool__gpu_inventory
+),
+
+snapshots as (
+  select distinct source, snapshot_at from inventory
+),
+
+-- each day uses the latest snapshot taken before the day ends; days before the first snapshot use the first
+snapshot_for_day as (
+  select
+    d.day,
+    s.source,
+    coalesce(max(s.snapshot_at) filter (where s.snapshot_at < d.day_end_at), min(s.snapshot_at)) as snapshot_at
+  from days d
+  cross join snapshots s
+  group by d.day, s.source
+),
+
+physical_gpus as (
+  select
+    sd.day,
+    i.host,
+    i.gpu,
+    i.source,
+    max(i.gpu_model) as gpu_model,
+    max(i.node_pool) as node_pool,
+    max(i.share_mode) as share_mode,
+    sum(i.fraction) as partitioned_fraction
+  from snapshot_for_day sd
+  join inventory i using (source, snapshot_at)
+  group by sd.day, i.host, i.gpu, i.source
+),
+
+one_source_per_gpu as (
+  select *
+  from physical_gpus
+  qualify row_number() over (
+    partition by day, host, gpu
+    order by case source when 'allocator' then 0 else 1 end, source
+  ) = 1
+),
+
+final as (
+  select
+    g.day,
+    g.host,
+    g.gpu,
+    g.gpu_model,
+    g.node_pool,
+    g.share_mode,
+    least(g.partitioned_fraction, 1.0) as partitioned_fraction,
+    d.hours,
+    d.hours as capacity_gpu_hours
+  from one_source_per_gpu g
+  join days d using (day)
+)
+
+select * from final

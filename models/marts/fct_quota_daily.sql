@@ -1,0 +1,47 @@
+with days as (
+  select * from marts.dim_days
+),
+
+quotas as (
+  select * from staging.stg_pool__queue_quotas
+),
+
+snapshots as (
+  select distinct source, snapshot_at from quotas
+),
+
+snapshot_for_day as (
+  select
+    d.day,
+    s.source,
+    coalesce(max(s.snapshot_at) filter (where s.snapshot_at < d.day_end_at), min(s.snapshot_at)) as snapshot_at
+  from days d
+  cross join snapshots s
+  group by d.day, s.source
+),
+
+in_effect as (
+  select sd.day, q.*
+  from snapshot_for_day sd
+  join quotas q using (source, snapshot_at)
+  qualify row_number() over (
+    partition by sd.day, q.queue, q.gpu_model
+    order by case q.source when 'allocator' then 0 else 1 end, q.source
+  ) = 1
+),
+
+final as (
+  select
+    e.day,
+    e.queue,
+    e.gpu_model,
+    e.tenant,
+    e.quota_gpus,
+    d.hours,
+    e.quota_gpus * d.hours as quota_gpu_hours,
+    e.snapshot_at
+  from in_effect e
+  join days d using (day)
+)
+
+select * from final

@@ -1,0 +1,156 @@
+"""The gpupool command line."""
+from __future__ import annotations
+
+import datetime as dt
+import sys
+import time
+from pathlib import Path
+
+import click
+import duckdb
+import polars as pl
+
+from pipelines.paths import default_home
+from pipelines.sources.registry import SOURCES
+from pipelines.warehouse import Warehouse
+
+HOME_OPTION = click.option(
+    "--home",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="gpupool home (warehouse, lake, landing). Default: $GPUPOOL_HOME or ./.gpupool",
+)
+
+
+def _warehouse(home: Path | None) -> Warehouse:
+    return Warehouse(home or default_home())
+
+
+def _step(message: str) -> None:
+    click.echo(click.style("▸ ", fg="cyan") + message)
+
+
+@click.group()
+def main() -> None:
+    """gpupool: operations and governance for a shared GPU pool."""
+
+
+@main.command()
+@HOME_OPTION
+@click.option("--days", default=3, show_default=True, help="Days of sample data.")
+@click.option("--start", "start", default="2026-11-01", show_default=True, help="First day (UTC).")
+@click.option("--seed", default=7, show_default=True, help="Random seed of the sample generator.")
+def demo(home: Path | None, days: int, start: str, seed: int) -> None:
+    """Generate a sample pool, ingest every source through Dagster, build the metrics, print a summary."""
+    from pipelines import runner
+    from pipelines.sample.generator import generate_sample
+    from pipelines.summary import print_summary
+
+    wh = _warehouse(home)
+    first = dt.date.fromisoformat(start)
+    last = first + dt.timedelta(days=days - 1)
+    began = time.monotonic()
+    _step(f"generating {days} days of sample data into {wh.landing}")
+    generate_sample(wh.landing, start=first, days=days, seed=seed)
+    sources = [name for name in SOURCES if (wh.landing / name).is_dir()]
+    outcomes = runner.ingest_days(wh, sources, first, last, on_step=_step)
+    for o in outcomes:
+        m = o.metadata
+        flag = click.style(f"  checks failed: {', '.join(o.checks_failed)}", fg="red") if o.checks_failed else ""
+        click.echo(
+            f"    {o.asset}: {m.get('records_read', 0):,} read, {m.get('records_loaded', 0):,} loaded, "
+            f"{m.get('records_quarantined', 0):,} quarantined{flag}"
+        )
+    runner.build_models(wh, on_step=_step)
+    click.echo(f"\nDone in {time.monotonic() - began:.0f} s. Warehouse: {wh.db_path}\n")
+    print_summary(wh)
+    click.echo(
+        "\nNext: `gpupool sql \"select * from metrics.pool_daily\"`, or `dagster dev` to see the assets."
+    )
+
+
+@main.command()
+@click.argument("source", type=click.Choice(sorted(SOURCES)))
+@click.argument("path", type=click.Path(exists=True, path_type=Path))
+@HOME_OPTION
+@click.option("--date", "day", default=None, help="Partition day (UTC) to load into. Default: today.")
+@click.option("--no-build", is_flag=True, help="Do not rebuild the models afterwards.")
+def ingest(source: str, path: Path, home: Path | None, day: str | None, no_build: bool) -> None:
+    """Load a file (or a folder of files) of SOURCE into the warehouse.
+
+    The files are copied to the landing zone under the day's folder and the day's partition of
+    SOURCE is re-ingested, replacing what was there.
+    """
+    from pipelines import runner
+    from pipelines.ingest import stage_files
+
+    wh = _warehouse(home)
+    partition = dt.date.fromisoformat(day) if day else dt.datetime.now(dt.UTC).date()
+    staged = stage_files(wh, source, path, partition)
+    _step(f"staged {len(staged)} file(s) in {staged[0].parent}")
+    outcomes = runner.ingest_days(wh, [source], partition, partition, on_step=_step)
+    for o in outcomes:
+        m = o.metadata
+        click.echo(
+            f"    {m.get('records_read', 0):,} read, {m.get('records_loaded', 0):,} loaded, "
+            f"{m.get('records_quarantined', 0):,} quarantined"
+        )
+        if o.checks_failed:
+            click.echo(click.style(f"    checks failed: {', '.join(o.checks_failed)}", fg="red"))
+    with wh.connect(read_only=True) as con:
+        reasons = con.execute(
+            "select reason, count(*) from ops.quarantine where ingest_source = ? and partition_date = ? "
+            "group by reason order by 2 desc limit 10",
+            [source, partition],
+        ).fetchall()
+    for reason, n in reasons:
+        click.echo(f"      quarantined {n:>6,}: {reason}")
+    if not no_build:
+        runner.build_models(wh, on_step=_step)
+
+
+@main.command()
+@click.argument("query")
+@HOME_OPTION
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@click.option("--limit", default=200, show_default=True, help="Rows to print in table format.")
+def sql(query: str, home: Path | None, fmt: str, limit: int) -> None:
+    """Run a read-only SQL QUERY against the warehouse (DuckDB dialect)."""
+    wh = _warehouse(home)
+    try:
+        con = wh.connect(read_only=True)
+    except FileNotFoundError as err:
+        raise click.ClickException(str(err)) from None
+    try:
+        frame = con.execute(query).pl()
+    except duckdb.Error as err:
+        raise click.ClickException(f"query failed: {err}") from None
+    finally:
+        con.close()
+    if fmt == "csv":
+        sys.stdout.write(frame.write_csv())
+    elif fmt == "json":
+        sys.stdout.write(frame.write_json() + "\n")
+    else:
+        with pl.Config(tbl_rows=limit, tbl_cols=-1, fmt_str_lengths=60, tbl_width_chars=200):
+            click.echo(frame.head(limit))
+
+
+@main.command("build")
+@HOME_OPTION
+def build(home: Path | None) -> None:
+    """Rebuild staging, marts and the metrics views from what is loaded."""
+    from pipelines import runner
+
+    runner.build_models(_warehouse(home), on_step=_step)
+
+
+@main.command("sources")
+def sources() -> None:
+    """List the ingest sources and the files each reads."""
+    for src in SOURCES.values():
+        click.echo(f"{src.name:<18} {', '.join(src.patterns):<28} {src.description}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+"""Run the Dagster assets in process for the CLI: ingest days, build the models."""
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import dagster as dg
+
+from pipelines.assets.ingest import asset_name, ingest_assets
+from pipelines.assets.marts import ingest_accounting_balanced, warehouse_models
+from pipelines.checks import suite_checks
+from pipelines.resources.warehouse import WarehouseResource
+from pipelines.warehouse import Warehouse
+
+QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    asset: str
+    metadata: dict
+    checks_failed: list[str]
+
+
+def _metadata_values(materialization) -> dict:
+    return {k: getattr(v, "value", v) for k, v in materialization.metadata.items()}
+
+
+def _outcomes(result: dg.ExecuteInProcessResult) -> list[StepOutcome]:
+    failed_checks: dict[str, list[str]] = {}
+    for evaluation in result.get_asset_check_evaluations():
+        if not evaluation.passed:
+            failed_checks.setdefault(evaluation.asset_key.to_user_string(), []).append(evaluation.check_name)
+    out = []
+    for event in result.get_asset_materialization_events():
+        mat = event.asset_materialization
+        key = mat.asset_key.to_user_string()
+        out.append(StepOutcome(key, _metadata_values(mat), failed_checks.get(key, [])))
+    return out
+
+
+def ingest_days(
+    warehouse: Warehouse,
+    sources: Sequence[str],
+    first: dt.date,
+    last: dt.date,
+    on_step: Callable[[str], None] = lambda _msg: None,
+) -> list[StepOutcome]:
+    """Materialise the ingest assets of `sources` for the days first..last in one run each."""
+    resources = {"warehouse": WarehouseResource(home=str(warehouse.home))}
+    wanted = {asset_name(s) for s in sources}
+    outcomes: list[StepOutcome] = []
+    for asset in ingest_assets:
+        name = asset.key.to_user_string()
+        if name not in wanted:
+            continue
+        on_step(f"ingest {name} {first}..{last}")
+        checks = [c for c in suite_checks if any(k.asset_key == asset.key for k in c.check_keys)]
+        result = dg.materialize(
+            [asset, *checks],
+            resources=resources,
+            run_config=QUIET,
+            tags={
+                "dagster/asset_partition_range_start": first.isoformat(),
+                "dagster/asset_partition_range_end": last.isoformat(),
+            },
+            raise_on_error=False,
+        )
+        if not result.success:
+            raise RuntimeError(f"ingest of {name} failed: {_failure_message(result)}")
+        outcomes.extend(_outcomes(result))
+    return outcomes
+
+
+def build_models(warehouse: Warehouse, on_step: Callable[[str], None] = lambda _msg: None) -> list[StepOutcome]:
+    on_step("build models (staging, marts, metrics)")
+    result = dg.materialize(
+        [*ingest_assets, warehouse_models, ingest_accounting_balanced],
+        selection=[warehouse_models],
+        resources={"warehouse": WarehouseResource(home=str(warehouse.home))},
+        run_config=QUIET,
+        raise_on_error=False,
+    )
+    if not result.success:
+        raise RuntimeError(f"building the models failed: {_failure_message(result)}")
+    return _outcomes(result)
+
+
+def _failure_message(result: dg.ExecuteInProcessResult) -> str:
+    for event in result.all_events:
+        if event.is_failure and event.step_failure_data and event.step_failure_data.error:
+            err = event.step_failure_data.error
+            return f"{event.step_key}: {err.message.strip()}"
+    for evaluation in result.get_asset_check_evaluations():
+        if not evaluation.passed:
+            return f"blocking check {evaluation.check_name} failed on {evaluation.asset_key.to_user_string()}"
+    return "see the Dagster logs"

@@ -1,0 +1,321 @@
+"""Prometheus HTTP API responses (/api/v1/query_range "matrix", /api/v1/query "vector") ->
+raw.dcgm_samples.
+
+A record is one point of one series. DuckDB's JSON reader turns the document into typed columns
+in one pass (labels as a MAP, points as text pairs, native histograms left as JSON), a SQL
+model flattens it to one row per label and one row per point, and the labels go through the
+same mapping as the exposition parser (labels.py).
+"""
+
+from __future__ import annotations
+
+import io
+import re
+
+import duckdb
+import polars as pl
+
+from pipelines.contracts import contract
+from pipelines.sources.base import RAW_TEXT_LIMIT, ParseResult, quarantine_frame
+from pipelines.sources.dcgm_text import order_and_dedupe, value_reason
+from pipelines.sources.labels import MAPPED_COLUMNS, PAIRS_SCHEMA, escape_label_value, map_labels, with_rank
+
+SOURCE = "prometheus"
+NAME_LABEL = "__name__"
+
+_RESULT = (
+    'STRUCT(metric MAP(VARCHAR, VARCHAR), "values" VARCHAR[][], value VARCHAR[], '
+    "histograms JSON[], histogram JSON)[]"
+)
+_ENVELOPE = {
+    "status": "VARCHAR",
+    "errorType": "VARCHAR",
+    "error": "VARCHAR",
+    "warnings": "VARCHAR[]",
+    "infos": "VARCHAR[]",
+}
+_SERIES_RESULTS = ("matrix", "vector")
+
+_SERIES_SQL = """
+with
+  series as (
+    select generate_subscripts(data.result, 1) as series_index, unnest(data.result) as s
+    from response
+  ),
+  final as (
+    select
+      series_index,
+      s.metric['__name__'] as metric,
+      to_json(s.metric)::varchar as metric_json,
+      coalesce(map_keys(s.metric), []) as label_keys,
+      coalesce(map_values(s.metric), []) as label_values
+    from series
+  )
+select * from final order by series_index
+"""
+
+_LABELS_SQL = """
+with
+  series as (
+    select generate_subscripts(data.result, 1) as series_index, unnest(data.result) as s
+    from response
+  ),
+  final as (
+    select
+      series_index,
+      generate_subscripts(map_keys(s.metric), 1) as position,
+      unnest(map_keys(s.metric)) as key,
+      unnest(map_values(s.metric)) as value
+    from series
+  )
+select * from final
+"""
+
+_FLOAT_POINTS_SQL = """
+with
+  series as (
+    select generate_subscripts(data.result, 1) as series_index, unnest(data.result) as s
+    from response
+  ),
+  point_lists as (
+    select
+      series_index,
+      coalesce(s."values", case when s.value is not null then [s.value] else [] end) as points
+    from series
+  ),
+  final as (
+    select
+      series_index,
+      generate_subscripts(points, 1) as point_index,
+      unnest(points) as point
+    from point_lists
+  )
+select series_index, point_index, len(point) as arity, point[1] as t, point[2] as v from final
+"""
+
+# Native histograms (not DCGM data) are only counted and quarantined, so they stay JSON.
+_HISTOGRAM_POINTS_SQL = """
+with
+  series as (
+    select generate_subscripts(data.result, 1) as series_index, unnest(data.result) as s
+    from response
+  ),
+  point_lists as (
+    select
+      series_index,
+      len(coalesce(s."values", case when s.value is not null then [s.value] else [] end)) as floats,
+      coalesce(s.histograms, case when s.histogram is not null then [s.histogram] else [] end) as points
+    from series
+  ),
+  final as (
+    select
+      series_index,
+      floats + generate_subscripts(points, 1) as point_index,
+      unnest(points) as point
+    from point_lists
+  )
+select
+  series_index,
+  point_index,
+  json_array_length(point) as arity,
+  point ->> '$[0]' as t,
+  point::varchar as histogram_json
+from final
+"""
+
+
+def parse_query_range(data: bytes | str, source_file: str) -> ParseResult:
+    """Parse a query_range (or instant query) response into dcgm_samples rows and quarantine.
+
+    A failed or unreadable response is one quarantined record (the document); otherwise every
+    point is a record: NaN/Inf values, DCGM sentinels, native histogram points and series
+    without a host, gpu or metric name are quarantined with their record index (1-based, in
+    document order) and the point as JSON.
+    """
+    raw = data.encode() if isinstance(data, str) else data
+    with duckdb.connect() as con:
+        response, problem = _read_response(con, raw)
+        if problem:
+            return _rejected(raw, source_file, problem)
+        notes = [f"warning: {w}" for w in response["warnings"] or []] + [
+            f"info: {i}" for i in response["infos"] or []
+        ]
+        series = con.sql(_SERIES_SQL).pl()
+        labels = con.sql(_LABELS_SQL).pl()
+        points = pl.concat(
+            [con.sql(_FLOAT_POINTS_SQL).pl(), con.sql(_HISTOGRAM_POINTS_SQL).pl()], how="diagonal_relaxed"
+        )
+    series = _map_series(series, labels)
+    rows = (
+        points.with_columns(pl.col("series_index").cast(pl.UInt32))
+        .sort("series_index", "point_index")
+        .with_row_index("line_number", offset=1)
+        .join(
+            series.select("series_index", "rank", "series_error"),
+            on="series_index",
+            how="left",
+            maintain_order="left",
+        )
+        .with_columns(
+            time=pl.col("t").cast(pl.Float64, strict=False), value=pl.col("v").cast(pl.Float64, strict=False)
+        )
+        .with_columns(
+            reason=_reason(),
+            sampled_at=((pl.col("time") * 1000).round().cast(pl.Int64, strict=False) * 1000).cast(
+                pl.Datetime("us")
+            ),
+        )
+    )
+    good, duplicates = order_and_dedupe(rows.filter(pl.col("reason").is_null()))
+    bad = (
+        pl.concat([rows.filter(pl.col("reason").is_not_null()), duplicates])
+        .sort("line_number")
+        .join(
+            series.select("series_index", "metric_json"), on="series_index", how="left", maintain_order="left"
+        )
+        .with_columns(raw=_point_json())
+    )
+    attributes = series.filter(pl.col("rank").is_not_null()).unique("rank").sort("rank")
+    samples = attributes.select(pl.all().gather(good.get_column("rank"))).with_columns(
+        good.select("value", "sampled_at"), source=pl.lit(SOURCE), source_file=pl.lit(source_file)
+    )
+    return ParseResult(
+        tables={"dcgm_samples": contract("dcgm_samples").conform(samples)},
+        quarantine=quarantine_frame(
+            SOURCE,
+            source_file,
+            bad.get_column("line_number"),
+            bad.get_column("reason"),
+            bad.get_column("raw"),
+        ),
+        records_read=rows.height,
+        records_loaded=good.height,
+        notes=notes,
+    )
+
+
+def _read_response(con: duckdb.DuckDBPyConnection, raw: bytes) -> tuple[dict, str | None]:
+    """The envelope as a dict and the `response` view, or the reason the document is rejected."""
+    try:
+        relation = con.read_json(
+            io.BytesIO(raw),
+            columns={**_ENVELOPE, "data": f"STRUCT(resultType VARCHAR, result {_RESULT})"},
+            format="auto",
+            maximum_object_size=len(raw) + 1,
+        )
+        envelope = relation.project(", ".join(_ENVELOPE) + ", data.resultType as result_type").fetchall()
+    except duckdb.Error as exc:
+        return {}, _shape_problem(con, raw, exc)
+    if len(envelope) != 1:
+        return {}, f"expected one JSON object, found {len(envelope)} records"
+    response = dict(zip([*_ENVELOPE, "result_type"], envelope[0], strict=True))
+    if response["status"] != "success":
+        return response, _failure(response)
+    if response["result_type"] not in _SERIES_RESULTS:
+        return response, f"resultType {response['result_type']!r} holds no series (expected matrix or vector)"
+    relation.create("response")  # parsed once, read by the three flattening queries
+    return response, None
+
+
+def _shape_problem(con: duckdb.DuckDBPyConnection, raw: bytes, exc: duckdb.Error) -> str:
+    """Why the typed read failed: a failed query, a scalar/string result, or not JSON at all."""
+    try:
+        rows = (
+            con.read_json(
+                io.BytesIO(raw),
+                columns={**_ENVELOPE, "data": "STRUCT(resultType VARCHAR)"},
+                format="auto",
+                maximum_object_size=len(raw) + 1,
+            )
+            .project("status, errorType, error, data.resultType")
+            .fetchall()
+        )
+    except duckdb.Error as inner:
+        return f"not valid JSON: {_duckdb_message(inner)}"
+    if len(rows) == 1:
+        status, error_type, error, result_type = rows[0]
+        if status != "success":
+            return _failure({"status": status, "errorType": error_type, "error": error})
+        if result_type not in _SERIES_RESULTS:
+            return f"resultType {result_type!r} holds no series (expected matrix or vector)"
+    return f"unexpected response shape: {_duckdb_message(exc)}"
+
+
+def _failure(response: dict) -> str:
+    if response["status"] == "error":
+        return f"query failed: {response['errorType'] or 'error'}: {response['error'] or 'no message'}"
+    return f"status is {response['status']!r}, not 'success'"
+
+
+def _duckdb_message(exc: duckdb.Error) -> str:
+    message = str(exc).split("Error: ", 1)[-1]
+    return re.sub(r' in file "[^"]*"', "", message).strip()
+
+
+def _rejected(raw: bytes, source_file: str, reason: str) -> ParseResult:
+    """The whole document as one quarantined record."""
+    text = raw[: RAW_TEXT_LIMIT * 4].decode("utf-8", errors="replace")
+    return ParseResult(
+        tables={"dcgm_samples": contract("dcgm_samples").empty_frame()},
+        quarantine=quarantine_frame(SOURCE, source_file, [None], [reason], [text], stage="parse"),
+        records_read=1,
+        records_loaded=0,
+    )
+
+
+def _map_series(series: pl.DataFrame, labels: pl.DataFrame) -> pl.DataFrame:
+    """Series attributes (contract label columns, extra_labels, metric, rank, series_error)."""
+    pairs = (
+        labels.filter(pl.col("key") != NAME_LABEL)
+        .select(
+            series_id=pl.col("series_index").cast(pl.UInt32),
+            position=pl.col("position").cast(pl.UInt32),
+            key=pl.col("key"),
+            value=pl.col("value"),
+            text=pl.format('{}="{}"', pl.col("key"), escape_label_value(pl.col("value"))),
+        )
+        .match_to_schema(PAIRS_SCHEMA)
+    )
+    series = series.with_columns(pl.col("series_index").cast(pl.UInt32))
+    mapped = map_labels(series.get_column("series_index"), pairs)
+    series = series.select("series_index", "metric", "metric_json").join(
+        mapped.rename({"series_id": "series_index"}), on="series_index", how="left", maintain_order="left"
+    )
+    series = series.with_columns(
+        series_error=pl.when(pl.col("metric").is_null() | (pl.col("metric") == ""))
+        .then(pl.lit("series has no __name__ label (metric name)"))
+        .otherwise(pl.col("label_error"))
+    )
+    return with_rank(series).select(
+        "series_index", "rank", "metric", "metric_json", *MAPPED_COLUMNS, "extra_labels", "series_error"
+    )
+
+
+def _point_json() -> pl.Expr:
+    """A quarantined point as JSON, in the instant-vector form {"metric": {...}, "value": [t, "v"]}."""
+    quoted = pl.concat_str(
+        pl.lit('"'), pl.col("v").str.replace_many(["\\", '"'], ["\\\\", '\\"']), pl.lit('"')
+    )
+    point = (
+        pl.when(pl.col("histogram_json").is_not_null())
+        .then(pl.col("histogram_json"))
+        .when((pl.col("arity") == 2) & pl.col("time").is_not_null())
+        .then(pl.concat_str(pl.lit("["), pl.col("t"), pl.lit(","), quoted, pl.lit("]")))
+        .otherwise(pl.lit("(not a [time, value] pair)"))
+    )
+    return pl.concat_str(pl.lit('{"metric":'), pl.col("metric_json"), pl.lit(',"value":'), point, pl.lit("}"))
+
+
+def _reason() -> pl.Expr:
+    t = pl.col("t")
+    return (
+        pl.when(pl.col("histogram_json").is_not_null())
+        .then(pl.lit("native histogram sample (not a float value)"))
+        .when(pl.col("series_error").is_not_null())
+        .then(pl.col("series_error"))
+        .when(pl.col("arity") != 2)
+        .then(pl.lit("point is not a [time, value] pair"))
+        .when(pl.col("time").is_null() | ~pl.col("time").is_finite())
+        .then(pl.format("time is not a number: '{}'", t))
+        .otherwise(value_reason(pl.col("v"), pl.col("value")))
+    )

@@ -1,0 +1,106 @@
+"""The ingest sources: landing folder name -> parser, file patterns and the raw tables it fills.
+
+An ingest source is the unit of partition replacement: re-ingesting (source, day) replaces
+exactly what that source loaded for that day, in every table it writes.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipelines.sources import allocator_log, dcgm_text, k8s_audit, prometheus, slurm_sacct
+from pipelines.sources.base import ParseResult
+
+
+@dataclass(frozen=True)
+class IngestSource:
+    name: str
+    description: str
+    patterns: tuple[str, ...]
+    tables: tuple[str, ...]  # the first is 1:1 with the parser's records
+    parse_bytes: Callable[[bytes, str], ParseResult]
+
+    def files_in(self, folder: Path) -> list[Path]:
+        if not folder.is_dir():
+            return []
+        found = {p for pattern in self.patterns for p in folder.glob(pattern) if p.is_file()}
+        return sorted(p for p in found if not p.name.startswith("."))
+
+    def parse_file(self, path: Path) -> ParseResult:
+        return self.parse_bytes(path.read_bytes(), str(path))
+
+
+def _dcgm_file(data: bytes, source_file: str) -> ParseResult:
+    # Scrape files without per-line timestamps take the file's modification time as the scrape time.
+    return dcgm_text.parse_dcgm_file(Path(source_file))
+
+
+SOURCES: dict[str, IngestSource] = {
+    s.name: s
+    for s in (
+        IngestSource(
+            "dcgm_text",
+            "dcgm-exporter /metrics text exposition (scrapes or files)",
+            ("*.prom", "*.txt", "*.metrics"),
+            ("dcgm_samples",),
+            _dcgm_file,
+        ),
+        IngestSource(
+            "prometheus",
+            "Prometheus /api/v1/query_range JSON responses with DCGM series",
+            ("*.json",),
+            ("dcgm_samples",),
+            prometheus.parse_query_range,
+        ),
+        IngestSource(
+            "slurm_sacct",
+            "Slurm accounting: sacct --parsable2 --duplicates output",
+            ("*.txt", "*.psv", "*.sacct"),
+            ("job_events", "job_gpus"),
+            slurm_sacct.parse_sacct_parsable2,
+        ),
+        IngestSource(
+            "slurm_sacct_json",
+            "Slurm accounting: sacct --json output (Slurm 21.08 to 23.11)",
+            ("*.json",),
+            ("job_events", "job_gpus"),
+            slurm_sacct.parse_sacct_json,
+        ),
+        IngestSource(
+            "k8s_audit",
+            "Kubernetes audit log JSON lines (audit.k8s.io/v1 and v1beta1)",
+            ("*.jsonl", "*.log", "*.json"),
+            ("audit_events",),
+            k8s_audit.parse_k8s_audit,
+        ),
+        IngestSource(
+            "allocator_events",
+            "gpupool allocator event log (gpupool.event/v1 JSON lines)",
+            ("*.jsonl",),
+            ("job_events", "job_gpus"),
+            allocator_log.parse_event_log,
+        ),
+        IngestSource(
+            "allocator_audit",
+            "gpupool allocator audit log (gpupool.audit/v1 JSON lines)",
+            ("*.jsonl",),
+            ("audit_events",),
+            allocator_log.parse_audit_log,
+        ),
+        IngestSource(
+            "allocator_pool",
+            "gpupool allocator pool snapshot (gpupool.pool/v1 JSON): inventory and quotas",
+            ("*.json",),
+            ("gpu_inventory", "queue_quotas"),
+            allocator_log.parse_pool_snapshot,
+        ),
+    )
+}
+
+
+def source(name: str) -> IngestSource:
+    try:
+        return SOURCES[name]
+    except KeyError:
+        raise ValueError(f"unknown ingest source {name!r}; known sources: {', '.join(sorted(SOURCES))}") from None

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Install everything gpupool needs into ./.venv (idempotent; fast when already installed).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3.11}
+if ! command -v "$PYTHON" >/dev/null 2>&1; then
+  echo "gpupool needs Python 3.11 ($PYTHON not found). Install it, or set PYTHON=/path/to/python3.11." >&2
+  exit 1
+fi
+if [ ! -x .venv/bin/python ]; then
+  echo "▸ creating .venv with $($PYTHON --version)"
+  "$PYTHON" -m venv .venv
+fi
+stamp=.venv/.gpupool-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ requirements.lock -nt "$stamp" ]; then
+  echo "▸ installing Python packages (pinned by requirements.lock)"
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check -c requirements.lock -e '.[dev]' \
+    2>&1 | grep -v 'is ignored' || true
+  .venv/bin/python -c "import dagster, duckdb, polars, great_expectations" \
+    || { echo "Python packages failed to install; see the pip output above." >&2; exit 1; }
+  touch "$stamp"
+fi

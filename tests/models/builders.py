@@ -1,0 +1,141 @@
+"""Tiny contract-conforming fixtures for the model tests, and a build helper.
+
+Each test writes the few rows it needs through `Warehouse.replace_partition` (so DCGM samples
+land in Parquet exactly as ingestion writes them), builds models/, and reads metric views.
+Times are on 2026-11-01 unless a test says otherwise; `at("23:40")` is 2026-11-01 23:40 and
+`at("00:20", day=2)` is 2026-11-02 00:20.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import polars as pl
+
+from pipelines.contracts import contract
+from pipelines.models_runner import build_models
+from pipelines.paths import MODELS_DIR
+from pipelines.sources.base import empty_quarantine
+from pipelines.warehouse import Warehouse
+
+DAY1 = dt.date(2026, 11, 1)
+SNAPSHOT = dt.datetime(2026, 11, 1, 0, 0)
+
+Row = dict[str, Any]
+
+
+def at(hhmm: str, day: int = 1) -> dt.datetime:
+    hours, minutes = (int(p) for p in hhmm.split(":"))
+    return dt.datetime(2026, 11, day, hours, minutes)
+
+
+# -- raw rows ---------------------------------------------------------------------------------
+def gpu(host: str, index: int, gpu_model: str = "A100", **fields: Any) -> Row:
+    """One inventory row: a whole GPU unless share_mode/fraction/gpu_instance_id say otherwise."""
+    row = {
+        "snapshot_at": SNAPSHOT, "host": host, "gpu": index, "gpu_model": gpu_model,
+        "memory_mib": 81920, "share_mode": "whole", "fraction": 1.0,
+        "source": "allocator", "source_file": "pool.json",
+    }
+    return row | fields
+
+
+def quota(queue: str, tenant: str, gpu_model: str, quota_gpus: float, **fields: Any) -> Row:
+    row = {
+        "snapshot_at": SNAPSHOT, "queue": queue, "tenant": tenant, "gpu_model": gpu_model,
+        "quota_gpus": quota_gpus, "source": "allocator", "source_file": "pool.json",
+    }
+    return row | fields
+
+
+def event(job_id: str, event_type: str, occurred_at: dt.datetime, attempt: int = 1, **fields: Any) -> Row:
+    row = {
+        "event_id": f"{job_id}:{event_type}:{attempt}:{occurred_at.isoformat()}",
+        "occurred_at": occurred_at, "event_type": event_type, "job_id": job_id, "attempt": attempt,
+        "source": "allocator", "source_file": "events.jsonl",
+    }
+    return row | fields
+
+
+def submit(
+    job_id: str, occurred_at: dt.datetime, tenant: str = "vision", queue: str = "vision-train",
+    template: str = "training", gpu_model: str = "A100", gpus: int = 1, spec: dict | None = None, **fields: Any,
+) -> Row:
+    return event(
+        job_id, "submit", occurred_at, tenant=tenant, queue=queue, template=template,
+        gpu_model=gpu_model, gpus_requested=gpus, spec_json=json.dumps(spec) if spec else None, **fields,
+    )
+
+
+def placement(job_id: str, attempt: int, host: str, index: int | None, assigned_at: dt.datetime, **fields: Any) -> Row:
+    row = {
+        "job_id": job_id, "attempt": attempt, "host": host, "gpu": index, "fraction": 1.0,
+        "assigned_at": assigned_at, "source": "allocator", "source_file": "events.jsonl",
+    }
+    return row | fields
+
+
+def simple_job(
+    job_id: str, host: str, index: int | None, start: dt.datetime, end: dt.datetime | None,
+    state: str = "COMPLETED", placement_fields: Row | None = None, **submit_fields: Any,
+) -> tuple[list[Row], list[Row]]:
+    """A job submitted, admitted and started at `start` on one GPU, finished at `end` (None = running)."""
+    events = [submit(job_id, start, **submit_fields), event(job_id, "admit", start), event(job_id, "start", start)]
+    if end is not None:
+        events.append(event(job_id, "finish", end, state=state))
+    return events, [placement(job_id, 1, host, index, start, **(placement_fields or {}))]
+
+
+def series(
+    host: str, index: int, metric: str, start: dt.datetime, minutes: int, value: float, **labels: Any,
+) -> list[Row]:
+    """One sample per minute of one DCGM series, for `minutes` minutes from `start`."""
+    return [
+        {
+            "sampled_at": start + dt.timedelta(minutes=m), "host": host, "gpu": index, "metric": metric,
+            "value": value, "source": "dcgm_text", "source_file": "metrics.prom",
+        } | labels
+        for m in range(minutes)
+    ]
+
+
+def audit(audit_id: str, action: str, occurred_at: dt.datetime, **fields: Any) -> Row:
+    row = {
+        "audit_id": audit_id, "occurred_at": occurred_at, "actor": "admin-1", "action": action,
+        "source": "allocator", "source_file": "audit.jsonl",
+    }
+    return row | fields
+
+
+# -- loading and building -------------------------------------------------------------------
+def load(warehouse: Warehouse, ingest: str = "test", day: dt.date = DAY1, **tables: list[Row]) -> None:
+    """Write rows into the raw tables (contract-conformed) as one ingest partition."""
+    frames = {
+        name: contract(name).conform(pl.from_dicts(rows, infer_schema_length=None))
+        for name, rows in tables.items()
+        if rows
+    }
+    n = sum(f.height for f in frames.values())
+    warehouse.replace_partition(ingest, day, frames, empty_quarantine(), files_read=1, records_read=n, records_loaded=n)
+
+
+def build(warehouse: Warehouse, models_dir: Path = MODELS_DIR) -> duckdb.DuckDBPyConnection:
+    """Build every model and return a read-only connection to the result."""
+    with warehouse.writer() as con:
+        build_models(con, models_dir)
+    return warehouse.connect(read_only=True)
+
+
+def rows(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> list[Row]:
+    result = con.execute(sql, params or [])
+    names = [d[0] for d in result.description]
+    return [dict(zip(names, r, strict=True)) for r in result.fetchall()]
+
+
+def one(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> Row:
+    found = rows(con, sql, params)
+    assert len(found) == 1, f"expected one row, got {len(found)}: {found}"
+    return found[0]

@@ -1,0 +1,95 @@
+"""Ingest through the landing zone: idempotent partitions, crash safety, accounting."""
+import datetime as dt
+import shutil
+
+import polars as pl
+import pytest
+
+from pipelines.ingest import ingest_partition, stage_files
+from pipelines.warehouse import Warehouse
+
+DAY = dt.date(2026, 11, 1)
+
+
+def _table(wh: Warehouse, table: str) -> pl.DataFrame:
+    with wh.connect(read_only=True) as con:
+        frame = con.execute(f"select * exclude (ingested_at) from {table}").pl()
+    return frame.sort(frame.columns, nulls_last=True)
+
+
+def _stage_real_samples(wh: Warehouse, real_data) -> None:
+    for prom in sorted((real_data / "dcgm-exporter").glob("*.prom")):
+        stage_files(wh, "dcgm_text", prom, DAY)
+    stage_files(wh, "k8s_audit", real_data / "k8s-audit" / "falco_k8s_audit_events.jsonl", DAY)
+    stage_files(wh, "slurm_sacct_json", real_data / "slurm" / "sacct_json_slurm_23_11_5_mila_SARC.json", DAY)
+
+
+def test_rerunning_a_partition_leaves_identical_tables(warehouse, real_data):
+    _stage_real_samples(warehouse, real_data)
+    tables = ["raw.dcgm_samples", "raw.audit_events", "raw.job_events", "raw.job_gpus", "ops.quarantine"]
+    for source in ("dcgm_text", "k8s_audit", "slurm_sacct_json"):
+        ingest_partition(warehouse, source, DAY)
+    first = {t: _table(warehouse, t) for t in tables}
+    for source in ("dcgm_text", "k8s_audit", "slurm_sacct_json"):
+        ingest_partition(warehouse, source, DAY)
+    second = {t: _table(warehouse, t) for t in tables}
+    for t in tables:
+        assert first[t].equals(second[t]), t
+    assert first["raw.dcgm_samples"].height > 0
+    assert first["raw.audit_events"].height > 0
+
+
+def test_every_record_is_loaded_or_quarantined(warehouse, real_data):
+    _stage_real_samples(warehouse, real_data)
+    reports = [ingest_partition(warehouse, s, DAY) for s in ("dcgm_text", "k8s_audit", "slurm_sacct_json")]
+    for report in reports:
+        assert report.records_read > 0, report
+        assert report.records_read == report.records_loaded + report.records_quarantined, report
+
+
+def test_a_crash_while_replacing_keeps_the_previous_partition(warehouse, real_data, monkeypatch):
+    stage_files(warehouse, "k8s_audit", real_data / "k8s-audit" / "falco_k8s_audit_events.jsonl", DAY)
+    ingest_partition(warehouse, "k8s_audit", DAY)
+    before = _table(warehouse, "raw.audit_events")
+
+    def crash(*_args, **_kwargs):
+        raise RuntimeError("simulated crash mid-write")
+
+    monkeypatch.setattr(Warehouse, "_replace_rows", staticmethod(crash))
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        ingest_partition(warehouse, "k8s_audit", DAY)
+    monkeypatch.undo()
+    assert _table(warehouse, "raw.audit_events").equals(before)
+
+
+def test_a_crash_while_writing_parquet_keeps_the_previous_file(warehouse, real_data, monkeypatch):
+    stage_files(warehouse, "dcgm_text", real_data / "dcgm-exporter" / "metrics_sample_a100_mig_nvidia_docs.prom", DAY)
+    ingest_partition(warehouse, "dcgm_text", DAY)
+    before = _table(warehouse, "raw.dcgm_samples")
+
+    def crash(self, path, *args, **kwargs):
+        with open(path, "wb") as half_written:
+            half_written.write(b"PAR1 truncated")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(pl.DataFrame, "write_parquet", crash)
+    with pytest.raises(OSError, match="disk full"):
+        ingest_partition(warehouse, "dcgm_text", DAY)
+    monkeypatch.undo()
+    assert _table(warehouse, "raw.dcgm_samples").equals(before)
+
+
+def test_staging_refuses_a_folder_without_matching_files(warehouse, tmp_path):
+    empty = tmp_path / "nothing"
+    empty.mkdir()
+    with pytest.raises(ValueError, match="no files matching"):
+        stage_files(warehouse, "dcgm_text", empty, DAY)
+
+
+def test_an_empty_landing_day_replaces_with_nothing(warehouse, real_data):
+    stage_files(warehouse, "k8s_audit", real_data / "k8s-audit" / "falco_k8s_audit_events.jsonl", DAY)
+    ingest_partition(warehouse, "k8s_audit", DAY)
+    shutil.rmtree(warehouse.landing / "k8s_audit" / DAY.isoformat())
+    report = ingest_partition(warehouse, "k8s_audit", DAY)
+    assert report.records_read == 0
+    assert _table(warehouse, "raw.audit_events").height == 0
