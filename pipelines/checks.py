@@ -3,7 +3,6 @@
 Every result is also written to ops.check_results so the dashboards can show data quality
 without a Dagster instance.
 """
-from __future__ import annotations
 
 import datetime as dt
 import dagster as dg
@@ -37,10 +36,10 @@ def _suite_check(src: IngestSource) -> dg.AssetChecksDefinition:
             day = dt.date.fromisoformat(key)
             with wh.writer() as con:
                 frames = {
-                    t: con.execute(
+                    t: con.sql(
                         f"select {', '.join(contract(t).column_names)} from {contract(t).table} "
-                        "where partition_date = ? and ingest_source = ?",
-                        [day, src.name],
+                        "where partition_date = $day and ingest_source = $source",
+                        params={"day": day, "source": src.name},
                     ).pl()
                     for t in src.tables
                 }

@@ -122,7 +122,7 @@ def sql(query: str, home: Path | None, fmt: str, limit: int) -> None:
     except FileNotFoundError as err:
         raise click.ClickException(str(err)) from None
     try:
-        frame = con.execute(query).pl()
+        frame = con.sql(query).pl()
     except duckdb.Error as err:
         raise click.ClickException(f"query failed: {err}") from None
     finally:

@@ -32,12 +32,12 @@ def _outcomes(result: dg.ExecuteInProcessResult) -> list[StepOutcome]:
     for evaluation in result.get_asset_check_evaluations():
         if not evaluation.passed:
             failed_checks.setdefault(evaluation.asset_key.to_user_string(), []).append(evaluation.check_name)
-    out = []
+    # A run over a range of partitions materialises each partition with the same metadata: keep one per asset.
+    latest = {}
     for event in result.get_asset_materialization_events():
-        mat = event.asset_materialization
-        key = mat.asset_key.to_user_string()
-        out.append(StepOutcome(key, _metadata_values(mat), failed_checks.get(key, [])))
-    return out
+        mat = event.event_specific_data.materialization
+        latest[mat.asset_key.to_user_string()] = mat
+    return [StepOutcome(key, _metadata_values(mat), failed_checks.get(key, [])) for key, mat in latest.items()]
 
 
 def ingest_days(

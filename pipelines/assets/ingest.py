@@ -1,5 +1,4 @@
 """Ingest assets: one daily-partitioned asset per ingest source."""
-from __future__ import annotations
 
 import datetime as dt
 

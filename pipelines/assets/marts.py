@@ -1,5 +1,4 @@
 """The SQL models: staging views, mart tables and the metrics views, built from models/."""
-from __future__ import annotations
 
 import dagster as dg
 

@@ -86,7 +86,10 @@ def _parse(source: bytes | Path, source_file: str, scraped_at: dt.datetime | Non
     series = _parse_series(records.get_column("key").unique(maintain_order=True))
     rows = (
         records.join(
-            series.select("key", "rank", "series_error"), on="key", how="left", maintain_order="left"
+            series.select("key", "rank", "syntax_error", "label_error"),
+            on="key",
+            how="left",
+            maintain_order="left",
         )
         .lazy()
         .with_columns(
@@ -330,7 +333,7 @@ def _finish(split: pl.DataFrame) -> pl.DataFrame:
 # -- series ------------------------------------------------------------------------------------
 def _parse_series(keys: pl.Series) -> pl.DataFrame:
     """One row per distinct series key: rank (see labels.with_rank), metric, the contract's
-    label columns, extra_labels and series_error (syntax or label problem, else null)."""
+    label columns, extra_labels, syntax_error and label_error (null when fine)."""
     series = (
         pl.DataFrame({"key": keys})
         .with_columns(
@@ -368,7 +371,9 @@ def _parse_series(keys: pl.Series) -> pl.DataFrame:
     series = series.join(mapped, on="content", how="left", maintain_order="left").with_columns(
         series_error=pl.coalesce("syntax_error", "label_error")
     )
-    return with_rank(series).select("key", "rank", "metric", *MAPPED_COLUMNS, "extra_labels", "series_error")
+    return with_rank(series).select(
+        "key", "rank", "metric", *MAPPED_COLUMNS, "extra_labels", "syntax_error", "label_error"
+    )
 
 
 def _label_pairs(blocks: pl.DataFrame) -> pl.DataFrame:
@@ -407,11 +412,15 @@ def value_reason(text: pl.Expr, value: pl.Expr) -> pl.Expr:
     as_int = text.str.to_integer(strict=False)
     for sentinel, meaning in INT64_SENTINELS.items():
         reason = reason.when(as_int == sentinel).then(pl.lit(f"DCGM int64 {meaning} sentinel {sentinel}"))
+    # dcgm_structs.h: DCGM_INT64_IS_BLANK(v) is v >= DCGM_INT64_BLANK.
+    reason = reason.when(as_int >= min(INT64_SENTINELS)).then(
+        pl.format(f"DCGM int64 blank sentinel range (>= {min(INT64_SENTINELS)}): {{}}", text)
+    )
     for sentinel, meaning in FP64_SENTINELS.items():
         reason = reason.when(value == sentinel).then(pl.lit(f"DCGM fp64 {meaning} sentinel {sentinel:.1f}"))
     # As float64 (Prometheus storage) the four int64 sentinels are all 2**63.
     return (
-        reason.when(value == 2.0**63)
+        reason.when((value == 2.0**63) & as_int.is_null())
         .then(
             pl.lit("DCGM int64 sentinel 2^63 as float (blank, not found, not supported or not permissioned)")
         )
@@ -425,10 +434,14 @@ def _reason() -> pl.Expr:
     return (
         pl.when(pl.col("bad_utf8"))
         .then(pl.lit("line is not valid UTF-8"))
-        .when(pl.col("series_error").is_not_null())
-        .then(pl.col("series_error"))
-        .when(pl.col("v").is_not_null() & (pl.col("rest") != ""))
+        .when(pl.col("syntax_error").is_not_null())
+        .then(pl.col("syntax_error"))
+        .when(pl.col("v").is_null())
+        .then(pl.lit("no value"))
+        .when(pl.col("rest") != "")
         .then(pl.format("unexpected text after the timestamp: '{}'", pl.col("rest")))
+        .when(pl.col("label_error").is_not_null())
+        .then(pl.col("label_error"))
         .otherwise(
             pl.coalesce(
                 value_reason(pl.col("v"), pl.col("value")),

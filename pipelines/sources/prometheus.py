@@ -195,17 +195,20 @@ def parse_query_range(data: bytes | str, source_file: str) -> ParseResult:
 
 
 def _read_response(con: duckdb.DuckDBPyConnection, raw: bytes) -> tuple[dict, str | None]:
-    """The envelope as a dict and the `response` view, or the reason the document is rejected."""
+    """The envelope as a dict, with the parsed document in table `response` (read once by the
+    flattening queries), or the reason the whole document is rejected."""
+    if not raw.strip():
+        return {}, "empty document"
     try:
-        relation = con.read_json(
+        con.read_json(
             io.BytesIO(raw),
             columns={**_ENVELOPE, "data": f"STRUCT(resultType VARCHAR, result {_RESULT})"},
             format="auto",
             maximum_object_size=len(raw) + 1,
-        )
-        envelope = relation.project(", ".join(_ENVELOPE) + ", data.resultType as result_type").fetchall()
+        ).create("response")
     except duckdb.Error as exc:
         return {}, _shape_problem(con, raw, exc)
+    envelope = con.sql(f"select {', '.join(_ENVELOPE)}, data.resultType from response").fetchall()
     if len(envelope) != 1:
         return {}, f"expected one JSON object, found {len(envelope)} records"
     response = dict(zip([*_ENVELOPE, "result_type"], envelope[0], strict=True))
@@ -213,7 +216,6 @@ def _read_response(con: duckdb.DuckDBPyConnection, raw: bytes) -> tuple[dict, st
         return response, _failure(response)
     if response["result_type"] not in _SERIES_RESULTS:
         return response, f"resultType {response['result_type']!r} holds no series (expected matrix or vector)"
-    relation.create("response")  # parsed once, read by the three flattening queries
     return response, None
 
 

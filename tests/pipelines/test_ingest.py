@@ -13,7 +13,7 @@ DAY = dt.date(2026, 11, 1)
 
 def _table(wh: Warehouse, table: str) -> pl.DataFrame:
     with wh.connect(read_only=True) as con:
-        frame = con.execute(f"select * exclude (ingested_at) from {table}").pl()
+        frame = con.sql(f"select * exclude (ingested_at) from {table}").pl()
     return frame.sort(frame.columns, nulls_last=True)
 
 
