@@ -181,7 +181,9 @@ def main() -> None:
         "--lines", type=int, default=1_000_000, help="sample lines to generate (rounded up to whole rounds)"
     )
     parser.add_argument("--runs", type=int, default=5, help="timed runs of this project's parser + load")
-    parser.add_argument("--client-runs", type=int, default=1, help="timed runs of prometheus_client (slow)")
+    parser.add_argument(
+        "--client-runs", type=int, default=1, help="timed runs of prometheus_client (slow; 0 skips it)"
+    )
     args = parser.parse_args()
 
     data, samples = generate(args.lines)
@@ -192,11 +194,8 @@ def main() -> None:
             f"input: {samples:,} samples, {len(data) / 1e6:,.0f} MB, {HOSTS} hosts x {GPUS_PER_HOST} GPUs x {len(METRICS)} metrics"
         )
         parse_s, total_s = time_ours(path, args.runs, samples)
-    client_s = time_prometheus_client(data.decode(), args.client_runs, samples)
-
     ours = samples / statistics.median(total_s)
     ours_parse = samples / statistics.median(parse_s)
-    client = samples / statistics.median(client_s)
     print(
         f"gpupool parse + load (Parquet): median {statistics.median(total_s):.3f} s of {args.runs} runs "
         f"-> {ours:,.0f} samples/s   (runs: {', '.join(f'{s:.3f}' for s in total_s)})"
@@ -204,6 +203,11 @@ def main() -> None:
     print(
         f"gpupool parse only:             median {statistics.median(parse_s):.3f} s -> {ours_parse:,.0f} samples/s"
     )
+    print(f"target >= 1,000,000 samples/s end to end: {'met' if ours >= 1_000_000 else 'MISSED'}")
+    if args.client_runs < 1:
+        return
+    client_s = time_prometheus_client(data.decode(), args.client_runs, samples)
+    client = samples / statistics.median(client_s)
     print(
         f"prometheus_client parse only:   median {statistics.median(client_s):.3f} s of {args.client_runs} runs "
         f"-> {client:,.0f} samples/s"
@@ -211,10 +215,7 @@ def main() -> None:
     print(
         f"ratio end to end / prometheus_client: {ours / client:,.1f}x   (parse only: {ours_parse / client:,.1f}x)"
     )
-    print(
-        f"target >= 1,000,000 samples/s end to end: {'met' if ours >= 1_000_000 else 'MISSED'}; "
-        f"target >= 30x prometheus_client: {'met' if ours / client >= 30 else 'MISSED'}"
-    )
+    print(f"target >= 30x prometheus_client end to end: {'met' if ours / client >= 30 else 'MISSED'}")
 
 
 if __name__ == "__main__":

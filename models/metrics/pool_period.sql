@@ -25,7 +25,7 @@ pool as (
     'all' as gpu_model,
     min(first_day) as first_day,
     max(last_day) as last_day,
-    sum(physical_gpus) as physical_gpus,
+    cast(sum(physical_gpus) as bigint) as physical_gpus,
     sum(capacity_gpu_hours) as capacity_gpu_hours,
     sum(allocated_gpu_hours) as allocated_gpu_hours,
     sum(active_gpu_hours) as active_gpu_hours,

@@ -83,11 +83,12 @@ def parse_dcgm_text(
 def _parse(source: bytes | Path, source_file: str, scraped_at: dt.datetime | None) -> ParseResult:
     scraped = _utc_naive(scraped_at)
     records = _sample_lines(_read_lines(source))
-    series = _parse_series(records.get_column("key").unique(maintain_order=True))
+    series, series_ids = _series_of(records)
     rows = (
-        records.join(
-            series.select("key", "rank", "syntax_error", "label_error"),
-            on="key",
+        records.select("line_number", "raw", "bad_utf8", "v", "ts", "rest", series_id=series_ids)
+        .join(
+            series.select("series_id", "rank", "syntax_error", "label_error"),
+            on="series_id",
             how="left",
             maintain_order="left",
         )
@@ -128,6 +129,27 @@ def _parse(source: bytes | Path, source_file: str, scraped_at: dt.datetime | Non
         records_read=rows.height,
         records_loaded=good.height,
     )
+
+
+def _series_of(records: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
+    """The distinct series (parsed) and each record's series_id.
+
+    Keys are matched by a 64-bit hash (one pass over the key bytes instead of hashing them for
+    a unique and again for a join); each key is then compared with its series' key, and on a
+    hash collision the exact string match is used instead.
+    """
+    keyed = records.select("key", hash=_key_hash())
+    firsts = keyed.unique("hash", keep="first", maintain_order=True).with_row_index("series_id")
+    ids = keyed.join(firsts, on="hash", how="left", maintain_order="left", suffix="_series")
+    if not (ids.get_column("key") == ids.get_column("key_series")).all():
+        firsts = keyed.select("key").unique(maintain_order=True).with_row_index("series_id")
+        ids = keyed.join(firsts, on="key", how="left", maintain_order="left")
+    series = firsts.select("series_id", "key").join(_parse_series(firsts.get_column("key")), on="key")
+    return series, ids.get_column("series_id")
+
+
+def _key_hash() -> pl.Expr:
+    return pl.col("key").hash()
 
 
 def _utc_naive(moment: dt.datetime | None) -> dt.datetime | None:

@@ -214,6 +214,8 @@ def _read_response(con: duckdb.DuckDBPyConnection, raw: bytes) -> tuple[dict, st
     response = dict(zip([*_ENVELOPE, "result_type"], envelope[0], strict=True))
     if response["status"] != "success":
         return response, _failure(response)
+    if response["result_type"] is None:
+        return response, "response has no data.resultType"
     if response["result_type"] not in _SERIES_RESULTS:
         return response, f"resultType {response['result_type']!r} holds no series (expected matrix or vector)"
     return response, None
@@ -250,7 +252,7 @@ def _failure(response: dict) -> str:
 
 
 def _duckdb_message(exc: duckdb.Error) -> str:
-    message = str(exc).split("Error: ", 1)[-1]
+    message = str(exc).split("Error: ", 1)[-1].splitlines()[0]  # drop DuckDB's hints
     return re.sub(r' in file "[^"]*"', "", message).strip()
 
 

@@ -1,4 +1,5 @@
 """dcgm-exporter text exposition: the three real scrapes, and broken or unusual input."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -12,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from pipelines.contracts import contract
 from pipelines.paths import REPO_ROOT
+from pipelines.sources import dcgm_text
 from pipelines.sources.base import ParseResult
 from pipelines.sources.dcgm_text import DUPLICATE_REASON, parse_dcgm_file, parse_dcgm_text
 
@@ -70,7 +72,9 @@ def test_a100_mig_scrape(dcgm_dir: Path) -> None:
     assert samples["device"].unique().to_list() == ["nvidia0"]
     assert samples["gpu"].unique().to_list() == [0]
     assert (samples["sampled_at"] == SCRAPED).all()
-    assert samples.select("pci_bus_id", "model_name", "k8s_pod", "hpc_job", "extra_labels").null_count().row(0) == (
+    assert samples.select("pci_bus_id", "model_name", "k8s_pod", "hpc_job", "extra_labels").null_count().row(
+        0
+    ) == (
         21,
         21,
         21,
@@ -88,7 +92,9 @@ def test_a100_mig_scrape(dcgm_dir: Path) -> None:
         "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
     ]
     engine = dict(
-        samples.filter(pl.col("metric") == "DCGM_FI_PROF_GR_ENGINE_ACTIVE").select("gpu_instance_id", "value").rows()
+        samples.filter(pl.col("metric") == "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
+        .select("gpu_instance_id", "value")
+        .rows()
     )
     assert engine == {None: 0.995630, 13: 0.995687}
     power = samples.filter(pl.col("metric") == "DCGM_FI_DEV_POWER_USAGE")["value"].to_list()
@@ -116,7 +122,9 @@ def test_h100_k8s_pod_labels_on_gpu0_only(dcgm_dir: Path) -> None:
     assert pods.select("k8s_namespace", "k8s_pod", "k8s_container").unique().rows() == [
         ("dynamo-workload", "vllm-agg-0-vllmdecodeworker-s65j5", "main")
     ]
-    assert samples.filter(pl.col("gpu") != 0).select("k8s_namespace", "k8s_container").null_count().row(0) == (26, 26)
+    assert samples.filter(pl.col("gpu") != 0).select("k8s_namespace", "k8s_container").null_count().row(
+        0
+    ) == (26, 26)
     # pod_uid="" is an absent label; the driver version is kept verbatim
     assert samples["extra_labels"].unique().to_list() == ['DCGM_FI_DRIVER_VERSION="580.105.08"']
     gpu5 = samples.filter(pl.col("gpu") == 5)
@@ -125,7 +133,10 @@ def test_h100_k8s_pod_labels_on_gpu0_only(dcgm_dir: Path) -> None:
     ]
     temp = samples.filter(pl.col("metric") == "DCGM_FI_DEV_GPU_TEMP").sort("gpu")["value"].to_list()
     assert temp == [30, 29, 26, 29, 28, 26, 28, 26]
-    assert samples.filter((pl.col("metric") == "DCGM_FI_DEV_POWER_USAGE") & (pl.col("gpu") == 0))["value"].item() == 113.611
+    assert (
+        samples.filter((pl.col("metric") == "DCGM_FI_DEV_POWER_USAGE") & (pl.col("gpu") == 0))["value"].item()
+        == 113.611
+    )
 
 
 def test_princeton_fork_jobid_is_hpc_job(dcgm_dir: Path) -> None:
@@ -133,7 +144,12 @@ def test_princeton_fork_jobid_is_hpc_job(dcgm_dir: Path) -> None:
     assert (result.records_read, result.records_loaded, result.records_quarantined) == (3, 1, 2)
     row = only(result)
     assert row["hpc_job"] == "51234567"
-    assert (row["host"], row["gpu"], row["gpu_instance_id"], row["gpu_instance_profile"]) == ("della-l01g1", 0, 7, "1g.10gb")
+    assert (row["host"], row["gpu"], row["gpu_instance_id"], row["gpu_instance_profile"]) == (
+        "della-l01g1",
+        0,
+        7,
+        "1g.10gb",
+    )
     assert row["model_name"] == "NVIDIA A100 80GB PCIe"
     assert row["uuid"] == "GPU-d6dd33b9-e50e-997c-f303-c8f7312fa498"
     assert (row["metric"], row["value"]) == ("DCGM_FI_DEV_FB_USED", 8543.0)
@@ -171,7 +187,13 @@ def test_file_mtime_is_the_scrape_time(dcgm_dir: Path, tmp_path: Path) -> None:
 def test_loads_into_the_warehouse(dcgm_dir: Path, warehouse) -> None:
     result = real(dcgm_dir, PRINCETON_FILE)
     report = warehouse.replace_partition(
-        "dcgm_text", SCRAPED.date(), result.tables, result.quarantine, 1, result.records_read, result.records_loaded
+        "dcgm_text",
+        SCRAPED.date(),
+        result.tables,
+        result.quarantine,
+        1,
+        result.records_read,
+        result.records_loaded,
     )
     assert (report.records_read, report.records_loaded, report.records_quarantined) == (3, 1, 2)
     with warehouse.connect(read_only=True) as con:
@@ -289,7 +311,12 @@ def test_lowercase_and_renamed_label_variants() -> None:
         'exported_namespace="ens",exported_container="ec",pod="dcgm-exporter-abc",namespace="gpu-operator"} 7',
     )
     rows = {r["gpu"]: r for r in result.tables["dcgm_samples"].to_dicts()}
-    assert (rows[1]["host"], rows[1]["uuid"], rows[1]["k8s_pod"], rows[1]["k8s_namespace"]) == ("n2", "GPU-x", "p", "ns")
+    assert (rows[1]["host"], rows[1]["uuid"], rows[1]["k8s_pod"], rows[1]["k8s_namespace"]) == (
+        "n2",
+        "GPU-x",
+        "p",
+        "ns",
+    )
     assert (rows[1]["k8s_container"], rows[1]["hpc_job"], rows[1]["extra_labels"]) == ("c", "4242", None)
     # Prometheus renamed the exporter's pod labels; the scrape target's own stay in extra_labels
     assert (rows[2]["host"], rows[2]["k8s_pod"], rows[2]["k8s_namespace"], rows[2]["k8s_container"]) == (
@@ -298,7 +325,10 @@ def test_lowercase_and_renamed_label_variants() -> None:
         "ens",
         "ec",
     )
-    assert rows[2]["extra_labels"] == 'instance="10.0.0.5:9400",job="dcgm",pod="dcgm-exporter-abc",namespace="gpu-operator"'
+    assert (
+        rows[2]["extra_labels"]
+        == 'instance="10.0.0.5:9400",job="dcgm",pod="dcgm-exporter-abc",namespace="gpu-operator"'
+    )
 
 
 def test_missing_and_invalid_labels() -> None:
@@ -357,7 +387,14 @@ def test_crlf_comments_blanks_and_odd_spacing() -> None:
 
 
 def test_line_numbers_count_every_line() -> None:
-    result = parse("# c", "", f"DCGM_FI_DEV_GPU_TEMP{{{LABELS}}} x", "", f"DCGM_FI_DEV_GPU_TEMP{{{LABELS}}} y", sep="\r\n")
+    result = parse(
+        "# c",
+        "",
+        f"DCGM_FI_DEV_GPU_TEMP{{{LABELS}}} x",
+        "",
+        f"DCGM_FI_DEV_GPU_TEMP{{{LABELS}}} y",
+        sep="\r\n",
+    )
     assert list(reasons(result)) == [3, 5]
 
 
@@ -369,7 +406,9 @@ def test_empty_input() -> None:
 
 
 def test_no_timestamp_and_no_scrape_time_is_an_error() -> None:
-    with pytest.raises(ValueError, match=r"memory\.prom: 1 sample lines carry no timestamp \(first: line 2\)"):
+    with pytest.raises(
+        ValueError, match=r"memory\.prom: 1 sample lines carry no timestamp \(first: line 2\)"
+    ):
         parse_dcgm_text(f"# c\nDCGM_FI_DEV_GPU_TEMP{{{LABELS}}} 30\n", "memory.prom")
     # every line has its own timestamp: no scrape time needed
     result = parse_dcgm_text(f"DCGM_FI_DEV_GPU_TEMP{{{LABELS}}} 30 {T0}\n", "memory.prom")
@@ -378,7 +417,9 @@ def test_no_timestamp_and_no_scrape_time_is_an_error() -> None:
 
 def test_aware_scrape_time_is_converted_to_utc() -> None:
     cest = dt.timezone(dt.timedelta(hours=2))
-    result = parse(f"DCGM_FI_DEV_GPU_TEMP{{{LABELS}}} 30", scraped_at=dt.datetime(2026, 3, 10, 14, 0, tzinfo=cest))
+    result = parse(
+        f"DCGM_FI_DEV_GPU_TEMP{{{LABELS}}} 30", scraped_at=dt.datetime(2026, 3, 10, 14, 0, tzinfo=cest)
+    )
     assert only(result)["sampled_at"] == SCRAPED
 
 
@@ -416,8 +457,21 @@ def test_fast_and_slow_paths_agree() -> None:
     assert parse(*plain).tables["dcgm_samples"].equals(parse(*odd).tables["dcgm_samples"])
 
 
+def test_series_keys_survive_hash_collisions(monkeypatch: pytest.MonkeyPatch) -> None:
+    lines = [f'DCGM_FI_DEV_GPU_TEMP{{gpu="{g}",Hostname="n{h}"}} {g} {T0}' for h in range(3) for g in range(4)]
+    lines += [f'DCGM_FI_DEV_GPU_TEMP{{gpu="0",Hostname="n0"}} 9 {T0}', 'DCGM_FI_DEV_GPU_TEMP{gpu="0"} 1']
+    expected = parse(*lines)
+    monkeypatch.setattr(dcgm_text, "_key_hash", lambda: pl.lit(7, dtype=pl.UInt64))  # every key collides
+    colliding = parse(*lines)
+    assert colliding.tables["dcgm_samples"].equals(expected.tables["dcgm_samples"])
+    assert colliding.quarantine.equals(expected.quarantine)
+    assert reasons(colliding) == {13: DUPLICATE_REASON, 14: "missing host label"}
+
+
 def test_bench_generator_agrees_with_prometheus_client() -> None:
-    spec = importlib.util.spec_from_file_location("bench_dcgm_ingest", REPO_ROOT / "bench" / "bench_dcgm_ingest.py")
+    spec = importlib.util.spec_from_file_location(
+        "bench_dcgm_ingest", REPO_ROOT / "bench" / "bench_dcgm_ingest.py"
+    )
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     data, samples = bench.generate(1)

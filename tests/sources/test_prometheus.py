@@ -1,4 +1,5 @@
 """Prometheus query_range / instant query JSON: the two real API examples, DCGM series, errors."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -142,9 +143,7 @@ def test_dcgm_matrix_maps_labels_like_the_exposition_parser() -> None:
         labels = ",".join(f'{k}="{v}"' for k, v in metric.items() if k != "__name__")
         return f"{metric['__name__']}{{{labels}}} {value} {int(at * 1000)}"
 
-    text = "\n".join(
-        [exposition(GPU0, "97", T0), exposition(GPU0, "98", T0 + 15), exposition(gpu1, "0", T0)]
-    )
+    text = "\n".join([exposition(GPU0, "97", T0), exposition(GPU0, "98", T0 + 15), exposition(gpu1, "0", T0)])
     from_text = parse_dcgm_text(text, "query.json").tables["dcgm_samples"]
     assert result.tables["dcgm_samples"].drop("source").equals(from_text.drop("source"))
 
@@ -197,7 +196,10 @@ def test_instant_vector_and_native_histograms() -> None:
             "resultType": "vector",
             "result": [
                 {"metric": GPU0, "value": [T0, "42"]},
-                {"metric": GPU0 | {"__name__": "some_histogram"}, "histogram": [T0, {"count": "3", "sum": "7"}]},
+                {
+                    "metric": GPU0 | {"__name__": "some_histogram"},
+                    "histogram": [T0, {"count": "3", "sum": "7"}],
+                },
             ],
         },
     }
@@ -223,8 +225,10 @@ def test_escaped_label_values() -> None:
             "query failed: bad_data: 1:5: parse error: unexpected character",
         ),
         (
-            '{"status": "error", "errorType": "timeout", "error": "query timed out in expression evaluation", '
-            '"data": {"resultType": "matrix", "result": 7}}',
+            (
+                '{"status": "error", "errorType": "timeout", "error": "query timed out in expression evaluation", '
+                '"data": {"resultType": "matrix", "result": 7}}'
+            ),
             "query failed: timeout: query timed out in expression evaluation",
         ),
         (
@@ -237,6 +241,7 @@ def test_escaped_label_values() -> None:
         ),
         ('{"status": "success", "data": {"resultType": "matrix", "res', "not valid JSON: "),
         ("", "empty document"),
+        ('{"status": "success"}', "response has no data.resultType"),
         ('[{"status": "success"}, {"status": "success"}]', "expected one JSON object, found 2 records"),
     ],
 )
@@ -277,5 +282,14 @@ def test_large_response_points_keep_document_order() -> None:
     assert (result.records_read, result.records_loaded) == (4000, 3999)
     assert reasons(result) == {3 * 500 + 251: "value is NaN"}
     samples = result.tables["dcgm_samples"]
-    assert samples.group_by("gpu").len().sort("gpu")["len"].to_list() == [500, 500, 500, 499, 500, 500, 500, 500]
+    assert samples.group_by("gpu").len().sort("gpu")["len"].to_list() == [
+        500,
+        500,
+        500,
+        499,
+        500,
+        500,
+        500,
+        500,
+    ]
     assert samples.filter(pl.col("gpu") == 7)["value"].sum() == sum(i % 100 for i in range(500))
