@@ -54,7 +54,7 @@ TEMPLATES: tuple[str, ...] = ("training", "inference", "experiment", "interactiv
 SHARE_MODES: tuple[str, ...] = ("whole", "mig", "timeslice")
 K8S_AUDIT_STAGES: tuple[str, ...] = ("RequestReceived", "ResponseStarted", "ResponseComplete", "Panic")
 SOURCES: dict[str, tuple[str, ...]] = {
-    "dcgm_samples": ("dcgm_text", "prometheus"),
+    "dcgm_samples": ("dcgm_text", "prometheus", "dcgm_parquet"),
     "job_events": ("allocator", "slurm", "kueue"),
     "job_gpus": ("allocator", "slurm", "kueue"),
     "audit_events": ("allocator", "k8s"),

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipelines.sources import allocator_log, dcgm_text, k8s_audit, prometheus, slurm_sacct
+from pipelines.sources import allocator_log, dcgm_parquet, dcgm_text, k8s_audit, prometheus, slurm_sacct
 from pipelines.sources.base import ParseResult
 
 
@@ -45,6 +45,13 @@ SOURCES: dict[str, IngestSource] = {
             ("*.prom", "*.txt", "*.metrics"),
             ("dcgm_samples",),
             _dcgm_file,
+        ),
+        IngestSource(
+            "dcgm_parquet",
+            "DCGM samples as Parquet in the raw.dcgm_samples contract (the simulator's bulk telemetry)",
+            ("*.parquet",),
+            ("dcgm_samples",),
+            dcgm_parquet.parse_dcgm_parquet,
         ),
         IngestSource(
             "prometheus",
