@@ -1,13 +1,13 @@
 """dcgm-exporter /metrics text (Prometheus text exposition format) -> raw.dcgm_samples.
 
 Column-wise Polars, no loop per line. A scrape repeats each series' label block in every line
-(~300 bytes of labels per ~10 bytes of value), so the label work is done once per distinct
-series and joined back:
+(~250 bytes of labels per ~20 bytes of value and timestamp), so the label work is done once per
+distinct series and joined back:
 
 1. read the lines with Polars' CSV reader (one column, a separator that does not occur);
-2. split each sample line at its last `}` (a reverse-anchored regex, so it reads only the
-   tail): the part before is the series key `name{labels}`, the part after holds the value
-   and the optional timestamp in milliseconds;
+2. cut each sample line after its label block: the part before is the series key
+   `name{labels}` (kept as a view into the line, not copied), the part after holds the value and
+   the optional timestamp in milliseconds;
 3. parse the distinct series keys (validate the label block, pull the pairs, map them onto the
    contract through labels.py);
 4. per line: cast value and timestamp, quarantine what is wrong, drop later duplicates of a
@@ -85,12 +85,10 @@ def _parse(source: bytes | Path, source_file: str, scraped_at: dt.datetime | Non
     records = _sample_lines(_read_lines(source))
     series, series_ids = _series_of(records)
     rows = (
-        records.select("line_number", "raw", "bad_utf8", "v", "ts", "rest", series_id=series_ids)
-        .join(
-            series.select("series_id", "rank", "syntax_error", "label_error"),
-            on="series_id",
-            how="left",
-            maintain_order="left",
+        records.with_columns(
+            # series_id is the row of `series`: a gather, not a join
+            series.get_column(name).gather(series_ids)
+            for name in ("rank", "syntax_error", "label_error")
         )
         .lazy()
         .with_columns(
@@ -111,8 +109,17 @@ def _parse(source: bytes | Path, source_file: str, scraped_at: dt.datetime | Non
     )
     if scraped is None:
         _require_timestamps(rows, source_file)
-    good, duplicates = order_and_dedupe(rows.filter(pl.col("reason").is_null()))
-    bad = pl.concat([rows.filter(pl.col("reason").is_not_null()), duplicates]).sort("line_number")
+    good, duplicates = order_and_dedupe(
+        rows.filter(pl.col("reason").is_null()).select("line_number", "rank", "value", "sampled_at")
+    )
+    bad = pl.concat(
+        [
+            rows.filter(pl.col("reason").is_not_null()).select("line_number", "reason", "raw"),
+            duplicates.join(rows.select("line_number", "raw"), on="line_number").select(
+                "line_number", "reason", "raw"
+            ),
+        ]
+    ).sort("line_number")
     attributes = series.filter(pl.col("rank").is_not_null()).unique("rank").sort("rank")
     samples = attributes.select(pl.all().gather(good.get_column("rank"))).with_columns(
         good.select("value", "sampled_at"), source=pl.lit(SOURCE), source_file=pl.lit(source_file)
@@ -132,7 +139,7 @@ def _parse(source: bytes | Path, source_file: str, scraped_at: dt.datetime | Non
 
 
 def _series_of(records: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
-    """The distinct series (parsed) and each record's series_id.
+    """The distinct series (parsed; row i is series_id i) and each record's series_id.
 
     Keys are matched by a 64-bit hash (one pass over the key bytes instead of hashing them for
     a unique and again for a join); each key is then compared with its series' key, and on a
@@ -144,7 +151,11 @@ def _series_of(records: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
     if not (ids.get_column("key") == ids.get_column("key_series")).all():
         firsts = keyed.select("key").unique(maintain_order=True).with_row_index("series_id")
         ids = keyed.join(firsts, on="key", how="left", maintain_order="left")
-    series = firsts.select("series_id", "key").join(_parse_series(firsts.get_column("key")), on="key")
+    series = (
+        firsts.select("series_id", "key")
+        .join(_parse_series(firsts.get_column("key")), on="key")
+        .sort("series_id")
+    )
     return series, ids.get_column("series_id")
 
 
@@ -250,12 +261,12 @@ def _sample_lines(lines: pl.DataFrame) -> pl.DataFrame:
     splits the tail at single spaces, as dcgm-exporter writes it. Lines where that is not enough
     (a '}' inside a label value, no '}', leading blanks, other spacing) are redone below.
     """
-    first = pl.col("line").str.head(1)
     cut = (pl.col("line").str.find("}", literal=True) + 1).cast(pl.UInt32)
     split = (
         lines.lazy()
-        .filter(pl.col("line").is_not_null() & (first != "#"))
-        .with_columns(padded=first.is_in([" ", "\t"]), cut=cut)
+        .with_columns(first=pl.col("line").str.head(1))
+        .filter(pl.col("line").is_not_null() & (pl.col("first") != "#"))
+        .with_columns(padded=pl.col("first").is_in([" ", "\t"]), cut=cut)
         .with_columns(tail=pl.col("line").cast(pl.Binary).bin.slice(pl.col("cut")).cast(pl.String))
         .pipe(_split_tail)
         .with_columns(

@@ -20,6 +20,7 @@ class IngestSource:
     patterns: tuple[str, ...]
     tables: tuple[str, ...]  # the first is 1:1 with the parser's records
     parse_bytes: Callable[[bytes, str], ParseResult]
+    parse_path: Callable[[Path], ParseResult] | None = None  # for parsers that read the file themselves
 
     def files_in(self, folder: Path) -> list[Path]:
         if not folder.is_dir():
@@ -28,12 +29,9 @@ class IngestSource:
         return sorted(p for p in found if not p.name.startswith("."))
 
     def parse_file(self, path: Path) -> ParseResult:
+        if self.parse_path is not None:
+            return self.parse_path(path)
         return self.parse_bytes(path.read_bytes(), str(path))
-
-
-def _dcgm_file(data: bytes, source_file: str) -> ParseResult:
-    # Scrape files without per-line timestamps take the file's modification time as the scrape time.
-    return dcgm_text.parse_dcgm_file(Path(source_file))
 
 
 SOURCES: dict[str, IngestSource] = {
@@ -44,7 +42,9 @@ SOURCES: dict[str, IngestSource] = {
             "dcgm-exporter /metrics text exposition (scrapes or files)",
             ("*.prom", "*.txt", "*.metrics"),
             ("dcgm_samples",),
-            _dcgm_file,
+            # Lines without a timestamp take the file's modification time as the scrape time.
+            lambda data, source_file: dcgm_text.parse_dcgm_text(data, source_file),
+            parse_path=dcgm_text.parse_dcgm_file,
         ),
         IngestSource(
             "dcgm_parquet",
