@@ -202,7 +202,7 @@ BROKEN = [
     ("gpu_negative", "dcgm_samples", "gpu", {4: -1},
      "expect_column_values_to_be_between", "gpu index is negative", [4], [-1]),
     ("unknown_dcgm_source", "dcgm_samples", "source", {3: "nvidia-smi"},
-     "expect_column_values_to_be_in_set", "source is not one of dcgm_text, prometheus", [3], ["nvidia-smi"]),
+     "expect_column_values_to_be_in_set", "source is not one of dcgm_text, prometheus, dcgm_parquet", [3], ["nvidia-smi"]),
     ("unknown_event_type", "job_events", "event_type", {3: "suspend"},
      "expect_column_values_to_be_in_set",
      "unknown event_type (not submit, admit, start, requeue, preempt, finish)", [3], ["suspend"]),
