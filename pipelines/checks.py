@@ -5,14 +5,15 @@ without a Dagster instance.
 """
 
 import datetime as dt
+
 import dagster as dg
 
 from expectations.validate import validate_frame
 from pipelines.assets.ingest import asset_name
+from pipelines.contracts import contract
 from pipelines.partitions import daily_partitions
 from pipelines.resources.warehouse import WarehouseResource
 from pipelines.sources.registry import SOURCES, IngestSource
-from pipelines.contracts import contract
 
 # A bad batch of these would corrupt every mart downstream: stop the run instead.
 BLOCKING_TABLES = {"dcgm_samples", "job_events", "job_gpus"}

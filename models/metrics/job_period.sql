@@ -3,38 +3,19 @@ with jobs as (
   select * from marts.dim_jobs
 ),
 
-by_template as (
+aggregated as (
   select
-    coalesce(template, 'unknown') as template,
+    case when grouping(template) = 1 then 'all' else coalesce(template, 'unknown') end as template,
     count(*) as jobs,
     count(*) filter (where is_finished) as finished_jobs,
     count(*) filter (where is_failed) as failed_jobs,
-    sum(retries) as retries,
-    sum(preemptions) as preemptions,
+    cast(sum(retries) as bigint) as retries,
+    cast(sum(preemptions) as bigint) as preemptions,
     quantile_cont(queue_wait_s, 0.5) as queue_wait_p50_s,
     quantile_cont(queue_wait_s, 0.95) as queue_wait_p95_s
   from jobs
-  group by 1
-),
-
-all_work as (
-  select
-    'all' as template,
-    count(*) as jobs,
-    count(*) filter (where is_finished) as finished_jobs,
-    count(*) filter (where is_failed) as failed_jobs,
-    sum(retries) as retries,
-    sum(preemptions) as preemptions,
-    quantile_cont(queue_wait_s, 0.5) as queue_wait_p50_s,
-    quantile_cont(queue_wait_s, 0.95) as queue_wait_p95_s
-  from jobs
+  group by grouping sets ((template), ())
   having count(*) > 0
-),
-
-unioned as (
-  select * from by_template
-  union all
-  select * from all_work
 ),
 
 final as (
@@ -48,7 +29,7 @@ final as (
     preemptions,
     queue_wait_p50_s,
     queue_wait_p95_s
-  from unioned
+  from aggregated
 )
 
 select * from final

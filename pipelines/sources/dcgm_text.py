@@ -120,21 +120,31 @@ def _parse(source: bytes | Path, source_file: str, scraped_at: dt.datetime | Non
             ),
         ]
     ).sort("line_number")
+    return samples_result(SOURCE, source_file, series, good, bad, rows.height)
+
+
+def samples_result(
+    source: str,
+    source_file: str,
+    series: pl.DataFrame,
+    good: pl.DataFrame,
+    bad: pl.DataFrame,
+    records_read: int,
+    notes: list[str] | None = None,
+) -> ParseResult:
+    """Expand each loaded sample's series attributes (by rank) and package the parse result."""
     attributes = series.filter(pl.col("rank").is_not_null()).unique("rank").sort("rank")
     samples = attributes.select(pl.all().gather(good.get_column("rank"))).with_columns(
-        good.select("value", "sampled_at"), source=pl.lit(SOURCE), source_file=pl.lit(source_file)
+        good.select("value", "sampled_at"), source=pl.lit(source), source_file=pl.lit(source_file)
     )
     return ParseResult(
         tables={"dcgm_samples": contract("dcgm_samples").conform(samples)},
         quarantine=quarantine_frame(
-            SOURCE,
-            source_file,
-            bad.get_column("line_number"),
-            bad.get_column("reason"),
-            bad.get_column("raw"),
+            source, source_file, bad.get_column("line_number"), bad.get_column("reason"), bad.get_column("raw")
         ),
-        records_read=rows.height,
+        records_read=records_read,
         records_loaded=good.height,
+        notes=notes or [],
     )
 
 

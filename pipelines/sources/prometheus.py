@@ -17,7 +17,7 @@ import polars as pl
 
 from pipelines.contracts import contract
 from pipelines.sources.base import RAW_TEXT_LIMIT, ParseResult, quarantine_frame
-from pipelines.sources.dcgm_text import order_and_dedupe, value_reason
+from pipelines.sources.dcgm_text import order_and_dedupe, samples_result, value_reason
 from pipelines.sources.labels import MAPPED_COLUMNS, PAIRS_SCHEMA, escape_label_value, map_labels, with_rank
 
 SOURCE = "prometheus"
@@ -46,9 +46,7 @@ with
     select
       series_index,
       s.metric['__name__'] as metric,
-      to_json(s.metric)::varchar as metric_json,
-      coalesce(map_keys(s.metric), []) as label_keys,
-      coalesce(map_values(s.metric), []) as label_values
+      to_json(s.metric)::varchar as metric_json
     from series
   )
 select * from final order by series_index
@@ -175,23 +173,7 @@ def parse_query_range(data: bytes | str, source_file: str) -> ParseResult:
         )
         .with_columns(raw=_point_json())
     )
-    attributes = series.filter(pl.col("rank").is_not_null()).unique("rank").sort("rank")
-    samples = attributes.select(pl.all().gather(good.get_column("rank"))).with_columns(
-        good.select("value", "sampled_at"), source=pl.lit(SOURCE), source_file=pl.lit(source_file)
-    )
-    return ParseResult(
-        tables={"dcgm_samples": contract("dcgm_samples").conform(samples)},
-        quarantine=quarantine_frame(
-            SOURCE,
-            source_file,
-            bad.get_column("line_number"),
-            bad.get_column("reason"),
-            bad.get_column("raw"),
-        ),
-        records_read=rows.height,
-        records_loaded=good.height,
-        notes=notes,
-    )
+    return samples_result(SOURCE, source_file, series, good, bad, rows.height, notes)
 
 
 def _read_response(con: duckdb.DuckDBPyConnection, raw: bytes) -> tuple[dict, str | None]:

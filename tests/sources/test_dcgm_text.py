@@ -458,7 +458,9 @@ def test_fast_and_slow_paths_agree() -> None:
 
 
 def test_series_keys_survive_hash_collisions(monkeypatch: pytest.MonkeyPatch) -> None:
-    lines = [f'DCGM_FI_DEV_GPU_TEMP{{gpu="{g}",Hostname="n{h}"}} {g} {T0}' for h in range(3) for g in range(4)]
+    lines = [
+        f'DCGM_FI_DEV_GPU_TEMP{{gpu="{g}",Hostname="n{h}"}} {g} {T0}' for h in range(3) for g in range(4)
+    ]
     lines += [f'DCGM_FI_DEV_GPU_TEMP{{gpu="0",Hostname="n0"}} 9 {T0}', 'DCGM_FI_DEV_GPU_TEMP{gpu="0"} 1']
     expected = parse(*lines)
     monkeypatch.setattr(dcgm_text, "_key_hash", lambda: pl.lit(7, dtype=pl.UInt64))  # every key collides
