@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import dagster as dg
 
 from pipelines.assets.ingest import asset_name, ingest_assets
-from pipelines.assets.marts import ingest_accounting_balanced, warehouse_models
+from pipelines.assets.marts import catalog_matches_models, ingest_accounting_balanced, warehouse_models
 from pipelines.checks import suite_checks
 from pipelines.resources.warehouse import WarehouseResource
 from pipelines.warehouse import Warehouse
@@ -76,7 +76,7 @@ def ingest_days(
 def build_models(warehouse: Warehouse, on_step: Callable[[str], None] = lambda _msg: None) -> list[StepOutcome]:
     on_step("build models (staging, marts, metrics)")
     result = dg.materialize(
-        [*ingest_assets, warehouse_models, ingest_accounting_balanced],
+        [*ingest_assets, warehouse_models, ingest_accounting_balanced, catalog_matches_models],
         selection=[warehouse_models],
         resources={"warehouse": WarehouseResource(home=str(warehouse.home))},
         run_config=QUIET,

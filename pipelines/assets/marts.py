@@ -3,6 +3,7 @@
 import dagster as dg
 
 from pipelines.assets.ingest import ingest_assets
+from pipelines.catalog import documentation_gaps, load_catalog, missing_metric_columns
 from pipelines.models_runner import build_models
 from pipelines.resources.warehouse import WarehouseResource
 
@@ -52,4 +53,19 @@ def ingest_accounting_balanced(warehouse: WarehouseResource) -> dg.AssetCheckRes
         passed=not bad,
         severity=dg.AssetCheckSeverity.WARN,
         metadata={"unbalanced_partitions": len(bad), "examples": dg.MetadataValue.json([list(r) for r in bad[:10]])},
+    )
+
+
+@dg.asset_check(asset=warehouse_models, name="catalog_matches_models", blocking=True)
+def catalog_matches_models(warehouse: WarehouseResource) -> dg.AssetCheckResult:
+    """Every catalog metric exists as its view's column, and every model column is documented."""
+    wh = warehouse.get()
+    with wh.writer() as con:
+        problems = documentation_gaps(con) + missing_metric_columns(con, load_catalog())
+    wh.record_check("catalog_matches_models", "warehouse_models", None, not problems, "ERROR", len(problems),
+                    {"problems": problems[:50]})
+    return dg.AssetCheckResult(
+        passed=not problems,
+        severity=dg.AssetCheckSeverity.ERROR,
+        metadata={"problems": len(problems), "examples": dg.MetadataValue.json(problems[:20])},
     )

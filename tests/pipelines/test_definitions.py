@@ -28,6 +28,7 @@ def test_every_ingest_asset_has_its_expectations_check():
     for source in SOURCES:
         assert (f"raw_{source}", "expectations_suite") in names
     assert ("warehouse_models", "ingest_accounting_balanced") in names
+    assert ("warehouse_models", "catalog_matches_models") in names
 
 
 def test_schedules_and_jobs_are_defined():
