@@ -164,6 +164,7 @@ class QueueSpec:
     templates: tuple[Template, ...] = tuple(Template)  # templates admitted here
     low_priority: bool = False  # backfill queue: only idle capacity, always preemptible, never holds quota
     can_borrow: bool = True  # may run on other tenants' idle quota (preemptible when the owner needs it)
+    shared_with: tuple[str, ...] = ()  # other tenants that may submit here; ("*",) for every tenant
 
 
 @dataclass(frozen=True)
@@ -182,6 +183,7 @@ class PoolConfig:
     tenants: tuple[str, ...]
     reservations: tuple[Reservation, ...] = ()
     prices_per_gpu_hour: dict[str, float] = field(default_factory=dict)
+    preemption_grace_s: int = 60  # a preempted job keeps its GPUs this long to checkpoint; 0 = at once
 
     def queue(self, name: str) -> QueueSpec:
         for q in self.queues:

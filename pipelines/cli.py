@@ -10,6 +10,7 @@ import click
 import duckdb
 import polars as pl
 
+from allocator.cli import allocator as allocator_group
 from pipelines.paths import default_home
 from pipelines.sources.registry import SOURCES
 from pipelines.warehouse import Warehouse
@@ -136,6 +137,36 @@ def sql(query: str, home: Path | None, fmt: str, limit: int) -> None:
             click.echo(frame.head(limit))
 
 
+@main.command()
+@click.argument("out", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--days", default=30, show_default=True, help="Days to simulate.")
+@click.option("--gpus", default=None, type=int, help="Scale the default pool to about this many GPUs (default 256).")
+@click.option("--seed", default=7, show_default=True, help="Random seed: the same seed gives the same files.")
+@click.option("--start", "start", default="2026-11-01", show_default=True, help="First day (UTC).")
+@click.option("--interval", "interval_s", default=60, show_default=True, help="Telemetry resolution, seconds.")
+def simulate(out: Path, days: int, gpus: int | None, seed: int, start: str, interval_s: int) -> None:
+    """Run the allocator in virtual time and write the pipeline's three sources under OUT.
+
+    OUT gets the landing layout (OUT/<source>/<YYYY-MM-DD>/...): the allocator's event and audit
+    logs, a daily pool snapshot, and DCGM telemetry as Parquet. Load it with `gpupool ingest`, or
+    let `gpupool demo` do both.
+    """
+    from allocator.simulator import simulate as run_simulation
+
+    report = run_simulation(
+        out, days=days, gpus=gpus, seed=seed, start=dt.date.fromisoformat(start),
+        on_progress=_day_progress("simulated"), interval_s=interval_s,
+    )
+    click.echo(report.summary())
+
+
+def _day_progress(verb: str):
+    def report(done: int, total: int, day: dt.date) -> None:
+        click.echo(f"\r  {verb} {done}/{total} days (up to {day})", nl=done == total)
+
+    return report
+
+
 @main.command("build")
 @HOME_OPTION
 def build(home: Path | None) -> None:
@@ -151,6 +182,8 @@ def sources() -> None:
     for src in SOURCES.values():
         click.echo(f"{src.name:<18} {', '.join(src.patterns):<28} {src.description}")
 
+
+main.add_command(allocator_group)
 
 if __name__ == "__main__":
     main()

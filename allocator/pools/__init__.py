@@ -1,0 +1,1 @@
+"""Pool configurations shipped with the allocator (package data: default.yaml)."""

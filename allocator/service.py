@@ -1,0 +1,431 @@
+"""The allocator's HTTP API (FastAPI): jobs, enforcement actions, queues, the logs by cursor, node metrics.
+
+Roles (see `allocator.auth`): an admin does everything; the governance bot reads everything, sends
+enforcement actions and reports finished work; a tenant member sees and changes only its tenant's
+jobs, and another tenant's job answers 404 so that ids do not leak. Every mutation goes through
+`Store.execute`, which logs and commits it before the answer; the scheduler runs with each one and
+a background timer runs the engine's timers (run-time caps, preemption grace, reservations).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
+from fastapi import Path as PathParam
+from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from allocator.auth import Principal, Role, TokenTable, load_tokens
+from allocator.model import ActionKind, JobState, PoolConfig, ShareMode, Template
+from allocator.records import pool_snapshot
+from allocator.store import CommandResult, Store, job_view, queue_view
+from allocator.telemetry import ActivityProfile, render_node_metrics
+
+log = logging.getLogger(__name__)
+
+METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
+
+
+# -- request bodies ------------------------------------------------------------------------------
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # a misspelt field is an error, not silently ignored
+
+
+class JobSubmit(_Body):
+    """A job to submit. `tenant` defaults to the queue's (admin) or the caller's (tenant member);
+    `user` to the caller's name."""
+
+    queue: str = Field(min_length=1)
+    template: Template
+    gpu_model: str = Field(min_length=1)
+    tenant: str | None = None
+    user: str | None = None
+    gpus: int = Field(default=1, ge=1)
+    share_mode: ShareMode = ShareMode.WHOLE
+    mig_profile: str | None = None
+    job_name: str = ""
+    expected_runtime_s: int | None = Field(default=None, ge=1)
+    checkpoint_policy: str | None = None
+    min_replicas: int | None = Field(default=None, ge=1)
+    rollback: str | None = None
+    reservation: str | None = None
+    time_limit_s: int | None = Field(default=None, ge=1)
+    idle_reminder_s: int | None = Field(default=None, ge=1)
+
+
+class JobCancel(_Body):
+    reason: str = ""
+
+
+class JobFinish(_Body):
+    """A node agent's report that the work ended by itself."""
+
+    state: JobState = JobState.COMPLETED
+    exit_code: int | None = 0
+    reason: str | None = None
+
+    @model_validator(mode="after")
+    def _final(self) -> JobFinish:
+        if not self.state.is_final:
+            raise ValueError(f"state must be a final state, not {self.state.value}")
+        return self
+
+
+class ActionRequest(_Body):
+    """An enforcement action; the idempotency key makes a repeat answer `already_done`."""
+
+    kind: ActionKind
+    idempotency_key: str = Field(min_length=1, max_length=200)
+    target: str = Field(min_length=1)  # a job id; for quota_change a queue name
+    reason: str = ""
+    policy: str | None = None
+    policy_version: str | None = None
+    evidence: dict[str, Any] = Field(default_factory=dict)
+    runtime_s: int | None = Field(default=None, ge=1)
+    quota: dict[str, Annotated[float, Field(ge=0)]] | None = None
+    dry_run: bool = False
+
+    @model_validator(mode="after")
+    def _fields_of_kind(self) -> ActionRequest:
+        if self.kind == ActionKind.CAP_RUNTIME and self.runtime_s is None:
+            raise ValueError("cap_runtime needs runtime_s")
+        if self.kind == ActionKind.QUOTA_CHANGE and not self.quota:
+            raise ValueError("quota_change needs quota (GPUs per GPU model)")
+        return self
+
+
+class QueuePatch(_Body):
+    """An admin change to a queue's rules; only the fields given change."""
+
+    quota: dict[str, Annotated[float, Field(ge=0)]] | None = None
+    priority: int | None = None
+    preemptible: bool | None = None
+    max_gpus_per_request: int | None = Field(default=None, ge=1)
+    max_runtime_s: int | None = Field(default=None, ge=1)
+    retry_budget: int | None = Field(default=None, ge=0)
+    can_borrow: bool | None = None
+    templates: list[Template] | None = None
+    gpu_models: list[str] | None = None
+    shared_with: list[str] | None = None  # tenants that may also submit here; ["*"] for all
+
+    @model_validator(mode="after")
+    def _something(self) -> QueuePatch:
+        if not self.model_fields_set:
+            raise ValueError("no field to change")
+        return self
+
+
+# -- responses -----------------------------------------------------------------------------------
+
+
+class Page(BaseModel):
+    """Records with seq > cursor, oldest first; ask again with `cursor=next_cursor`."""
+
+    records: list[dict[str, Any]]
+    next_cursor: int
+
+
+# -- who is asking ------------------------------------------------------------------------------
+# Module level: with postponed annotations FastAPI resolves these names in the module's globals.
+
+_bearer = HTTPBearer(auto_error=False, description="a token of $GPUPOOL_ALLOCATOR_TOKENS or the tokens file")
+
+
+def principal(
+    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> Principal:
+    """The caller: 401 without a bearer token or with one that is not configured."""
+    if credentials is None:
+        raise HTTPException(401, "missing bearer token", headers={"WWW-Authenticate": "Bearer"})
+    found = request.app.state.tokens.authenticate(credentials.credentials)
+    if found is None:
+        raise HTTPException(401, "invalid bearer token", headers={"WWW-Authenticate": "Bearer"})
+    return found
+
+
+def role(*allowed: Role) -> Callable[..., Principal]:
+    """A dependency that lets only `allowed` roles through (403 for the others)."""
+
+    def check(who: Annotated[Principal, Depends(principal)]) -> Principal:
+        if who.role not in allowed:
+            needed = " or ".join(allowed)
+            raise HTTPException(403, f"role {who.role.value} may not do this (needs {needed})")
+        return who
+
+    return check
+
+
+Anyone = Annotated[Principal, Depends(principal)]
+Submitter = Annotated[Principal, Depends(role(Role.ADMIN, Role.TENANT_MEMBER))]
+Enforcer = Annotated[Principal, Depends(role(Role.ADMIN, Role.GOVERNANCE_BOT))]
+Admin = Annotated[Principal, Depends(role(Role.ADMIN))]
+JobId = Annotated[str, PathParam(min_length=1, max_length=200)]
+ProposalId = Annotated[str, PathParam(min_length=1, max_length=200)]
+IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=200)]
+Cursor = Annotated[int, Query(ge=0, description="the next_cursor of the previous page; 0 for the start")]
+Limit = Annotated[int, Query(ge=1, le=10000)]
+
+
+# -- the app -------------------------------------------------------------------------------------
+
+
+def create_app(
+    store: Store,
+    tokens: TokenTable | None = None,
+    *,
+    clock: Callable[[], dt.datetime] = utcnow,
+    tick_interval_s: float | None = 1.0,
+    profiles: Mapping[str, ActivityProfile] | None = None,
+) -> FastAPI:
+    """The API over `store`. Tokens default to $GPUPOOL_ALLOCATOR_TOKENS. `clock` gives the engine's
+    `now` (tz-naive UTC); `tick_interval_s=None` turns the background timer off (tests tick by hand).
+    Creating the app audits any change of who holds tokens (permission.grant / permission.revoke)."""
+    tokens = tokens if tokens is not None else load_tokens()
+    store.sync_principals(
+        [{"name": p.name, "role": p.role.value, "tenant": p.tenant} for p in tokens.principals()], clock()
+    )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI):
+        task = asyncio.create_task(_ticker(store, clock, tick_interval_s)) if tick_interval_s else None
+        try:
+            yield
+        finally:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            # here, not after uvicorn.run: uvicorn re-raises SIGTERM once the app has shut down
+            await asyncio.to_thread(store.checkpoint)
+
+    app = FastAPI(title="gpupool allocator", version="1", lifespan=lifespan)
+    app.state.tokens = tokens
+
+    def visible_job(who: Principal, job_id: str):
+        """The job if the caller may see it; 404 otherwise, for unknown and foreign jobs alike."""
+        job = store.engine.jobs.get(job_id)
+        if job is None or not who.sees_tenant(job.spec.tenant):
+            raise HTTPException(404, f"job {job_id} not found")
+        return job
+
+    def answer(result: CommandResult, ok_status: int = 200) -> JSONResponse:
+        status = ok_status if result.status == 200 else result.status
+        headers = {"Idempotent-Replayed": "true"} if result.replayed else None
+        return JSONResponse(result.body, status_code=status, headers=headers)
+
+    def request_key(who: Principal, key: str | None) -> str | None:
+        return f"{who.name}:{key}" if key else None
+
+    @app.get("/healthz")
+    def healthz() -> dict:
+        with store.lock:
+            return {
+                "status": "ok",
+                "commands": store.command_count(),
+                "jobs": len(store.engine.jobs),
+                "replayed_at_start": store.replayed_commands,
+                "replay_divergences": store.replay_divergences,
+            }
+
+    @app.post("/v1/jobs", status_code=201)
+    def submit(body: JobSubmit, who: Submitter, idempotency_key: IdempotencyKey = None) -> JSONResponse:
+        spec = body.model_dump(mode="json")
+        if who.role == Role.TENANT_MEMBER:
+            if spec["tenant"] not in (None, who.tenant):
+                raise HTTPException(403, f"{who.name} may submit only to tenant {who.tenant}")
+            if spec["user"] not in (None, who.name):
+                raise HTTPException(403, f"{who.name} may submit only as itself")
+            spec["tenant"] = who.tenant
+        elif spec["tenant"] is None:
+            with store.lock:
+                queue = store.engine.queues.get(spec["queue"])
+            if queue is None:  # the engine's rule, answered here: without a queue there is no tenant
+                return JSONResponse(
+                    {"rule": "queue.unknown", "message": f"queue {spec['queue']!r} does not exist"},
+                    status_code=422,
+                )
+            spec["tenant"] = queue.tenant
+        spec["user"] = spec["user"] or who.name
+        result = store.execute("submit", {"spec": spec}, who.name, clock(), request_key(who, idempotency_key))
+        return answer(result, 201)
+
+    @app.get("/v1/jobs")
+    def list_jobs(
+        who: Anyone,
+        state: Annotated[list[JobState] | None, Query()] = None,
+        queue: str | None = None,
+        tenant: str | None = None,
+        limit: Limit = 1000,
+    ) -> dict:
+        if who.role == Role.TENANT_MEMBER:
+            if tenant not in (None, who.tenant):
+                return {"jobs": [], "count": 0}
+            tenant = who.tenant
+        states = set(state or ())
+        with store.lock:
+            jobs = [
+                j
+                for j in store.engine.jobs.values()
+                if (not states or j.state in states)
+                and (queue is None or j.spec.queue == queue)
+                and (tenant is None or j.spec.tenant == tenant)
+            ]
+            return {"jobs": [job_view(j) for j in jobs[:limit]], "count": len(jobs)}
+
+    @app.get("/v1/jobs/{job_id}")
+    def get_job(job_id: JobId, who: Anyone) -> dict:
+        with store.lock:
+            return job_view(visible_job(who, job_id))
+
+    @app.post("/v1/jobs/{job_id}/cancel")
+    def cancel(
+        job_id: JobId, who: Submitter, body: JobCancel | None = None, idempotency_key: IdempotencyKey = None
+    ) -> JSONResponse:
+        with store.lock:
+            visible_job(who, job_id)
+            payload = {"job_id": job_id, "reason": (body or JobCancel()).reason}
+            return answer(
+                store.execute("cancel", payload, who.name, clock(), request_key(who, idempotency_key))
+            )
+
+    @app.post("/v1/jobs/{job_id}/finish")
+    def finish(
+        job_id: JobId, body: JobFinish, who: Enforcer, idempotency_key: IdempotencyKey = None
+    ) -> JSONResponse:
+        with store.lock:
+            visible_job(who, job_id)
+            payload = {"job_id": job_id, **body.model_dump(mode="json")}
+            return answer(
+                store.execute("finish", payload, who.name, clock(), request_key(who, idempotency_key))
+            )
+
+    @app.post("/v1/actions")
+    def action(body: ActionRequest, who: Enforcer) -> JSONResponse:
+        payload = {
+            "action": {**body.model_dump(mode="json"), "actor": who.name},
+            "actor_role": who.role.value,
+        }
+        return answer(store.execute("action", payload, who.name, clock()))
+
+    @app.get("/v1/proposals")
+    def list_proposals(who: Enforcer) -> dict:
+        """Quota-change proposals, pending and approved."""
+        with store.lock:
+            return {"proposals": [{"proposal_id": pid, **p} for pid, p in store.engine.proposals().items()]}
+
+    @app.post("/v1/proposals/{proposal_id}/approve")
+    def approve(proposal_id: ProposalId, who: Admin) -> JSONResponse:
+        with store.lock:
+            if proposal_id not in store.engine.proposals():
+                raise HTTPException(404, f"proposal {proposal_id} not found")
+            payload = {"proposal_id": proposal_id, "actor_role": who.role.value}
+            return answer(store.execute("approve", payload, who.name, clock()))
+
+    @app.get("/v1/queues")
+    def list_queues(who: Anyone) -> dict:
+        with store.lock:
+            queues = [
+                q
+                for q in store.engine.queues.values()
+                if who.sees_tenant(q.tenant) or who.tenant in q.shared_with or "*" in q.shared_with
+            ]
+            return {"queues": [queue_view(q, store.engine.usage(q.name)) for q in queues]}
+
+    @app.patch("/v1/queues/{name}")
+    def update_queue(name: str, body: QueuePatch, who: Admin) -> JSONResponse:
+        changes = body.model_dump(mode="json", exclude_unset=True)
+        with store.lock:
+            if name not in store.engine.queues:
+                raise HTTPException(404, f"queue {name} not found")
+            payload = {"queue": name, "changes": changes, "actor_role": who.role.value}
+            return answer(store.execute("update_queue", payload, who.name, clock()))
+
+    @app.get("/v1/pool")
+    def pool(who: Anyone) -> dict:
+        with store.lock:
+            return pool_snapshot(store.engine.current_pool(), None, store.now(clock()))
+
+    @app.get("/v1/events", response_model=Page)
+    def events(
+        who: Anyone,
+        cursor: Cursor = 0,
+        limit: Limit = 1000,
+    ) -> Page:
+        records, next_cursor = store.events(
+            cursor, limit, who.tenant if who.role == Role.TENANT_MEMBER else None
+        )
+        return Page(records=records, next_cursor=next_cursor)
+
+    @app.get("/v1/audit", response_model=Page)
+    def audit(
+        who: Anyone,
+        cursor: Cursor = 0,
+        limit: Limit = 1000,
+    ) -> Page:
+        records, next_cursor = store.audit(
+            cursor, limit, who.tenant if who.role == Role.TENANT_MEMBER else None
+        )
+        return Page(records=records, next_cursor=next_cursor)
+
+    @app.get("/nodes/{host}/metrics", response_class=PlainTextResponse)
+    def node_metrics(host: str) -> PlainTextResponse:
+        """dcgm-exporter's exposition of one node as it is now; no auth, like the real exporter."""
+        if host not in {n.host for n in store.pool.nodes}:
+            raise HTTPException(404, f"node {host} not found")
+        with store.lock:
+            holders = dict(store.engine.holders())
+            text = render_node_metrics(store.pool, holders, host, store.now(clock()), profiles=profiles)
+        return PlainTextResponse(text, media_type=METRICS_CONTENT_TYPE)
+
+    return app
+
+
+async def _ticker(store: Store, clock: Callable[[], dt.datetime], interval_s: float) -> None:
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            await asyncio.to_thread(store.tick, clock())
+        except Exception:  # a failed tick must not stop the timer; the next one retries
+            log.exception("allocator tick failed")
+
+
+def load_pool_config(pool_path: Path | str | None) -> PoolConfig:
+    from allocator.pool import default_pool, load_pool
+
+    return load_pool(Path(pool_path)) if pool_path else default_pool()
+
+
+def serve(
+    db_path: Path | str,
+    pool_path: Path | str | None = None,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    tokens_path: Path | str | None = None,
+    *,
+    tick_interval_s: float = 1.0,
+    snapshot_every: int = 500,
+) -> None:
+    """Run the allocator service until interrupted; a clean stop snapshots the engine."""
+    import uvicorn
+
+    tokens = load_tokens(tokens_path)
+    store = Store(db_path, load_pool_config(pool_path), snapshot_every=snapshot_every)
+    try:
+        app = create_app(store, tokens, tick_interval_s=tick_interval_s)
+        uvicorn.run(app, host=host, port=port, log_level="info", access_log=False)
+    finally:
+        store.close()

@@ -1,0 +1,492 @@
+"""The simulator: the allocator engine in virtual time, fed by the workload generator.
+
+`simulate(out, days, gpus, seed, start)` writes the pipeline's landing layout under `out`:
+
+- `allocator_events/<day>/events.jsonl`, `allocator_audit/<day>/audit.jsonl` (the engine's
+  records, through `records.JsonlDaySink`);
+- `allocator_pool/<day>/pool.json` (the pool and the quotas in force at 00:00 each day);
+- `dcgm_parquet/<day>/samples.parquet` (telemetry in the `raw.dcgm_samples` contract, at
+  `interval_s` resolution, three metrics: the activity metric, FB_USED, POWER_USAGE).
+
+The loop is discrete-event: the next moment is the earliest of the next submission, the next
+planned end of work (completion, failure, a user's cancel, a user giving up waiting, a
+resubmission), the engine's next timer (run-time caps, preemption grace) and the next midnight.
+At each moment it applies what is due, calls `engine.tick` if a timer is due and then
+`engine.schedule`. It learns what the engine did from the records themselves (a tee on the sink):
+a `start` opens the attempt's telemetry and plans how it ends; `preempt`, `requeue` and `finish`
+close it. At each midnight it writes the day's telemetry and drops the attempts that are over,
+so memory holds one day, not the month. Nothing reads a clock: the same seed writes the same bytes.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import heapq
+import itertools
+import math
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from allocator import records
+from allocator.engine import Engine
+from allocator.model import FINAL_FAILURES, AdmissionError, JobState, NodeSpec, PoolConfig, ShareMode
+from allocator.pool import default_pool, validate_pool
+from allocator.telemetry import BulkTelemetry, TelemetryUnit, Work
+from allocator.workload import CALIBRATION, Calibration, PlannedJob, RogueProcess, Waste, Workload, generate_workload
+
+DEFAULT_START = dt.date(2026, 11, 1)
+TELEMETRY_SOURCE = "dcgm_parquet"
+_DAY = dt.timedelta(days=1)
+# what happens first at the same instant: midnight, work ending, users cancelling, new work
+_MIDNIGHT, _END, _CANCEL, _GIVE_UP, _SUBMIT = range(5)
+_FAILED = frozenset(s.value for s in FINAL_FAILURES)
+
+
+# --- the pool at another size ------------------------------------------------------------------
+
+
+def scale_pool(pool: PoolConfig, gpus: int) -> PoolConfig:
+    """The pool with about `gpus` GPUs: each node group (node_pool) repeated or trimmed in
+    proportion, at least one node per group (the model and share-mode mix stays), whole nodes
+    (so the result is the nearest count the node sizes allow); quotas scale with their model's
+    capacity, rounded down so that they still fit. New hosts continue their group's numbering."""
+    total = sum(len(n.gpus) for n in pool.nodes)
+    if gpus < 1:
+        raise ValueError(f"gpus {gpus}: expected at least 1")
+    if gpus == total:
+        return pool
+    groups: dict[str, list[NodeSpec]] = {}
+    for n in pool.nodes:
+        groups.setdefault(n.node_pool or n.gpus[0].gpu_model, []).append(n)
+    target_nodes = max(len(groups), round(gpus / (total / len(pool.nodes))))
+    ideal = {g: len(nodes) * target_nodes / len(pool.nodes) for g, nodes in groups.items()}
+    count = {g: max(1, math.floor(v)) for g, v in ideal.items()}
+    by_remainder = sorted(groups, key=lambda g: (-(ideal[g] - count[g]), list(groups).index(g)))
+    for g in itertools.islice(itertools.cycle(by_remainder), max(0, target_nodes - sum(count.values()))):
+        count[g] += 1
+    for g in itertools.islice(itertools.cycle(reversed(by_remainder)), max(0, sum(count.values()) - target_nodes)):
+        if count[g] > 1:
+            count[g] -= 1
+    used = {n.host for n in pool.nodes}
+    next_no: dict[str, int] = defaultdict(int)
+    for host in used:
+        prefix, number = _split_host(host)
+        next_no[prefix] = max(next_no[prefix], number)
+    nodes: list[NodeSpec] = []
+    for g, members in groups.items():
+        for i in range(count[g]):
+            node = members[i % len(members)]
+            if i >= len(members):
+                prefix, number = _split_host(node.host)
+                next_no[prefix] += 1
+                width = max(2, len(str(number)) if number else 2)
+                host = f"{prefix}{next_no[prefix]:0{width}d}"
+                node = NodeSpec(host, tuple(replace(gpu, host=host) for gpu in node.gpus), node.node_pool)
+            nodes.append(node)
+    scaled = replace(pool, nodes=tuple(nodes))
+    before, after = _capacity(pool), _capacity(scaled)
+    queues = tuple(replace(q, quota={m: float(math.floor(v * after.get(m, 0.0) / before[m] + 1e-9))
+                                     for m, v in q.quota.items()}) for q in pool.queues)
+    slot_ids = {s.slot_id for s in scaled.slots()}
+    reservations = tuple(r for r in pool.reservations if set(r.slot_ids) <= slot_ids)
+    scaled = replace(scaled, queues=queues, reservations=reservations)
+    validate_pool(scaled, "scaled pool: ")
+    return scaled
+
+
+def _split_host(host: str) -> tuple[str, int]:
+    digits = len(host) - len(host.rstrip("0123456789"))
+    return (host[:-digits], int(host[-digits:])) if digits else (f"{host}-", 0)
+
+
+def _capacity(pool: PoolConfig) -> dict[str, float]:
+    out: dict[str, float] = defaultdict(float)
+    for s in pool.slots():
+        out[s.gpu_model] += s.fraction
+    return dict(out)
+
+
+# --- the report ----------------------------------------------------------------------------------
+
+
+@dataclass
+class SimulationReport:
+    """What was simulated and written, and figures from the simulation's own state (to cross-check
+    the warehouse's metric views)."""
+
+    start: dt.date
+    days: int
+    seed: int
+    gpus: int  # physical GPUs
+    nodes: int
+    interval_s: int
+    jobs_submitted: int = 0
+    jobs_rejected: dict[str, int] = field(default_factory=dict)  # admission rule -> count
+    events: int = 0
+    audit_records: int = 0
+    samples: int = 0
+    files: list[str] = field(default_factory=list)  # relative to out
+    capacity_gpu_hours: float = 0.0
+    allocated_gpu_hours: float = 0.0
+    active_gpu_hours: float = 0.0
+    idle_gpu_hours: float = 0.0  # allocated time in runs below 5% activity lasting 30 min or more
+    rogue_busy_gpu_hours: float = 0.0  # unallocated GPUs at or above 5% activity
+    jobs_started: int = 0
+    mean_wait_s: float = 0.0  # first start - submit, over the jobs that started
+    p95_wait_s: float = 0.0
+    mean_wait_by_model_s: dict[str, float] = field(default_factory=dict)
+    final_states: dict[str, int] = field(default_factory=dict)
+    failure_rate: float = 0.0  # FAILED, TIMEOUT, OUT_OF_MEMORY, NODE_FAIL over jobs that ended
+    preemptions: int = 0
+    retries: int = 0  # requeues after a failure
+    planted: dict[str, int] = field(default_factory=dict)  # waste kind -> cases planted
+    planted_examples: dict[str, list[str]] = field(default_factory=dict)
+    borrowing_tenant: str | None = None
+    borrowed_starts: int = 0  # starts of the over-using tenant's jobs on borrowed quota
+    scarce_model: str | None = None
+
+    @property
+    def allocation_rate(self) -> float:
+        return self.allocated_gpu_hours / self.capacity_gpu_hours if self.capacity_gpu_hours else 0.0
+
+    @property
+    def utilisation_of_allocated(self) -> float:
+        return self.active_gpu_hours / self.allocated_gpu_hours if self.allocated_gpu_hours else 0.0
+
+    @property
+    def pool_utilisation(self) -> float:
+        return self.active_gpu_hours / self.capacity_gpu_hours if self.capacity_gpu_hours else 0.0
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["start"] = self.start.isoformat()
+        out.update(allocation_rate=self.allocation_rate, utilisation_of_allocated=self.utilisation_of_allocated,
+                   pool_utilisation=self.pool_utilisation)
+        return out
+
+    def summary(self) -> str:
+        """A few lines for a terminal."""
+        waits = ", ".join(f"{m} {s / 60:.0f} min" for m, s in sorted(self.mean_wait_by_model_s.items()))
+        planted = ", ".join(f"{k} {v}" for k, v in self.planted.items())
+        return "\n".join([
+            f"simulated {self.days} days from {self.start} on {self.gpus} GPUs ({self.nodes} nodes), seed {self.seed}",
+            f"jobs {self.jobs_submitted} submitted ({sum(self.jobs_rejected.values())} refused), "
+            f"{self.events} events, {self.audit_records} audit records, {self.samples} samples",
+            f"allocation rate {self.allocation_rate:.1%}, utilisation of allocated "
+            f"{self.utilisation_of_allocated:.1%}, idle allocated {self.idle_gpu_hours:.0f} GPU-h",
+            f"wait mean {self.mean_wait_s / 60:.1f} min, p95 {self.p95_wait_s / 60:.1f} min ({waits})",
+            f"failure rate {self.failure_rate:.1%}, preemptions {self.preemptions}, retries {self.retries}",
+            f"planted: {planted}",
+        ])
+
+
+# --- the simulation --------------------------------------------------------------------------
+
+
+class _Tee:
+    """The engine's sink: records go to the files, and the simulator hears about starts and ends."""
+
+    def __init__(self, sink: records.RecordSink):
+        self.sink = sink
+        self.notes: list[dict] = []
+        self.events = 0
+        self.audits = 0
+
+    def event(self, record: dict) -> None:
+        self.sink.event(record)
+        self.events += 1
+        if record["type"] in ("start", "preempt", "requeue", "finish"):
+            self.notes.append(record)
+
+    def audit(self, record: dict) -> None:
+        self.sink.audit(record)
+        self.audits += 1
+
+
+@dataclass
+class _Attempt:
+    attempt: int
+    started_at: dt.datetime
+    works: list[int]  # indexes into the simulator's open works
+
+
+class _Simulation:
+    def __init__(self, pool: PoolConfig, workload: Workload, out: Path, start: dt.datetime, days: int,
+                 interval_s: int, report: SimulationReport, on_progress: Callable | None):
+        self.pool, self.workload, self.out, self.start, self.days = pool, workload, out, start, days
+        self.end = start + days * _DAY
+        self.report, self.on_progress = report, on_progress
+        self.files = records.JsonlDaySink(out)
+        self.tee = _Tee(self.files)
+        self.engine = Engine(pool, self.tee)
+        self.bulk = BulkTelemetry(pool, interval_s)
+        self.units: tuple[TelemetryUnit, ...] = self.bulk.table.units
+        self.slot_fraction = {s.slot_id: s.fraction for s in pool.slots()}
+        self.plans: dict[str, PlannedJob] = {}
+        self.running: dict[str, _Attempt] = {}
+        self.progress: dict[str, float] = defaultdict(float)
+        self.failures: Counter[str] = Counter()
+        self.works: dict[int, tuple[Work, float]] = {}  # open or ended today: work, slot fraction
+        self.work_ids = itertools.count()
+        self.rogue_unit: dict[str, int] = {}
+        self.heap: list[tuple] = []
+        self.seq = itertools.count()
+        self.rejected: Counter[str] = Counter()
+        self.borrowed_starts = 0
+
+    def push(self, at: dt.datetime, kind: int, *payload: object) -> None:
+        heapq.heappush(self.heap, (at, kind, next(self.seq), payload))
+
+    def run(self) -> None:
+        for plan in self.workload.jobs:
+            self.push(plan.submit_at, _SUBMIT, plan)
+        for k in range(self.days + 1):
+            self.push(self.start + k * _DAY, _MIDNIGHT, k)
+        while self.heap:
+            timer = self.engine.next_timer()
+            now = self.heap[0][0] if timer is None else min(timer, self.heap[0][0])
+            while self.heap and self.heap[0][0] == now:
+                _, kind, _, payload = heapq.heappop(self.heap)
+                if kind == _MIDNIGHT:
+                    self.midnight(now, payload[0])
+                    if now >= self.end:
+                        return
+                else:
+                    self.handle(now, kind, payload)
+            if timer is not None and timer <= now:
+                self.engine.tick(now)
+                self.drain(now)
+            self.engine.schedule(now)
+            self.drain(now)
+
+    # --- what users and their work do ------------------------------------------------------
+
+    def handle(self, now: dt.datetime, kind: int, payload: tuple) -> None:
+        if kind == _SUBMIT:
+            plan: PlannedJob = payload[0]
+            try:
+                self.engine.submit(plan.spec, now, actor=plan.spec.user, job_id=plan.job_id)
+            except AdmissionError as error:
+                self.rejected[error.rule] += 1
+                return
+            self.plans[plan.job_id] = plan
+            self.report.jobs_submitted += 1
+            if plan.behaviour.patience_s is not None:
+                self.push(now + dt.timedelta(seconds=plan.behaviour.patience_s), _GIVE_UP, plan.job_id)
+            return
+        job = self.engine.jobs.get(payload[0])
+        if job is None or job.state.is_final:
+            return
+        if kind == _GIVE_UP:
+            if job.state == JobState.PENDING and job.first_started_at is None:
+                waited = (now - job.submitted_at).total_seconds() / 3600
+                self.engine.cancel(job.job_id, now, job.spec.user, f"gave up waiting after {waited:.1f} h")
+                self.drain(now)
+            return
+        _, attempt, action = payload
+        if job.state != JobState.RUNNING or job.attempt != attempt:
+            return
+        if kind == _CANCEL:
+            self.engine.cancel(job.job_id, now, job.spec.user, action)
+        else:
+            state, exit_code, reason = action
+            self.engine.finish(job.job_id, now, state, exit_code, reason)
+        self.drain(now)
+
+    def drain(self, now: dt.datetime) -> None:
+        """Follow what the engine just recorded: open and close attempts."""
+        notes, self.tee.notes = self.tee.notes, []
+        for record in notes:
+            job_id = record["job_id"]
+            kind = record["type"]
+            if kind == "start":
+                self.started(job_id, record, now)
+            else:
+                self.stopped(job_id, kind, record, now)
+
+    def started(self, job_id: str, record: dict, now: dt.datetime) -> None:
+        plan = self.plans[job_id]
+        b = plan.behaviour
+        job = self.engine.jobs[job_id]
+        attempt = record["attempt"]
+        ids = []
+        for rank, gpu in enumerate(record["gpus"]):
+            slot_id = f"{gpu['host']}/{gpu['gpu']}" + (
+                f"/{gpu['gpu_instance_id']}" if gpu.get("gpu_instance_id") is not None else "")
+            wid = next(self.work_ids)
+            self.works[wid] = (Work(self.bulk.unit_of(slot_id), job_id, rank, now, None, b.profile),
+                               self.slot_fraction[slot_id])
+            ids.append(wid)
+        self.running[job_id] = _Attempt(attempt, now, ids)
+        if attempt == 1:
+            self.report.jobs_started += 1
+        if job.borrowed and job.spec.tenant == self.workload.borrowing_tenant:
+            self.borrowed_starts += 1
+        # how this attempt ends, if nothing else ends it first
+        ends: list[tuple[float, int, object]] = []
+        if self.failures[job_id] < b.failing_attempts:
+            ends.append((b.fail_after_s, _END, (JobState.FAILED, b.exit_code or 1, b.reason)))
+        elif b.work_s is not None:
+            ends.append((max(b.work_s - self.progress[job_id], 1.0), _END, (b.outcome, b.exit_code, b.reason)))
+        if b.cancel_after_run_s is not None:
+            ends.append((b.cancel_after_run_s, _CANCEL, _cancel_reason(b.waste)))
+        if ends:
+            after, kind, action = min(ends, key=lambda e: (e[0], e[1]))
+            self.push(now + dt.timedelta(seconds=round(after)), kind, job_id, attempt, action)
+
+    def stopped(self, job_id: str, kind: str, record: dict, now: dt.datetime) -> None:
+        run = self.running.pop(job_id, None)
+        if run is not None:
+            for wid in run.works:
+                work, fraction = self.works[wid]
+                self.works[wid] = (replace(work, end=now), fraction)
+            elapsed = (now - run.started_at).total_seconds()
+            plan = self.plans[job_id]
+            if kind == "preempt":
+                # work since the last hourly checkpoint is lost; without checkpoints all of it
+                self.progress[job_id] = (self.progress[job_id] + elapsed // 3600 * 3600
+                                         if plan.behaviour.checkpointed else 0.0)
+            elif kind == "requeue" and record.get("state"):
+                self.failures[job_id] += 1
+                self.report.retries += 1
+        if kind == "preempt":
+            self.report.preemptions += 1
+        if kind == "finish" and record["state"] in _FAILED:
+            plan = self.plans[job_id]
+            if plan.behaviour.resubmits > 0:
+                b = plan.behaviour
+                again = replace(plan, job_id=_resubmitted_id(job_id),
+                                submit_at=now + dt.timedelta(seconds=b.resubmit_delay_s),
+                                behaviour=replace(b, resubmits=b.resubmits - 1))
+                self.push(again.submit_at, _SUBMIT, again)
+
+    # --- each midnight: the day's telemetry, the pool snapshot --------------------------------
+
+    def midnight(self, now: dt.datetime, k: int) -> None:
+        if k > 0:
+            self.write_day(now - _DAY)
+        if k < self.days:
+            snapshot = records.pool_snapshot(self.engine.current_pool(), self.engine.quotas(), now)
+            self.report.files.append(str(records.write_pool_snapshot(self.out, snapshot).relative_to(self.out)))
+        if k > 0 and self.on_progress is not None:
+            self.on_progress(k, self.days, (now - _DAY).date())
+
+    def write_day(self, day_start: dt.datetime) -> None:
+        day_end = day_start + _DAY
+        items = sorted(self.works.items())
+        works = [w for _, (w, _) in items]
+        fractions = [f for _, (_, f) in items]
+        for rogue in self.workload.rogues:
+            rogue_end = rogue.start + dt.timedelta(seconds=rogue.duration_s)
+            if rogue.start < day_end and rogue_end > day_start:
+                unit = self.rogue_unit.get(rogue.rogue_id)
+                if unit is None:
+                    unit = self.rogue_unit[rogue.rogue_id] = self.free_unit(rogue, works, rogue_end)
+                works.append(Work(unit, None, 0, rogue.start, rogue_end, rogue.profile))
+                fractions.append(0.0)
+        relative = Path(TELEMETRY_SOURCE) / day_start.date().isoformat() / "samples.parquet"
+        day = self.bulk.day(day_start.date(), works, relative.as_posix(), fractions, path=self.out / relative)
+        self.report.files.append(relative.as_posix())
+        self.report.samples += day.samples
+        self.report.allocated_gpu_hours += day.allocated_gpu_hours
+        self.report.active_gpu_hours += day.active_gpu_hours
+        self.report.idle_gpu_hours += day.idle_gpu_hours
+        self.report.rogue_busy_gpu_hours += day.rogue_busy_gpu_hours
+        # what ended by midnight is written: keep only the open attempts
+        self.works = {wid: wf for wid, wf in self.works.items() if wf[0].end is None or wf[0].end > day_end}
+
+    def free_unit(self, rogue: RogueProcess, works: list[Work], rogue_end: dt.datetime) -> int:
+        """The whole GPU of the rogue's model that jobs hold least during its window (ties: first)."""
+        candidates = [i for i, u in enumerate(self.units)
+                      if u.gpu_model == rogue.gpu_model and u.share_mode == ShareMode.WHOLE]
+        held: dict[int, float] = defaultdict(float)
+        for w in works:
+            if w.job_id is None:
+                continue
+            lo, hi = max(w.start, rogue.start), min(w.end or rogue_end, rogue_end)
+            if hi > lo:
+                held[w.unit] += (hi - lo).total_seconds()
+        return min(candidates, key=lambda i: (held[i], i))
+
+
+def _cancel_reason(waste: Waste | None) -> str:
+    match waste:
+        case Waste.ZOMBIE:
+            return "killed a job that hung"
+        case Waste.FORGOTTEN_INTERACTIVE:
+            return "closed a forgotten session"
+    return "no longer needed"
+
+
+def _resubmitted_id(job_id: str) -> str:
+    root, _, n = job_id.partition("-r")
+    return f"{root}-r{int(n) + 1 if n else 1}"
+
+
+def _clear(out: Path, start: dt.date, days: int) -> None:
+    """The sink appends: remove what an earlier run wrote for these days so the output is this run's."""
+    names = {records.EVENTS_SOURCE: "events.jsonl", records.AUDIT_SOURCE: "audit.jsonl",
+             records.POOL_SOURCE: "pool.json", TELEMETRY_SOURCE: "samples.parquet"}
+    for k in range(days):
+        day = (start + dt.timedelta(days=k)).isoformat()
+        for source, name in names.items():
+            (out / source / day / name).unlink(missing_ok=True)
+
+
+def simulate(out: Path, days: int, gpus: int | None = None, seed: int = 7, start: dt.date = DEFAULT_START,
+             on_progress: Callable[[int, int, dt.date], None] | None = None, *, interval_s: int = 60,
+             pool: PoolConfig | None = None, calibration: Calibration = CALIBRATION) -> SimulationReport:
+    """Simulate `days` days of the pool from `start` and write the landing layout under `out`.
+
+    gpus: scale the pool (default pool, or `pool`) to about this many GPUs (None: as it is).
+    on_progress(done_days, days, day) is called after each day is written.
+    """
+    if days < 1:
+        raise ValueError(f"days {days}: expected at least 1")
+    out = Path(out)
+    pool = pool or default_pool()
+    if gpus is not None:
+        pool = scale_pool(pool, gpus)
+    begin = dt.datetime.combine(start, dt.time())
+    workload = generate_workload(pool, begin, days, seed, calibration)
+    _clear(out, start, days)
+    report = SimulationReport(start=start, days=days, seed=seed, gpus=sum(len(n.gpus) for n in pool.nodes),
+                              nodes=len(pool.nodes), interval_s=interval_s)
+    sim = _Simulation(pool, workload, out, begin, days, interval_s, report, on_progress)
+    try:
+        sim.run()
+    finally:
+        sim.files.close()
+    report.files = sorted(set(report.files) | {str(p.relative_to(out)) for p in sim.files.paths})
+    _figures(report, sim, pool, workload)
+    return report
+
+
+def _figures(report: SimulationReport, sim: _Simulation, pool: PoolConfig, workload: Workload) -> None:
+    report.events, report.audit_records = sim.tee.events, sim.tee.audits
+    report.jobs_rejected = dict(sorted(sim.rejected.items()))
+    report.capacity_gpu_hours = sum(_capacity(pool).values()) * 24 * report.days
+    jobs = list(sim.engine.jobs.values())
+    waits = [(j.spec.gpu_model, (j.first_started_at - j.submitted_at).total_seconds())
+             for j in jobs if j.first_started_at is not None]
+    if waits:
+        values = np.array([w for _, w in waits])
+        report.mean_wait_s = float(values.mean())
+        report.p95_wait_s = float(np.percentile(values, 95))
+        by_model: dict[str, list[float]] = defaultdict(list)
+        for model, w in waits:
+            by_model[model].append(w)
+        report.mean_wait_by_model_s = {m: float(np.mean(v)) for m, v in sorted(by_model.items())}
+    ended = Counter(j.state.value for j in jobs if j.state.is_final)
+    report.final_states = dict(sorted(ended.items()))
+    finished = sum(ended.values())
+    failed = sum(n for s, n in ended.items() if JobState(s) in FINAL_FAILURES)
+    report.failure_rate = failed / finished if finished else 0.0
+    report.planted = {str(k): len(v) for k, v in workload.planted.items()}
+    report.planted_examples = {str(k): list(v[:5]) for k, v in workload.planted.items()}
+    report.borrowing_tenant = workload.borrowing_tenant
+    report.borrowed_starts = sim.borrowed_starts
+    report.scarce_model = workload.scarce_model

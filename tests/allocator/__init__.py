@@ -1,0 +1,1 @@
+"""Tests of the allocator: pool, placement, engine rules, records."""
