@@ -1,64 +1,78 @@
-"""Asset checks: the Great Expectations suites over each loaded partition, and SQL checks.
+"""Data-quality checks on each ingest: the Great Expectations suites' verdict on the batch.
 
-Every result is also written to ops.check_results so the dashboards can show data quality
-without a Dagster instance.
+The ingest runs each raw table's GX suite on the parsed batch and moves failing rows to
+ops.quarantine, so a few bad records never reach the marts. What must stop the pipeline is a
+bad *batch*: a format change, a broken exporter, a sacct shape we do not know. The check fails
+when more than MAX_REJECTED_SHARE of a day's records were quarantined (parse or validation), or
+when a day's files yielded nothing at all. It blocks downstream materialisation for the tables
+whose corruption would poison every mart (telemetry, job events) and warns for the others.
 """
-
-import datetime as dt
-
 import dagster as dg
 
-from expectations.validate import validate_frame
-from pipelines.assets.ingest import asset_name
-from pipelines.contracts import contract
-from pipelines.partitions import daily_partitions
-from pipelines.resources.warehouse import WarehouseResource
-from pipelines.sources.registry import SOURCES, IngestSource
+from pipelines.sources.registry import IngestSource
+from pipelines.warehouse import IngestReport, Warehouse
 
-# A bad batch of these would corrupt every mart downstream: stop the run instead.
+CHECK_NAME = "expectations_suite"
+MAX_REJECTED_SHARE = 0.05
 BLOCKING_TABLES = {"dcgm_samples", "job_events", "job_gpus"}
 
-def _suite_check(src: IngestSource) -> dg.AssetChecksDefinition:
-    blocking = any(t in BLOCKING_TABLES for t in src.tables)
-    severity = dg.AssetCheckSeverity.ERROR if blocking else dg.AssetCheckSeverity.WARN
 
-    @dg.asset_check(
-        asset=asset_name(src.name),
-        name="expectations_suite",
-        blocking=blocking,
-        partitions_def=daily_partitions,
-        description=f"Great Expectations suites for {', '.join('raw.' + t for t in src.tables)} over the loaded day.",
+def is_blocking(src: IngestSource) -> bool:
+    return any(t in BLOCKING_TABLES for t in src.tables)
+
+
+def suite_check_spec(src: IngestSource, asset_key: dg.AssetKey) -> dg.AssetCheckSpec:
+    return dg.AssetCheckSpec(
+        CHECK_NAME,
+        asset=asset_key,
+        blocking=is_blocking(src),
+        description=(
+            f"Great Expectations suites for {', '.join('raw.' + t for t in src.tables)} on each day's batch: "
+            f"fails when over {MAX_REJECTED_SHARE:.0%} of the records were quarantined."
+        ),
     )
-    def _check(context: dg.AssetCheckExecutionContext, warehouse: WarehouseResource) -> dg.AssetCheckResult:
-        wh = warehouse.get()
-        per_table: dict[str, dict] = {}
-        unexpected = 0
-        for key in context.partition_keys:
-            day = dt.date.fromisoformat(key)
-            with wh.writer() as con:
-                frames = {
-                    t: con.sql(
-                        f"select {', '.join(contract(t).column_names)} from {contract(t).table} "
-                        "where partition_date = $day and ingest_source = $source",
-                        params={"day": day, "source": src.name},
-                    ).pl()
-                    for t in src.tables
-                }
-            day_unexpected = 0
-            for table, frame in frames.items():
-                outcome = validate_frame(table, frame)
-                day_unexpected += outcome.unexpected_rows
-                per_table[f"{key}/{table}"] = {"rows": frame.height, **outcome.to_metadata()}
-            wh.record_check("expectations_suite", asset_name(src.name), day, day_unexpected == 0,
-                            severity.value, day_unexpected, per_table)
-            unexpected += day_unexpected
-        return dg.AssetCheckResult(
-            passed=unexpected == 0,
-            severity=severity,
-            metadata={"unexpected_count": unexpected, "tables": dg.MetadataValue.json(per_table)},
+
+
+def day_problems(report: IngestReport) -> list[str]:
+    """Why one day's batch is bad, in words; empty when it is fine."""
+    problems = []
+    if report.records_read and report.records_quarantined > MAX_REJECTED_SHARE * report.records_read:
+        share = report.records_quarantined / report.records_read
+        problems.append(
+            f"{report.partition_date}: {report.records_quarantined:,} of {report.records_read:,} records "
+            f"quarantined ({share:.0%})"
         )
+    if report.files_read and report.records_loaded == 0:
+        problems.append(f"{report.partition_date}: {report.files_read} file(s) but no record loaded")
+    return problems
 
-    return _check
 
-
-suite_checks = [_suite_check(src) for src in SOURCES.values()]
+def suite_check_result(
+    src: IngestSource, asset_key: dg.AssetKey, reports: list[IngestReport], warehouse: Warehouse
+) -> dg.AssetCheckResult:
+    severity = dg.AssetCheckSeverity.ERROR if is_blocking(src) else dg.AssetCheckSeverity.WARN
+    problems: list[str] = []
+    failed_expectations: dict[str, int] = {}
+    for report in reports:
+        day = day_problems(report)
+        problems.extend(day)
+        for table, outcome in report.validation.items():
+            for f in outcome.get("failed", []):
+                key = f"{table}: {f['reason']}"
+                failed_expectations[key] = failed_expectations.get(key, 0) + f["unexpected_count"]
+        warehouse.record_check(
+            CHECK_NAME, asset_key.to_user_string(), report.partition_date, not day, severity.value,
+            report.records_quarantined, {"problems": day, "validation": report.validation},
+        )
+    return dg.AssetCheckResult(
+        asset_key=asset_key,
+        check_name=CHECK_NAME,
+        passed=not problems,
+        severity=severity,
+        metadata={
+            "unexpected_count": sum(failed_expectations.values()),
+            "records_quarantined": sum(r.records_quarantined for r in reports),
+            "failed_expectations": dg.MetadataValue.json(failed_expectations),
+            "problems": dg.MetadataValue.json(problems[:31]),
+        },
+    )

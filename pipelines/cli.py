@@ -38,21 +38,26 @@ def main() -> None:
 
 @main.command()
 @HOME_OPTION
-@click.option("--days", default=3, show_default=True, help="Days of sample data.")
+@click.option("--days", default=30, show_default=True, help="Days to simulate.")
+@click.option("--gpus", default=None, type=int, help="Scale the default pool to about this many GPUs (default 256).")
 @click.option("--start", "start", default="2026-11-01", show_default=True, help="First day (UTC).")
-@click.option("--seed", default=7, show_default=True, help="Random seed of the sample generator.")
-def demo(home: Path | None, days: int, start: str, seed: int) -> None:
-    """Generate a sample pool, ingest every source through Dagster, build the metrics, print a summary."""
+@click.option("--seed", default=7, show_default=True, help="Random seed of the simulation.")
+def demo(home: Path | None, days: int, gpus: int | None, start: str, seed: int) -> None:
+    """Simulate a month of the default pool on the allocator, ingest it through Dagster, build the
+    metrics, print a summary."""
+    from allocator.simulator import simulate as run_simulation
     from pipelines import runner
-    from pipelines.sample.generator import generate_sample
     from pipelines.summary import print_summary
 
     wh = _warehouse(home)
     first = dt.date.fromisoformat(start)
     last = first + dt.timedelta(days=days - 1)
     began = time.monotonic()
-    _step(f"generating {days} days of sample data into {wh.landing}")
-    generate_sample(wh.landing, start=first, days=days, seed=seed)
+    _step(f"simulating {days} days of the pool on the allocator into {wh.landing}")
+    report = run_simulation(wh.landing, days=days, gpus=gpus, seed=seed, start=first,
+                            on_progress=_day_progress("simulated"))
+    click.echo(f"    {report.gpus} GPUs, {report.jobs_submitted:,} jobs, {report.events:,} events, "
+               f"{report.samples:,} telemetry samples")
     sources = [name for name in SOURCES if (wh.landing / name).is_dir()]
     outcomes = runner.ingest_days(wh, sources, first, last, on_step=_step)
     for o in outcomes:
@@ -98,6 +103,8 @@ def ingest(source: str, path: Path, home: Path | None, day: str | None, no_build
         )
         if o.checks_failed:
             click.echo(click.style(f"    checks failed: {', '.join(o.checks_failed)}", fg="red"))
+            for problem in o.check_problems:
+                click.echo(click.style(f"      {problem}", fg="red"))
     with wh.connect(read_only=True) as con:
         reasons = con.execute(
             "select reason, count(*) from ops.quarantine where ingest_source = ? and partition_date = ? "
@@ -106,7 +113,12 @@ def ingest(source: str, path: Path, home: Path | None, day: str | None, no_build
         ).fetchall()
     for reason, n in reasons:
         click.echo(f"      quarantined {n:>6,}: {reason}")
-    if not no_build:
+    blocked = [o.asset for o in outcomes if o.checks_failed]
+    if blocked and not no_build:
+        click.echo(click.style(
+            "    the batch failed its data-quality check: models not rebuilt. Fix the input and ingest again, "
+            "or run `gpupool build` to rebuild anyway (bad records stay in ops.quarantine).", fg="yellow"))
+    elif not no_build:
         runner.build_models(wh, on_step=_step)
 
 

@@ -3,13 +3,12 @@ import dagster as dg
 
 from pipelines.assets.ingest import ingest_assets
 from pipelines.assets.marts import catalog_matches_models, ingest_accounting_balanced, warehouse_models
-from pipelines.checks import suite_checks
 from pipelines.resources.warehouse import WarehouseResource
 from pipelines.schedules import ingest_job, ingest_schedule, models_job, models_schedule
 
 defs = dg.Definitions(
     assets=[*ingest_assets, warehouse_models],
-    asset_checks=[*suite_checks, ingest_accounting_balanced, catalog_matches_models],
+    asset_checks=[ingest_accounting_balanced, catalog_matches_models],
     jobs=[ingest_job, models_job],
     schedules=[ingest_schedule, models_schedule],
     resources={"warehouse": WarehouseResource()},

@@ -4,6 +4,7 @@ Pure of Dagster so the CLI, the assets and the tests share one code path.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import shutil
 from collections.abc import Callable
@@ -51,12 +52,13 @@ def ingest_partition(
     }
     parse_quarantined = sum(q.height for q in quarantines)
     validate_rejected = 0
+    outcomes: dict[str, dict] = {}
     if validate:
-        tables, rejected, validate_rejected = _validate(src, tables)
+        tables, rejected, validate_rejected, outcomes = _validate(src, tables)
         quarantines.append(rejected)
         records_loaded -= validate_rejected
     quarantine = pl.concat(quarantines, how="vertical")
-    return warehouse.replace_partition(
+    report = warehouse.replace_partition(
         ingest_source=source_name,
         partition_date=day,
         tables=tables,
@@ -67,11 +69,12 @@ def ingest_partition(
         records_quarantined=parse_quarantined + validate_rejected,
         started_at=started_at,
     )
+    return dataclasses.replace(report, validation=outcomes)
 
 
 def _validate(
     src: IngestSource, tables: dict[str, pl.DataFrame]
-) -> tuple[dict[str, pl.DataFrame], pl.DataFrame, int]:
+) -> tuple[dict[str, pl.DataFrame], pl.DataFrame, int, dict[str, dict]]:
     """Move rows that fail the table's GX suite to quarantine (stage validate).
 
     Returns the kept rows, the quarantine rows and how many input records they came from: a
@@ -80,17 +83,19 @@ def _validate(
     """
     kept: dict[str, pl.DataFrame] = {}
     rejected = [empty_quarantine()]
+    outcomes: dict[str, dict] = {}
     for table, frame in tables.items():
         has_lines = "line_number" in frame.columns
-        valid, bad, _outcome = split_valid(table, frame, source=src.name, line_col="line_number" if has_lines else None)
+        valid, bad, outcome = split_valid(table, frame, source=src.name, line_col="line_number" if has_lines else None)
         kept[table] = valid
         rejected.append(bad)
+        outcomes[table] = outcome.to_metadata()
     bad_rows = pl.concat(rejected, how="vertical")
     located = bad_rows.filter(pl.col("line_number").is_not_null()).select("source_file", "line_number").unique()
     unlocated = 0
     if "line_number" not in tables[src.tables[0]].columns:
         unlocated = rejected[1].height if len(rejected) > 1 else 0
-    return kept, bad_rows, located.height + unlocated
+    return kept, bad_rows, located.height + unlocated, outcomes
 
 
 def stage_files(warehouse: Warehouse, source_name: str, path: Path, day: dt.date) -> list[Path]:

@@ -14,7 +14,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
@@ -62,6 +62,8 @@ class IngestReport:
     records_loaded: int
     records_quarantined: int
     rows_by_table: dict[str, int]
+    # per table: the Great Expectations suite's outcome on the parsed batch (before quarantine)
+    validation: dict[str, dict] = field(default_factory=dict)
 
     def summary(self) -> str:
         return (

@@ -1,9 +1,10 @@
 """Ingest assets: one daily-partitioned asset per ingest source."""
-
 import datetime as dt
+from collections.abc import Iterator
 
 import dagster as dg
 
+from pipelines.checks import suite_check_result, suite_check_spec
 from pipelines.ingest import ingest_partition
 from pipelines.partitions import daily_partitions
 from pipelines.resources.warehouse import WarehouseResource
@@ -15,43 +16,47 @@ def asset_name(source_name: str) -> str:
 
 
 def _ingest_asset(src: IngestSource) -> dg.AssetsDefinition:
+    key = dg.AssetKey(asset_name(src.name))
+
     @dg.asset(
-        name=asset_name(src.name),
+        key=key,
         group_name="ingest",
         kinds={"duckdb", "polars"},
         partitions_def=daily_partitions,
         backfill_policy=dg.BackfillPolicy.single_run(),
+        check_specs=[suite_check_spec(src, key)],
         description=(
             f"{src.description}. Reads landing/{src.name}/<day>/ ({', '.join(src.patterns)}), "
             f"validates with the Great Expectations suites and replaces the day's rows in "
             f"{', '.join('raw.' + t for t in src.tables)}; rejected records go to ops.quarantine."
         ),
     )
-    def _asset(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
+    def _asset(
+        context: dg.AssetExecutionContext, warehouse: WarehouseResource
+    ) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
         wh = warehouse.get()
-        totals = {"files": 0, "read": 0, "loaded": 0, "quarantined": 0}
-        lines = []
-        for key in context.partition_keys:
-            report = ingest_partition(wh, src.name, dt.date.fromisoformat(key))
+        reports = []
+        for partition in context.partition_keys:
+            report = ingest_partition(wh, src.name, dt.date.fromisoformat(partition))
             context.log.info(report.summary())
-            totals["files"] += report.files_read
-            totals["read"] += report.records_read
-            totals["loaded"] += report.records_loaded
-            totals["quarantined"] += report.records_quarantined
-            lines.append(
-                f"| {key} | {report.files_read} | {report.records_read} | {report.records_loaded} "
-                f"| {report.records_quarantined} |"
-            )
-        table = "| day | files | read | loaded | quarantined |\n|---|---|---|---|---|\n" + "\n".join(lines[-31:])
-        return dg.MaterializeResult(
-            metadata={
-                "files_read": totals["files"],
-                "records_read": totals["read"],
-                "records_loaded": totals["loaded"],
-                "records_quarantined": totals["quarantined"],
-                "partitions": dg.MetadataValue.md(table),
-            }
+            reports.append(report)
+        rows = "\n".join(
+            f"| {r.partition_date} | {r.files_read} | {r.records_read} | {r.records_loaded} | {r.records_quarantined} |"
+            for r in reports[-31:]
         )
+        yield dg.MaterializeResult(
+            asset_key=key,
+            metadata={
+                "files_read": sum(r.files_read for r in reports),
+                "records_read": sum(r.records_read for r in reports),
+                "records_loaded": sum(r.records_loaded for r in reports),
+                "records_quarantined": sum(r.records_quarantined for r in reports),
+                "partitions": dg.MetadataValue.md(
+                    "| day | files | read | loaded | quarantined |\n|---|---|---|---|---|\n" + rows
+                ),
+            },
+        )
+        yield suite_check_result(src, key, reports, wh)
 
     return _asset
 
