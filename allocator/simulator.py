@@ -17,6 +17,7 @@ a `start` opens the attempt's telemetry and plans how it ends; `preempt`, `reque
 close it. At each midnight it writes the day's telemetry and drops the attempts that are over,
 so memory holds one day, not the month. Nothing reads a clock: the same seed writes the same bytes.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -35,7 +36,15 @@ from allocator.engine import Engine
 from allocator.model import FINAL_FAILURES, AdmissionError, JobState, NodeSpec, PoolConfig, ShareMode
 from allocator.pool import default_pool, validate_pool
 from allocator.telemetry import BulkTelemetry, TelemetryUnit, Work
-from allocator.workload import CALIBRATION, Calibration, PlannedJob, RogueProcess, Waste, Workload, generate_workload
+from allocator.workload import (
+    CALIBRATION,
+    Calibration,
+    PlannedJob,
+    RogueProcess,
+    Waste,
+    Workload,
+    generate_workload,
+)
 
 DEFAULT_START = dt.date(2026, 11, 1)
 TELEMETRY_SOURCE = "dcgm_parquet"
@@ -67,7 +76,9 @@ def scale_pool(pool: PoolConfig, gpus: int) -> PoolConfig:
     by_remainder = sorted(groups, key=lambda g: (-(ideal[g] - count[g]), list(groups).index(g)))
     for g in itertools.islice(itertools.cycle(by_remainder), max(0, target_nodes - sum(count.values()))):
         count[g] += 1
-    for g in itertools.islice(itertools.cycle(reversed(by_remainder)), max(0, sum(count.values()) - target_nodes)):
+    for g in itertools.islice(
+        itertools.cycle(reversed(by_remainder)), max(0, sum(count.values()) - target_nodes)
+    ):
         if count[g] > 1:
             count[g] -= 1
     used = {n.host for n in pool.nodes}
@@ -88,8 +99,15 @@ def scale_pool(pool: PoolConfig, gpus: int) -> PoolConfig:
             nodes.append(node)
     scaled = replace(pool, nodes=tuple(nodes))
     before, after = _capacity(pool), _capacity(scaled)
-    queues = tuple(replace(q, quota={m: float(math.floor(v * after.get(m, 0.0) / before[m] + 1e-9))
-                                     for m, v in q.quota.items()}) for q in pool.queues)
+    queues = tuple(
+        replace(
+            q,
+            quota={
+                m: float(math.floor(v * after.get(m, 0.0) / before[m] + 1e-9)) for m, v in q.quota.items()
+            },
+        )
+        for q in pool.queues
+    )
     slot_ids = {s.slot_id for s in scaled.slots()}
     reservations = tuple(r for r in pool.reservations if set(r.slot_ids) <= slot_ids)
     scaled = replace(scaled, queues=queues, reservations=reservations)
@@ -163,24 +181,39 @@ class SimulationReport:
     def to_dict(self) -> dict:
         out = asdict(self)
         out["start"] = self.start.isoformat()
-        out.update(allocation_rate=self.allocation_rate, utilisation_of_allocated=self.utilisation_of_allocated,
-                   pool_utilisation=self.pool_utilisation)
+        out.update(
+            allocation_rate=self.allocation_rate,
+            utilisation_of_allocated=self.utilisation_of_allocated,
+            pool_utilisation=self.pool_utilisation,
+        )
         return out
 
     def summary(self) -> str:
         """A few lines for a terminal."""
         waits = ", ".join(f"{m} {s / 60:.0f} min" for m, s in sorted(self.mean_wait_by_model_s.items()))
         planted = ", ".join(f"{k} {v}" for k, v in self.planted.items())
-        return "\n".join([
-            f"simulated {self.days} days from {self.start} on {self.gpus} GPUs ({self.nodes} nodes), seed {self.seed}",
-            f"jobs {self.jobs_submitted} submitted ({sum(self.jobs_rejected.values())} refused), "
-            f"{self.events} events, {self.audit_records} audit records, {self.samples} samples",
-            f"allocation rate {self.allocation_rate:.1%}, utilisation of allocated "
-            f"{self.utilisation_of_allocated:.1%}, idle allocated {self.idle_gpu_hours:.0f} GPU-h",
-            f"wait mean {self.mean_wait_s / 60:.1f} min, p95 {self.p95_wait_s / 60:.1f} min ({waits})",
-            f"failure rate {self.failure_rate:.1%}, preemptions {self.preemptions}, retries {self.retries}",
-            f"planted: {planted}",
-        ])
+        return "\n".join(
+            [
+                (
+                    f"simulated {self.days} days from {self.start} on {self.gpus} GPUs ({self.nodes} nodes), "
+                    f"seed {self.seed}"
+                ),
+                (
+                    f"jobs {self.jobs_submitted} submitted ({sum(self.jobs_rejected.values())} refused), "
+                    f"{self.events} events, {self.audit_records} audit records, {self.samples} samples"
+                ),
+                (
+                    f"allocation rate {self.allocation_rate:.1%}, utilisation of allocated "
+                    f"{self.utilisation_of_allocated:.1%}, idle allocated {self.idle_gpu_hours:.0f} GPU-h"
+                ),
+                f"wait mean {self.mean_wait_s / 60:.1f} min, p95 {self.p95_wait_s / 60:.1f} min ({waits})",
+                (
+                    f"failure rate {self.failure_rate:.1%}, preemptions {self.preemptions}, "
+                    f"retries {self.retries}"
+                ),
+                f"planted: {planted}",
+            ]
+        )
 
 
 # --- the simulation --------------------------------------------------------------------------
@@ -208,14 +241,22 @@ class _Tee:
 
 @dataclass
 class _Attempt:
-    attempt: int
     started_at: dt.datetime
     works: list[int]  # indexes into the simulator's open works
 
 
 class _Simulation:
-    def __init__(self, pool: PoolConfig, workload: Workload, out: Path, start: dt.datetime, days: int,
-                 interval_s: int, report: SimulationReport, on_progress: Callable | None):
+    def __init__(
+        self,
+        pool: PoolConfig,
+        workload: Workload,
+        out: Path,
+        start: dt.datetime,
+        days: int,
+        interval_s: int,
+        report: SimulationReport,
+        on_progress: Callable | None,
+    ):
         self.pool, self.workload, self.out, self.start, self.days = pool, workload, out, start, days
         self.end = start + days * _DAY
         self.report, self.on_progress = report, on_progress
@@ -315,12 +356,15 @@ class _Simulation:
         ids = []
         for rank, gpu in enumerate(record["gpus"]):
             slot_id = f"{gpu['host']}/{gpu['gpu']}" + (
-                f"/{gpu['gpu_instance_id']}" if gpu.get("gpu_instance_id") is not None else "")
+                f"/{gpu['gpu_instance_id']}" if gpu.get("gpu_instance_id") is not None else ""
+            )
             wid = next(self.work_ids)
-            self.works[wid] = (Work(self.bulk.unit_of(slot_id), job_id, rank, now, None, b.profile),
-                               self.slot_fraction[slot_id])
+            self.works[wid] = (
+                Work(self.bulk.unit_of(slot_id), job_id, rank, now, None, b.profile),
+                self.slot_fraction[slot_id],
+            )
             ids.append(wid)
-        self.running[job_id] = _Attempt(attempt, now, ids)
+        self.running[job_id] = _Attempt(now, ids)
         if attempt == 1:
             self.report.jobs_started += 1
         if job.borrowed and job.spec.tenant == self.workload.borrowing_tenant:
@@ -330,7 +374,9 @@ class _Simulation:
         if self.failures[job_id] < b.failing_attempts:
             ends.append((b.fail_after_s, _END, (JobState.FAILED, b.exit_code or 1, b.reason)))
         elif b.work_s is not None:
-            ends.append((max(b.work_s - self.progress[job_id], 1.0), _END, (b.outcome, b.exit_code, b.reason)))
+            ends.append(
+                (max(b.work_s - self.progress[job_id], 1.0), _END, (b.outcome, b.exit_code, b.reason))
+            )
         if b.cancel_after_run_s is not None:
             ends.append((b.cancel_after_run_s, _CANCEL, _cancel_reason(b.waste)))
         if ends:
@@ -347,8 +393,9 @@ class _Simulation:
             plan = self.plans[job_id]
             if kind == "preempt":
                 # work since the last hourly checkpoint is lost; without checkpoints all of it
-                self.progress[job_id] = (self.progress[job_id] + elapsed // 3600 * 3600
-                                         if plan.behaviour.checkpointed else 0.0)
+                self.progress[job_id] = (
+                    self.progress[job_id] + elapsed // 3600 * 3600 if plan.behaviour.checkpointed else 0.0
+                )
             elif kind == "requeue" and record.get("state"):
                 self.failures[job_id] += 1
                 self.report.retries += 1
@@ -358,9 +405,12 @@ class _Simulation:
             plan = self.plans[job_id]
             if plan.behaviour.resubmits > 0:
                 b = plan.behaviour
-                again = replace(plan, job_id=_resubmitted_id(job_id),
-                                submit_at=now + dt.timedelta(seconds=b.resubmit_delay_s),
-                                behaviour=replace(b, resubmits=b.resubmits - 1))
+                again = replace(
+                    plan,
+                    job_id=_resubmitted_id(job_id),
+                    submit_at=now + dt.timedelta(seconds=b.resubmit_delay_s),
+                    behaviour=replace(b, resubmits=b.resubmits - 1),
+                )
                 self.push(again.submit_at, _SUBMIT, again)
 
     # --- each midnight: the day's telemetry, the pool snapshot --------------------------------
@@ -370,7 +420,9 @@ class _Simulation:
             self.write_day(now - _DAY)
         if k < self.days:
             snapshot = records.pool_snapshot(self.engine.current_pool(), self.engine.quotas(), now)
-            self.report.files.append(str(records.write_pool_snapshot(self.out, snapshot).relative_to(self.out)))
+            self.report.files.append(
+                str(records.write_pool_snapshot(self.out, snapshot).relative_to(self.out))
+            )
         if k > 0 and self.on_progress is not None:
             self.on_progress(k, self.days, (now - _DAY).date())
 
@@ -400,8 +452,11 @@ class _Simulation:
 
     def free_unit(self, rogue: RogueProcess, works: list[Work], rogue_end: dt.datetime) -> int:
         """The whole GPU of the rogue's model that jobs hold least during its window (ties: first)."""
-        candidates = [i for i, u in enumerate(self.units)
-                      if u.gpu_model == rogue.gpu_model and u.share_mode == ShareMode.WHOLE]
+        candidates = [
+            i
+            for i, u in enumerate(self.units)
+            if u.gpu_model == rogue.gpu_model and u.share_mode == ShareMode.WHOLE
+        ]
         held: dict[int, float] = defaultdict(float)
         for w in works:
             if w.job_id is None:
@@ -428,17 +483,30 @@ def _resubmitted_id(job_id: str) -> str:
 
 def _clear(out: Path, start: dt.date, days: int) -> None:
     """The sink appends: remove what an earlier run wrote for these days so the output is this run's."""
-    names = {records.EVENTS_SOURCE: "events.jsonl", records.AUDIT_SOURCE: "audit.jsonl",
-             records.POOL_SOURCE: "pool.json", TELEMETRY_SOURCE: "samples.parquet"}
+    names = {
+        records.EVENTS_SOURCE: "events.jsonl",
+        records.AUDIT_SOURCE: "audit.jsonl",
+        records.POOL_SOURCE: "pool.json",
+        TELEMETRY_SOURCE: "samples.parquet",
+    }
     for k in range(days):
         day = (start + dt.timedelta(days=k)).isoformat()
         for source, name in names.items():
             (out / source / day / name).unlink(missing_ok=True)
 
 
-def simulate(out: Path, days: int, gpus: int | None = None, seed: int = 7, start: dt.date = DEFAULT_START,
-             on_progress: Callable[[int, int, dt.date], None] | None = None, *, interval_s: int = 60,
-             pool: PoolConfig | None = None, calibration: Calibration = CALIBRATION) -> SimulationReport:
+def simulate(
+    out: Path,
+    days: int,
+    gpus: int | None = None,
+    seed: int = 7,
+    start: dt.date = DEFAULT_START,
+    on_progress: Callable[[int, int, dt.date], None] | None = None,
+    *,
+    interval_s: int = 60,
+    pool: PoolConfig | None = None,
+    calibration: Calibration = CALIBRATION,
+) -> SimulationReport:
     """Simulate `days` days of the pool from `start` and write the landing layout under `out`.
 
     gpus: scale the pool (default pool, or `pool`) to about this many GPUs (None: as it is).
@@ -446,6 +514,8 @@ def simulate(out: Path, days: int, gpus: int | None = None, seed: int = 7, start
     """
     if days < 1:
         raise ValueError(f"days {days}: expected at least 1")
+    if interval_s <= 0 or 86400 % interval_s:
+        raise ValueError(f"interval_s {interval_s}: must divide a day into whole steps")
     out = Path(out)
     pool = pool or default_pool()
     if gpus is not None:
@@ -453,8 +523,14 @@ def simulate(out: Path, days: int, gpus: int | None = None, seed: int = 7, start
     begin = dt.datetime.combine(start, dt.time())
     workload = generate_workload(pool, begin, days, seed, calibration)
     _clear(out, start, days)
-    report = SimulationReport(start=start, days=days, seed=seed, gpus=sum(len(n.gpus) for n in pool.nodes),
-                              nodes=len(pool.nodes), interval_s=interval_s)
+    report = SimulationReport(
+        start=start,
+        days=days,
+        seed=seed,
+        gpus=sum(len(n.gpus) for n in pool.nodes),
+        nodes=len(pool.nodes),
+        interval_s=interval_s,
+    )
     sim = _Simulation(pool, workload, out, begin, days, interval_s, report, on_progress)
     try:
         sim.run()
@@ -470,8 +546,11 @@ def _figures(report: SimulationReport, sim: _Simulation, pool: PoolConfig, workl
     report.jobs_rejected = dict(sorted(sim.rejected.items()))
     report.capacity_gpu_hours = sum(_capacity(pool).values()) * 24 * report.days
     jobs = list(sim.engine.jobs.values())
-    waits = [(j.spec.gpu_model, (j.first_started_at - j.submitted_at).total_seconds())
-             for j in jobs if j.first_started_at is not None]
+    waits = [
+        (j.spec.gpu_model, (j.first_started_at - j.submitted_at).total_seconds())
+        for j in jobs
+        if j.first_started_at is not None
+    ]
     if waits:
         values = np.array([w for _, w in waits])
         report.mean_wait_s = float(values.mean())

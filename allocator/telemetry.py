@@ -4,7 +4,7 @@ One evaluation, two outputs:
 - `render_node_metrics` writes dcgm-exporter 4.x text exposition for one node (the live
   service's fake exporter): the real label set, the work on each GPU as `hpc_job="<job_id>"`,
   `# HELP`/`# TYPE` lines, six metrics;
-- `day_samples` builds the same values in bulk (GPU x time step, numpy) for the simulator, as
+- `BulkTelemetry.day` builds the same values in bulk (GPU x time step, numpy) for the simulator, as
   frames in the `raw.dcgm_samples` contract, only the three metrics the warehouse's metrics read:
   the activity metric, `DCGM_FI_DEV_FB_USED` and `DCGM_FI_DEV_POWER_USAGE`.
 
@@ -18,6 +18,7 @@ time-sliced GPU is one GPU-level series per job holding a share (same values, di
 or one unlabelled series when nobody holds it. L40S nodes model an exporter without DCP
 profiling: they report DCGM_FI_DEV_GPU_UTIL only, which exercises the pipeline's activity fallback.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -95,17 +96,42 @@ def typical_profile(template: Template | str, u: Sequence[float]) -> ActivityPro
     a, b, c = (float(x) for x in u[:3])
     match Template(template):
         case Template.TRAINING:
-            return ActivityProfile(level=0.55 + 0.37 * a, swing=0.06, period_s=1800 + 3600 * b, noise=0.04,
-                                   mem_frac=0.55 + 0.35 * c, idle_mem_frac=0.55 + 0.35 * c)
+            return ActivityProfile(
+                level=0.55 + 0.37 * a,
+                swing=0.06,
+                period_s=1800 + 3600 * b,
+                noise=0.04,
+                mem_frac=0.55 + 0.35 * c,
+                idle_mem_frac=0.55 + 0.35 * c,
+            )
         case Template.INFERENCE:
-            return ActivityProfile(level=0.35 + 0.25 * a, swing=0.05, period_s=900 + 1800 * b, noise=0.05,
-                                   mem_frac=0.4 + 0.3 * c, idle_mem_frac=0.4 + 0.3 * c, diurnal=True)
+            return ActivityProfile(
+                level=0.35 + 0.25 * a,
+                swing=0.05,
+                period_s=900 + 1800 * b,
+                noise=0.05,
+                mem_frac=0.4 + 0.3 * c,
+                idle_mem_frac=0.4 + 0.3 * c,
+                diurnal=True,
+            )
         case Template.EXPERIMENT:
-            return ActivityProfile(level=0.3 + 0.5 * a, swing=0.1, period_s=600 + 1800 * b, noise=0.06,
-                                   mem_frac=0.2 + 0.4 * c, idle_mem_frac=0.2 + 0.4 * c)
+            return ActivityProfile(
+                level=0.3 + 0.5 * a,
+                swing=0.1,
+                period_s=600 + 1800 * b,
+                noise=0.06,
+                mem_frac=0.2 + 0.4 * c,
+                idle_mem_frac=0.2 + 0.4 * c,
+            )
         case Template.INTERACTIVE:
-            return ActivityProfile(level=0.22 + 0.1 * a, swing=0.18, period_s=1800 + 1800 * b, noise=0.05,
-                                   mem_frac=0.1 + 0.2 * c, idle_mem_frac=0.1 + 0.2 * c)
+            return ActivityProfile(
+                level=0.22 + 0.1 * a,
+                swing=0.18,
+                period_s=1800 + 1800 * b,
+                noise=0.05,
+                mem_frac=0.1 + 0.2 * c,
+                idle_mem_frac=0.1 + 0.2 * c,
+            )
     raise ValueError(f"template {template!r}: unknown")
 
 
@@ -123,7 +149,9 @@ def default_profile(job: Job) -> ActivityProfile:
 def _hash01(key: np.ndarray, counter: np.ndarray) -> np.ndarray:
     """splitmix64 of (key, counter) as uniforms in [0, 1): the same inputs give the same noise anywhere."""
     with np.errstate(over="ignore"):
-        z = key.astype(np.uint64) ^ (counter.astype(np.int64).astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15))
+        z = key.astype(np.uint64) ^ (
+            counter.astype(np.int64).astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+        )
         z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
         z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
         z = z ^ (z >> np.uint64(31))
@@ -175,15 +203,39 @@ def telemetry_units(nodes: Iterable[NodeSpec]) -> tuple[TelemetryUnit, ...]:
         for g in node.gpus:
             model = g.model
             slots = g.slots()
-            common = dict(host=g.host, gpu=g.index, uuid=g.uuid, gpu_model=g.gpu_model, model_name=model.model_name,
-                          share_mode=g.share_mode, idle_w=model.idle_w, max_w=model.max_w)
+            common = {
+                "host": g.host,
+                "gpu": g.index,
+                "uuid": g.uuid,
+                "gpu_model": g.gpu_model,
+                "model_name": model.model_name,
+                "share_mode": g.share_mode,
+                "idle_w": model.idle_w,
+                "max_w": model.max_w,
+            }
             if g.share_mode == ShareMode.MIG:
-                out.extend(TelemetryUnit(**common, gpu_instance_id=s.gpu_instance_id, profile=s.profile,
-                                         memory_mib=s.memory_mib, fraction=s.fraction, slot_ids=(s.slot_id,))
-                           for s in slots)
+                out.extend(
+                    TelemetryUnit(
+                        **common,
+                        gpu_instance_id=s.gpu_instance_id,
+                        profile=s.profile,
+                        memory_mib=s.memory_mib,
+                        fraction=s.fraction,
+                        slot_ids=(s.slot_id,),
+                    )
+                    for s in slots
+                )
             else:
-                out.append(TelemetryUnit(**common, gpu_instance_id=None, profile=None, memory_mib=model.memory_mib,
-                                         fraction=1.0, slot_ids=tuple(s.slot_id for s in slots)))
+                out.append(
+                    TelemetryUnit(
+                        **common,
+                        gpu_instance_id=None,
+                        profile=None,
+                        memory_mib=model.memory_mib,
+                        fraction=1.0,
+                        slot_ids=tuple(s.slot_id for s in slots),
+                    )
+                )
     return tuple(out)
 
 
@@ -233,20 +285,35 @@ class _UnitTable:
         self.phys = np.array([phys_index[(u.host, u.gpu)] for u in self.units], dtype=np.int64)
         self.n_phys = len(phys_index)
         self.memory = np.array([u.memory_mib for u in self.units], dtype=np.float64)
-        self.reserved = np.array([0 if u.share_mode == ShareMode.MIG else RESERVED_MIB for u in self.units],
-                                 dtype=np.float64)
+        self.reserved = np.array(
+            [0 if u.share_mode == ShareMode.MIG else RESERVED_MIB for u in self.units], dtype=np.float64
+        )
         self.weight = np.array([u.fraction for u in self.units], dtype=np.float64)
+        # the allocated share of one slot of the unit: the MIG fraction, 1/replicas, or 1
+        self.slot_share = self.weight / np.array(
+            [len(u.slot_ids) if u.share_mode == ShareMode.TIMESLICE else 1 for u in self.units]
+        )
         self.idle_w = np.array([u.idle_w for u in self.units], dtype=np.float64)
         self.span_w = np.array([u.max_w - u.idle_w for u in self.units], dtype=np.float64)
         self.phys_key = np.array([_key64(f"gpu/{u.uuid}") for u in self.units], dtype=np.uint64)
         self.by_slot = {s: i for i, u in enumerate(self.units) for s in u.slot_ids}
         self.gpu = np.array([u.gpu for u in self.units], dtype=np.int32)
-        self.instance = np.array([-1 if u.gpu_instance_id is None else u.gpu_instance_id for u in self.units],
-                                 dtype=np.int32)
+        self.instance = np.array(
+            [-1 if u.gpu_instance_id is None else u.gpu_instance_id for u in self.units], dtype=np.int32
+        )
         # string labels as dictionary codes per unit: bulk columns are gathers of small integers
-        self.strings = {name: _codes([getattr(u, attr) for u in self.units]) for name, attr in (
-            ("host", "host"), ("uuid", "uuid"), ("device", "device"), ("pci_bus_id", "pci_bus_id"),
-            ("model_name", "model_name"), ("gpu_instance_profile", "profile"), ("metric", "activity_metric"))}
+        self.strings = {
+            name: _codes([getattr(u, attr) for u in self.units])
+            for name, attr in (
+                ("host", "host"),
+                ("uuid", "uuid"),
+                ("device", "device"),
+                ("pci_bus_id", "pci_bus_id"),
+                ("model_name", "model_name"),
+                ("gpu_instance_profile", "profile"),
+                ("metric", "activity_metric"),
+            )
+        }
         self.util_only = np.array([not u.profiling for u in self.units], dtype=bool)
 
 
@@ -254,7 +321,9 @@ def _work_params(works: Sequence[Work]) -> dict[str, np.ndarray]:
     p = [w.profile for w in works]
     return {
         "start": np.array([epoch_seconds(w.start) for w in works], dtype=np.float64),
-        "end": np.array([math.inf if w.end is None else epoch_seconds(w.end) for w in works], dtype=np.float64),
+        "end": np.array(
+            [math.inf if w.end is None else epoch_seconds(w.end) for w in works], dtype=np.float64
+        ),
         "key": np.array([_key64(f"work/{w.job_id}/{w.rank}") for w in works], dtype=np.uint64),
         "rank": np.array([w.rank for w in works], dtype=np.float64),
         "level": np.array([x.level for x in p], dtype=np.float64),
@@ -262,31 +331,41 @@ def _work_params(works: Sequence[Work]) -> dict[str, np.ndarray]:
         "period": np.array([x.period_s for x in p], dtype=np.float64),
         "noise": np.array([x.noise for x in p], dtype=np.float64),
         "mem": np.array([x.mem_frac for x in p], dtype=np.float64),
-        "busy_for": np.array([math.inf if x.busy_for_s is None else x.busy_for_s for x in p], dtype=np.float64),
+        "busy_for": np.array(
+            [math.inf if x.busy_for_s is None else x.busy_for_s for x in p], dtype=np.float64
+        ),
         "idle_level": np.array([x.idle_level for x in p], dtype=np.float64),
         "idle_mem": np.array([x.idle_mem_frac for x in p], dtype=np.float64),
-        "working_gpus": np.array([math.inf if x.working_gpus is None else x.working_gpus for x in p],
-                                 dtype=np.float64),
+        "working_gpus": np.array(
+            [math.inf if x.working_gpus is None else x.working_gpus for x in p], dtype=np.float64
+        ),
         "diurnal": np.array([x.diurnal for x in p], dtype=bool),
     }
 
 
-def _profile_values(params: dict[str, np.ndarray], w: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _profile_values(
+    params: dict[str, np.ndarray], w: np.ndarray, t: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Activity (0..1) and memory share of work rows `w` at epoch seconds `t`."""
     u = _hash01(params["key"][w], np.floor(t / 60.0))
     age = t - params["start"][w]
     phase = (params["key"][w] >> np.uint64(40)).astype(np.float64) / 16777216.0
     hour = np.mod(t, 86400.0) / 3600.0
     day_curve = np.where(params["diurnal"][w], 0.6 + 0.4 * np.cos(2 * np.pi * (hour - 15.0) / 24.0), 1.0)
-    working = (params["level"][w] * day_curve
-               + params["swing"][w] * np.sin(2 * np.pi * (t / params["period"][w] + phase))
-               + params["noise"][w] * (2.0 * u - 1.0))
+    working = (
+        params["level"][w] * day_curve
+        + params["swing"][w] * np.sin(2 * np.pi * (t / params["period"][w] + phase))
+        + params["noise"][w] * (2.0 * u - 1.0)
+    )
     stopped = age >= params["busy_for"][w]
     spare = params["rank"][w] >= params["working_gpus"][w]
     idle = params["idle_level"][w] + 0.004 * u
     activity = np.clip(np.where(spare | stopped, idle, working), 0.0, 1.0)
-    memory = np.where(spare, CONTEXT_MEM_FRAC,
-                      np.where(stopped, params["idle_mem"][w], params["mem"][w] * (0.97 + 0.03 * u)))
+    memory = np.where(
+        spare,
+        CONTEXT_MEM_FRAC,
+        np.where(stopped, params["idle_mem"][w], params["mem"][w] * (0.97 + 0.03 * u)),
+    )
     return activity, memory
 
 
@@ -323,11 +402,15 @@ def _grid(table: _UnitTable, works: Sequence[Work], times: np.ndarray) -> _Grid:
     fb_used = np.floor(np.minimum(mem_frac * table.memory[unit_of_cell], usable))
     # device-level fields: the physical GPU's load is its instances' activity weighted by compute share
     phys_cell = table.phys[unit_of_cell] * steps + step_of_cell
-    gpu_load = np.minimum(np.bincount(phys_cell, weights=activity * table.weight[unit_of_cell],
-                                      minlength=table.n_phys * steps), 1.0)[phys_cell]
+    gpu_load = np.minimum(
+        np.bincount(phys_cell, weights=activity * table.weight[unit_of_cell], minlength=table.n_phys * steps),
+        1.0,
+    )[phys_cell]
     minute = np.floor(times[step_of_cell] / 60.0)
     jitter = _hash01(table.phys_key[unit_of_cell], minute)
-    power = np.round(table.idle_w[unit_of_cell] + table.span_w[unit_of_cell] * gpu_load + 3.0 * (jitter - 0.5), 3)
+    power = np.round(
+        table.idle_w[unit_of_cell] + table.span_w[unit_of_cell] * gpu_load + 3.0 * (jitter - 0.5), 3
+    )
     temp = np.round(29.0 + 44.0 * gpu_load + 2.0 * jitter)
 
     # rows: each owned (work, step), and each cell no job holds; in cell order, works in input order
@@ -335,15 +418,26 @@ def _grid(table: _UnitTable, works: Sequence[Work], times: np.ndarray) -> _Grid:
     row_cell = np.concatenate([cell[owned], free_cells])
     row_work = np.concatenate([rows_w[owned], np.full(len(free_cells), -1, dtype=np.int64)])
     order = np.argsort(row_cell, kind="stable")
-    return _Grid(steps, activity, fb_used, power, temp, occupied, row_cell[order], row_work[order],
-                 rows_w[owned], cell[owned])
+    return _Grid(
+        steps,
+        activity,
+        fb_used,
+        power,
+        temp,
+        occupied,
+        row_cell[order],
+        row_work[order],
+        rows_w[owned],
+        cell[owned],
+    )
 
 
 # --- live: dcgm-exporter text for one node ---------------------------------------------------
 
 
-def _works_from_holders(table: _UnitTable, holders: Mapping[str, Job],
-                        profiles: Mapping[str, ActivityProfile] | None) -> list[Work]:
+def _works_from_holders(
+    table: _UnitTable, holders: Mapping[str, Job], profiles: Mapping[str, ActivityProfile] | None
+) -> list[Work]:
     works = []
     for slot_id, job in holders.items():
         unit = table.by_slot.get(slot_id)
@@ -356,15 +450,21 @@ def _works_from_holders(table: _UnitTable, holders: Mapping[str, Job],
             if table.units[unit].share_mode == ShareMode.TIMESLICE:
                 # a time-sliced share may use only its part of the GPU's memory
                 share = 1.0 / len(table.units[unit].slot_ids)
-                profile = replace(profile, mem_frac=profile.mem_frac * share,
-                                  idle_mem_frac=profile.idle_mem_frac * share)
+                profile = replace(
+                    profile, mem_frac=profile.mem_frac * share, idle_mem_frac=profile.idle_mem_frac * share
+                )
         works.append(Work(unit, job.job_id, rank, job.started_at, None, profile))
     return sorted(works, key=lambda w: (w.unit, w.job_id or "", w.rank))
 
 
 def _label_text(unit: TelemetryUnit, job_id: str | None, host_label: str) -> str:
-    pairs = [("gpu", str(unit.gpu)), ("UUID", unit.uuid), ("pci_bus_id", unit.pci_bus_id), ("device", unit.device),
-             ("modelName", unit.model_name)]
+    pairs = [
+        ("gpu", str(unit.gpu)),
+        ("UUID", unit.uuid),
+        ("pci_bus_id", unit.pci_bus_id),
+        ("device", unit.device),
+        ("modelName", unit.model_name),
+    ]
     if unit.gpu_instance_id is not None:
         pairs += [("GPU_I_PROFILE", unit.profile or ""), ("GPU_I_ID", str(unit.gpu_instance_id))]
     pairs += [("Hostname", host_label), ("DCGM_FI_DRIVER_VERSION", DRIVER_VERSION)]
@@ -377,8 +477,13 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def render_node_metrics(pool: PoolConfig, holders: Mapping[str, Job], host: str, now: dt.datetime,
-                        profiles: Mapping[str, ActivityProfile] | None = None) -> str:
+def render_node_metrics(
+    pool: PoolConfig,
+    holders: Mapping[str, Job],
+    host: str,
+    now: dt.datetime,
+    profiles: Mapping[str, ActivityProfile] | None = None,
+) -> str:
     """dcgm-exporter text exposition of one node at `now` (no timestamps: the scrape time applies).
 
     holders maps slot ids to the running jobs (Engine.holders()); profiles, by job id, override
@@ -411,7 +516,7 @@ def _live_value(metric: str, unit: TelemetryUnit, grid: _Grid, c: int) -> str | 
         case "DCGM_FI_PROF_GR_ENGINE_ACTIVE":
             return f"{grid.activity[c]:.6f}" if unit.profiling else None
         case "DCGM_FI_DEV_GPU_UTIL":  # not supported on MIG instances
-            return None if mig else str(int(round(grid.activity[c] * 100)))
+            return None if mig else f"{grid.activity[c] * 100:.0f}"
         case "DCGM_FI_DEV_FB_USED":
             return str(int(grid.fb_used[c]))
         case "DCGM_FI_DEV_FB_FREE":
@@ -466,21 +571,38 @@ class BulkTelemetry:
     def unit_of(self, slot_id: str) -> int:
         return self.table.by_slot[slot_id]
 
-    def day(self, day: dt.date, works: Sequence[Work], source_file: str,
-            work_fractions: Sequence[float] | None = None, path: Path | None = None) -> DayTelemetry:
+    def day(
+        self,
+        day: dt.date,
+        works: Sequence[Work],
+        source_file: str,
+        work_fractions: Sequence[float] | None = None,
+        path: Path | None = None,
+    ) -> DayTelemetry:
         """Samples of every unit for one UTC day, and the day's figures.
 
-        work_fractions: each work's slot fraction (default: its unit's). With `path`, the frames
+        work_fractions: each work's slot fraction (default: its unit's slot share). With `path`, the frames
         are written to that Parquet file one metric at a time (so that a big pool's day is never
         whole in memory) and `frames` comes back empty.
         """
         start = epoch_seconds(dt.datetime.combine(day, dt.time()))
         times = start + np.arange(0, 86400, self.interval_s, dtype=np.float64)
-        ordered = sorted(range(len(works)), key=lambda i: (works[i].unit, epoch_seconds(works[i].start),
-                                                           works[i].job_id or "", works[i].rank))
+        ordered = sorted(
+            range(len(works)),
+            key=lambda i: (
+                works[i].unit,
+                epoch_seconds(works[i].start),
+                works[i].job_id or "",
+                works[i].rank,
+            ),
+        )
         works = [works[i] for i in ordered]
-        fractions = np.array([work_fractions[i] for i in ordered] if work_fractions is not None
-                             else [self.table.weight[w.unit] for w in works], dtype=np.float64)
+        fractions = np.array(
+            [work_fractions[i] for i in ordered]
+            if work_fractions is not None
+            else [self.table.slot_share[w.unit] for w in works],
+            dtype=np.float64,
+        )
         grid = _grid(self.table, works, times)
         step_h = self.interval_s / 3600.0
         alloc_rows = fractions[grid.work_rows] if len(works) else np.zeros(0)
@@ -500,8 +622,13 @@ class BulkTelemetry:
                 if writer is None:
                     path.parent.mkdir(parents=True, exist_ok=True)
                     # no Arrow schema in the file: readers see plain strings, not dictionaries
-                    writer = pq.ParquetWriter(path, table.schema, compression="zstd", store_schema=False,
-                                              write_statistics=_STATISTICS)
+                    writer = pq.ParquetWriter(
+                        path,
+                        table.schema,
+                        compression="zstd",
+                        store_schema=False,
+                        write_statistics=_STATISTICS,
+                    )
                 writer.write_table(table, row_group_size=1 << 20)
                 del table
         finally:
@@ -541,8 +668,9 @@ class BulkTelemetry:
             "k8s_namespace": pa.nulls(n, pa.string()),
             "k8s_pod": pa.nulls(n, pa.string()),
             "k8s_container": pa.nulls(n, pa.string()),
-            "hpc_job": pa.DictionaryArray.from_arrays(pa.array(job_code, mask=no_job),
-                                                      pa.array(jobs[1] or [""], pa.string())),
+            "hpc_job": pa.DictionaryArray.from_arrays(
+                pa.array(job_code, mask=no_job), pa.array(jobs[1] or [""], pa.string())
+            ),
             "extra_labels": _constant(f'DCGM_FI_DRIVER_VERSION="{DRIVER_VERSION}"', n),
             "source": _constant(BULK_SOURCE, n),
             "source_file": _constant(source_file, n),
@@ -567,11 +695,15 @@ def _codes(values: Sequence[str | None]) -> tuple[np.ndarray, list[str]]:
 
 def _dict(coded: tuple[np.ndarray, list[str]], unit: np.ndarray) -> pa.DictionaryArray:
     codes = coded[0][unit]
-    return pa.DictionaryArray.from_arrays(pa.array(codes, mask=codes < 0), pa.array(coded[1] or [""], pa.string()))
+    return pa.DictionaryArray.from_arrays(
+        pa.array(codes, mask=codes < 0), pa.array(coded[1] or [""], pa.string())
+    )
 
 
 def _constant(value: str, n: int) -> pa.DictionaryArray:
-    return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, dtype=np.int32)), pa.array([value], pa.string()))
+    return pa.DictionaryArray.from_arrays(
+        pa.array(np.zeros(n, dtype=np.int32)), pa.array([value], pa.string())
+    )
 
 
 def _idle_run_mask(work: np.ndarray, cell: np.ndarray, activity: np.ndarray, min_steps: int) -> np.ndarray:

@@ -10,6 +10,7 @@ Each job carries a `Behaviour` only the simulator sees: how long the work needs,
 ends, when the user gives up or cancels, and the `ActivityProfile` its GPUs follow. The same
 seed gives the same workload (numpy Generator, no clock).
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -79,48 +80,98 @@ class RogueProcess:
 class Calibration:
     """Every figure the generator uses. Trace sources: docs/simulator.md."""
 
-    template_mix: Mapping[Template, float] = field(default_factory=lambda: {
-        Template.EXPERIMENT: 0.47, Template.TRAINING: 0.33, Template.INTERACTIVE: 0.185, Template.INFERENCE: 0.015})
-    gpus: Mapping[Template, Mapping[int, float]] = field(default_factory=lambda: {
-        Template.TRAINING: {1: 0.45, 2: 0.18, 4: 0.18, 8: 0.155, 16: 0.03, 32: 0.005},
-        Template.EXPERIMENT: {1: 0.82, 2: 0.11, 4: 0.07},
-        Template.INTERACTIVE: {1: 0.92, 2: 0.08},
-        Template.INFERENCE: {1: 0.6, 2: 0.3, 4: 0.1},
-    })
+    template_mix: Mapping[Template, float] = field(
+        default_factory=lambda: {
+            Template.EXPERIMENT: 0.47,
+            Template.TRAINING: 0.33,
+            Template.INTERACTIVE: 0.185,
+            Template.INFERENCE: 0.015,
+        }
+    )
+    gpus: Mapping[Template, Mapping[int, float]] = field(
+        default_factory=lambda: {
+            Template.TRAINING: {1: 0.45, 2: 0.18, 4: 0.18, 8: 0.155, 16: 0.03, 32: 0.005},
+            Template.EXPERIMENT: {1: 0.82, 2: 0.11, 4: 0.07},
+            Template.INTERACTIVE: {1: 0.92, 2: 0.08},
+            Template.INFERENCE: {1: 0.6, 2: 0.3, 4: 0.1},
+        }
+    )
     # lognormal run time the work needs: (median seconds, sigma)
-    work_s: Mapping[Template, tuple[float, float]] = field(default_factory=lambda: {
-        Template.TRAINING: (5400.0, 1.5),
-        Template.EXPERIMENT: (360.0, 1.7),
-        Template.INTERACTIVE: (5400.0, 0.8),
-        Template.INFERENCE: (43200.0, 0.8),
-    })
+    work_s: Mapping[Template, tuple[float, float]] = field(
+        default_factory=lambda: {
+            Template.TRAINING: (3600.0, 1.7),
+            Template.EXPERIMENT: (150.0, 1.9),
+            Template.INTERACTIVE: (3600.0, 0.9),
+            Template.INFERENCE: (43200.0, 0.8),
+        }
+    )
     completed: float = 0.65  # final states: completed / failed / cancelled
     failed: float = 0.20
     cancelled: float = 0.15
-    failure_states: Mapping[JobState, float] = field(default_factory=lambda: {
-        JobState.FAILED: 0.80, JobState.OUT_OF_MEMORY: 0.15, JobState.NODE_FAIL: 0.05})
+    failure_states: Mapping[JobState, float] = field(
+        default_factory=lambda: {
+            JobState.FAILED: 0.80,
+            JobState.OUT_OF_MEMORY: 0.15,
+            JobState.NODE_FAIL: 0.05,
+        }
+    )
     # arrivals per hour of day (UTC) and per weekday (Monday first), relative
-    hourly: tuple[float, ...] = (0.35, 0.3, 0.27, 0.25, 0.25, 0.28, 0.35, 0.5, 0.8, 1.15, 1.4, 1.5,
-                                 1.4, 1.45, 1.55, 1.6, 1.55, 1.4, 1.15, 0.9, 0.75, 0.65, 0.55, 0.45)
+    hourly: tuple[float, ...] = (
+        0.35,
+        0.3,
+        0.27,
+        0.25,
+        0.25,
+        0.28,
+        0.35,
+        0.5,
+        0.8,
+        1.15,
+        1.4,
+        1.5,
+        1.4,
+        1.45,
+        1.55,
+        1.6,
+        1.55,
+        1.4,
+        1.15,
+        0.9,
+        0.75,
+        0.65,
+        0.55,
+        0.45,
+    )
     weekly: tuple[float, ...] = (1.05, 1.1, 1.1, 1.05, 0.95, 0.45, 0.4)
-    target_load: float = 0.72  # offered GPU-hours over capacity GPU-hours (before planted waste)
+    target_load: float = 0.65  # offered GPU-hours over capacity GPU-hours (before planted waste)
     opening_load: float = 0.45  # the pool opens with a backlog of this share of its GPUs
     patience_s: tuple[float, float] = (12 * 3600.0, 1.0)  # lognormal: how long a user waits before cancelling
     scarce_model: str = "H100"
     # demand per GPU model, relative to its share of capacity: training wants the scarce H100s
-    model_preference: Mapping[Template, Mapping[str, float]] = field(default_factory=lambda: {
-        Template.TRAINING: {"H100": 1.5}, Template.EXPERIMENT: {"H100": 0.4}, Template.INFERENCE: {"H100": 0.5},
-        Template.INTERACTIVE: {"A100": 0.6}})
+    model_preference: Mapping[Template, Mapping[str, float]] = field(
+        default_factory=lambda: {
+            Template.TRAINING: {"H100": 1.5},
+            Template.EXPERIMENT: {"H100": 0.4},
+            Template.INFERENCE: {"H100": 0.5},
+            Template.INTERACTIVE: {"A100": 0.6},
+        }
+    )
     # a one-GPU job takes a MIG instance or a time-sliced share (where its model has them) this often
-    shared_slots: Mapping[Template, float] = field(default_factory=lambda: {
-        Template.TRAINING: 0.0, Template.EXPERIMENT: 0.35, Template.INFERENCE: 0.4, Template.INTERACTIVE: 0.9})
+    shared_slots: Mapping[Template, float] = field(
+        default_factory=lambda: {
+            Template.TRAINING: 0.0,
+            Template.EXPERIMENT: 0.35,
+            Template.INFERENCE: 0.4,
+            Template.INTERACTIVE: 0.9,
+        }
+    )
     backfill_max_gpus: int = 4  # training sent to the low-priority queue asks at most this many GPUs
     borrow_boost: float = 2.5  # the over-using tenant submits this many times its share of training
     # planted waste: probability per eligible job
     idle_allocation: float = 0.03  # training and experiments
-    zombie: float = 0.015  # training
+    zombie: float = 0.01  # training
     forgotten_interactive: float = 0.25  # interactive
-    oversized: float = 0.2  # training and experiments asking 4 or more GPUs
+    oversized: float = 0.12  # training and experiments asking 4 or more GPUs
     overrun: float = 0.08  # training
     retry_storm: float = 0.004  # training
     rogue_per_gpu_day: float = 0.01  # processes outside the allocator
@@ -128,22 +179,47 @@ class Calibration:
 
 CALIBRATION = Calibration()
 _FAIL_REASONS = {
-    JobState.FAILED: (("RuntimeError: NCCL watchdog timeout", 1), ("Segmentation fault", 139),
-                      ("ValueError in data loader", 1), ("CUDA error: an illegal memory access", 134)),
+    JobState.FAILED: (
+        ("RuntimeError: NCCL watchdog timeout", 1),
+        ("Segmentation fault", 139),
+        ("ValueError in data loader", 1),
+        ("CUDA error: an illegal memory access", 134),
+    ),
     JobState.OUT_OF_MEMORY: (("CUDA out of memory", 137),),
     JobState.NODE_FAIL: (("node lost contact (Xid 79)", 0),),
 }
 _NAMES = {
-    Template.TRAINING: ("resnet50", "vit-b16", "llama-ft", "bert-pretrain", "whisper-ft", "dlrm", "diffusion",
-                        "moe-pretrain"),
+    Template.TRAINING: (
+        "resnet50",
+        "vit-b16",
+        "llama-ft",
+        "bert-pretrain",
+        "whisper-ft",
+        "dlrm",
+        "diffusion",
+        "moe-pretrain",
+    ),
     Template.EXPERIMENT: ("sweep-lr", "ablation", "hparam-search", "eval", "debug", "profile-run"),
     Template.INTERACTIVE: ("jupyter", "vscode", "notebook"),
     Template.INFERENCE: ("serve-chat", "serve-asr", "serve-rank", "serve-embed"),
 }
 _CHECKPOINTS = ("hourly", "every 30 min", "every 1000 steps", "each epoch")
 _USERS_PER_TENANT = 12
-_COL = {"name": 0, "name_no": 1, "profile": 2, "pad": 5, "checkpoint": 6, "tenant": 7, "queue": 8, "model": 9,
-        "share": 10, "mig": 11, "user": 12, "failure": 13, "reason": 14}  # profile takes 2..4
+_COL = {
+    "name": 0,
+    "name_no": 1,
+    "profile": 2,
+    "pad": 5,
+    "checkpoint": 6,
+    "tenant": 7,
+    "queue": 8,
+    "model": 9,
+    "share": 10,
+    "mig": 11,
+    "user": 12,
+    "failure": 13,
+    "reason": 14,
+}  # profile takes 2..4
 _U = 15
 
 
@@ -213,17 +289,25 @@ def _mig_profiles(pool: PoolConfig) -> dict[str, dict[str, int]]:
 
 def _tenant_weights(pool: PoolConfig) -> dict[str, float]:
     """Submissions per tenant follow the quota of its own queues; a tenant with none submits a little."""
-    own = {t: sum(sum(q.quota.values()) for q in pool.queues if q.tenant == t and not q.shared_with)
-           for t in pool.tenants}
+    own = {
+        t: sum(sum(q.quota.values()) for q in pool.queues if q.tenant == t and not q.shared_with)
+        for t in pool.tenants
+    }
     floor = 0.25 * min((v for v in own.values() if v > 0), default=1.0)
     return {t: max(v, floor) for t, v in own.items()}
 
 
 def borrowing_tenant(pool: PoolConfig) -> str | None:
     """The tenant planted to over-use borrowed quota: the smallest own training quota (then by name)."""
-    candidates = sorted((sum(q.quota.values()), q.tenant) for q in pool.queues
-                        if Template.TRAINING in q.templates and q.can_borrow and not q.low_priority
-                        and not q.shared_with and sum(q.quota.values()) > 0)
+    candidates = sorted(
+        (sum(q.quota.values()), q.tenant)
+        for q in pool.queues
+        if Template.TRAINING in q.templates
+        and q.can_borrow
+        and not q.low_priority
+        and not q.shared_with
+        and sum(q.quota.values()) > 0
+    )
     return candidates[0][1] if candidates else None
 
 
@@ -251,7 +335,7 @@ class _Draw:
     fail_at: np.ndarray  # share of the work done when it fails
     cancel_at: np.ndarray  # share of the work done when the user cancels
     waste_u: np.ndarray  # uniform deciding the planted waste
-    planted: np.ndarray  # uniforms for a planted case's parameters (n x 4)
+    planted: np.ndarray  # uniforms for a planted case's parameters (n x 3)
     patience: np.ndarray  # seconds the user waits in the queue before cancelling
     u: np.ndarray  # uniforms per job for its other choices (n x _U): no generator calls per job
 
@@ -268,16 +352,31 @@ def _draw(rng: np.random.Generator, cal: Calibration, templates: np.ndarray) -> 
         gpus[mask] = _choice(rng, cal.gpus[template], k).astype(np.int64)
         median, sigma = cal.work_s[template]
         work[mask] = _lognormal(rng, median, sigma, k)
-    fate = rng.choice(3, size=n, p=np.array([cal.completed, cal.failed, cal.cancelled]) /
-                      (cal.completed + cal.failed + cal.cancelled))
-    return _Draw(templates, gpus, np.maximum(work, 30.0), fate, rng.beta(0.6, 2.5, size=n),
-                 rng.beta(1.2, 1.8, size=n), rng.random(n), rng.random((n, 4)),
-                 _lognormal(rng, *cal.patience_s, n), rng.random((n, _U)))
+    fate = rng.choice(
+        3,
+        size=n,
+        p=np.array([cal.completed, cal.failed, cal.cancelled]) / (cal.completed + cal.failed + cal.cancelled),
+    )
+    return _Draw(
+        templates,
+        gpus,
+        np.maximum(work, 30.0),
+        fate,
+        rng.beta(0.6, 2.5, size=n),
+        rng.beta(1.2, 1.8, size=n),
+        rng.random(n),
+        rng.random((n, 3)),
+        _lognormal(rng, *cal.patience_s, n),
+        rng.random((n, _U)),
+    )
 
 
 def _hold_hours(d: _Draw) -> np.ndarray:
     """Roughly how long each job holds its GPUs (for sizing the arrival rate)."""
-    return np.where(d.fate == 1, d.work * d.fail_at, np.where(d.fate == 2, d.work * d.cancel_at, d.work)) / 3600.0
+    return (
+        np.where(d.fate == 1, d.work * d.fail_at, np.where(d.fate == 2, d.work * d.cancel_at, d.work))
+        / 3600.0
+    )
 
 
 def _expected_gpu_hours(cal: Calibration) -> float:
@@ -288,8 +387,9 @@ def _expected_gpu_hours(cal: Calibration) -> float:
     return float((d.gpus * _hold_hours(d)).mean())
 
 
-def _arrival_times(rng: np.random.Generator, cal: Calibration, start: dt.datetime, days: int,
-                   per_hour: float) -> np.ndarray:
+def _arrival_times(
+    rng: np.random.Generator, cal: Calibration, start: dt.datetime, days: int, per_hour: float
+) -> np.ndarray:
     """Seconds after start: Poisson counts per hour with the diurnal and weekly shape, uniform inside."""
     hours = np.arange(days * 24)
     moments = [start + dt.timedelta(hours=int(h)) for h in hours]
@@ -301,8 +401,9 @@ def _arrival_times(rng: np.random.Generator, cal: Calibration, start: dt.datetim
     return np.sort(base + rng.random(len(base)) * 3600.0)
 
 
-def generate_workload(pool: PoolConfig, start: dt.datetime, days: int, seed: int,
-                      cal: Calibration = CALIBRATION) -> Workload:
+def generate_workload(
+    pool: PoolConfig, start: dt.datetime, days: int, seed: int, cal: Calibration = CALIBRATION
+) -> Workload:
     """The jobs submitted from `start` for `days` days on `pool`, and the rogue processes."""
     if days < 1:
         raise ValueError(f"days {days}: expected at least 1")
@@ -313,7 +414,7 @@ def generate_workload(pool: PoolConfig, start: dt.datetime, days: int, seed: int
     times = _arrival_times(rng, cal, start, days, per_hour)
     templates = _choice(rng, cal.template_mix, len(times))
     # the opening backlog: the pool starts empty, so work that was waiting arrives in the first hour
-    opening_n = int(round(cal.opening_load * gpus_total / _mean_gpus(cal, Template.TRAINING)))
+    opening_n = round(cal.opening_load * gpus_total / _mean_gpus(cal, Template.TRAINING))
     opening = np.sort(rng.random(opening_n) * 3600.0)
     opening_templates = _choice(rng, {Template.TRAINING: 0.85, Template.INFERENCE: 0.15}, opening_n)
     times = np.concatenate([opening, times])
@@ -322,7 +423,9 @@ def generate_workload(pool: PoolConfig, start: dt.datetime, days: int, seed: int
     times, templates = times[order], templates[order]
     draw = _draw(rng, cal, templates)
     builder = _Builder(pool, cal, capacity)
-    jobs = [builder.job(i, start + dt.timedelta(seconds=float(round(t, 3))), draw) for i, t in enumerate(times)]
+    jobs = [
+        builder.job(i, start + dt.timedelta(seconds=float(round(t, 3))), draw) for i, t in enumerate(times)
+    ]
     if any(j is None for j in jobs):
         raise ValueError("pool: a template has no queue any tenant may submit to")
     jobs = builder.ensure_every_kind(jobs, start, draw)
@@ -337,9 +440,13 @@ def generate_workload(pool: PoolConfig, start: dt.datetime, days: int, seed: int
             cases[Waste.SCARCE_MODEL_QUEUE].append(j.job_id)
     rogues = _rogues(rng, cal, pool, start, days, gpus_total)
     cases[Waste.ROGUE_PROCESS] = [r.rogue_id for r in rogues]
-    return Workload(tuple(jobs), rogues, builder.borrower,
-                    cal.scarce_model if any(m == cal.scarce_model for m, _ in capacity) else None,
-                    {k: tuple(cases.get(k, ())) for k in Waste})
+    return Workload(
+        tuple(jobs),
+        rogues,
+        builder.borrower,
+        cal.scarce_model if any(m == cal.scarce_model for m, _ in capacity) else None,
+        {k: tuple(cases.get(k, ())) for k in Waste},
+    )
 
 
 def _mean_gpus(cal: Calibration, template: Template) -> float:
@@ -347,8 +454,14 @@ def _mean_gpus(cal: Calibration, template: Template) -> float:
     return sum(k * p for k, p in sizes.items()) / sum(sizes.values())
 
 
-def _rogues(rng: np.random.Generator, cal: Calibration, pool: PoolConfig, start: dt.datetime, days: int,
-            gpus_total: float) -> tuple[RogueProcess, ...]:
+def _rogues(
+    rng: np.random.Generator,
+    cal: Calibration,
+    pool: PoolConfig,
+    start: dt.datetime,
+    days: int,
+    gpus_total: float,
+) -> tuple[RogueProcess, ...]:
     n = max(1, int(rng.poisson(cal.rogue_per_gpu_day * gpus_total * days)))
     whole = sorted({s.gpu_model for s in pool.slots() if s.share_mode == ShareMode.WHOLE})
     models = rng.choice(len(whole), size=n)
@@ -357,9 +470,15 @@ def _rogues(rng: np.random.Generator, cal: Calibration, pool: PoolConfig, start:
     levels = rng.uniform(0.4, 0.9, n)
     mems = rng.uniform(0.2, 0.5, n)
     return tuple(
-        RogueProcess(f"rogue-{i + 1}", start + dt.timedelta(seconds=int(offsets[i])), int(durations[i]),
-                     whole[models[i]], ActivityProfile(level=float(levels[i]), swing=0.05, period_s=1200, noise=0.05,
-                                                        mem_frac=float(mems[i])))
+        RogueProcess(
+            f"rogue-{i + 1}",
+            start + dt.timedelta(seconds=int(offsets[i])),
+            int(durations[i]),
+            whole[models[i]],
+            ActivityProfile(
+                level=float(levels[i]), swing=0.05, period_s=1200, noise=0.05, mem_frac=float(mems[i])
+            ),
+        )
         for i in range(n)
     )
 
@@ -391,21 +510,26 @@ class _Builder:
             self.model_capacity[model] += v
         self.users = {t: [f"{t}-u{k + 1:02d}" for k in range(_USERS_PER_TENANT)] for t in pool.tenants}
         self.user_w = tuple(1.0 / k for k in range(1, _USERS_PER_TENANT + 1))  # a few users submit most
-        self.replicas = {g.gpu_model: g.replicas for n in pool.nodes for g in n.gpus
-                         if g.share_mode == ShareMode.TIMESLICE}
+        self.replicas = {
+            g.gpu_model: g.replicas for n in pool.nodes for g in n.gpus if g.share_mode == ShareMode.TIMESLICE
+        }
         # the most whole GPUs of a model one request can get: a node, or whole nodes
         per_node: dict[str, list[int]] = defaultdict(list)
         for n in pool.nodes:
             whole = [g for g in n.gpus if g.share_mode == ShareMode.WHOLE]
             if whole:
                 per_node[whole[0].gpu_model].append(len(whole))
-        self.whole_max = {m: max(sizes) * sum(1 for s in sizes if s == max(sizes)) for m, sizes in per_node.items()}
+        self.whole_max = {
+            m: max(sizes) * sum(1 for s in sizes if s == max(sizes)) for m, sizes in per_node.items()
+        }
         states = list(cal.failure_states)
         self.failure_states = (states, tuple(cal.failure_states[s] for s in states))
 
     def _tenant_w(self, weights: dict[str, float], template: Template) -> tuple[float, ...]:
         boost = {self.borrower: self.cal.borrow_boost} if template == Template.TRAINING else {}
-        return tuple(weights[t] * boost.get(t, 1.0) if (t, template) in self.targets else 0.0 for t in self.tenants)
+        return tuple(
+            weights[t] * boost.get(t, 1.0) if (t, template) in self.targets else 0.0 for t in self.tenants
+        )
 
     def _model(self, queue: QueueSpec, template: Template, u: float) -> str:
         models = [m for m in queue.gpu_models if self.model_capacity.get(m)]
@@ -430,7 +554,7 @@ class _Builder:
         target = self.targets[(tenant, template)]
         queue = target.queues[_pick(target.weights, u[_COL["queue"]])]
         if queue.low_priority and d.gpus[i] > self.cal.backfill_max_gpus and template == Template.TRAINING:
-            # big training does not go to backfill: it would wait for idle whole nodes at the head of the queue
+            # big training does not go to backfill: it would wait at the queue's head for idle whole nodes
             queue = next((q for q in target.queues if not q.low_priority), queue)
         model = self._model(queue, template, u[_COL["model"]])
         gpus = int(min(d.gpus[i], queue.max_gpus_per_request, self.whole_max.get(model, 1)))
@@ -446,7 +570,7 @@ class _Builder:
         names = _NAMES[template]
         name = f"{names[int(u[_COL['name']] * len(names))]}-{int(u[_COL['name_no']] * 200):03d}"
         work = float(d.work[i])
-        profile = typical_profile(template, u[_COL["profile"]:_COL["profile"] + 3])
+        profile = typical_profile(template, u[_COL["profile"] : _COL["profile"] + 3])
         if mode == ShareMode.TIMESLICE:
             # a time-sliced share sees the whole GPU's memory but may use only its part of it
             r = self.replicas.get(model, 1)
@@ -455,31 +579,52 @@ class _Builder:
         if template == Template.TRAINING:
             # users pad their estimate; nobody may declare more than the queue's cap
             declared = _round_up(work * (1.0 + 0.5 * u[_COL["pad"]]), 900)
-            spec_fields = {"expected_runtime_s": min(declared, queue.max_runtime_s or declared),
-                           "checkpoint_policy": _CHECKPOINTS[int(u[_COL["checkpoint"]] * len(_CHECKPOINTS))]}
+            spec_fields = {
+                "expected_runtime_s": min(declared, queue.max_runtime_s or declared),
+                "checkpoint_policy": _CHECKPOINTS[int(u[_COL["checkpoint"]] * len(_CHECKPOINTS))],
+            }
         elif template == Template.INFERENCE:
             spec_fields = {"min_replicas": gpus, "rollback": "previous-revision"}
         elif template == Template.INTERACTIVE:
             spec_fields = {"idle_reminder_s": 3600}
-        spec = JobSpec(tenant=tenant, queue=queue.name, user=user, template=template, gpu_model=model, gpus=gpus,
-                       share_mode=mode, mig_profile=mig_profile, job_name=name, **spec_fields)
+        spec = JobSpec(
+            tenant=tenant,
+            queue=queue.name,
+            user=user,
+            template=template,
+            gpu_model=model,
+            gpus=gpus,
+            share_mode=mode,
+            mig_profile=mig_profile,
+            job_name=name,
+            **spec_fields,
+        )
         return PlannedJob("", submit_at, spec, self._behaviour(template, spec, work, d, i, profile))
 
-    def _behaviour(self, template: Template, spec: JobSpec, work: float, d: _Draw, i: int,
-                   profile: ActivityProfile) -> Behaviour:
+    def _behaviour(
+        self, template: Template, spec: JobSpec, work: float, d: _Draw, i: int, profile: ActivityProfile
+    ) -> Behaviour:
         u = d.u[i].tolist()
         fate = int(d.fate[i])
         if template == Template.INFERENCE:
             fate = 0 if fate == 2 else fate  # services are rolled over, not cancelled half-way
-        base = Behaviour(work_s=int(work), outcome=JobState.COMPLETED, exit_code=0, reason=None, profile=profile,
-                         patience_s=int(d.patience[i]), checkpointed=template == Template.TRAINING)
+        base = Behaviour(
+            work_s=int(work),
+            outcome=JobState.COMPLETED,
+            exit_code=0,
+            reason=None,
+            profile=profile,
+            patience_s=int(d.patience[i]),
+            checkpointed=template == Template.TRAINING,
+        )
         if fate == 1:
             states, weights = self.failure_states
             state = states[_pick(weights, u[_COL["failure"]])]
             reasons = _FAIL_REASONS[state]
             reason, code = reasons[int(u[_COL["reason"]] * len(reasons))]
-            base = replace(base, work_s=max(int(work * d.fail_at[i]), 20), outcome=state, exit_code=code,
-                           reason=reason)
+            base = replace(
+                base, work_s=max(int(work * d.fail_at[i]), 20), outcome=state, exit_code=code, reason=reason
+            )
         elif fate == 2:
             base = replace(base, cancel_after_run_s=max(int(work * d.cancel_at[i]), 30))
         kind = self._waste_kind(template, spec, d.waste_u[i])
@@ -490,8 +635,12 @@ class _Builder:
         cal = self.cal
         menu: list[tuple[Waste, float]] = []
         if template == Template.TRAINING:
-            menu = [(Waste.RETRY_STORM, cal.retry_storm), (Waste.ZOMBIE, cal.zombie), (Waste.OVERRUN, cal.overrun),
-                    (Waste.IDLE_ALLOCATION, cal.idle_allocation)]
+            menu = [
+                (Waste.RETRY_STORM, cal.retry_storm),
+                (Waste.ZOMBIE, cal.zombie),
+                (Waste.OVERRUN, cal.overrun),
+                (Waste.IDLE_ALLOCATION, cal.idle_allocation),
+            ]
         elif template == Template.EXPERIMENT:
             menu = [(Waste.IDLE_ALLOCATION, cal.idle_allocation)]
         elif template == Template.INTERACTIVE:
@@ -505,55 +654,97 @@ class _Builder:
         return None
 
     def ensure_every_kind(self, jobs: list[PlannedJob], start: dt.datetime, d: _Draw) -> list[PlannedJob]:
-        """A short simulation still shows every per-job waste kind: convert the first eligible jobs."""
-        present = {j.behaviour.waste for j in jobs}
-        out = list(jobs)
+        """A short simulation still shows every per-job waste kind early on: for a kind the first day
+        did not plant, convert the first eligible small job of a model that is not scarce."""
         settle = start + dt.timedelta(hours=2)  # after the opening backlog
+        first_day = start + dt.timedelta(days=1)
+        present = {j.behaviour.waste for j in jobs if j.submit_at < first_day}
+        out = list(jobs)
         for kind in PER_JOB_WASTE:
             if kind in present:
                 continue
             template = Template.INTERACTIVE if kind == Waste.FORGOTTEN_INTERACTIVE else Template.TRAINING
             for i, j in enumerate(out):
-                if j.submit_at < settle or j.spec.template != template or j.behaviour.waste is not None:
+                if (
+                    j.submit_at < settle
+                    or j.spec.template != template
+                    or j.behaviour.waste is not None
+                    or j.spec.gpus > 2
+                    or j.spec.gpu_model == self.cal.scarce_model
+                ):
                     continue
                 spec = j.spec
                 if kind == Waste.OVERSIZED:
-                    spec = replace(spec, gpus=min(8, self.pool.queue(spec.queue).max_gpus_per_request))
+                    most = min(
+                        4,
+                        self.pool.queue(spec.queue).max_gpus_per_request,
+                        self.whole_max.get(spec.gpu_model, 1),
+                    )
+                    spec = replace(spec, gpus=most)
                 out[i] = replace(j, spec=spec, behaviour=planted(kind, spec, j.behaviour, d.planted[i]))
                 break
         return out
 
 
-PER_JOB_WASTE = (Waste.IDLE_ALLOCATION, Waste.ZOMBIE, Waste.FORGOTTEN_INTERACTIVE, Waste.OVERSIZED, Waste.OVERRUN,
-                 Waste.RETRY_STORM)
+PER_JOB_WASTE = (
+    Waste.IDLE_ALLOCATION,
+    Waste.ZOMBIE,
+    Waste.FORGOTTEN_INTERACTIVE,
+    Waste.OVERSIZED,
+    Waste.OVERRUN,
+    Waste.RETRY_STORM,
+)
 
 
 def planted(kind: Waste, spec: JobSpec, b: Behaviour, u: np.ndarray) -> Behaviour:
-    """Ordinary work `b` turned into planted waste of `kind` (u: four uniforms for its parameters)."""
-    clean = replace(b, outcome=JobState.COMPLETED, exit_code=0, reason=None, cancel_after_run_s=None, waste=kind)
+    """Ordinary work `b` turned into planted waste of `kind` (u: uniforms for its parameters)."""
+    clean = replace(
+        b, outcome=JobState.COMPLETED, exit_code=0, reason=None, cancel_after_run_s=None, waste=kind
+    )
     work = float(b.work_s or 3600)
-    a, c, e, f = (float(x) for x in u[:4])
+    a, c, e = (float(x) for x in u[:3])
     match kind:
         case Waste.IDLE_ALLOCATION:
             work = max(work, (4 + 8 * a) * 3600)  # hours of idle holding follow the busy start
-            return replace(clean, work_s=int(work),
-                           profile=replace(b.profile, busy_for_s=max((0.15 + 0.2 * c) * work, 1200.0)))
+            return replace(
+                clean,
+                work_s=int(work),
+                profile=replace(b.profile, busy_for_s=max((0.15 + 0.2 * c) * work, 1200.0)),
+            )
         case Waste.ZOMBIE:
-            return replace(clean, work_s=None, cancel_after_run_s=int((20 + 60 * a) * 3600),
-                           profile=replace(b.profile, busy_for_s=600 + 3000 * c, idle_level=0.0))
+            return replace(
+                clean,
+                work_s=None,
+                cancel_after_run_s=int((12 + 36 * a) * 3600),  # until its owner notices, or the cap
+                profile=replace(b.profile, busy_for_s=600 + 3000 * c, idle_level=0.0),
+            )
         case Waste.FORGOTTEN_INTERACTIVE:
-            return replace(clean, work_s=None, cancel_after_run_s=int((10 + 30 * a) * 3600),
-                           profile=replace(b.profile, busy_for_s=1200 + 4200 * c))
+            return replace(
+                clean,
+                work_s=None,
+                cancel_after_run_s=int((10 + 30 * a) * 3600),
+                profile=replace(b.profile, busy_for_s=1200 + 4200 * c),
+            )
         case Waste.OVERSIZED:
-            return replace(clean, work_s=int(max(work, 1800)),
-                           profile=replace(b.profile, working_gpus=max(spec.gpus // 4, 1)))
+            return replace(
+                clean,
+                work_s=int(max(work, 1800)),
+                profile=replace(b.profile, working_gpus=max(spec.gpus // 4, 1)),
+            )
         case Waste.OVERRUN:
             declared = spec.expected_runtime_s or int(work)
             return replace(clean, work_s=int(declared * (1.6 + 1.4 * a)))
         case Waste.RETRY_STORM:
-            return replace(clean, outcome=JobState.FAILED, exit_code=1, reason="ImportError: no module named 'apex'",
-                           failing_attempts=1_000_000, fail_after_s=int(60 + 180 * a), resubmits=5 + int(8 * c),
-                           resubmit_delay_s=int(30 + 270 * e), patience_s=b.patience_s, checkpointed=f < 0)
+            return replace(
+                clean,
+                outcome=JobState.FAILED,
+                exit_code=1,
+                reason="ImportError: no module named 'apex'",
+                failing_attempts=1_000_000,
+                fail_after_s=int(60 + 180 * a),
+                resubmits=5 + int(8 * c),
+                resubmit_delay_s=int(30 + 270 * e),
+            )
     raise ValueError(f"waste {kind!r}: not planted per job")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import datetime as dt
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
@@ -54,8 +55,8 @@ def demo(home: Path | None, days: int, gpus: int | None, start: str, seed: int) 
     last = first + dt.timedelta(days=days - 1)
     began = time.monotonic()
     _step(f"simulating {days} days of the pool on the allocator into {wh.landing}")
-    report = run_simulation(wh.landing, days=days, gpus=gpus, seed=seed, start=first,
-                            on_progress=_day_progress("simulated"))
+    with _day_progress("simulating days", days) as progress:
+        report = run_simulation(wh.landing, days=days, gpus=gpus, seed=seed, start=first, on_progress=progress)
     click.echo(f"    {report.gpus} GPUs, {report.jobs_submitted:,} jobs, {report.events:,} events, "
                f"{report.samples:,} telemetry samples")
     sources = [name for name in SOURCES if (wh.landing / name).is_dir()]
@@ -165,18 +166,19 @@ def simulate(out: Path, days: int, gpus: int | None, seed: int, start: str, inte
     """
     from allocator.simulator import simulate as run_simulation
 
-    report = run_simulation(
-        out, days=days, gpus=gpus, seed=seed, start=dt.date.fromisoformat(start),
-        on_progress=_day_progress("simulated"), interval_s=interval_s,
-    )
+    with _day_progress("simulating days", days) as progress:
+        report = run_simulation(
+            out, days=days, gpus=gpus, seed=seed, start=dt.date.fromisoformat(start),
+            on_progress=progress, interval_s=interval_s,
+        )
     click.echo(report.summary())
 
 
-def _day_progress(verb: str):
-    def report(done: int, total: int, day: dt.date) -> None:
-        click.echo(f"\r  {verb} {done}/{total} days (up to {day})", nl=done == total)
-
-    return report
+@contextmanager
+def _day_progress(verb: str, days: int):
+    """A progress bar over simulated days (one line when the output is not a terminal)."""
+    with click.progressbar(length=days, label=f"  {verb}", show_pos=True, width=30) as bar:
+        yield lambda _done, _total, _day: bar.update(1)
 
 
 @main.command("build")

@@ -22,6 +22,7 @@ import polars as pl
 
 from pipelines.contracts import contract, contracts
 
+DEFAULT_MEMORY_LIMIT = "6GB"
 SCHEMAS = ("raw", "seeds", "staging", "marts", "metrics", "ops", "governance")
 LAKE_TABLES = ("dcgm_samples",)  # raw tables kept as Parquet, exposed by a view
 PARTITION_COLUMNS = ",\n  partition_date DATE,\n  ingest_source VARCHAR,\n  ingested_at TIMESTAMP"
@@ -89,7 +90,12 @@ class Warehouse:
                 f"no warehouse at {self.db_path}: run `gpupool demo` or `gpupool ingest` first"
             )
         self.home.mkdir(parents=True, exist_ok=True)
-        return duckdb.connect(str(self.db_path), read_only=read_only)
+        # DuckDB takes 80% of the machine's memory by default; a month of telemetry would then crowd
+        # out everything else. Above the limit it spills to the home's temp folder.
+        config = {"memory_limit": os.environ.get("GPUPOOL_DUCKDB_MEMORY_LIMIT", DEFAULT_MEMORY_LIMIT)}
+        if not read_only:
+            config["temp_directory"] = str(self.home / "tmp")
+        return duckdb.connect(str(self.db_path), read_only=read_only, config=config)
 
     @contextmanager
     def writer(self) -> Iterator[duckdb.DuckDBPyConnection]:
