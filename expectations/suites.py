@@ -57,7 +57,7 @@ SOURCES: dict[str, tuple[str, ...]] = {
     "dcgm_samples": ("dcgm_text", "prometheus", "dcgm_parquet"),
     "job_events": ("allocator", "slurm", "kueue"),
     "job_gpus": ("allocator", "slurm", "kueue"),
-    "audit_events": ("allocator", "k8s"),
+    "audit_events": ("allocator", "k8s", "slurm", "kueue"),
     "gpu_inventory": ("allocator", "slurm", "k8s"),
     "queue_quotas": ("allocator", "slurm", "kueue"),
 }

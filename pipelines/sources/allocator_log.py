@@ -51,6 +51,7 @@ SHARE_MODES = ("whole", "mig", "timeslice")
 FINISH_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED")
 ACTOR_ROLES = ("admin", "governance_bot", "tenant_member", "system")
 DECISIONS = ("allow", "deny", "applied", "refused", "already_done", "dry_run", "proposed", "approved")
+ENGINES = ("allocator", "slurm", "kueue")
 
 _MIG_SLICES = re.compile(r"(\d+)g\.")
 
@@ -197,7 +198,8 @@ def _audit(record: JsonRecord) -> dict[str, object]:
         "request_id": get_str(line, "request_id"),
         "idempotency_key": get_str(line, "idempotency_key"),
         "api_version": AUDIT_SCHEMA,
-        "source": SOURCE,
+        # the engine that took the action: the built-in allocator, or Slurm/Kueue through a connector
+        "source": get_enum(line, "engine", ENGINES) or SOURCE,
         "line_number": record.line_number,
     }
 

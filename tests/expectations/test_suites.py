@@ -220,7 +220,7 @@ BROKEN = [
     ("job_gpus_attempt_0", "job_gpus", "attempt", {3: 0},
      "expect_column_values_to_be_between", "attempt is below 1 (attempts are 1-based)", [3], [0]),
     ("audit_source", "audit_events", "source", {0: "syslog"},
-     "expect_column_values_to_be_in_set", "source is not one of allocator, k8s", [0], ["syslog"]),
+     "expect_column_values_to_be_in_set", "source is not one of allocator, k8s, slurm, kueue", [0], ["syslog"]),
     ("inventory_fraction_1.5", "gpu_inventory", "fraction", {0: 1.5},
      "expect_column_values_to_be_between", "fraction of a GPU outside (0, 1]", [0], [1.5]),
     ("inventory_share_mode", "gpu_inventory", "share_mode", {3: "vgpu"},

@@ -1,0 +1,73 @@
+"""Connector configuration: one YAML file, secrets only from the environment.
+
+The file is `$GPUPOOL_CONFIG`, else `./gpupool.yml`; with neither, every connector is off and
+the pipeline reads only the landing zone. A value may be written `${NAME}` (or
+`${NAME:-default}`) to take it from the environment: that is the only way secrets get in, and a
+literal that looks like a secret is not refused but should never be committed (see
+`gpupool.example.yml`). Each connector module defines the pydantic model of its own section and
+reads it with `section(name, Model)`.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+class ConfigError(ValueError):
+    """The configuration file is missing a variable, malformed, or a section is invalid."""
+
+
+def config_path() -> Path:
+    return Path(os.environ.get("GPUPOOL_CONFIG", "gpupool.yml"))
+
+
+def _interpolate(value: object, where: str) -> object:
+    if isinstance(value, str):
+        def replace(match: re.Match) -> str:
+            name, default = match.group(1), match.group(2)
+            if name in os.environ:
+                return os.environ[name]
+            if default is not None:
+                return default
+            raise ConfigError(f"{where}: environment variable {name} is not set")
+
+        return _ENV.sub(replace, value)
+    if isinstance(value, dict):
+        return {k: _interpolate(v, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(value, list):
+        return [_interpolate(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    return value
+
+
+def load_config(path: Path | None = None) -> dict:
+    """The whole file, environment variables substituted; {} when there is no file."""
+    path = path or config_path()
+    if not path.exists():
+        return {}
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping of sections at the top level")
+    return _interpolate(raw, str(path))
+
+
+def section(name: str, model: type[ModelT], path: Path | None = None) -> ModelT | None:
+    """One section validated by its model, or None when the file has no such section."""
+    config = load_config(path)
+    if name not in config or config[name] is None:
+        return None
+    try:
+        return model.model_validate(config[name])
+    except ValidationError as err:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors())
+        raise ConfigError(f"{path or config_path()}: section {name}: {problems}") from None

@@ -1,0 +1,1 @@
+"""Delivering enforcement actions to an engine: the built-in allocator, Slurm or Kueue."""
