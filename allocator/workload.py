@@ -205,6 +205,13 @@ _NAMES = {
 }
 _CHECKPOINTS = ("hourly", "every 30 min", "every 1000 steps", "each epoch")
 _USERS_PER_TENANT = 12
+
+
+def tenant_users(tenant: str) -> list[str]:
+    """The tenant's members who submit work (`<tenant>-u01` ... `-u12`), most active first."""
+    return [f"{tenant}-u{k + 1:02d}" for k in range(_USERS_PER_TENANT)]
+
+
 _COL = {
     "name": 0,
     "name_no": 1,
@@ -508,7 +515,7 @@ class _Builder:
         self.model_capacity: dict[str, float] = defaultdict(float)
         for (model, _), v in capacity.items():
             self.model_capacity[model] += v
-        self.users = {t: [f"{t}-u{k + 1:02d}" for k in range(_USERS_PER_TENANT)] for t in pool.tenants}
+        self.users = {t: tenant_users(t) for t in pool.tenants}
         self.user_w = tuple(1.0 / k for k in range(1, _USERS_PER_TENANT + 1))  # a few users submit most
         self.replicas = {
             g.gpu_model: g.replicas for n in pool.nodes for g in n.gpus if g.share_mode == ShareMode.TIMESLICE

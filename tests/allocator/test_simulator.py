@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections import Counter
 from pathlib import Path
 
@@ -10,9 +11,15 @@ import polars as pl
 import pytest
 
 from allocator.pool import default_pool, pool_capacity
-from allocator.simulator import scale_pool, simulate
+from allocator.simulator import (
+    GOVERNANCE_BOT,
+    OUTGOING_ADMIN,
+    access_plan,
+    scale_pool,
+    simulate,
+)
 from allocator.telemetry import GPU_UTIL, GR_ENGINE_ACTIVE, IDLE_ACTIVITY
-from allocator.workload import PER_JOB_WASTE, Waste
+from allocator.workload import PER_JOB_WASTE, Waste, tenant_users
 from pipelines.sources.allocator_log import parse_audit_log, parse_event_log, parse_pool_snapshot
 from pipelines.sources.dcgm_parquet import parse_dcgm_parquet
 
@@ -39,6 +46,18 @@ def events(run) -> pl.DataFrame:
         parsed = parse_event_log(path.read_bytes(), str(path))
         assert parsed.quarantine.height == 0, parsed.quarantine
         frames.append(parsed.tables["job_events"])
+    return pl.concat(frames)
+
+
+@pytest.fixture(scope="module")
+def audits(run) -> pl.DataFrame:
+    out, _, _ = run
+    frames = []
+    for path in sorted(out.glob("allocator_audit/*/audit.jsonl")):
+        parsed = parse_audit_log(path.read_bytes(), str(path))
+        assert parsed.quarantine.height == 0, parsed.quarantine
+        assert parsed.records_read == parsed.records_loaded > 0
+        frames.append(parsed.tables["audit_events"])
     return pl.concat(frames)
 
 
@@ -74,6 +93,7 @@ def test_layout_and_files_parse_clean(run):
     days = [START.isoformat(), (START + dt.timedelta(days=1)).isoformat()]
     for source, name in (
         ("allocator_events", "events.jsonl"),
+        ("allocator_audit", "audit.jsonl"),
         ("allocator_pool", "pool.json"),
         ("dcgm_parquet", "samples.parquet"),
     ):
@@ -162,3 +182,89 @@ def test_interval_changes_the_resolution(tmp_path: Path):
     assert frame.height == report.samples
     with pytest.raises(ValueError, match="interval_s"):
         simulate(tmp_path, days=1, gpus=32, seed=3, start=START, interval_s=7)
+
+
+def test_admin_activity_writes_every_kind_of_record(run, audits, events):
+    _, report, _ = run
+    kinds = Counter(zip(audits.get_column("action"), audits.get_column("decision"), strict=True))
+    assert report.audit_records == audits.height
+    assert report.audit_kinds == {f"{a} {d}": n for (a, d), n in kinds.items()}
+    for kind in (
+        ("permission.grant", "applied"),
+        ("permission.revoke", "applied"),
+        ("quota.update", "applied"),
+        ("enforcement.quota_proposal", "proposed"),
+        ("approval.grant", "approved"),
+        ("enforcement.remind", "applied"),
+        ("enforcement.reclaim", "applied"),
+        ("enforcement.reclaim", "already_done"),
+        ("enforcement.reclaim", "refused"),
+        ("enforcement.reclaim", "dry_run"),
+        ("enforcement.cap_runtime", "applied"),
+    ):
+        assert kinds[kind] >= 1, kind
+    # day 0: every tenant's members, the admins and the bot; the records are the store's shape
+    grants = audits.filter(pl.col("action") == "permission.grant")
+    members = {u for t in default_pool().tenants for u in tenant_users(t)}
+    assert members | {GOVERNANCE_BOT, OUTGOING_ADMIN} <= set(grants.get_column("object_name"))
+    assert set(grants.get_column("actor_role")) == {"system"}
+    assert set(grants.get_column("object_kind")) == {"principal"}
+    # the refused reclaim targets an inference service
+    refused = audits.filter(pl.col("action") == "enforcement.reclaim", pl.col("decision") == "refused")
+    templates = dict(events.filter(pl.col("event_type") == "submit").select("job_id", "template").iter_rows())
+    assert {templates[j] for j in refused.get_column("object_name")} == {"inference"}
+    # one proposal approved a day later, the other left open
+    proposals = audits.filter(pl.col("action") == "enforcement.quota_proposal")
+    approved = audits.filter(pl.col("action") == "approval.grant")
+    assert proposals.height == 2 and approved.height == 1
+    assert approved.get_column("request_id")[0] == proposals.get_column("request_id")[0]
+    gap = approved.get_column("occurred_at")[0] - proposals.get_column("occurred_at")[0]
+    assert gap == dt.timedelta(days=1)
+    # a resent reclaim answers already_done with the first one's key
+    repeats = audits.filter(pl.col("decision") == "already_done").get_column("idempotency_key")
+    applied = audits.filter(pl.col("action") == "enforcement.reclaim", pl.col("decision") == "applied")
+    assert set(repeats) <= set(applied.get_column("idempotency_key"))
+
+
+def test_reclaimed_and_capped_jobs_really_end(audits, events, samples):
+    applied = audits.filter(pl.col("action") == "enforcement.reclaim", pl.col("decision") == "applied")
+    finishes = events.filter(pl.col("event_type") == "finish")
+    for job_id, at in applied.select("object_name", "occurred_at").iter_rows():
+        end = finishes.filter(pl.col("job_id") == job_id).row(0, named=True)
+        assert end["occurred_at"] == at and end["state"] == "CANCELLED", job_id
+        assert end["reason"].startswith("reclaimed: ")
+        # the simulator followed the engine's record: no telemetry after the reclaim
+        last = samples.filter(pl.col("hpc_job") == job_id).get_column("sampled_at").max()
+        assert last is not None and last <= at, job_id
+    caps = audits.filter(pl.col("action") == "enforcement.cap_runtime", pl.col("decision") == "applied")
+    for job_id, after in caps.select("object_name", "after_json").iter_rows():
+        ends_at = dt.datetime.fromisoformat(json.loads(after)["ends_at"].rstrip("Z"))
+        end = finishes.filter(pl.col("job_id") == job_id)
+        assert end.height == 0 or end.get_column("occurred_at")[0] <= ends_at, job_id
+
+
+def test_access_plan_is_seeded_and_consistent():
+    start = dt.datetime(2026, 11, 2)
+    tenants = default_pool().tenants
+    plan = access_plan(tenants, start, 30, seed=7)
+    assert plan == access_plan(tenants, start, 30, seed=7)
+    assert plan != access_plan(tenants, start, 30, seed=8)
+    assert access_plan(tenants, start, 3, seed=7) == [c for c in plan if c[0] < start + dt.timedelta(days=3)]
+    first = [c for c in plan if c[0] == start]
+    assert len(first) == 12 * len(tenants) + 4 and all(p is not None for _, _, p in first)
+    holding: set[str] = set()
+    for at, name, principal in plan:
+        if principal is None:
+            assert name in holding, name  # only someone who held access loses it
+            holding.discard(name)
+        else:
+            assert at.weekday() < 5 or at == start
+            holding.add(name)
+    revoked = [(at, name) for at, name, p in plan if p is None]
+    assert revoked[0] == (start + dt.timedelta(days=1, hours=9), OUTGOING_ADMIN) and len(revoked) >= 2
+    assert len(plan) - len(first) - len(revoked) >= 3  # people join during the month
+
+
+def test_without_admin_the_audit_log_stays_empty(tmp_path: Path):
+    report = simulate(tmp_path, days=1, gpus=32, seed=3, start=START, admin=None)
+    assert report.audit_records == 0 and not (tmp_path / "allocator_audit").exists()
