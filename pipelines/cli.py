@@ -181,6 +181,32 @@ def _day_progress(verb: str, days: int):
         yield lambda _done, _total, _day: bar.update(1)
 
 
+@main.group()
+def backfill() -> None:
+    """Fetch history from live systems into the landing zone (configured in gpupool.yml)."""
+
+
+@backfill.command("prometheus")
+@click.option("--start", required=True, type=click.DateTime(), help="Window start, UTC.")
+@click.option("--end", required=True, type=click.DateTime(), help="Window end, UTC.")
+@click.option("--no-ingest", is_flag=True, help="Only land the responses; do not ingest the days.")
+@HOME_OPTION
+def backfill_prometheus(start: dt.datetime, end: dt.datetime, no_ingest: bool, home: Path | None) -> None:
+    """Backfill DCGM series from Prometheus' query_range for a window."""
+    from pipelines.config import ConfigError, config_path, section
+    from pipelines.connectors.prometheus import PrometheusConfig, PrometheusError
+    from pipelines.connectors.prometheus import backfill_prometheus as run_backfill
+
+    try:
+        settings = section("prometheus", PrometheusConfig)
+        if settings is None:
+            raise click.ClickException(f"{config_path()}: no prometheus section (see gpupool.example.yml)")
+        report = run_backfill(_warehouse(home), start, end, settings, ingest=not no_ingest, log=_step)
+    except (ConfigError, PrometheusError, ValueError) as err:
+        raise click.ClickException(str(err)) from None
+    click.echo(report.summary())
+
+
 @main.command("build")
 @HOME_OPTION
 def build(home: Path | None) -> None:

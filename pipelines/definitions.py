@@ -3,6 +3,8 @@ import dagster as dg
 
 from pipelines.assets.ingest import ingest_assets
 from pipelines.assets.marts import catalog_matches_models, ingest_accounting_balanced, warehouse_models
+from pipelines.assets.scrape import dcgm_scrape_sensor
+from pipelines.resources.telemetry import DcgmScrapeResource
 from pipelines.resources.warehouse import WarehouseResource
 from pipelines.schedules import ingest_job, ingest_schedule, models_job, models_schedule
 
@@ -11,5 +13,6 @@ defs = dg.Definitions(
     asset_checks=[ingest_accounting_balanced, catalog_matches_models],
     jobs=[ingest_job, models_job],
     schedules=[ingest_schedule, models_schedule],
-    resources={"warehouse": WarehouseResource()},
+    sensors=[dcgm_scrape_sensor],
+    resources={"warehouse": WarehouseResource(), "telemetry": DcgmScrapeResource()},
 )

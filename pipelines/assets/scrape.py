@@ -1,0 +1,133 @@
+"""The dcgm-exporter scrape sensor: one scrape round per tick, and the day's re-ingest now and then.
+
+Dagster's sensor daemon evaluates sensors in a loop of at least 5 s (dagster 1.13,
+`_daemon/sensor.py`), so a sensor can tick every 15 s, which a cron schedule (one minute at
+best) cannot. Each tick:
+
+1. scrapes every target once through the `telemetry` resource (live HTTP, or a folder of files);
+2. writes the round's samples to `landing/dcgm_parquet/<day>/scrape-<HHMMSS>-<id>.parquet` and
+   its gaps to `ops.scrape_gaps`;
+3. every `ingest_every_rounds` rounds that brought samples, requests a run of the day's
+   `raw_dcgm_parquet` partition (re-ingesting the day replaces it with every round so far), and
+   on the first round of a new day one last run of the day before, so that its final rounds are
+   in. The nightly `ingest_daily` schedule re-ingests yesterday anyway.
+
+The cursor (JSON) keeps the day, the round counts and the totals; a tick without a run request
+reports the round's counts as its skip message, so the tick history shows every round.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, replace
+
+import dagster as dg
+
+from pipelines.assets.ingest import asset_name
+from pipelines.config import section
+from pipelines.connectors.scrape import LANDING_SOURCE, DcgmConfig, ScrapeRound, utc_naive, write_round
+from pipelines.resources.telemetry import TelemetrySource
+from pipelines.resources.warehouse import WarehouseResource
+
+RAW_DCGM_PARQUET = dg.AssetKey(asset_name(LANDING_SOURCE))
+TRIGGER_TAG = "gpupool/trigger"
+
+
+@dataclass(frozen=True)
+class ScrapeCursor:
+    day: str | None = None  # UTC day of the last round
+    rounds: int = 0  # rounds run, all days
+    since_ingest: int = 0  # rounds with samples on `day` since its last requested ingest
+    samples: int = 0  # samples written, all rounds
+    gaps: int = 0  # gap rows recorded, all rounds
+    last: str = ""  # the last round's summary
+
+    @classmethod
+    def parse(cls, text: str | None) -> ScrapeCursor:
+        if not text:
+            return cls()
+        try:
+            fields = json.loads(text)
+            return cls(**{k: v for k, v in fields.items() if k in cls.__dataclass_fields__})
+        except (json.JSONDecodeError, TypeError, AttributeError):
+            return cls()  # a cursor from another version: start counting again
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+
+def advance(
+    cursor: ScrapeCursor, scrape: ScrapeRound, every: int
+) -> tuple[ScrapeCursor, list[tuple[str, str]]]:
+    """The cursor after `scrape`, and the (partition day, run key) ingests to request."""
+    day = scrape.round_at.date().isoformat()
+    rounds = cursor.rounds + 1
+    ingests: list[tuple[str, str]] = []
+    since = cursor.since_ingest if cursor.day == day else 0
+    if cursor.day is not None and cursor.day != day and cursor.since_ingest > 0:
+        ingests.append((cursor.day, f"{LANDING_SOURCE}:{cursor.day}:final"))
+    if scrape.samples.height:
+        since += 1
+    if since >= every:
+        ingests.append((day, f"{LANDING_SOURCE}:{day}:{rounds}"))
+        since = 0
+    return (
+        replace(
+            cursor,
+            day=day,
+            rounds=rounds,
+            since_ingest=since,
+            samples=cursor.samples + scrape.samples.height,
+            gaps=cursor.gaps + scrape.gaps.height,
+            last=scrape.summary(),
+        ),
+        ingests,
+    )
+
+
+def build_scrape_sensor(
+    interval_s: float | None = None,
+    ingest_every_rounds: int | None = None,
+    name: str = "dcgm_scrape",
+    default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED,
+) -> dg.SensorDefinition:
+    """The scrape sensor; interval and re-ingest cadence default to the `dcgm` section of the
+    connector config (read once, here), else 15 s and 40 rounds."""
+    settings = section("dcgm", DcgmConfig) or DcgmConfig()
+    interval = interval_s if interval_s is not None else settings.interval_s
+    every = ingest_every_rounds if ingest_every_rounds is not None else settings.ingest_every_rounds
+
+    @dg.sensor(
+        name=name,
+        minimum_interval_seconds=max(1, math.ceil(interval)),
+        asset_selection=[RAW_DCGM_PARQUET],
+        default_status=default_status,
+        description=(
+            f"Scrapes every dcgm-exporter target each {interval:g} s into landing/{LANDING_SOURCE}/<day>/ "
+            f"(gaps in ops.scrape_gaps) and re-ingests the day's {RAW_DCGM_PARQUET.to_user_string()} "
+            f"partition every {every} rounds."
+        ),
+    )
+    def _scrape(
+        context: dg.SensorEvaluationContext, telemetry: TelemetrySource, warehouse: WarehouseResource
+    ) -> dg.SensorResult:
+        scrape = telemetry.scrape_round(utc_naive())
+        if scrape.targets == 0:
+            return dg.SensorResult(
+                skip_reason=f"no targets to scrape ({telemetry.describe()})", cursor=context.cursor
+            )
+        path = write_round(warehouse.get(), scrape)
+        cursor, ingests = advance(ScrapeCursor.parse(context.cursor), scrape, every)
+        context.log.info(f"{scrape.summary()}; written to {path}" if path else scrape.summary())
+        runs = [
+            dg.RunRequest(run_key=key, partition_key=day, tags={TRIGGER_TAG: name}) for day, key in ingests
+        ]
+        if runs:
+            return dg.SensorResult(run_requests=runs, cursor=cursor.to_json())
+        return dg.SensorResult(skip_reason=scrape.summary(), cursor=cursor.to_json())
+
+    return _scrape
+
+
+dcgm_scrape_sensor = build_scrape_sensor()
