@@ -9,7 +9,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipelines.sources import allocator_log, dcgm_parquet, dcgm_text, k8s_audit, prometheus, slurm_sacct
+from pipelines.sources import (
+    allocator_log,
+    dcgm_parquet,
+    dcgm_text,
+    k8s_audit,
+    kueue,
+    prometheus,
+    slurm_sacct,
+)
+from pipelines.connectors.slurm import parse_squeue_job_gpus
 from pipelines.sources.base import ParseResult
 
 
@@ -75,11 +84,26 @@ SOURCES: dict[str, IngestSource] = {
             slurm_sacct.parse_sacct_json,
         ),
         IngestSource(
+            "slurm_squeue",
+            "Slurm running jobs' GPU indices (squeue --json snapshots), for the DCGM join",
+            ("*.json",),
+            ("job_gpus",),
+            parse_squeue_job_gpus,
+        ),
+        IngestSource(
             "k8s_audit",
             "Kubernetes audit log JSON lines (audit.k8s.io/v1 and v1beta1)",
             ("*.jsonl", "*.log", "*.json"),
             ("audit_events",),
             k8s_audit.parse_k8s_audit,
+        ),
+        IngestSource(
+            "kueue",
+            "Kueue Workloads (WorkloadList JSON from the Kubernetes API), with the day's pods.json for their nodes",
+            ("*.json",),
+            ("job_events", "job_gpus"),
+            kueue.parse_kueue_workloads,
+            parse_path=kueue.parse_kueue_file,
         ),
         IngestSource(
             "allocator_events",

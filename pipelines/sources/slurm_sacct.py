@@ -382,7 +382,7 @@ def _text_time(value: str | None, name: str, *, required: bool = False) -> datet
 
 def _duration_s(value: str, name: str) -> int | None:
     """Slurm time limit text → seconds: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS."""
-    if value in UNSET or value in ("UNLIMITED", "Partition_limit", "INVALID"):
+    if value in UNSET or value.upper() in ("UNLIMITED", "PARTITION_LIMIT", "INVALID"):
         return None
     match = _DURATION.fullmatch(value)
     if not match:

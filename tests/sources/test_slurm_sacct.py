@@ -454,3 +454,15 @@ def test_sacct_json_empty_file_and_errors_reported() -> None:
     with_error = parse_sacct_json('{"jobs": [], "errors": [{"error": "Unable to contact slurmdbd"}]}', "e.json")
     check(with_error)
     assert with_error.notes == ['sacct reported error: {"error":"Unable to contact slurmdbd"}']
+
+
+def test_partition_limit_is_read_in_either_case():
+    # Slurm 22.05 prints Partition_Limit; older releases and the man page say Partition_limit.
+    header = "JobID|State|Submit|Start|End|Timelimit"
+    rows = [
+        "11|COMPLETED|2026-11-01T10:00:00|2026-11-01T10:01:00|2026-11-01T10:05:00|Partition_Limit",
+        "12|COMPLETED|2026-11-01T10:00:00|2026-11-01T10:01:00|2026-11-01T10:05:00|Partition_limit",
+    ]
+    result = parse_sacct_parsable2("\n".join([header, *rows]) + "\n", "sacct.txt")
+    assert result.quarantine.height == 0
+    assert result.records_loaded == 2

@@ -1,0 +1,1 @@
+"""Slurm: the real one-node cluster, accounting ingest, GPU indices and enforcement."""
