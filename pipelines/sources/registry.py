@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipelines.connectors.slurm import parse_squeue_job_gpus
 from pipelines.sources import (
     allocator_log,
     dcgm_parquet,
@@ -18,7 +19,6 @@ from pipelines.sources import (
     prometheus,
     slurm_sacct,
 )
-from pipelines.connectors.slurm import parse_squeue_job_gpus
 from pipelines.sources.base import ParseResult
 
 
