@@ -1,13 +1,16 @@
 # The two commands a newcomer needs: `make demo` and `make test`.
-.PHONY: setup demo test test-quick lint bench dev
+.PHONY: setup components demo test test-quick lint bench dev
 
 setup:
 	@bash scripts/setup.sh
 
+components:
+	@bash scripts/components.sh
+
 demo: setup
 	.venv/bin/gpupool demo
 
-test: setup
+test: setup components
 	.venv/bin/python -m pytest -q
 
 test-quick: setup
