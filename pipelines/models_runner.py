@@ -7,9 +7,17 @@ A model is a SQL file; its name is the file name and its layer the folder:
   models/seeds/<name>.csv    -> table seeds.<name>   (column types from the sidecar <name>.yml)
 Dependencies are the schema-qualified names a model's SQL mentions (`marts.dim_jobs`); models are
 built in dependency order, all in one transaction, so a failure leaves the previous build intact.
+
+A mart whose sidecar says `build: {by_day: <schema>.<table>.<timestamp column>}` is built one UTC
+day at a time, for each day on which that column has values: its SQL filters its input on
+`getvariable('batch_start_at')` (inclusive) and `getvariable('batch_end_at')` (exclusive), the
+first day creates the table and each later day appends to it. A model whose groups never span two
+days (per-minute aggregates) then holds one day in memory, not the whole window. With no rows at
+all the model runs once with both bounds null, which creates it empty.
 """
 from __future__ import annotations
 
+import datetime as dt
 import re
 import time
 from collections.abc import Callable
@@ -18,6 +26,7 @@ from pathlib import Path
 
 import duckdb
 import polars as pl
+import yaml
 
 from pipelines.catalog import MODEL_LAYERS, Catalog, load_catalog, load_model_doc
 from pipelines.paths import MODELS_DIR
@@ -32,6 +41,8 @@ _LINE_COMMENT = re.compile(r"--[^\n]*")
 _STRING = re.compile(r"'(?:[^']|'')*'")
 _SEED_TYPES = {"VARCHAR", "INTEGER", "BIGINT", "DOUBLE", "BOOLEAN", "DATE", "TIMESTAMP"}
 _CATALOG_TABLES = ("metrics.catalog", "metrics.catalog_version")
+_BATCH_VARIABLES = ("batch_start_at", "batch_end_at")
+_BY_DAY = re.compile(r"^([a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*)\.([a-z_][a-z0-9_]*)$")
 
 
 class ModelBuildError(RuntimeError):
@@ -45,6 +56,7 @@ class Model:
     path: Path
     sql: str
     refs: frozenset[str]  # schema-qualified names the SQL reads
+    by_day: tuple[str, str] | None = None  # (relation, timestamp column) when built one day at a time
 
     @property
     def qualified(self) -> str:
@@ -57,6 +69,7 @@ class ModelBuild:
     kind: str  # seed | view | table | catalog
     rows: int | None  # None for staging views: counting them would scan the raw inputs
     seconds: float
+    batches: int = 1  # days a by_day model was built in (1 for the others)
 
 
 def references(sql: str) -> frozenset[str]:
@@ -73,8 +86,49 @@ def discover_models(models_dir: Path = MODELS_DIR) -> list[Model]:
             if not sql:
                 raise ModelBuildError(f"{path}: empty model")
             refs = references(sql) - {f"{layer}.{path.stem}"}
-            models.append(Model(name=path.stem, layer=layer, path=path, sql=sql, refs=refs))
+            by_day = _by_day(path, layer, sql)
+            if by_day:
+                refs |= {by_day[0]}  # the days come from there: it must exist, and build first
+            models.append(Model(name=path.stem, layer=layer, path=path, sql=sql, refs=refs, by_day=by_day))
     return models
+
+
+def _by_day(path: Path, layer: str, sql: str) -> tuple[str, str] | None:
+    """The sidecar's build.by_day as (relation, column), checked against the SQL; None when absent.
+    A missing or unreadable sidecar is reported later, by the sidecar check."""
+    sidecar = path.with_suffix(".yml")
+    if not sidecar.exists():
+        return None
+    try:
+        doc = yaml.safe_load(sidecar.read_text()) or {}
+    except yaml.YAMLError:
+        return None
+    code = _LINE_COMMENT.sub("", sql)
+    reads = [v for v in _BATCH_VARIABLES if re.search(rf"getvariable\(\s*'{v}'\s*\)", code)]
+    build = doc.get("build") if isinstance(doc, dict) else None
+    if build is None:
+        if reads:
+            raise ModelBuildError(
+                f"{path}: reads getvariable({reads[0]!r}) but {sidecar.name} has no build.by_day: "
+                "the bounds would be null and the model empty"
+            )
+        return None
+    if not isinstance(build, dict) or set(build) != {"by_day"}:
+        raise ModelBuildError(f"{sidecar}: build must be a mapping with one key, by_day")
+    match = _BY_DAY.match(str(build["by_day"]))
+    if not match:
+        raise ModelBuildError(
+            f"{sidecar}: build.by_day is {build['by_day']!r}; expected <schema>.<table>.<timestamp column>"
+        )
+    if layer != "marts":
+        raise ModelBuildError(f"{sidecar}: build.by_day applies to marts (tables), not to {layer} views")
+    missing = [v for v in _BATCH_VARIABLES if v not in reads]
+    if missing:
+        raise ModelBuildError(
+            f"{path}: built by day, so its SQL must filter its input on "
+            f"{' and '.join(f'getvariable({v!r})' for v in missing)}"
+        )
+    return match.group(1), match.group(2)
 
 
 def build_order(models: list[Model], seeds: set[str], external: set[str]) -> list[Model]:
@@ -170,15 +224,54 @@ def _write_catalog(con: duckdb.DuckDBPyConnection, catalog: Catalog) -> int:
     return len(catalog.metrics)
 
 
-def _build(con: duckdb.DuckDBPyConnection, model: Model) -> int | None:
+def _build(con: duckdb.DuckDBPyConnection, model: Model) -> tuple[int | None, int]:
+    """Build one model; returns its row count (None for a view) and the number of batches."""
     kind = _KIND[model.layer]
     try:
-        con.execute(f"create or replace {kind} {model.qualified} as\n{model.sql}")
+        if model.by_day:
+            batches = _build_by_day(con, model, *model.by_day)
+        else:
+            con.execute(f"create or replace {kind} {model.qualified} as\n{model.sql}")
+            batches = 1
         if model.layer == "staging":
-            return None
-        return con.execute(f"select count(*) from {model.qualified}").fetchall()[0][0]
+            return None, batches
+        return con.execute(f"select count(*) from {model.qualified}").fetchall()[0][0], batches
     except duckdb.Error as exc:
         raise ModelBuildError(f"{model.path}: building {model.qualified} failed: {exc}") from exc
+
+
+def batch_days(con: duckdb.DuckDBPyConnection, relation: str, column: str) -> list[dt.date]:
+    """The UTC days on which the column has values, in order. Days without data are skipped, so a
+    stray timestamp years off costs one batch, not one per day in between."""
+    day = f"cast({column} as date)"
+    rows = con.execute(f"select distinct {day} from {relation} where {column} is not null order by 1").fetchall()
+    return [day for (day,) in rows]
+
+
+def _build_by_day(con: duckdb.DuckDBPyConnection, model: Model, relation: str, column: str) -> int:
+    days = batch_days(con, relation, column)
+    for i, day in enumerate(days or [None]):
+        start, end = _day_literals(day)
+        con.execute(f"set variable batch_start_at = {start}")
+        con.execute(f"set variable batch_end_at = {end}")
+        if i == 0:
+            con.execute(f"create or replace table {model.qualified} as\n{model.sql}")
+        else:
+            con.execute(f"insert into {model.qualified}\n{model.sql}")
+    _reset_batch_variables(con)
+    return max(len(days), 1)
+
+
+def _reset_batch_variables(con: duckdb.DuckDBPyConnection) -> None:
+    """Variables outlive transactions; an aborted one refuses statements until rolled back."""
+    for name in _BATCH_VARIABLES:
+        con.execute(f"reset variable {name}")
+
+
+def _day_literals(day: dt.date | None) -> tuple[str, str]:
+    if day is None:
+        return "cast(null as timestamp)", "cast(null as timestamp)"
+    return f"timestamp '{day.isoformat()}'", f"timestamp '{(day + dt.timedelta(days=1)).isoformat()}'"
 
 
 def build_models(
@@ -222,8 +315,10 @@ def build_models(
         for model in ordered:
             progress(model.qualified)
             started = time.perf_counter()
-            rows = _build(con, model)
-            builds.append(ModelBuild(model.qualified, _KIND[model.layer], rows, time.perf_counter() - started))
+            rows, batches = _build(con, model)
+            builds.append(
+                ModelBuild(model.qualified, _KIND[model.layer], rows, time.perf_counter() - started, batches)
+            )
         progress("metrics.catalog")
         started = time.perf_counter()
         rows = _write_catalog(con, catalog)
@@ -231,5 +326,6 @@ def build_models(
         con.execute("commit")
     except BaseException:
         con.execute("rollback")
+        _reset_batch_variables(con)
         raise
     return builds

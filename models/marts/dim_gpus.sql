@@ -23,18 +23,34 @@ in_inventory as (
   ) = 1
 ),
 
-telemetry as (
+telemetry_minutes as (
   select
     host,
     gpu,
     gpu_instance_id,
-    max(uuid) as uuid,
-    max(model_name) as model_name,
-    max(gpu_instance_profile) as gpu_instance_profile,
     min(minute_at) as first_seen_at,
     max(minute_at) + interval 1 minute as last_seen_at
   from marts.fct_gpu_activity
   group by host, gpu, gpu_instance_id
+),
+
+-- what the GPU's series say about it (UUID, NVML name, MIG profile), from the lake directly:
+-- the per-minute table does not carry them
+telemetry as (
+  select
+    m.host,
+    m.gpu,
+    m.gpu_instance_id,
+    d.uuid,
+    d.model_name,
+    d.gpu_instance_profile,
+    m.first_seen_at,
+    m.last_seen_at
+  from telemetry_minutes m
+  left join staging.stg_dcgm__gpus d
+    on d.host = m.host
+    and d.gpu = m.gpu
+    and d.gpu_instance_id is not distinct from m.gpu_instance_id
 ),
 
 -- a GPU's parent-level series (no instance id) belongs to an inventoried MIG or time-sliced GPU

@@ -1,30 +1,28 @@
--- one row per GPU (or MIG instance) per minute; everything else reads activity from here
+-- one row per GPU (or MIG instance) per minute; everything else reads activity from here.
+-- Built one UTC day at a time (see the sidecar's build.by_day): a minute never spans two days, so
+-- each day aggregates alone, in memory.
 with samples as (
   select
     host,
     gpu,
     gpu_instance_id,
-    gpu_instance_profile,
-    uuid,
-    model_name,
-    metric,
-    value,
-    sampled_at,
+    date_trunc('minute', sampled_at) as minute_at,
+    gr_engine_active,
+    gpu_util_pct,
+    fb_used_mib,
+    fb_free_mib,
+    power_w,
+    pcie_tx_bytes_per_s,
+    pcie_rx_bytes_per_s,
+    nvlink_tx_bytes_per_s,
+    nvlink_rx_bytes_per_s,
     hpc_job,
     k8s_namespace,
-    k8s_pod
+    k8s_pod,
+    samples
   from staging.stg_dcgm__samples
-  where metric in (
-    'DCGM_FI_PROF_GR_ENGINE_ACTIVE',
-    'DCGM_FI_DEV_GPU_UTIL',
-    'DCGM_FI_DEV_FB_USED',
-    'DCGM_FI_DEV_FB_FREE',
-    'DCGM_FI_DEV_POWER_USAGE',
-    'DCGM_FI_PROF_PCIE_TX_BYTES',
-    'DCGM_FI_PROF_PCIE_RX_BYTES',
-    'DCGM_FI_PROF_NVLINK_TX_BYTES',
-    'DCGM_FI_PROF_NVLINK_RX_BYTES'
-  )
+  where sampled_at >= getvariable('batch_start_at')
+    and sampled_at < getvariable('batch_end_at')
 ),
 
 per_minute as (
@@ -32,29 +30,27 @@ per_minute as (
     host,
     gpu,
     gpu_instance_id,
-    date_trunc('minute', sampled_at) as minute_at,
-    avg(value) filter (where metric = 'DCGM_FI_PROF_GR_ENGINE_ACTIVE') as gr_engine_active,
-    avg(value) filter (where metric = 'DCGM_FI_DEV_GPU_UTIL') as gpu_util_pct,
-    max(value) filter (where metric = 'DCGM_FI_DEV_FB_USED') as fb_used_mib,
-    min(value) filter (where metric = 'DCGM_FI_DEV_FB_FREE') as fb_free_mib,
-    avg(value) filter (where metric = 'DCGM_FI_DEV_POWER_USAGE') as power_w,
+    minute_at,
+    avg(gr_engine_active) as gr_engine_active,
+    avg(gpu_util_pct) as gpu_util_pct,
+    max(fb_used_mib) as fb_used_mib,
+    min(fb_free_mib) as fb_free_mib,
+    avg(power_w) as power_w,
     -- PROF byte fields are rates (bytes per second): a minute moves 60 x the mean rate
-    avg(value) filter (where metric = 'DCGM_FI_PROF_PCIE_TX_BYTES') * 60 as pcie_tx_bytes,
-    avg(value) filter (where metric = 'DCGM_FI_PROF_PCIE_RX_BYTES') * 60 as pcie_rx_bytes,
-    avg(value) filter (where metric = 'DCGM_FI_PROF_NVLINK_TX_BYTES') * 60 as nvlink_tx_bytes,
-    avg(value) filter (where metric = 'DCGM_FI_PROF_NVLINK_RX_BYTES') * 60 as nvlink_rx_bytes,
+    avg(pcie_tx_bytes_per_s) * 60 as pcie_tx_bytes,
+    avg(pcie_rx_bytes_per_s) * 60 as pcie_rx_bytes,
+    avg(nvlink_tx_bytes_per_s) * 60 as nvlink_tx_bytes,
+    avg(nvlink_rx_bytes_per_s) * 60 as nvlink_rx_bytes,
     min(hpc_job) as hpc_job,
     min(k8s_namespace) as k8s_namespace,
     min(k8s_pod) as k8s_pod,
-    -- a shared (time-sliced) GPU carries one series per workload: keep every label for reconciliation
-    list(distinct hpc_job) filter (where hpc_job is not null) as hpc_jobs,
-    list(distinct k8s_pod) filter (where k8s_pod is not null) as k8s_pods,
-    max(uuid) as uuid,
-    max(model_name) as model_name,
-    max(gpu_instance_profile) as gpu_instance_profile,
-    count(*) as samples
+    -- a shared (time-sliced) GPU carries one series per workload: keep every label for
+    -- reconciliation; a row is one series at one time, so these lists are short
+    list(hpc_job) filter (where hpc_job is not null) as hpc_jobs,
+    list(k8s_pod) filter (where k8s_pod is not null) as k8s_pods,
+    cast(sum(samples) as bigint) as samples
   from samples
-  group by host, gpu, gpu_instance_id, date_trunc('minute', sampled_at)
+  group by host, gpu, gpu_instance_id, minute_at
 ),
 
 final as (
@@ -81,11 +77,9 @@ final as (
     hpc_job,
     k8s_namespace,
     k8s_pod,
-    list_sort(hpc_jobs) as hpc_jobs,
-    list_sort(k8s_pods) as k8s_pods,
-    uuid,
-    model_name,
-    gpu_instance_profile,
+    -- most lists hold one label: sort and deduplicate only the others
+    case when len(hpc_jobs) > 1 then list_sort(list_distinct(hpc_jobs)) else hpc_jobs end as hpc_jobs,
+    case when len(k8s_pods) > 1 then list_sort(list_distinct(k8s_pods)) else k8s_pods end as k8s_pods,
     samples
   from per_minute
 )

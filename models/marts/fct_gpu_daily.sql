@@ -1,13 +1,34 @@
 -- device-level fields (power, PCIe, NVLink) are per physical GPU even when a MIG GPU repeats them
 -- on each instance's series: take the highest per GPU-minute before summing
 with activity as (
-  select * from marts.fct_gpu_activity
+  select
+    host,
+    gpu,
+    gpu_instance_id,
+    activity_date,
+    minute_at,
+    activity,
+    activity_source,
+    fb_used_mib,
+    power_w,
+    pcie_tx_bytes,
+    pcie_rx_bytes,
+    nvlink_tx_bytes,
+    nvlink_rx_bytes
+  from marts.fct_gpu_activity
 ),
 
 gpus as (
   select host, gpu, max(gpu_model) as gpu_model
   from marts.dim_gpus
   group by host, gpu
+),
+
+-- only a GPU with instance series has several rows a minute; the others' rows are its minutes
+shared_gpus as (
+  select distinct host, gpu
+  from activity
+  where gpu_instance_id is not null
 ),
 
 physical_minutes as (
@@ -25,7 +46,24 @@ physical_minutes as (
     max(nvlink_rx_bytes) as nvlink_rx_bytes,
     bool_or(activity_source = 'gr_engine_active') as has_gr_engine_active
   from activity
+  semi join shared_gpus using (host, gpu)
   group by host, gpu, activity_date, minute_at
+  union all
+  select
+    host,
+    gpu,
+    activity_date as day,
+    minute_at,
+    activity as max_activity,
+    fb_used_mib,
+    power_w,
+    pcie_tx_bytes,
+    pcie_rx_bytes,
+    nvlink_tx_bytes,
+    nvlink_rx_bytes,
+    coalesce(activity_source = 'gr_engine_active', false) as has_gr_engine_active
+  from activity
+  anti join shared_gpus using (host, gpu)
 ),
 
 final as (

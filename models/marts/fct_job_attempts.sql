@@ -56,9 +56,9 @@ ends_of_started as (
     s.attempt,
     arg_min(e.occurred_at, (e.occurred_at, e.cause_rank)) as ended_at,
     arg_min(e.event_type, (e.occurred_at, e.cause_rank)) as end_event_type,
-    arg_min(e.state, (e.occurred_at, e.cause_rank)) as end_state,
-    arg_min(e.reason, (e.occurred_at, e.cause_rank)) as end_reason,
-    arg_min(e.exit_code, (e.occurred_at, e.cause_rank)) as exit_code
+    arg_min_null(e.state, (e.occurred_at, e.cause_rank)) as end_state,
+    arg_min_null(e.reason, (e.occurred_at, e.cause_rank)) as end_reason,
+    arg_min_null(e.exit_code, (e.occurred_at, e.cause_rank)) as exit_code
   from starts s
   join end_events e
     on e.source = s.source
@@ -76,9 +76,9 @@ ends_of_unstarted as (
     e.attempt,
     arg_min(e.occurred_at, (e.occurred_at, e.cause_rank)) as ended_at,
     arg_min(e.event_type, (e.occurred_at, e.cause_rank)) as end_event_type,
-    arg_min(e.state, (e.occurred_at, e.cause_rank)) as end_state,
-    arg_min(e.reason, (e.occurred_at, e.cause_rank)) as end_reason,
-    arg_min(e.exit_code, (e.occurred_at, e.cause_rank)) as exit_code
+    arg_min_null(e.state, (e.occurred_at, e.cause_rank)) as end_state,
+    arg_min_null(e.reason, (e.occurred_at, e.cause_rank)) as end_reason,
+    arg_min_null(e.exit_code, (e.occurred_at, e.cause_rank)) as exit_code
   from end_events e
   anti join starts s using (source, job_id, attempt)
   -- an event that already ended a started attempt (numbered with the next attempt) is not this one's end

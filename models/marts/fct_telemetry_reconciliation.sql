@@ -14,20 +14,18 @@ busy_minutes as (
 ),
 
 -- a GPU-level series is covered by any allocation on the GPU (whole or time-sliced), an instance
--- series by an allocation of that instance
+-- series by an allocation of that instance (an anti join: `not exists` here is decorrelated through
+-- a group-by of every busy minute, ten times slower on a month)
 busy_unallocated_minutes as (
   select b.*
   from busy_minutes b
-  where not exists (
-    select 1
-    from marts.fct_allocation_segments s
-    where s.host = b.host
-      and s.gpu = b.gpu
-      and s.day = b.activity_date
-      and b.minute_at >= date_trunc('minute', s.segment_start_at)
-      and b.minute_at < s.segment_end_at
-      and (b.gpu_instance_id is null or s.telemetry_instance_id = b.gpu_instance_id)
-  )
+  anti join marts.fct_allocation_segments s
+    on s.host = b.host
+    and s.gpu = b.gpu
+    and s.day = b.activity_date
+    and b.minute_at >= date_trunc('minute', s.segment_start_at)
+    and b.minute_at < s.segment_end_at
+    and (b.gpu_instance_id is null or s.telemetry_instance_id = b.gpu_instance_id)
 ),
 
 busy_unallocated as (

@@ -1,5 +1,6 @@
 -- no event id here: the placement of an attempt is replaced as a whole by its latest delivery,
--- which also keeps legitimate repeats (Slurm rows with an unknown GPU index) intact
+-- which also keeps legitimate repeats (Slurm rows with an unknown GPU index) intact. A Slurm
+-- squeue snapshot knows the GPU indices that sacct lacks, so it wins over any sacct delivery.
 with source as (
   select * from raw.job_gpus
 ),
@@ -9,7 +10,7 @@ latest_delivery as (
   from source
   qualify dense_rank() over (
     partition by source, job_id, attempt
-    order by ingested_at desc, partition_date desc, ingest_source desc
+    order by ingest_source = 'slurm_squeue' desc, ingested_at desc, partition_date desc, ingest_source desc
   ) = 1
 ),
 

@@ -236,3 +236,31 @@ def test_memory_watermark_is_the_peak_framebuffer_use(warehouse):
     usage = one(con, "select * from metrics.allocation_usage")
     assert usage["peak_fb_used_mib"] == pytest.approx(20480)
     assert usage["peak_fb_used_pct"] == pytest.approx(25.0)  # of the A100's 81,920 MiB
+
+
+def test_time_sliced_gpu_with_one_series_per_job_recognises_every_job(warehouse):
+    # An L40S shared by 4 time-slice replicas; j-a, j-b, j-c and j-d each hold one from 10:00 to 11:00.
+    # The exporter emits one GPU-level series per job it sees (same values, different hpc_job), but
+    # it sees only j-a, j-b and j-c. Every minute carries all three labels, so each of those jobs
+    # matches all 60 minutes, the middle one included; j-d is never named: a mismatch, and the
+    # other job reported is the smallest label, j-a.
+    inventory = [gpu("l40s-01", 0, "L40S", share_mode="timeslice", gpu_instance_id=r, fraction=0.25) for r in range(4)]
+    jobs = [
+        simple_job(job, "l40s-01", 0, at("10:00"), at("11:00"), placement_fields={"gpu_instance_id": r, "fraction": 0.25})
+        for r, job in enumerate(["j-a", "j-b", "j-c", "j-d"])
+    ]
+    samples = [s for job in ("j-c", "j-a", "j-b") for s in series("l40s-01", 0, UTIL, at("10:00"), 60, 90.0, hpc_job=job)]
+    load(warehouse, gpu_inventory=inventory, job_events=[e for events, _ in jobs for e in events],
+         job_gpus=[p for _, placements in jobs for p in placements], dcgm_samples=samples)
+    con = build(warehouse)
+
+    minute = one(con, "select * from marts.fct_gpu_activity where minute_at = ?", [at("10:30")])
+    assert (minute["hpc_job"], minute["hpc_jobs"], minute["samples"]) == ("j-a", ["j-a", "j-b", "j-c"], 3)
+    assert minute["activity"] == pytest.approx(0.9)
+    usage = {r["job_id"]: r for r in rows(con, "select * from metrics.allocation_usage")}
+    for job in ("j-a", "j-b", "j-c"):
+        assert (usage[job]["label_status"], usage[job]["label_match_minutes"]) == ("match", 60), job
+    assert (usage["j-d"]["label_status"], usage["j-d"]["other_hpc_job"]) == ("mismatch", "j-a")
+    assert usage["j-d"]["active_gpu_hours"] == pytest.approx(0.9 * 0.25)
+    findings = rows(con, "select finding, job_id from metrics.telemetry_reconciliation")
+    assert findings == [{"finding": "label_mismatch", "job_id": "j-d"}]

@@ -1,6 +1,7 @@
-"""The model runner: discovery, dependency order, errors, progress, the catalog tables."""
+"""The model runner: discovery, dependency order, errors, progress, the catalog tables, day batches."""
 from __future__ import annotations
 
+import datetime as dt
 import shutil
 from pathlib import Path
 
@@ -13,11 +14,14 @@ from pipelines.paths import MODELS_DIR
 from tests.models.builders import build, gpu, load, one
 
 
-def write_model(models: Path, layer: str, name: str, sql: str, columns: list[str]) -> None:
+def write_model(models: Path, layer: str, name: str, sql: str, columns: list[str], build: str = "") -> None:
     (models / layer).mkdir(parents=True, exist_ok=True)
     (models / layer / f"{name}.sql").write_text(sql)
     described = "\n".join(f"  - {{name: {c}, description: test column}}" for c in columns)
-    (models / layer / f"{name}.yml").write_text(f"grain: test\ndescription: test model\ncolumns:\n{described}\n")
+    build_key = f"build: {{{build}}}\n" if build else ""
+    (models / layer / f"{name}.yml").write_text(
+        f"grain: test\ndescription: test model\n{build_key}columns:\n{described}\n"
+    )
 
 
 @pytest.fixture
@@ -97,3 +101,81 @@ def test_real_models_build_and_write_the_catalog(warehouse):
     assert one(con, "select count(*) as n from metrics.catalog")["n"] == len(catalog.metrics)
     layers = {m.layer for m in discover_models()}
     assert layers == {"staging", "marts", "metrics"}
+
+
+# -- models built one day at a time ---------------------------------------------------------------
+PER_MINUTE = (
+    "select date_trunc('minute', seen_at) as minute_at, sum(n) as n from raw.events "
+    "where seen_at >= getvariable('batch_start_at') and seen_at < getvariable('batch_end_at') group by 1"
+)
+
+
+def events_table(rows: list[tuple[str, int]]) -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect()
+    con.execute("create schema raw")
+    con.execute("create table raw.events (seen_at timestamp, n integer)")
+    if rows:
+        con.executemany("insert into raw.events values (?, ?)", rows)
+    return con
+
+
+def test_by_day_model_is_built_per_day_with_data_and_sums_like_one_pass(tiny_models):
+    # 23:59:30 on the 1st, two samples in 00:00 of the 2nd, one on the 4th; nothing on the 3rd
+    con = events_table([
+        ("2026-11-01 23:59:30", 1), ("2026-11-02 00:00:10", 2), ("2026-11-02 00:00:50", 4),
+        ("2026-11-04 08:00:00", 8),
+    ])
+    write_model(tiny_models, "marts", "per_minute", PER_MINUTE, ["minute_at", "n"], build="by_day: raw.events.seen_at")
+    write_model(tiny_models, "metrics", "m", "select sum(n) as n from marts.per_minute", ["n"])
+    built = {b.name: b for b in build_models(con, tiny_models)}
+
+    assert (built["marts.per_minute"].batches, built["marts.per_minute"].rows) == (3, 3)
+    assert con.execute("select minute_at, n from marts.per_minute order by minute_at").fetchall() == [
+        (dt.datetime(2026, 11, 1, 23, 59), 1), (dt.datetime(2026, 11, 2, 0, 0), 6), (dt.datetime(2026, 11, 4, 8, 0), 8),
+    ]
+    assert con.execute("select n from metrics.m").fetchall() == [(15,)]
+    # the day bounds do not outlive the build
+    assert con.execute("select getvariable('batch_start_at'), getvariable('batch_end_at')").fetchall() == [
+        (None, None)
+    ]
+
+
+def test_by_day_model_over_no_rows_is_created_empty(tiny_models):
+    con = events_table([])
+    write_model(tiny_models, "marts", "per_minute", PER_MINUTE, ["minute_at", "n"], build="by_day: raw.events.seen_at")
+    built = {b.name: b for b in build_models(con, tiny_models)}["marts.per_minute"]
+
+    assert (built.batches, built.rows) == (1, 0)
+    assert [c[0] for c in con.execute("describe marts.per_minute").fetchall()] == ["minute_at", "n"]
+
+
+def test_failed_day_rolls_back_the_build_and_clears_the_day_bounds(tiny_models):
+    con = events_table([("2026-11-01 10:00:00", 1), ("2026-11-02 10:00:00", 0)])
+    write_model(tiny_models, "marts", "per_minute", PER_MINUTE.replace("sum(n)", "sum(1 // n)"), ["minute_at", "n"],
+                build="by_day: raw.events.seen_at")
+    with pytest.raises(ModelBuildError, match=r"per_minute\.sql: building marts\.per_minute failed"):
+        build_models(con, tiny_models)
+    assert con.execute("select count(*) from information_schema.tables where table_name = 'per_minute'").fetchall() == [
+        (0,)
+    ]
+    assert con.execute("select getvariable('batch_start_at')").fetchall() == [(None,)]
+
+
+@pytest.mark.parametrize(
+    ("layer", "sql", "build", "message"),
+    [
+        ("marts", PER_MINUTE.replace(" and seen_at < getvariable('batch_end_at')", ""), "by_day: raw.events.seen_at",
+         r"per_minute\.sql: built by day, so its SQL must filter its input on getvariable\('batch_end_at'\)"),
+        ("marts", PER_MINUTE, "by_day: events.seen_at",
+         r"per_minute\.yml: build\.by_day is 'events\.seen_at'; expected <schema>\.<table>\.<timestamp column>"),
+        ("marts", PER_MINUTE, "by_week: raw.events.seen_at", r"per_minute\.yml: build must be a mapping with one key, by_day"),
+        ("staging", PER_MINUTE, "by_day: raw.events.seen_at", r"per_minute\.yml: build\.by_day applies to marts"),
+        ("marts", PER_MINUTE, "by_day: raw.missing.seen_at", r"per_minute\.sql: references raw\.missing"),
+        ("marts", PER_MINUTE, "", r"per_minute\.sql: reads getvariable\('batch_start_at'\) but per_minute\.yml has no build"),
+    ],
+)
+def test_by_day_declaration_errors_name_the_model(tiny_models, layer, sql, build, message):
+    con = events_table([("2026-11-01 10:00:00", 1)])
+    write_model(tiny_models, layer, "per_minute", sql, ["minute_at", "n"], build=build)
+    with pytest.raises(ModelBuildError, match=message):
+        build_models(con, tiny_models)

@@ -143,3 +143,42 @@ def test_redelivered_events_and_samples_count_once(warehouse):
     minute = one(con, "select samples, activity from marts.fct_gpu_activity where minute_at = ?", [at("22:30")])
     assert (minute["samples"], minute["activity"]) == (1, pytest.approx(0.5))
     assert one(con, "select label_status from metrics.allocation_usage")["label_status"] == "match"
+
+
+def test_a_corrected_redelivery_counts_once_with_the_latest_value(warehouse):
+    # GPU_UTIL every 30 s. The scrape file has 10:00:00 = 40 and 10:00:30 = 60; Prometheus history,
+    # ingested later, re-delivers 10:00:30 as 100. The minute holds two samples, 40 and 100:
+    # activity 0.7 (all three would give 0.667; the first delivery's value would give 0.5).
+    def sample(second: int, value: float) -> dict:
+        return {
+            "sampled_at": at("10:00") + dt.timedelta(seconds=second), "host": "node1", "gpu": 0,
+            "metric": "DCGM_FI_DEV_GPU_UTIL", "value": value, "source": "dcgm_text", "source_file": "m.prom",
+        }
+
+    load(warehouse, "dcgm_text", dcgm_samples=[sample(0, 40.0), sample(30, 60.0)])
+    load(warehouse, "prometheus", dcgm_samples=[sample(30, 100.0)])
+    con = build(warehouse)
+
+    minute = one(con, "select samples, gpu_util_pct, activity from marts.fct_gpu_activity")
+    assert (minute["samples"], minute["gpu_util_pct"], minute["activity"]) == (2, pytest.approx(70.0), pytest.approx(0.7))
+    redelivered = one(con, "select gpu_util_pct, deliveries from staging.stg_dcgm__samples where deliveries > 1")
+    assert (redelivered["gpu_util_pct"], redelivered["deliveries"]) == (pytest.approx(100.0), 2)
+
+
+def test_an_attempt_ended_without_a_reason_does_not_borrow_the_next_attempts(warehouse):
+    # Slurm's preempted row carries no reason; the next attempt's finish does. The first attempt's
+    # end must stay without a reason rather than take the later one (arg_min skips NULLs).
+    events = [
+        submit("j-pre", at("10:00")),
+        event("j-pre", "start", at("10:00")),
+        event("j-pre", "preempt", at("11:00"), state="PREEMPTED"),
+        event("j-pre", "start", at("11:30"), attempt=2),
+        event("j-pre", "finish", at("12:00"), attempt=2, state="CANCELLED", reason="cancelled by uid 0",
+              exit_code=0),
+    ]
+    placements = [placement("j-pre", 1, "a100-01", 0, at("10:00")), placement("j-pre", 2, "a100-01", 0, at("11:30"))]
+    load(warehouse, job_events=events, job_gpus=placements)
+    con = build(warehouse)
+    first = one(con, "select end_state, end_reason, exit_code from marts.fct_job_attempts "
+                     "where job_id = 'j-pre' and attempt = 1")
+    assert first == {"end_state": "PREEMPTED", "end_reason": None, "exit_code": None}
