@@ -13,9 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import fcntl
+import hashlib
 import json
 import sqlite3
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol
 
@@ -29,6 +33,31 @@ ACTION_AUDIT = {
     ActionKind.CAP_RUNTIME: "enforcement.cap_runtime",
     ActionKind.QUOTA_CHANGE: "enforcement.quota_proposal",
 }
+
+
+LOCK_STRIPES = 64
+
+
+@contextmanager
+def claim_key(lock_dir: Path, key: str) -> Iterator[None]:
+    """Hold the key's lock stripe: one apply of a key at a time, across threads and processes,
+    so the ledger's check-then-apply-then-record cannot run twice for one key."""
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    stripe = int(hashlib.sha256(key.encode()).hexdigest(), 16) % LOCK_STRIPES
+    with open(lock_dir / f"stripe-{stripe:02d}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def action_reason(action: Action) -> str:
+    """The action's reason with the policy that asked for it, for the engine's own records."""
+    text = action.reason or action.kind.value
+    if action.policy:
+        text += f" (policy {action.policy}" + (f" {action.policy_version})" if action.policy_version else ")")
+    return text
 
 
 class Enforcer(Protocol):

@@ -42,12 +42,10 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import fcntl
 import hashlib
 import json
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import urllib3
@@ -56,7 +54,7 @@ from kubernetes.client.exceptions import ApiException
 
 from allocator.model import Action, ActionKind, ActionResult, Outcome
 from pipelines.connectors.kubernetes import KubernetesConfig, api_client
-from pipelines.enforcement.base import ActionLedger
+from pipelines.enforcement.base import ActionLedger, action_reason, claim_key
 from pipelines.sources.jsonl import RecordError
 from pipelines.sources.kueue import (
     DEACTIVATION_REASONS,
@@ -68,7 +66,6 @@ from pipelines.sources.kueue import (
     read_workload,
 )
 
-LOCK_STRIPES = 64
 REMINDED_AT = "gpupool.io/reminded-at"
 REMINDER = "gpupool.io/reminder"
 ANNOTATION_LIMIT = 1024
@@ -138,7 +135,7 @@ class KueueEnforcer:
 
     def apply(self, action: Action, now: dt.datetime) -> ActionResult:
         kind = ActionKind(action.kind)
-        with self._claim(action.idempotency_key):
+        with claim_key(self.lock_dir, action.idempotency_key):
             previous = self.ledger.previous(action)
             if previous is not None:
                 if (previous.kind, previous.target) != (kind, action.target):
@@ -218,7 +215,7 @@ class KueueEnforcer:
                 f"Workload {workload.job_id} is finished ({workload.finished.reason})",
                 before=before,
             )
-        reason = _reason(action)
+        reason = action_reason(action)
         gpus = before["gpus"]
         if action.kind == ActionKind.REMIND:
             if not workload.admitted:
@@ -417,7 +414,7 @@ class KueueEnforcer:
         proposed = {str(m): float(v) for m, v in quota.items()}
         return _Plan(
             Outcome.PROPOSED,
-            f"{_reason(action)}; an admin applies it with: {command}",
+            f"{action_reason(action)}; an admin applies it with: {command}",
             object_kind="clusterqueue",
             before={"cluster_queue": name, "nominal_quota": {f: c["before"] for f, c in changes.items()}},
             after={"cluster_queue": name, "nominal_quota": changes, "json_patch": ops},
@@ -612,24 +609,6 @@ class KueueEnforcer:
             return None
         return gpu_model_from(str(labels.get(GPU_PRODUCT_LABEL) or ""))
 
-    @contextmanager
-    def _claim(self, key: str) -> Iterator[None]:
-        """Hold the key's lock stripe: one apply of a key at a time, across threads and processes."""
-        self.lock_dir.mkdir(parents=True, exist_ok=True)
-        stripe = int(hashlib.sha256(key.encode()).hexdigest(), 16) % LOCK_STRIPES
-        with open(self.lock_dir / f"stripe-{stripe:02d}.lock", "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def _reason(action: Action) -> str:
-    text = action.reason or action.kind.value
-    if action.policy:
-        text += f" (policy {action.policy}" + (f" {action.policy_version})" if action.policy_version else ")")
-    return text
 
 
 def _object_kind(kind: ActionKind) -> str:

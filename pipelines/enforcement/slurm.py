@@ -24,13 +24,11 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import fcntl
 import hashlib
 import json
 import math
 import shlex
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from pathlib import Path
 
 from allocator.model import Action, ActionKind, ActionResult, Outcome
@@ -44,11 +42,10 @@ from pipelines.connectors.slurm import (
     run_command,
     slurm_number,
 )
-from pipelines.enforcement.base import ActionLedger
+from pipelines.enforcement.base import ActionLedger, action_reason, claim_key
 from pipelines.sources.jsonl import RecordError
 from pipelines.sources.slurm_sacct import expand_hostlist
 
-LOCK_STRIPES = 64
 UNLIMITED_MINUTES = 0xFFFFFFFE  # Slurm's INFINITE / NO_VAL sentinels start here
 
 
@@ -134,7 +131,7 @@ class SlurmEnforcer:
 
     def apply(self, action: Action, now: dt.datetime) -> ActionResult:
         kind = ActionKind(action.kind)
-        with self._claim(action.idempotency_key):
+        with claim_key(self.lock_dir, action.idempotency_key):
             previous = self.ledger.previous(action)
             if previous is not None:
                 if (previous.kind, previous.target) != (kind, action.target):
@@ -180,7 +177,7 @@ class SlurmEnforcer:
             before["evidence"] = action.evidence
         if job.state != "RUNNING":
             return _Plan(Outcome.REFUSED, f"job {job.job_id} is {job.state}, not running", before=before)
-        reason = self._reason(action)
+        reason = action_reason(action)
         if action.kind == ActionKind.REMIND:
             return _Plan(Outcome.APPLIED, reason, before=before, effects={"reminded": job.user})
         protection = self.protection(job)
@@ -248,7 +245,7 @@ class SlurmEnforcer:
         command = f"{self.config.sacctmgr} -i modify account {where} set GrpTRES=gres/gpu={total}"
         proposal_id = "slurm-qp-" + hashlib.sha256(action.idempotency_key.encode()).hexdigest()[:12]
         proposed = {str(m): float(v) for m, v in quota.items()}
-        return _Plan(Outcome.PROPOSED, f"{self._reason(action)}; an admin applies it with: {command}",
+        return _Plan(Outcome.PROPOSED, f"{action_reason(action)}; an admin applies it with: {command}",
                      object_kind="account", after={"quota": proposed, "grp_tres": f"gres/gpu={total}"},
                      effects={"quota": proposed, "admin_command": command}, proposal_id=proposal_id)
 
@@ -295,23 +292,6 @@ class SlurmEnforcer:
             return f"{shlex.join(argv)} failed (exit {result.returncode}): {result.stderr or 'no message'}"
         return None
 
-    def _reason(self, action: Action) -> str:
-        text = action.reason or action.kind.value
-        if action.policy:
-            text += f" (policy {action.policy}" + (f" {action.policy_version})" if action.policy_version else ")")
-        return text
-
-    @contextmanager
-    def _claim(self, key: str) -> Iterator[None]:
-        """Hold the key's lock stripe: one apply of a key at a time, across threads and processes."""
-        self.lock_dir.mkdir(parents=True, exist_ok=True)
-        stripe = int(hashlib.sha256(key.encode()).hexdigest(), 16) % LOCK_STRIPES
-        with open(self.lock_dir / f"stripe-{stripe:02d}.lock", "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _object_kind(kind: ActionKind) -> str:
