@@ -207,6 +207,167 @@ def backfill_prometheus(start: dt.datetime, end: dt.datetime, no_ingest: bool, h
     click.echo(report.summary())
 
 
+@main.group()
+def land() -> None:
+    """Land a day from a live system (configured in gpupool.yml), ingest it, rebuild the models."""
+
+
+DATE_OPTION = click.option("--date", "day", default=None, help="UTC day to land. Default: today.")
+NO_BUILD_OPTION = click.option("--no-build", is_flag=True, help="Do not rebuild the models afterwards.")
+OFFLINE_OPTION = click.option(
+    "--offline-dir", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
+    help="Read recorded answers from DIR/<day>/ instead of the live system (no config section needed).",
+)
+
+
+def _require_section(name: str, model: type) -> None:
+    from pipelines.config import ConfigError, config_path, section
+
+    try:
+        settings = section(name, model)
+    except ConfigError as err:
+        raise click.ClickException(f"{err} (fix the file, see gpupool.example.yml)") from None
+    if settings is None:
+        raise click.ClickException(
+            f"{config_path()}: no `{name}` section: add one (see gpupool.example.yml and docs/connectors.md), "
+            f"or set $GPUPOOL_CONFIG to the file that has it"
+        )
+
+
+def _ingest_landed(wh: Warehouse, paths: list[Path], day: dt.date, no_build: bool) -> None:
+    """Ingest the day of every source that got files (landing/<source>/<day>/<file>), then rebuild."""
+    from pipelines import runner
+
+    for path in paths:
+        _step(f"landed {path}")
+    sources = sorted({p.parent.parent.name for p in paths})
+    outcomes = runner.ingest_days(wh, sources, day, day, on_step=_step)
+    for o in outcomes:
+        m = o.metadata
+        click.echo(
+            f"    {o.asset}: {m.get('records_read', 0):,} read, {m.get('records_loaded', 0):,} loaded, "
+            f"{m.get('records_quarantined', 0):,} quarantined"
+        )
+        for problem in o.check_problems:
+            click.echo(click.style(f"      {problem}", fg="red"))
+    if any(o.checks_failed for o in outcomes):
+        click.echo(click.style(
+            "    a batch failed its data-quality check: models not rebuilt. See ops.quarantine, then "
+            "`gpupool build` to rebuild anyway.", fg="yellow"))
+    elif not no_build:
+        runner.build_models(wh, on_step=_step)
+
+
+def _land_day(day: str | None) -> dt.date:
+    try:
+        return dt.date.fromisoformat(day) if day else dt.datetime.now(dt.UTC).date()
+    except ValueError:
+        raise click.BadParameter(f"{day!r} is not a date YYYY-MM-DD", param_hint="--date") from None
+
+
+@land.command("slurm")
+@DATE_OPTION
+@HOME_OPTION
+@NO_BUILD_OPTION
+@OFFLINE_OPTION
+def land_slurm(day: str | None, home: Path | None, no_build: bool, offline_dir: Path | None) -> None:
+    """Land a day of Slurm accounting (sacct / slurmrestd), ingest it, rebuild the models."""
+    import requests
+
+    from pipelines.config import ConfigError
+    from pipelines.connectors import HttpStatusError
+    from pipelines.connectors.slurm import (
+        SECTION,
+        SlurmAccounting,
+        SlurmCommandError,
+        SlurmConfig,
+        SlurmRestError,
+    )
+
+    partition = _land_day(day)
+    if offline_dir is None:
+        _require_section(SECTION, SlurmConfig)
+    wh = _warehouse(home)
+    _step(f"landing Slurm accounting for {partition}")
+    try:
+        paths = SlurmAccounting(offline_dir=str(offline_dir or "")).land_day(wh, partition)
+    except (SlurmCommandError, SlurmRestError, HttpStatusError, requests.RequestException) as err:
+        raise click.ClickException(f"{err} (check the slurm section of the config and that Slurm answers)") from None
+    except (ConfigError, FileNotFoundError, ValueError) as err:
+        raise click.ClickException(str(err)) from None
+    _ingest_landed(wh, paths, partition, no_build)
+
+
+@land.command("kueue")
+@DATE_OPTION
+@HOME_OPTION
+@NO_BUILD_OPTION
+@OFFLINE_OPTION
+def land_kueue(day: str | None, home: Path | None, no_build: bool, offline_dir: Path | None) -> None:
+    """Land a snapshot of Kueue Workloads (and their pods) into a day, ingest it, rebuild the models."""
+    from kubernetes.client.exceptions import ApiException
+    from kubernetes.config.config_exception import ConfigException
+    from urllib3.exceptions import HTTPError
+
+    from pipelines.config import ConfigError
+    from pipelines.connectors.kubernetes import SECTION, KubernetesAnswerError, KubernetesConfig, KueueState
+
+    partition = _land_day(day)
+    if offline_dir is None:
+        _require_section(SECTION, KubernetesConfig)
+    wh = _warehouse(home)
+    _step(f"landing Kueue Workloads for {partition}")
+    try:
+        paths = KueueState(offline_dir=str(offline_dir or "")).land(wh, partition)
+    except (ApiException, ConfigException, HTTPError, KubernetesAnswerError) as err:
+        raise click.ClickException(
+            f"{err} (check the kubernetes section of the config and that the API server answers)"
+        ) from None
+    except (ConfigError, OSError, ValueError) as err:
+        raise click.ClickException(str(err)) from None
+    _ingest_landed(wh, paths, partition, no_build)
+
+
+@main.command("k8s-audit-webhook")
+@click.option("--host", default=None, help="Address to listen on. Default: kubernetes.audit_webhook.host, else 127.0.0.1.")
+@click.option("--port", default=None, type=int, help="Port. Default: kubernetes.audit_webhook.port, else 8765.")
+@HOME_OPTION
+def k8s_audit_webhook(host: str | None, port: int | None, home: Path | None) -> None:
+    """Serve the Kubernetes audit webhook backend into landing/k8s_audit/<day>/ until interrupted.
+
+    The bearer token is $GPUPOOL_AUDIT_TOKEN (else kubernetes.audit_webhook.token); TLS uses
+    kubernetes.audit_webhook.certfile / keyfile when set.
+    """
+    import os
+
+    from pipelines.config import ConfigError, section
+    from pipelines.connectors.kubernetes import SECTION, KubernetesConfig, serve_audit_webhook
+
+    try:
+        settings = section(SECTION, KubernetesConfig)
+    except ConfigError as err:
+        raise click.ClickException(f"{err} (fix the file, see gpupool.example.yml)") from None
+    hook = settings.audit_webhook if settings is not None else None
+    written = hook.model_fields_set if hook else set()  # keys the file sets, not the model's defaults
+    host = host or (hook.host if "host" in written else "127.0.0.1")
+    port = port if port is not None else (hook.port if "port" in written else 8765)
+    token = os.environ.get("GPUPOOL_AUDIT_TOKEN") or (hook.token if hook else None)
+    options: dict[str, object] = {}
+    if hook is not None:
+        options = {"certfile": hook.certfile, "keyfile": hook.keyfile,
+                   "max_body_bytes": int(hook.max_body_mib * 2**20)}
+    wh = _warehouse(home)
+    scheme = "https" if options.get("certfile") else "http"
+    _step(f"audit webhook on {scheme}://{host}:{port}/ writing to {wh.landing / 'k8s_audit'}"
+          + ("" if token else " (no token: any client may POST; set $GPUPOOL_AUDIT_TOKEN)"))
+    try:
+        serve_audit_webhook(wh.landing, host, port, token, **options)
+    except OSError as err:
+        raise click.ClickException(f"cannot serve on {host}:{port}: {err} (pick another --port, or check the TLS files)") from None
+    except KeyboardInterrupt:
+        _step("stopped")
+
+
 @main.command("build")
 @HOME_OPTION
 def build(home: Path | None) -> None:

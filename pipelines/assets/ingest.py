@@ -10,6 +10,14 @@ from pipelines.partitions import daily_partitions
 from pipelines.resources.warehouse import WarehouseResource
 from pipelines.sources.registry import SOURCES, IngestSource
 
+# Lineage only: the connector asset that fills a source's landing folder (pipelines.assets.connectors).
+# `ingest_daily` selects the ingest group alone, so it never runs (nor needs) the connectors.
+LANDED_BY = {
+    "slurm_sacct": "slurm_accounting_landing",
+    "slurm_sacct_json": "slurm_accounting_landing",
+    "kueue": "kueue_workloads_landing",
+}
+
 
 def asset_name(source_name: str) -> str:
     return f"raw_{source_name}"
@@ -21,6 +29,7 @@ def _ingest_asset(src: IngestSource) -> dg.AssetsDefinition:
     @dg.asset(
         key=key,
         group_name="ingest",
+        deps=[dg.AssetKey(LANDED_BY[src.name])] if src.name in LANDED_BY else None,
         kinds={"duckdb", "polars"},
         partitions_def=daily_partitions,
         backfill_policy=dg.BackfillPolicy.single_run(),

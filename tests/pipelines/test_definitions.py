@@ -1,6 +1,9 @@
 """The code location loads, and holds what the product needs."""
+import datetime as dt
 import subprocess
 import sys
+
+import dagster as dg
 
 from pipelines.definitions import defs
 from pipelines.sources.registry import SOURCES
@@ -17,10 +20,18 @@ def test_dagster_validates_the_code_location():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_one_ingest_asset_per_source_plus_the_models():
+def test_one_ingest_asset_per_source_plus_the_models_and_the_connectors():
     graph = defs.resolve_asset_graph()
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
-    assert keys == {f"raw_{name}" for name in SOURCES} | {"warehouse_models"}
+    landing = {"slurm_accounting_landing", "kueue_workloads_landing"}
+    assert keys == {f"raw_{name}" for name in SOURCES} | {"warehouse_models"} | landing
+
+
+def test_the_daily_ingest_job_does_not_run_the_connectors():
+    selected = {k.to_user_string() for k in defs.resolve_job_def("ingest_daily").asset_layer.executable_asset_keys}
+    assert selected == {f"raw_{name}" for name in SOURCES}
+    landing = {k.to_user_string() for k in defs.resolve_job_def("land_connectors_daily").asset_layer.executable_asset_keys}
+    assert landing == {"slurm_accounting_landing", "kueue_workloads_landing"}
 
 
 def test_every_ingest_asset_has_its_expectations_check():
@@ -32,5 +43,14 @@ def test_every_ingest_asset_has_its_expectations_check():
 
 
 def test_schedules_and_jobs_are_defined():
-    assert {j.name for j in defs.jobs} >= {"ingest_daily", "build_models"}
-    assert len(list(defs.schedules)) == 2
+    assert {j.name for j in defs.jobs} >= {"ingest_daily", "build_models", "land_connectors_daily"}
+    assert len(list(defs.schedules)) == 3
+    assert {s.name for s in defs.sensors} == {"dcgm_scrape", "slurm_gpu_snapshot"}
+
+
+def test_the_daily_ingest_schedule_targets_the_day_that_just_ended():
+    from pipelines.schedules import ingest_schedule
+
+    context = dg.build_schedule_context(scheduled_execution_time=dt.datetime(2026, 11, 29, 0, 20, tzinfo=dt.UTC))
+    request = ingest_schedule(context)
+    assert request.partition_key == "2026-11-28"

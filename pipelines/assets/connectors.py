@@ -1,0 +1,208 @@
+"""Connector assets: land a day from the live Slurm and Kueue into the landing zone.
+
+`slurm_accounting_landing` and `kueue_workloads_landing` (group `connectors`, daily partitions)
+write what the ingest assets `raw_slurm_sacct`/`raw_slurm_sacct_json` and `raw_kueue` read; the
+`land_connectors_daily` job and its schedule (00:10 UTC, yesterday) run them before
+`ingest_daily` (00:20). A live connector without its section in gpupool.yml fails the asset:
+landing nothing and reporting success would hide that the connector is off. With `offline_dir`
+set the resources read recorded answers and need no section.
+
+The `slurm_gpu_snapshot` sensor lands `squeue --json` once per tick (which GPU indices each
+running job holds) and every `ingest_every_ticks` snapshots requests a run of the day's
+`raw_slurm_squeue` partition; on the first tick of a new day, one last run of the day before.
+"""
+
+import datetime as dt
+import json
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import dagster as dg
+from pydantic import BaseModel
+
+from pipelines.assets.ingest import asset_name
+from pipelines.config import ConfigError, config_path, section
+from pipelines.connectors.kubernetes import SECTION as KUBERNETES_SECTION
+from pipelines.connectors.kubernetes import KubernetesConfig, KueueState
+from pipelines.connectors.slurm import SECTION as SLURM_SECTION
+from pipelines.connectors.slurm import SQUEUE_SOURCE, SlurmAccounting, SlurmConfig, snapshot_running_jobs
+from pipelines.partitions import daily_partitions
+from pipelines.resources.warehouse import WarehouseResource
+from pipelines.schedules import yesterday
+
+GROUP = "connectors"
+RAW_SLURM_SQUEUE = dg.AssetKey(asset_name(SQUEUE_SOURCE))
+TRIGGER_TAG = "gpupool/trigger"
+
+
+def require_section(name: str, model: type[BaseModel], config_file: str) -> BaseModel:
+    """The connector's section, or dg.Failure naming the file and what to add."""
+    path = Path(config_file) if config_file else config_path()
+    try:
+        settings = section(name, model, path)
+    except ConfigError as err:
+        raise dg.Failure(description=str(err)) from None
+    if settings is None:
+        raise dg.Failure(
+            description=(
+                f"{path}: no `{name}` section, so the {name} connector is off. Add one "
+                f"(see gpupool.example.yml and docs/connectors.md), or point $GPUPOOL_CONFIG at "
+                f"the file that has it."
+            )
+        )
+    return settings
+
+
+def _landed(context: dg.AssetExecutionContext, land) -> dg.MaterializeResult:
+    """Land every partition of the run with `land(day)`; metadata lists the files."""
+    files: list[Path] = []
+    for partition in context.partition_keys:
+        paths = land(dt.date.fromisoformat(partition))
+        context.log.info(f"{partition}: landed {', '.join(str(p) for p in paths)}")
+        files.extend(paths)
+    return dg.MaterializeResult(
+        metadata={
+            "files_landed": len(files),
+            "bytes_landed": sum(p.stat().st_size for p in files),
+            "files": dg.MetadataValue.md("\n".join(f"- `{p}`" for p in files[-62:]) or "(none)"),
+        }
+    )
+
+
+@dg.asset(
+    group_name=GROUP,
+    kinds={"slurm"},
+    partitions_def=daily_partitions,
+    backfill_policy=dg.BackfillPolicy.single_run(),  # a range of days lands in one run, day by day
+    description=(
+        "A UTC day of Slurm accounting (sacct text/JSON and/or slurmrestd, per the `slurm` section "
+        "of gpupool.yml) into landing/slurm_sacct/<day>/ and landing/slurm_sacct_json/<day>/; "
+        "landing a day again replaces its files."
+    ),
+)
+def slurm_accounting_landing(
+    context: dg.AssetExecutionContext, slurm: SlurmAccounting, warehouse: WarehouseResource
+) -> dg.MaterializeResult:
+    if not slurm.offline_dir:
+        require_section(SLURM_SECTION, SlurmConfig, slurm.config_file)
+    wh = warehouse.get()
+    return _landed(context, lambda day: slurm.land_day(wh, day))
+
+
+@dg.asset(
+    group_name=GROUP,
+    kinds={"kubernetes"},
+    partitions_def=daily_partitions,
+    backfill_policy=dg.BackfillPolicy.single_run(),  # a range of days lands in one run, day by day
+    description=(
+        "A snapshot of Kueue Workloads and their pods (the `kubernetes` section of gpupool.yml) "
+        "merged into landing/kueue/<day>/workloads.json and pods.json."
+    ),
+)
+def kueue_workloads_landing(
+    context: dg.AssetExecutionContext, kueue: KueueState, warehouse: WarehouseResource
+) -> dg.MaterializeResult:
+    if not kueue.offline_dir:
+        require_section(KUBERNETES_SECTION, KubernetesConfig, kueue.config_file)
+    wh = warehouse.get()
+    return _landed(context, lambda day: kueue.land(wh, day))
+
+
+connector_assets = [slurm_accounting_landing, kueue_workloads_landing]
+
+land_connectors_job = dg.define_asset_job(
+    "land_connectors_daily",
+    selection=dg.AssetSelection.groups(GROUP),
+    partitions_def=daily_partitions,
+    description="Land one day from Slurm and Kueue into the landing zone.",
+)
+
+
+# Yesterday, landed before ingest_daily (00:20) reads it.
+@dg.schedule(
+    name="land_connectors_daily_schedule",
+    job=land_connectors_job,
+    cron_schedule="10 0 * * *",
+    execution_timezone="UTC",
+    default_status=dg.DefaultScheduleStatus.STOPPED,
+    description="Lands yesterday (UTC) from Slurm and Kueue at 00:10 UTC.",
+)
+def land_connectors_schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
+    day = yesterday(context)
+    return dg.RunRequest(run_key=f"land_connectors:{day}", partition_key=day)
+
+
+@dataclass(frozen=True)
+class SnapshotCursor:
+    day: str | None = None  # UTC day of the last snapshot
+    since_ingest: int = 0  # snapshots on `day` since its last requested ingest
+    snapshots: int = 0  # all days
+
+    @classmethod
+    def parse(cls, text: str | None) -> "SnapshotCursor":
+        try:
+            fields = json.loads(text) if text else {}
+            return cls(**{k: v for k, v in fields.items() if k in cls.__dataclass_fields__})
+        except (json.JSONDecodeError, TypeError, AttributeError):
+            return cls()  # a cursor from another version: start counting again
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+
+def advance_snapshot(
+    cursor: SnapshotCursor, now: dt.datetime, every: int
+) -> tuple[SnapshotCursor, list[tuple[str, str]]]:
+    """The cursor after a snapshot at `now`, and the (partition day, run key) ingests to request."""
+    day = now.date().isoformat()
+    snapshots = cursor.snapshots + 1
+    ingests: list[tuple[str, str]] = []
+    since = cursor.since_ingest if cursor.day == day else 0
+    if cursor.day is not None and cursor.day != day and cursor.since_ingest > 0:
+        ingests.append((cursor.day, f"{SQUEUE_SOURCE}:{cursor.day}:final"))
+    since += 1
+    if since >= every:
+        ingests.append((day, f"{SQUEUE_SOURCE}:{day}:{snapshots}"))
+        since = 0
+    return replace(cursor, day=day, since_ingest=since, snapshots=snapshots), ingests
+
+
+def build_slurm_snapshot_sensor(
+    interval_s: int = 60,
+    ingest_every_ticks: int = 15,
+    name: str = "slurm_gpu_snapshot",
+    default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED,
+) -> dg.SensorDefinition:
+    @dg.sensor(
+        name=name,
+        minimum_interval_seconds=interval_s,
+        asset_selection=[RAW_SLURM_SQUEUE],
+        default_status=default_status,
+        description=(
+            f"Lands `squeue --json` (running jobs and their GPU indices) every {interval_s} s into "
+            f"landing/{SQUEUE_SOURCE}/<day>/ and re-ingests the day's {RAW_SLURM_SQUEUE.to_user_string()} "
+            f"partition every {ingest_every_ticks} snapshots."
+        ),
+    )
+    def _snapshot(
+        context: dg.SensorEvaluationContext, slurm: SlurmAccounting, warehouse: WarehouseResource
+    ) -> dg.SensorResult:
+        path = Path(slurm.config_file) if slurm.config_file else config_path()
+        settings = section(SLURM_SECTION, SlurmConfig, path)
+        if settings is None:
+            return dg.SensorResult(
+                skip_reason=f"{path}: no `slurm` section (see gpupool.example.yml)", cursor=context.cursor
+            )
+        now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+        landed = snapshot_running_jobs(warehouse.get(), now, settings)
+        cursor, ingests = advance_snapshot(SnapshotCursor.parse(context.cursor), now, ingest_every_ticks)
+        context.log.info(f"squeue snapshot written to {landed}")
+        runs = [dg.RunRequest(run_key=key, partition_key=day, tags={TRIGGER_TAG: name}) for day, key in ingests]
+        if runs:
+            return dg.SensorResult(run_requests=runs, cursor=cursor.to_json())
+        return dg.SensorResult(skip_reason=f"snapshot landed: {landed.name}", cursor=cursor.to_json())
+
+    return _snapshot
+
+
+slurm_gpu_snapshot_sensor = build_slurm_snapshot_sensor()
