@@ -29,43 +29,12 @@ from pipelines.connectors.prometheus import PrometheusConfig, backfill_prometheu
 from pipelines.paths import REPO_ROOT
 from pipelines.sources.dcgm_text import parse_dcgm_text
 from pipelines.warehouse import Warehouse
+from tests.allocator.test_live_scrape import JOBS
 from tests.connectors.conftest import LoopbackServer, free_port, send
 
 pytestmark = pytest.mark.slow
 
 ADMIN = "admin-token-for-the-live-test"
-JOBS = [
-    {
-        "queue": "vision-train",
-        "template": "training",
-        "gpu_model": "H100",
-        "gpus": 2,
-        "expected_runtime_s": 7200,
-        "checkpoint_policy": "hourly",
-        "job_name": "whole",
-    },
-    {
-        "queue": "vision-train",
-        "template": "training",
-        "gpu_model": "A100",
-        "gpus": 1,
-        "share_mode": "mig",
-        "mig_profile": "1g.10gb",
-        "expected_runtime_s": 7200,
-        "checkpoint_policy": "hourly",
-        "job_name": "mig",
-    },
-    {
-        "queue": "speech-train",
-        "template": "training",
-        "gpu_model": "L40S",
-        "gpus": 1,
-        "share_mode": "timeslice",
-        "expected_runtime_s": 7200,
-        "checkpoint_policy": "hourly",
-        "job_name": "shared",
-    },
-]
 SECONDS_OF_HISTORY = 8
 MISSED_SCRAPES_TOLERATED = 4
 KEY = ["host", "gpu", "gpu_instance_id", "metric", "hpc_job"]
