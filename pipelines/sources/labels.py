@@ -27,6 +27,10 @@ LABEL_COLUMNS: dict[str, tuple[str, ...]] = {
     "k8s_container": ("exported_container", "container", "container_name"),
     "hpc_job": ("hpc_job", "jobid"),
 }
+# A series whose container label names the exporter carries the scrape target's own pod labels.
+EXPORTER_NAME = r"dcgm-exporter"
+EXPORTER_CONTAINER_LABELS = ("container", "container_name")
+TARGET_WORKLOAD_LABELS = ("pod", "namespace", "container", "pod_name", "pod_namespace", "container_name")
 # The host when no Hostname/hostname label exists: Prometheus' target label, port stripped.
 # It is also kept in extra_labels, as it names the scrape target.
 INSTANCE_LABEL = "instance"
@@ -61,6 +65,29 @@ def host_from_instance(expr: pl.Expr) -> pl.Expr:
     return expr.str.replace(r"^\[(.*)\](?::\d+)?$", "$1").str.replace(r"^([^:\[\]]*):\d+$", "$1")
 
 
+def _without_exporter_target_labels(present: pl.DataFrame) -> pl.DataFrame:
+    """Drop the pod/namespace/container labels that name the dcgm-exporter itself.
+
+    Behind Prometheus' Kubernetes service discovery, the scrape target's labels (the exporter's
+    own pod) sit on every series; on a GPU with a workload the exporter's are renamed exported_*,
+    but on an idle GPU the plain ones are the exporter's and must not be read as a workload.
+    They still reach extra_labels, as every label not mapped does.
+    """
+    exporter = (
+        present.filter(pl.col("key").is_in(EXPORTER_CONTAINER_LABELS) & pl.col("value").str.contains(EXPORTER_NAME))
+        .select("series_id")
+        .unique()
+        .with_columns(is_exporter_target=pl.lit(True))
+    )
+    if exporter.is_empty():
+        return present
+    return (
+        present.join(exporter, on="series_id", how="left")
+        .filter(~(pl.col("is_exporter_target").fill_null(False) & pl.col("key").is_in(TARGET_WORKLOAD_LABELS)))
+        .drop("is_exporter_target")
+    )
+
+
 def map_labels(series_ids: pl.Series, pairs: pl.DataFrame) -> pl.DataFrame:
     """One row per series id (in the order given): contract label columns, extra_labels,
     labels_key and label_error.
@@ -72,7 +99,7 @@ def map_labels(series_ids: pl.Series, pairs: pl.DataFrame) -> pl.DataFrame:
     (duplicate label, missing host, missing gpu, a non-integer gpu or GPU_I_ID).
     """
     present = pairs.filter(pl.col("value") != "")
-    matched = present.join(_LOOKUP, on="key", how="left")
+    matched = _without_exporter_target_labels(present).join(_LOOKUP, on="key", how="left")
     chosen = (
         matched.filter(pl.col("column").is_not_null())
         .sort("series_id", "priority")

@@ -487,3 +487,20 @@ def test_bench_generator_agrees_with_prometheus_client() -> None:
     assert ours["k8s_pod"].drop_nulls().n_unique() == bench.HOSTS * bench.GPUS_PER_HOST // 2
     assert ours["host"].n_unique() == bench.HOSTS
     assert ours["extra_labels"].unique().to_list() == ['DCGM_FI_DRIVER_VERSION="580.105.08"']
+
+
+def test_the_exporters_own_pod_labels_are_not_read_as_a_workload():
+    # Behind Prometheus' pod discovery an idle GPU carries only the exporter's own pod labels;
+    # a busy one has the workload's as exported_* and the exporter's as plain labels.
+    text = (
+        'DCGM_FI_DEV_GPU_UTIL{gpu="0",Hostname="n1",container="nvidia-dcgm-exporter",'
+        'namespace="gpu-operator",pod="nvidia-dcgm-exporter-x7k2p",instance="10.0.0.5:9400"} 0 1793404800000\n'
+        'DCGM_FI_DEV_GPU_UTIL{gpu="1",Hostname="n1",container="nvidia-dcgm-exporter",'
+        'namespace="gpu-operator",pod="nvidia-dcgm-exporter-x7k2p",exported_pod="train-0",'
+        'exported_namespace="vision",exported_container="main",instance="10.0.0.5:9400"} 90 1793404800000\n'
+    )
+    rows = parse_dcgm_text(text, "relabelled.prom").tables["dcgm_samples"].sort("gpu")
+    idle, busy = rows.row(0, named=True), rows.row(1, named=True)
+    assert (idle["k8s_pod"], idle["k8s_namespace"], idle["k8s_container"]) == (None, None, None)
+    assert 'pod="nvidia-dcgm-exporter-x7k2p"' in idle["extra_labels"]
+    assert (busy["k8s_pod"], busy["k8s_namespace"], busy["k8s_container"]) == ("train-0", "vision", "main")
