@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import abc
 import datetime as dt
 from pathlib import Path
 
@@ -17,14 +18,14 @@ from pipelines.config import section
 from pipelines.connectors.scrape import DcgmConfig, ScrapeRound, assemble_round, read_folder, shared_scraper
 
 
-class TelemetrySource(dg.ConfigurableResource):
+class TelemetrySource(dg.ConfigurableResource, abc.ABC):
     """A source of DCGM scrape rounds: `scrape_round(round_at)` fetches every target once."""
 
-    def scrape_round(self, round_at: dt.datetime) -> ScrapeRound:
-        raise NotImplementedError(f"{type(self).__name__} does not implement scrape_round")
+    @abc.abstractmethod
+    def scrape_round(self, round_at: dt.datetime) -> ScrapeRound: ...
 
-    def describe(self) -> str:
-        raise NotImplementedError(f"{type(self).__name__} does not implement describe")
+    @abc.abstractmethod
+    def describe(self) -> str: ...
 
 
 class DcgmScrapeResource(TelemetrySource):

@@ -36,12 +36,15 @@ _ENVELOPE = {
 }
 _SERIES_RESULTS = ("matrix", "vector")
 
-_SERIES_SQL = """
+# every query starts from one row per series of the response
+_SERIES_CTE = """
 with
   series as (
     select generate_subscripts(data.result, 1) as series_index, unnest(data.result) as s
     from response
-  ),
+  ),"""
+
+_SERIES_SQL = _SERIES_CTE + """
   final as (
     select
       series_index,
@@ -52,12 +55,7 @@ with
 select * from final order by series_index
 """
 
-_LABELS_SQL = """
-with
-  series as (
-    select generate_subscripts(data.result, 1) as series_index, unnest(data.result) as s
-    from response
-  ),
+_LABELS_SQL = _SERIES_CTE + """
   final as (
     select
       series_index,
@@ -69,12 +67,7 @@ with
 select * from final
 """
 
-_FLOAT_POINTS_SQL = """
-with
-  series as (
-    select generate_subscripts(data.result, 1) as series_index, unnest(data.result) as s
-    from response
-  ),
+_FLOAT_POINTS_SQL = _SERIES_CTE + """
   point_lists as (
     select
       series_index,
@@ -92,12 +85,7 @@ select series_index, point_index, len(point) as arity, point[1] as t, point[2] a
 """
 
 # Native histograms (not DCGM data) are only counted and quarantined, so they stay JSON.
-_HISTOGRAM_POINTS_SQL = """
-with
-  series as (
-    select generate_subscripts(data.result, 1) as series_index, unnest(data.result) as s
-    from response
-  ),
+_HISTOGRAM_POINTS_SQL = _SERIES_CTE + """
   point_lists as (
     select
       series_index,
