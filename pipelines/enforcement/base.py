@@ -18,6 +18,7 @@ import hashlib
 import json
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -80,14 +81,27 @@ class ActionLedger:
         db_path = Path(db_path)
         db_path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(db_path, check_same_thread=False, isolation_level=None)
-        self._db.execute("pragma journal_mode=wal")
-        self._db.execute("pragma synchronous=full")
-        self._db.execute(
-            "create table if not exists applied_actions (engine text, idempotency_key text, result_json text, "
-            "applied_at text, primary key (engine, idempotency_key))"
-        )
-        self._db.execute("create table if not exists audit_counter (engine text primary key, next_id integer)")
+        self._db = sqlite3.connect(db_path, check_same_thread=False, isolation_level=None, timeout=30)
+        self._setup_schema()
+
+    def _setup_schema(self, attempts: int = 50) -> None:
+        """WAL mode and tables. Switching the journal mode takes an exclusive lock without waiting on the
+        busy handler, so appliers opening one ledger at the same moment retry instead of failing."""
+        for attempt in range(attempts):
+            try:
+                self._db.execute("pragma journal_mode=wal")
+                self._db.execute("pragma synchronous=full")
+                self._db.execute(
+                    "create table if not exists applied_actions (engine text, idempotency_key text, "
+                    "result_json text, applied_at text, primary key (engine, idempotency_key))"
+                )
+                self._db.execute(
+                    "create table if not exists audit_counter (engine text primary key, next_id integer)")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or attempt == attempts - 1:
+                    raise
+                time.sleep(0.02 * (attempt + 1))
 
     def previous(self, action: Action) -> ActionResult | None:
         """The answer already given for this key, as `already_done`; None when it is new."""

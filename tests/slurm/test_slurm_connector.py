@@ -51,6 +51,7 @@ from pipelines.ingest import ingest_partition
 from pipelines.paths import REPO_ROOT
 from pipelines.sources.jsonl import RecordError
 from pipelines.sources.slurm_sacct import REQUIRED_FIELDS, parse_sacct_json
+from tests.concurrency import race
 
 FIXTURES = Path(__file__).parent / "fixtures"
 DAY = dt.date(2026, 11, 29)
@@ -358,19 +359,12 @@ def test_reclaim_runs_scancel_once_per_key_and_a_dry_run_runs_nothing(tmp_path):
 def test_concurrent_applies_of_one_key_run_the_command_once(tmp_path):
     fake = _slurm()
     fake.delay_s = 0.05
-    barrier = threading.Barrier(8)
-    outcomes = []
 
-    def apply() -> None:
+    def setup():
         enforcer = _enforcer(tmp_path, fake)  # its own ledger connection, as another process would have
-        barrier.wait()
-        outcomes.append(enforcer.apply(Action(ActionKind.RECLAIM, "k", "5", "bot"), NOW).outcome)
+        return lambda: enforcer.apply(Action(ActionKind.RECLAIM, "k", "5", "bot"), NOW).outcome
 
-    threads = [threading.Thread(target=apply) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    outcomes = race(setup, 8)
     assert sorted(outcomes) == sorted([Outcome.APPLIED] + [Outcome.ALREADY_DONE] * 7)
     assert fake.count("scancel") == 1
 

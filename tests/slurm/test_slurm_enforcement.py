@@ -13,6 +13,7 @@ from pipelines.connectors.slurm import CommandResult, run_command
 from pipelines.enforcement.base import ActionLedger
 from pipelines.enforcement.slurm import SlurmEnforcer
 from pipelines.sources.allocator_log import parse_audit_log
+from tests.concurrency import race
 from tests.slurm.conftest import SlurmCluster, slurm
 
 pytestmark = pytest.mark.slow
@@ -100,19 +101,12 @@ def test_concurrent_applies_of_one_key_cancel_once(jobs, slurm_cluster, tmp_path
     """Six appliers, each with its own ledger connection (as separate processes would have)."""
     job = jobs["concurrent"]
     action = Action(ActionKind.RECLAIM, f"reclaim:{job}:race", job, "governance-bot")
-    barrier = threading.Barrier(6)
-    outcomes: list[Outcome] = []
 
-    def apply() -> None:
+    def setup():
         enforcer = SlurmEnforcer(ActionLedger(tmp_path / "ledger.db", tmp_path / "landing", "slurm"), run=recorder)
-        barrier.wait()
-        outcomes.append(enforcer.apply(action, _now()).outcome)
+        return lambda: enforcer.apply(action, _now()).outcome
 
-    threads = [threading.Thread(target=apply) for _ in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    outcomes = race(setup, 6)
     assert sorted(outcomes) == sorted([Outcome.APPLIED] + [Outcome.ALREADY_DONE] * 5)
     assert recorder.count("scancel") == 1
     slurm_cluster.wait_accounted(job, lambda r: r and r[-1]["state"].startswith("CANCELLED"), "cancelled")
