@@ -17,44 +17,43 @@ a `start` opens the attempt's telemetry and plans how it ends; `preempt`, `reque
 close it. At each midnight it writes the day's telemetry and drops the attempts that are over,
 so memory holds one day, not the month. Nothing reads a clock: the same seed writes the same bytes.
 
-A platform team acts too (`AdminActivity`): permission grants and revokes (written as the live
-store writes them), quota changes, a quota proposal and its approval, and enforcement on the
-planted waste, all through the engine's API, so the audit log holds the engine's own records.
+A platform team acts too (`allocator.admin.AdminActivity`): permission grants and revokes
+(written as the live store writes them), quota changes, a quota proposal and its approval, all
+through the engine's API, so the audit log holds the engine's own records. Idle-reclaim comes from
+outside: a `Governance` (the pipeline's policies, `pipelines.policies.simulated`) sees each attempt
+start, reads its telemetry as the exporter would serve it, and acts through the same engine API.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import heapq
 import itertools
 import math
 from collections import Counter, defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
 from allocator import records
+from allocator.admin import ADMIN_ACTIVITY, Admin, AdminActivity
 from allocator.engine import Engine
 from allocator.model import (
     FINAL_FAILURES,
     Action,
-    ActionKind,
     ActionResult,
     AdmissionError,
     Job,
     JobState,
     NodeSpec,
-    Outcome,
     PoolConfig,
     ShareMode,
-    Template,
 )
-from allocator.pool import default_pool, validate_pool
-from allocator.store import permission_record
-from allocator.telemetry import BulkTelemetry, TelemetryUnit, Work
+from allocator.pool import default_pool, pool_capacity, validate_pool
+from allocator.telemetry import ActivityProfile, BulkTelemetry, TelemetryUnit, Work
 from allocator.workload import (
     CALIBRATION,
     Calibration,
@@ -63,7 +62,6 @@ from allocator.workload import (
     Waste,
     Workload,
     generate_workload,
-    tenant_users,
 )
 
 DEFAULT_START = dt.date(2026, 11, 1)
@@ -118,7 +116,7 @@ def scale_pool(pool: PoolConfig, gpus: int) -> PoolConfig:
                 node = NodeSpec(host, tuple(replace(gpu, host=host) for gpu in node.gpus), node.node_pool)
             nodes.append(node)
     scaled = replace(pool, nodes=tuple(nodes))
-    before, after = _capacity(pool), _capacity(scaled)
+    before, after = pool_capacity(pool), pool_capacity(scaled)
     queues = tuple(
         replace(
             q,
@@ -140,11 +138,61 @@ def _split_host(host: str) -> tuple[str, int]:
     return (host[:-digits], int(host[-digits:])) if digits else (f"{host}-", 0)
 
 
-def _capacity(pool: PoolConfig) -> dict[str, float]:
-    out: dict[str, float] = defaultdict(float)
-    for s in pool.slots():
-        out[s.gpu_model] += s.fraction
-    return dict(out)
+# --- what policies acting on the simulated pool see ---------------------------------------------
+
+
+class Governance(Protocol):
+    """Policies acting on the simulated pool in virtual time (`pipelines.policies.simulated`)."""
+
+    def attach(self, pool: SimulatedPool) -> None:
+        """Called once before the run."""
+
+    def job_started(self, job: Job, profile: ActivityProfile, now: dt.datetime) -> None:
+        """An attempt started; `profile` is how its work will load its GPUs (when to look again)."""
+
+
+class SimulatedPool:
+    """The simulation as a live pool looks to the pipeline: its engine (read it, act through it), its
+    clock (ask to be called back), and each running attempt's telemetry as the exporters serve it."""
+
+    def __init__(self, sim: _Simulation):
+        self._sim = sim
+        self.engine = sim.engine
+        self.pool = sim.pool
+        self.out = sim.out
+        self.start, self.end = sim.start, sim.end
+
+    def at(self, when: dt.datetime, step: Callable[..., None], *args: object) -> None:
+        if when < self.end:
+            self._sim.at(when, step, *args)
+
+    def running(self, job_id: str, attempt: int) -> Job | None:
+        job = self.engine.jobs.get(job_id)
+        return job if job is not None and job.state == JobState.RUNNING and job.attempt == attempt else None
+
+    def act(self, action: Action, now: dt.datetime, role: str = "governance_bot") -> ActionResult:
+        result = self.engine.apply_action(action, now, actor_role=role)
+        self._sim.drain(now)
+        return result
+
+    def minutes(self, job_id: str, since: dt.datetime, until: dt.datetime) -> list[dict]:
+        """Per telemetry step in [since, until) and per slot of the job's running attempt: slot_id,
+        minute_at, activity (0..1), fb_used_mib — what its exporter would have served."""
+        run = self._sim.running.get(job_id)
+        if run is None:
+            return []
+        sim = self._sim
+        open_works = [w for w, _ in sim.works.values() if w.end is None or w.end > since]
+        mine = [sim.works[wid][0] for wid in run.works]
+        job = self.engine.jobs[job_id]
+        slot_of_unit = {sim.bulk.unit_of(slot.slot_id): slot.slot_id for slot in job.slots}
+        units = [w.unit for w in mine]
+        stamps, activity, fb = sim.bulk.series(open_works, units, max(since, run.started_at), until)
+        return [
+            {"slot_id": slot_of_unit.get(unit, str(unit)), "minute_at": stamps, "activity": activity[i],
+             "fb_used_mib": fb[i]}
+            for i, unit in enumerate(units)
+        ]
 
 
 # --- the report ----------------------------------------------------------------------------------
@@ -285,6 +333,7 @@ class _Simulation:
         report: SimulationReport,
         on_progress: Callable | None,
         admin: AdminActivity | None = None,
+        governance: Governance | None = None,
     ):
         self.pool, self.workload, self.out, self.start, self.days = pool, workload, out, start, days
         self.end = start + days * _DAY
@@ -306,10 +355,15 @@ class _Simulation:
         self.seq = itertools.count()
         self.rejected: Counter[str] = Counter()
         self.borrowed_starts = 0
-        self.admin = None if admin is None else _Admin(self, admin, report.seed)
+        self.admin = None if admin is None else Admin(self, admin, report.seed)
+        self.governance = governance
 
     def push(self, at: dt.datetime, kind: int, *payload: object) -> None:
         heapq.heappush(self.heap, (at, kind, next(self.seq), payload))
+
+    def at(self, when: dt.datetime, step: Callable[..., None], *args: object) -> None:
+        """Call `step(now, *args)` at `when` (after what users and their work do at that instant)."""
+        self.push(when, _ADMIN, step, *args)
 
     def run(self) -> None:
         for plan in self.workload.jobs:
@@ -318,6 +372,8 @@ class _Simulation:
             self.push(self.start + k * _DAY, _MIDNIGHT, k)
         if self.admin is not None:
             self.admin.plan()
+        if self.governance is not None:
+            self.governance.attach(SimulatedPool(self))
         while self.heap:
             timer = self.engine.next_timer()
             now = self.heap[0][0] if timer is None else min(timer, self.heap[0][0])
@@ -418,8 +474,8 @@ class _Simulation:
         if ends:
             after, kind, action = min(ends, key=lambda e: (e[0], e[1]))
             self.push(now + dt.timedelta(seconds=round(after)), kind, job_id, attempt, action)
-        if self.admin is not None and b.waste is not None:
-            self.admin.job_started(job, b.waste, b.profile.busy_for_s, now)
+        if self.governance is not None:
+            self.governance.job_started(job, b.profile, now)
 
     def stopped(self, job_id: str, kind: str, record: dict, now: dt.datetime) -> None:
         run = self.running.pop(job_id, None)
@@ -505,396 +561,6 @@ class _Simulation:
         return min(candidates, key=lambda i: (held[i], i))
 
 
-# --- administrative activity -------------------------------------------------------------------
-
-GOVERNANCE_BOT = "gpupool-governance"
-QUEUE_ADMIN, OPERATOR = "ops-alice", "ops-bob"  # changes queues; approves proposals and kills hung jobs
-OUTGOING_ADMIN = "ops-carol"  # hands over on day 1: her access is revoked
-_ACCESS_STREAM = 0xACCE55  # the seed's second stream: who joins and leaves (the workload keeps its own)
-
-
-@dataclass(frozen=True)
-class AdminActivity:
-    """What the simulated platform team does, and how often (docs/simulator.md, "Administrative
-    activity"). Shares are per planted case, decided by a hash of (seed, step, job id); the first
-    case of each step in a run is always taken, so a short run shows every kind of record."""
-
-    remind_forgotten: float = 0.04  # forgotten interactive sessions the bot reminds
-    reclaim_reminded: float = 0.5  # of those, reclaimed when still idle after the grace
-    zombie: float = 0.2  # hung training jobs reminded, then reclaimed by an operator
-    resend: float = 0.25  # reclaims sent a second time (a retry after a lost answer: already_done)
-    cap_overrun: float = 0.02  # overrunning training jobs whose run time the bot caps
-    trial_idle: float = 0.02  # idle allocations the idle-allocation policy's trial reports (dry run)
-    joins_per_weekday: float = 0.35  # new tenant members (Poisson per weekday, from day 1)
-    visitor: float = 0.4  # joiners whose access ends 5-12 days later
-    reminder_grace_s: int = 2 * 3600  # reminder -> reclaim of a forgotten session
-    zombie_idle_s: int = 3 * 3600  # no activity this long -> the owner is reminded
-    zombie_grace_s: int = 4 * 3600  # reminder -> the operator reclaims
-    trial_idle_s: int = 2 * 3600  # idle this long -> the trial policy's dry run
-    overrun_at: float = 1.5  # x the declared run time: the bot caps the run
-    overrun_cap: float = 1.75  # ... at this many times the declared run time (most then end TIMEOUT)
-    resend_after_s: int = 300
-    inference_every_days: int = 7  # the overnight idle sweep that also targets an inference service
-
-
-ADMIN_ACTIVITY = AdminActivity()
-
-
-def access_plan(
-    tenants: Sequence[str], start: dt.datetime, days: int, seed: int, activity: AdminActivity = ADMIN_ACTIVITY
-) -> list[tuple[dt.datetime, str, dict | None]]:
-    """Who gets or loses access to the allocator, in time order: `(at, name, principal)`, principal
-    None for a revoke. At `start` the admins, the governance bot and every tenant's members; on day 1
-    at 09:00 the outgoing admin leaves; on weekdays new members join at 09:00-17:00 (Poisson,
-    `joins_per_weekday`), a share of them visitors whose access ends 5-12 days later. Principals are
-    dicts as the live store keeps them: name, role, tenant."""
-    first = [
-        *(
-            {"name": a, "role": "admin", "tenant": None}
-            for a in sorted((QUEUE_ADMIN, OPERATOR, OUTGOING_ADMIN))
-        ),
-        {"name": GOVERNANCE_BOT, "role": "governance_bot", "tenant": None},
-        *({"name": u, "role": "tenant_member", "tenant": t} for t in tenants for u in tenant_users(t)),
-    ]
-    changes: list[tuple[dt.datetime, str, dict | None]] = [(start, p["name"], p) for p in first]
-    changes.append((start + _DAY + dt.timedelta(hours=9), OUTGOING_ADMIN, None))
-    rng = np.random.default_rng([seed, _ACCESS_STREAM])
-    joined: Counter[str] = Counter()
-    for k in range(1, days):
-        n = int(rng.poisson(activity.joins_per_weekday))
-        which, minute, visitor, stay = rng.random((4, n))  # drawn every day: a day's draws never shift
-        day = start + k * _DAY
-        if day.weekday() >= 5:
-            continue
-        for i in range(n):
-            tenant = tenants[int(which[i] * len(tenants))]
-            joined[tenant] += 1
-            name = f"{tenant}-u{len(tenant_users(tenant)) + joined[tenant]:02d}"
-            at = day + dt.timedelta(hours=9, minutes=int(minute[i] * 480))
-            changes.append((at, name, {"name": name, "role": "tenant_member", "tenant": tenant}))
-            if visitor[i] < activity.visitor:
-                changes.append((at + dt.timedelta(days=5 + int(stay[i] * 8)), name, None))
-    end = start + days * _DAY
-    return sorted((c for c in changes if c[0] < end), key=lambda c: (c[0], c[2] is not None, c[1]))
-
-
-def _unit(seed: int, *parts: str) -> float:
-    """A uniform in [0, 1) from a hash: the same case gets the same draw, whatever happened before."""
-    digest = hashlib.blake2b(":".join((str(seed), *parts)).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") / 2**64
-
-
-class _Admin:
-    """The platform team and its governance bot, acting on the engine's real API: permission changes
-    (written like the live store writes them), queue quota changes, a quota proposal and its approval,
-    and enforcement on the waste the workload planted (the simulator knows where it is)."""
-
-    def __init__(self, sim: _Simulation, activity: AdminActivity, seed: int):
-        self.sim, self.engine, self.rates, self.seed = sim, sim.engine, activity, seed
-        self.known: dict[str, dict] = {}  # principals holding access
-        self.commands = itertools.count(1)  # permission changes are numbered like store commands
-        self.guaranteed: dict[str, str] = {}  # step -> the job taken as the run's first case
-        self.done: set[str] = set()  # steps taken at least once
-        self.capacity = _capacity(sim.pool)
-
-    # --- the plan, pushed onto the simulation's heap at the start
-
-    def plan(self) -> None:
-        sim, start, end = self.sim, self.sim.start, self.sim.end
-        by_time: dict[dt.datetime, list[tuple[str, dict | None]]] = defaultdict(list)
-        for at, name, principal in access_plan(sim.pool.tenants, start, sim.days, self.seed, self.rates):
-            by_time[at].append((name, principal))
-        for at, changes in by_time.items():
-            sim.push(at, _ADMIN, self.sync_access, changes)
-        hours = dt.timedelta(hours=1)
-        timeline = [
-            (start + 10 * hours, self.propose_unused_quota),
-            (start + _DAY + 14 * hours, lambda now: self.raise_waiting_queue(now, sim.workload.scarce_model)),
-            (start + _DAY + 16 * hours, self.propose_borrower_quota),
-            (start + 8 * _DAY + 14 * hours, lambda now: self.raise_waiting_queue(now, None)),
-        ]
-        timeline += [
-            (start + k * _DAY + 3 * hours, self.sweep_inference)
-            for k in range(0, sim.days, self.rates.inference_every_days)
-        ]
-        for at, step in timeline:
-            if at < end:
-                sim.push(at, _ADMIN, step)
-
-    def pick(self, step: str, job_id: str, share: float) -> bool:
-        if _unit(self.seed, step, job_id) < share:
-            return True
-        if step not in self.guaranteed and step not in self.done:
-            self.guaranteed[step] = job_id
-            return True
-        return False
-
-    def void(self, step: str, job_id: str) -> None:
-        """The case ended before the step: the next case becomes the run's first."""
-        if self.guaranteed.get(step) == job_id:
-            del self.guaranteed[step]
-
-    def running(self, job_id: str, attempt: int) -> Job | None:
-        job = self.engine.jobs[job_id]
-        return job if job.state == JobState.RUNNING and job.attempt == attempt else None
-
-    def act(self, now: dt.datetime, action: Action, role: str = "governance_bot") -> ActionResult:
-        result = self.engine.apply_action(action, now, actor_role=role)
-        self.sim.drain(now)
-        return result
-
-    # --- access
-
-    def sync_access(self, now: dt.datetime, changes: list[tuple[str, dict | None]]) -> None:
-        """Like `Store.sync_principals`: revokes of who left or changed, then grants, by name."""
-        wanted = {name: principal for name, principal in changes}
-        revokes = [self.known[n] for n in sorted(wanted) if n in self.known and wanted[n] != self.known[n]]
-        grants = [p for n in sorted(wanted) if (p := wanted[n]) is not None and self.known.get(n) != p]
-        seq = next(self.commands)
-        for i, principal in enumerate(revokes):
-            self.sim.tee.audit(permission_record("permission.revoke", principal, now, seq, i, "allocator"))
-            del self.known[principal["name"]]
-        for i, principal in enumerate(grants, start=len(revokes)):
-            self.sim.tee.audit(permission_record("permission.grant", principal, now, seq, i, "allocator"))
-            self.known[principal["name"]] = principal
-
-    # --- quotas
-
-    def headroom(self, model: str) -> float:
-        return self.capacity.get(model, 0.0) - sum(q.get(model, 0.0) for q in self.engine.quotas().values())
-
-    def open_proposals(self) -> set[str]:
-        return {p["queue"] for p in self.engine.proposals().values() if p["state"] == "proposed"}
-
-    def propose(
-        self, now: dt.datetime, queue: str, model: str, quota: float, reason: str, policy: str, approve: bool
-    ) -> None:
-        key = f"quota-{queue}-{model}-{now:%Y%m%d}"
-        fields = {"reason": reason, "policy": policy, "policy_version": "1", "quota": {model: quota}}
-        result = self.act(now, Action(ActionKind.QUOTA_CHANGE, key, queue, GOVERNANCE_BOT, **fields))
-        if approve and result.outcome == Outcome.PROPOSED and result.proposal_id:
-            self.sim.push(now + _DAY, _ADMIN, self.approve, result.proposal_id)
-
-    def approve(self, now: dt.datetime, proposal_id: str) -> None:
-        self.engine.approve(proposal_id, now, OPERATOR)
-        self.sim.drain(now)
-
-    def propose_unused_quota(self, now: dt.datetime) -> None:
-        """The bot proposes lowering the quota that is most unused right now by a quarter of the unused part
-        (not on the scarce model, whose queues fill as soon as work arrives; not on serving queues);
-        an admin approves it a day later."""
-        best: tuple[float, str, str, float] | None = None
-        for q in self.sim.pool.queues:
-            queue = self.engine.queues[q.name]
-            if queue.low_priority or Template.INFERENCE in queue.templates:
-                continue
-            usage = self.engine.usage(q.name)
-            for model, quota in sorted(queue.quota.items()):
-                if model == self.sim.workload.scarce_model:
-                    continue
-                unused = quota - usage.get(model, 0.0)
-                if unused >= 1 and (best is None or unused > best[0]):
-                    best = (unused, q.name, model, quota)
-        if best is None:
-            return
-        unused, queue, model, quota = best
-        new = quota - max(1, math.floor(unused / 4))
-        reason = f"{unused:g} of {quota:g} {model} GPUs of quota unused; lower to {new:g}"
-        self.propose(now, queue, model, new, reason, "unused-quota", approve=True)
-
-    def propose_borrower_quota(self, now: dt.datetime) -> None:
-        """The bot proposes more quota for the tenant that runs on borrowed GPUs (what it borrows, at most
-        half its quota again, within the unassigned capacity); nobody approves it."""
-        tenant = self.sim.workload.borrowing_tenant
-        best: tuple[float, str, str] | None = None
-        for q in self.sim.pool.queues:
-            if q.tenant != tenant or q.low_priority:
-                continue
-            for model, gpus in sorted(self.engine.borrowed(q.name).items()):
-                if best is None or gpus > best[0]:
-                    best = (gpus, q.name, model)
-        if best is None:
-            return
-        borrowed, queue, model = best
-        quota = self.engine.quota(queue).get(model, 0.0)
-        more = min(math.ceil(borrowed), max(1, math.ceil(quota / 2)), math.floor(self.headroom(model) + 1e-9))
-        if more < 1:
-            return
-        reason = f"runs {borrowed:g} {model} GPUs on borrowed capacity; raise quota to {quota + more:g}"
-        self.propose(now, queue, model, quota + more, reason, "borrowed-quota", approve=False)
-
-    def raise_waiting_queue(self, now: dt.datetime, prefer: str | None) -> None:
-        """An admin raises the quota of the queue whose oldest pending job has waited longest (on the
-        preferred model if it has any waiting), by an eighth of it, within the unassigned capacity."""
-        oldest: dict[tuple[str, str], dt.datetime] = {}
-        for job in self.engine.pending():
-            oldest.setdefault((job.spec.queue, job.spec.gpu_model), job.submitted_at)
-        busy = self.open_proposals()
-        candidates = sorted(
-            (model != prefer, submitted, queue, model)
-            for (queue, model), submitted in oldest.items()
-            if queue not in busy
-            and not self.engine.queues[queue].low_priority
-            and self.engine.queues[queue].quota.get(model, 0.0) > 0
-        )
-        for _, submitted, queue, model in candidates:
-            quota = self.engine.quota(queue)
-            more = min(max(1, round(quota[model] / 8)), math.floor(self.headroom(model) + 1e-9))
-            if more < 1:
-                continue
-            waited = (now - submitted).total_seconds() / 3600
-            reason = f"{model} work waited {waited:.1f} h in {queue}; quota {quota[model]:g} -> {quota[model] + more:g}"
-            try:
-                self.engine.update_queue(
-                    queue, {"quota": {**quota, model: quota[model] + more}}, now, QUEUE_ADMIN, reason=reason
-                )
-            except ValueError:  # audited as refused by the engine
-                continue
-            self.sim.drain(now)
-            return
-
-    # --- enforcement on the planted waste
-
-    def job_started(self, job: Job, waste: Waste, busy_for_s: float | None, now: dt.datetime) -> None:
-        r, job_id, attempt = self.rates, job.job_id, job.attempt
-        if waste == Waste.OVERRUN and job.spec.expected_runtime_s:
-            declared = job.spec.expected_runtime_s
-            cap = round(declared * r.overrun_cap)
-            if (job.runtime_cap_s is None or cap < job.runtime_cap_s) and self.pick(
-                "cap", job_id, r.cap_overrun
-            ):
-                self.later(now, declared * r.overrun_at, self.cap_overrun, job_id, attempt, cap)
-            return
-        if busy_for_s is None:
-            return
-        idle_since = now + dt.timedelta(seconds=round(busy_for_s))
-        if waste == Waste.FORGOTTEN_INTERACTIVE and self.pick("remind-session", job_id, r.remind_forgotten):
-            wait = job.spec.idle_reminder_s or 3600
-            self.later(idle_since, wait, self.remind, "remind-session", job_id, attempt, idle_since)
-        elif waste == Waste.ZOMBIE and self.pick("remind-hung", job_id, r.zombie):
-            self.later(idle_since, r.zombie_idle_s, self.remind, "remind-hung", job_id, attempt, idle_since)
-        elif waste == Waste.IDLE_ALLOCATION and self.pick("trial", job_id, r.trial_idle):
-            self.later(idle_since, r.trial_idle_s, self.trial_reclaim, job_id, attempt, idle_since)
-
-    def later(self, at: dt.datetime, seconds: float, step: Callable, *args: object) -> None:
-        self.sim.push(at + dt.timedelta(seconds=round(seconds)), _ADMIN, step, *args)
-
-    def remind(self, now: dt.datetime, step: str, job_id: str, attempt: int, idle_since: dt.datetime) -> None:
-        """The bot reminds the owner of an idle session (or of a job with no progress); after a grace
-        the bot reclaims some of the sessions, an operator every hung job still idle."""
-        job = self.running(job_id, attempt)
-        if job is None:
-            self.void(step, job_id)
-            return
-        r, session = self.rates, step == "remind-session"
-        idle = {"idle_since": records.rfc3339(idle_since)}
-        hours = (now - idle_since).total_seconds() / 3600
-        policy = {"policy": "idle-interactive" if session else "no-progress", "policy_version": "1"}
-        self.act(
-            now,
-            _job_action(
-                ActionKind.REMIND,
-                "remind",
-                job,
-                f"no GPU activity for {hours:.1f} h",
-                evidence=idle,
-                **policy,
-            ),
-        )
-        self.done.add(step)
-        if session and self.pick("reclaim-session", job_id, r.reclaim_reminded):
-            reason = f"idle since {idle['idle_since']}, still idle after a reminder"
-            action = _job_action(ActionKind.RECLAIM, "reclaim", job, reason, evidence=idle, **policy)
-            self.later(
-                now, r.reminder_grace_s, self.reclaim, "reclaim-session", attempt, action, "governance_bot"
-            )
-        elif not session:
-            reason = f"hung: no GPU activity or progress since {idle['idle_since']}"
-            action = _job_action(ActionKind.RECLAIM, "reclaim", job, reason, actor=OPERATOR, evidence=idle)
-            self.later(now, r.zombie_grace_s, self.reclaim, "reclaim-hung", attempt, action, "admin")
-
-    def reclaim(self, now: dt.datetime, step: str, attempt: int, action: Action, role: str) -> None:
-        if self.running(action.target, attempt) is None:
-            self.void(step, action.target)
-            return
-        applied = self.act(now, action, role).outcome == Outcome.APPLIED
-        if applied and self.pick("resend", action.target, self.rates.resend):
-            self.later(now, self.rates.resend_after_s, self.resend, action, role)
-        self.done.add(step)
-
-    def resend(self, now: dt.datetime, action: Action, role: str) -> None:
-        """The same action again (its answer was lost): the engine answers already_done."""
-        self.act(now, action, role)
-        self.done.add("resend")
-
-    def cap_overrun(self, now: dt.datetime, job_id: str, attempt: int, cap: int) -> None:
-        job = self.running(job_id, attempt)
-        if job is None or (job.runtime_cap_s is not None and cap >= job.runtime_cap_s):
-            self.void("cap", job_id)
-            return
-        r, declared_h = self.rates, (job.spec.expected_runtime_s or 0) / 3600
-        reason = f"running {r.overrun_at:g}x its declared {declared_h:.2f} h; capped at {r.overrun_cap:g}x"
-        self.act(
-            now,
-            _job_action(
-                ActionKind.CAP_RUNTIME,
-                "cap",
-                job,
-                reason,
-                policy="overrun",
-                policy_version="1",
-                runtime_s=cap,
-            ),
-        )
-        self.done.add("cap")
-
-    def trial_reclaim(self, now: dt.datetime, job_id: str, attempt: int, idle_since: dt.datetime) -> None:
-        """The idle-allocation policy's next version on trial: it reports what it would reclaim (dry run)."""
-        job = self.running(job_id, attempt)
-        if job is None:
-            self.void("trial", job_id)
-            return
-        reason = f"no GPU activity for {(now - idle_since).total_seconds() / 3600:.1f} h"
-        self.act(
-            now,
-            _job_action(
-                ActionKind.RECLAIM,
-                "trial-reclaim",
-                job,
-                reason,
-                policy="idle-allocation",
-                policy_version="2-trial",
-                evidence={"idle_since": records.rfc3339(idle_since)},
-                dry_run=True,
-            ),
-        )
-        self.done.add("trial")
-
-    def sweep_inference(self, now: dt.datetime) -> None:
-        """The overnight idle sweep picks a serving job too (low traffic at night); the engine refuses:
-        production inference is exempt from automatic reclaim."""
-        for job_id in sorted(self.sim.running):
-            job = self.engine.jobs[job_id]
-            if job.spec.template == Template.INFERENCE and job.state == JobState.RUNNING:
-                action = _job_action(
-                    ActionKind.RECLAIM,
-                    "reclaim",
-                    job,
-                    "low activity overnight",
-                    policy="idle-allocation",
-                    policy_version="1",
-                )
-                self.act(now, action)
-                return
-
-
-def _job_action(
-    kind: ActionKind, prefix: str, job: Job, reason: str, actor: str = GOVERNANCE_BOT, **fields: object
-) -> Action:
-    """An action on the job's current attempt, keyed `<prefix>-<job>-a<attempt>`."""
-    return Action(kind, f"{prefix}-{job.job_id}-a{job.attempt}", job.job_id, actor, reason=reason, **fields)
-
-
 def _cancel_reason(waste: Waste | None) -> str:
     match waste:
         case Waste.ZOMBIE:
@@ -935,13 +601,15 @@ def simulate(
     pool: PoolConfig | None = None,
     calibration: Calibration = CALIBRATION,
     admin: AdminActivity | None = ADMIN_ACTIVITY,
+    governance: Governance | None = None,
 ) -> SimulationReport:
     """Simulate `days` days of the pool from `start` and write the landing layout under `out`.
 
     gpus: scale the pool (default pool, or `pool`) to about this many GPUs (None: as it is).
     on_progress(done_days, days, day) is called after each day is written.
-    admin: what the platform team does (permissions, quotas, enforcement); None: nothing, and the
-    audit log stays empty.
+    admin: what the platform team does (permissions, quotas); None: nothing.
+    governance: policies acting on idle and runaway work (None: no idle-reclaim; with neither, the
+    audit log stays empty).
     """
     if days < 1:
         raise ValueError(f"days {days}: expected at least 1")
@@ -962,7 +630,7 @@ def simulate(
         nodes=len(pool.nodes),
         interval_s=interval_s,
     )
-    sim = _Simulation(pool, workload, out, begin, days, interval_s, report, on_progress, admin)
+    sim = _Simulation(pool, workload, out, begin, days, interval_s, report, on_progress, admin, governance)
     try:
         sim.run()
     finally:
@@ -976,7 +644,7 @@ def _figures(report: SimulationReport, sim: _Simulation, pool: PoolConfig, workl
     report.events, report.audit_records = sim.tee.events, sim.tee.audits
     report.audit_kinds = dict(sorted(sim.tee.audit_kinds.items()))
     report.jobs_rejected = dict(sorted(sim.rejected.items()))
-    report.capacity_gpu_hours = sum(_capacity(pool).values()) * 24 * report.days
+    report.capacity_gpu_hours = sum(pool_capacity(pool).values()) * 24 * report.days
     jobs = list(sim.engine.jobs.values())
     waits = [
         (j.spec.gpu_model, (j.first_started_at - j.submitted_at).total_seconds())

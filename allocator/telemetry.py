@@ -571,6 +571,20 @@ class BulkTelemetry:
     def unit_of(self, slot_id: str) -> int:
         return self.table.by_slot[slot_id]
 
+    def series(
+        self, works: Sequence[Work], units: Sequence[int], start: dt.datetime, end: dt.datetime
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Activity and framebuffer use (MiB) of `units` at each step in [start, end), exactly as `day`
+        writes them: (times as datetime64[us], activity[unit, step], fb_used[unit, step]).
+        `works` must hold every work open in the window (shared units sum their works)."""
+        first = math.ceil(epoch_seconds(start) / self.interval_s) * self.interval_s
+        times = np.arange(first, epoch_seconds(end), self.interval_s, dtype=np.float64)
+        ordered = sorted(works, key=lambda w: (w.unit, epoch_seconds(w.start), w.job_id or "", w.rank))
+        grid = _grid(self.table, ordered, times)
+        rows = np.array(units, dtype=np.int64)[:, None] * grid.steps + np.arange(grid.steps)[None, :]
+        stamps = (times * 1e6).astype("int64").astype("datetime64[us]")
+        return stamps, grid.activity[rows], grid.fb_used[rows]
+
     def day(
         self,
         day: dt.date,
