@@ -23,6 +23,7 @@ SUITE_TABLES: tuple[str, ...] = (
     "audit_events",
     "gpu_inventory",
     "queue_quotas",
+    "governance_actions",
 )
 
 # DCGM profiling metrics exported as a ratio of time or cycles (0..1).
@@ -174,6 +175,17 @@ def _queue_quotas_rules() -> list[gxe.Expectation]:
     ]
 
 
+def _governance_actions_rules() -> list[gxe.Expectation]:
+    return [
+        _between("step_index", "step_index is negative", min_value=0),
+        _between("attempt", "attempt is below 1 (attempts are 1-based)", min_value=1),
+        _in_set("record", ("decision", "answer")),
+        _in_set("status", ("shadow", "exempt", "rate_limited", "queued", "answered", "recommended", "dropped")),
+        _in_set("outcome", ("applied", "refused", "already_done", "dry_run", "proposed")),
+        _between("gpus_flagged", "gpus_flagged is negative", min_value=0),
+    ]
+
+
 _DOMAIN_RULES: dict[str, Callable[[], list[gxe.Expectation]]] = {
     "dcgm_samples": _dcgm_rules,
     "job_events": _job_events_rules,
@@ -181,6 +193,7 @@ _DOMAIN_RULES: dict[str, Callable[[], list[gxe.Expectation]]] = {
     "audit_events": _audit_events_rules,
     "gpu_inventory": _gpu_inventory_rules,
     "queue_quotas": _queue_quotas_rules,
+    "governance_actions": _governance_actions_rules,
 }
 
 

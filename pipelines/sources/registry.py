@@ -14,6 +14,7 @@ from pipelines.sources import (
     allocator_log,
     dcgm_parquet,
     dcgm_text,
+    governance,
     k8s_audit,
     kueue,
     prometheus,
@@ -125,6 +126,13 @@ SOURCES: dict[str, IngestSource] = {
             ("*.json",),
             ("gpu_inventory", "queue_quotas"),
             allocator_log.parse_pool_snapshot,
+        ),
+        IngestSource(
+            "governance_actions",
+            "gpupool governance decision log (gpupool.governance/v1 JSON lines): decisions and engine answers",
+            ("*.jsonl",),
+            ("governance_actions",),
+            governance.parse_governance_log,
         ),
     )
 }

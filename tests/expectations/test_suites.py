@@ -140,6 +140,36 @@ def queue_quotas_frame() -> pl.DataFrame:
     )
 
 
+def governance_actions_frame() -> pl.DataFrame:
+    key = "gp-reclaim-1-0123456789abcdef"
+    return contract("governance_actions").conform(
+        pl.DataFrame(
+            {
+                "record": ["decision", "answer"],
+                "occurred_at": [_at(0), _at(1)],
+                "idempotency_key": [key, key],
+                "finding_id": ["idle-allocation:1:j-1:a1:2024-05-01T11:00:00Z"] * 2,
+                "policy": ["idle-allocation"] * 2,
+                "policy_version": ["1"] * 2,
+                "policy_kind": ["idle_allocation"] * 2,
+                "mode": ["enforce"] * 2,
+                "step_index": [1, 1],
+                "action": ["reclaim"] * 2,
+                "engine": ["allocator"] * 2,
+                "job_id": ["j-1"] * 2,
+                "attempt": [1, 1],
+                "tenant": ["vision"] * 2,
+                "status": ["queued", "answered"],
+                "gpus_flagged": [8, 8],
+                "outcome": [None, "applied"],
+                "api_version": ["gpupool.governance/v1"] * 2,
+                "source_file": ["outbox.jsonl"] * 2,
+                "line_number": [1, 2],
+            }
+        )
+    )
+
+
 CLEAN: dict[str, Callable[[], pl.DataFrame]] = {
     "dcgm_samples": dcgm_frame,
     "job_events": job_events_frame,
@@ -147,6 +177,7 @@ CLEAN: dict[str, Callable[[], pl.DataFrame]] = {
     "audit_events": audit_events_frame,
     "gpu_inventory": gpu_inventory_frame,
     "queue_quotas": queue_quotas_frame,
+    "governance_actions": governance_actions_frame,
 }
 
 

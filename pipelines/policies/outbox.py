@@ -1,0 +1,364 @@
+"""The outbox: every decision kept once, delivered until the engine answers, and logged.
+
+`record` stores each PlannedAction by its idempotency key (SQLite, WAL): planning the same step
+again records nothing new. The one exception is a rate-limited decision, which is not a decision
+yet: when the same step is planned again with another status it replaces the row.
+
+`deliver` sends the due QUEUED rows through the engine's `Enforcer`. Rows are claimed atomically
+first (an UPDATE that only a row still unclaimed matches), so two deliveries at once (two sensor
+ticks, two processes) never send one key twice. An answer (applied, refused, already_done,
+dry_run, proposed) closes the row; anything else (connection refused, timeout, 5xx, a
+configuration error) keeps it queued with its next attempt after an exponential backoff
+(5 s doubling to 5 min). A key is therefore sent again only when no answer came back, and the
+engine's idempotency makes even that safe: an action applied whose answer was lost answers
+`already_done` the next time, and that answer is recorded once. A claim left by a process that
+died mid-send expires after CLAIM_TTL and the row is sent again the same way.
+
+The decision log (`gpupool.governance/v1`, landing source `governance_actions`): one JSON line per
+decision and one per answer, in `landing/governance_actions/<YYYY-MM-DD>/<writer>.jsonl`. Lines are
+written in the same transaction as the rows (a `log_lines` table) and flushed to the file after,
+under a file lock; a crash between the file write and marking the lines written can repeat those
+lines once, never lose them. Readers dedupe on (idempotency_key, record, status).
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import fcntl
+import json
+import sqlite3
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from allocator.model import Action, ActionKind, ActionResult
+from allocator.records import rfc3339
+from pipelines.connectors import RetryPolicy
+from pipelines.enforcement.allocator import DeliveryError
+from pipelines.enforcement.base import Enforcer
+from pipelines.policies.model import (
+    DECISION_SCHEMA_NAME,
+    DecisionStatus,
+    Mode,
+    PlannedAction,
+    PolicyKind,
+    StepAction,
+)
+from pipelines.policies.planner import RATE_LIMITED_ACTIONS, DeliveredStep
+
+SOURCE = "governance_actions"
+ACTOR = "gpupool-governance"
+BACKOFF = RetryPolicy(backoff_s=5.0, max_backoff_s=300.0)
+CLAIM_TTL = dt.timedelta(minutes=10)  # longer than any request's timeout
+# Fields of the decision log taken from PlannedAction.evidence (the planner copies the finding's).
+FINDING_FIELDS = ("detected_at", "window_start_at", "window_end_at", "gpus_flagged", "gpus_held", "gpu_hours",
+                  "recommendation")
+
+_SCHEMA = (
+    """create table if not exists decisions (
+        idempotency_key text primary key, finding_id text not null, step_index integer not null,
+        action text not null, engine text not null, tenant text not null, mode text not null,
+        status text not null, decided_at text not null, planned_json text not null,
+        attempts integer not null default 0, next_attempt_at text, claimed_by text, claimed_at text,
+        outcome text, outcome_reason text, answered_at text, last_error text)""",
+    "create index if not exists decisions_finding on decisions (finding_id)",
+    "create index if not exists decisions_due on decisions (status, next_attempt_at)",
+    "create index if not exists decisions_decided on decisions (decided_at)",
+    """create table if not exists log_lines (
+        seq integer primary key autoincrement, day text not null, line text not null,
+        written integer not null default 0)""",
+    "create index if not exists log_lines_unwritten on log_lines (written)",
+)
+
+
+@dataclass(frozen=True)
+class Retry:
+    idempotency_key: str
+    attempts: int
+    next_attempt_at: dt.datetime
+    error: str
+
+
+@dataclass
+class DeliveryReport:
+    sent: int = 0  # actions handed to an enforcer
+    answered: Counter = field(default_factory=Counter)  # by outcome
+    retried: list[Retry] = field(default_factory=list)  # transport failures: queued again
+    errors: list[str] = field(default_factory=list)  # anything else (configuration): queued again too
+
+    def summary(self) -> str:
+        outcomes = ", ".join(f"{n} {o}" for o, n in sorted(self.answered.items())) or "none"
+        return f"{self.sent} sent; answers: {outcomes}; {len(self.retried)} to retry; {len(self.errors)} errors"
+
+
+def _iso(t: dt.datetime) -> str:
+    return t.isoformat(sep=" ", timespec="microseconds")
+
+
+def planned_from_json(text: str) -> PlannedAction:
+    fields = json.loads(text)
+    fields["kind"] = PolicyKind(fields["kind"])
+    fields["mode"] = Mode(fields["mode"])
+    fields["action"] = StepAction(fields["action"])
+    fields["status"] = DecisionStatus(fields["status"])
+    return PlannedAction(**fields)
+
+
+def decision_line(planned: PlannedAction, now: dt.datetime) -> dict:
+    """A `gpupool.governance/v1` decision record."""
+    evidence = planned.evidence
+    return {
+        "schema": DECISION_SCHEMA_NAME,
+        "record": "decision",
+        "ts": rfc3339(now),
+        "idempotency_key": planned.idempotency_key,
+        "finding_id": planned.finding_id,
+        "policy": planned.policy,
+        "policy_version": planned.policy_version,
+        "policy_kind": planned.kind.value,
+        "mode": planned.mode.value,
+        "step_index": planned.step_index,
+        "action": planned.action.value,
+        "engine": planned.engine,
+        "job_id": planned.job_id,
+        "attempt": planned.attempt,
+        "tenant": planned.tenant,
+        "queue": planned.queue,
+        "status": planned.status.value,
+        "status_reason": planned.status_reason,
+        "reason": planned.reason,
+        "evidence": evidence,
+        **{name: evidence.get(name) for name in FINDING_FIELDS},
+    }
+
+
+class Outbox:
+    """Decisions, their delivery and the decision log. Implements `ActionHistory` for the planner."""
+
+    def __init__(self, path: Path, landing: Path, writer: str = "outbox"):
+        self.landing = Path(landing)
+        self.writer = writer
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._log_lock_path = path.with_name(path.name + ".log.lock")
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
+        self._setup_schema()
+
+    def _setup_schema(self, attempts: int = 50) -> None:
+        """As ActionLedger: the WAL switch does not wait on the busy handler, so retry it."""
+        for attempt in range(attempts):
+            try:
+                self._db.execute("pragma journal_mode=wal")
+                self._db.execute("pragma synchronous=full")
+                for statement in _SCHEMA:
+                    self._db.execute(statement)
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or attempt == attempts - 1:
+                    raise
+                time.sleep(0.02 * (attempt + 1))
+
+    def close(self) -> None:
+        self._db.close()
+
+    def _transaction(self, work) -> object:
+        with self._lock:
+            self._db.execute("begin immediate")
+            try:
+                out = work()
+                self._db.execute("commit")
+                return out
+            except BaseException:
+                self._db.execute("rollback")
+                raise
+
+    def _log(self, line: dict, now: dt.datetime) -> None:
+        self._db.execute("insert into log_lines (day, line) values (?, ?)",
+                         [now.date().isoformat(), json.dumps(line, sort_keys=True, ensure_ascii=False)])
+
+    # -- decisions --------------------------------------------------------------------------------
+
+    def record(self, planned: Iterable[PlannedAction], now: dt.datetime) -> list[PlannedAction]:
+        """Store and log the decisions not stored yet; returns those recorded now."""
+        actions = list(planned)
+
+        def work() -> list[PlannedAction]:
+            recorded = []
+            for action in actions:
+                row = self._db.execute("select status from decisions where idempotency_key = ?",
+                                       [action.idempotency_key]).fetchone()
+                if row is not None and not (row[0] == DecisionStatus.RATE_LIMITED
+                                            and action.status != DecisionStatus.RATE_LIMITED):
+                    continue
+                queued = action.status == DecisionStatus.QUEUED
+                self._db.execute(
+                    "insert or replace into decisions (idempotency_key, finding_id, step_index, action, engine, "
+                    "tenant, mode, status, decided_at, planned_json, next_attempt_at) "
+                    "values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [action.idempotency_key, action.finding_id, action.step_index, action.action.value,
+                     action.engine, action.tenant, action.mode.value, action.status.value, _iso(now),
+                     json.dumps(dataclasses.asdict(action), sort_keys=True), _iso(now) if queued else None],
+                )
+                self._log(decision_line(action, now), now)
+                recorded.append(action)
+            return recorded
+
+        recorded = self._transaction(work)
+        self.flush_log()
+        return recorded
+
+    # -- ActionHistory -----------------------------------------------------------------------------
+
+    def steps(self, finding_id: str) -> list[DeliveredStep]:
+        with self._lock:
+            rows = self._db.execute(
+                "select step_index, action, decided_at, status, outcome from decisions where finding_id = ? "
+                "order by step_index", [finding_id]).fetchall()
+        return [DeliveredStep(i, a, dt.datetime.fromisoformat(at), DecisionStatus(s), o) for i, a, at, s, o in rows]
+
+    def reclaims_since(self, since: dt.datetime) -> list[str]:
+        actions = sorted(a.value for a in RATE_LIMITED_ACTIONS)
+        with self._lock:
+            rows = self._db.execute(
+                f"select tenant from decisions where decided_at >= ? and action in ({', '.join('?' * len(actions))}) "
+                "and status in (?, ?)",
+                [_iso(since), *actions, DecisionStatus.QUEUED.value, DecisionStatus.ANSWERED.value]).fetchall()
+        return [r[0] for r in rows]
+
+    def open_findings(self, since: dt.datetime) -> list[PlannedAction]:
+        with self._lock:
+            rows = self._db.execute(
+                """select d.planned_json from decisions d
+                   where d.decided_at >= ? and d.status != ?
+                     and d.step_index = (select max(step_index) from decisions x
+                                         where x.finding_id = d.finding_id and x.status != ?)
+                     and not exists (select 1 from decisions x where x.finding_id = d.finding_id and x.status = ?)
+                   order by d.finding_id""",
+                [_iso(since), DecisionStatus.RATE_LIMITED.value, DecisionStatus.RATE_LIMITED.value,
+                 DecisionStatus.DROPPED.value]).fetchall()
+        return [planned_from_json(r[0]) for r in rows]
+
+    # -- delivery ---------------------------------------------------------------------------------
+
+    def _claim(self, now: dt.datetime, limit: int | None) -> tuple[str, list[tuple[str, str, int]]]:
+        claim = uuid.uuid4().hex
+
+        def work() -> list[tuple[str, str, int]]:
+            self._db.execute(
+                "update decisions set claimed_by = ?, claimed_at = ? where idempotency_key in ("
+                "  select idempotency_key from decisions where status = ? and next_attempt_at <= ?"
+                "  and (claimed_by is null or claimed_at < ?) order by next_attempt_at, idempotency_key"
+                "  limit ?)",
+                [claim, _iso(now), DecisionStatus.QUEUED.value, _iso(now), _iso(now - CLAIM_TTL),
+                 -1 if limit is None else limit])
+            return self._db.execute(
+                "select idempotency_key, planned_json, attempts from decisions where claimed_by = ? "
+                "order by next_attempt_at, idempotency_key", [claim]).fetchall()
+
+        return claim, self._transaction(work)
+
+    def deliver(self, enforcers: Mapping[str, Enforcer], now: dt.datetime, limit: int | None = None) -> DeliveryReport:
+        """Send the queued actions that are due; see the module docstring."""
+        report = DeliveryReport()
+        claim, rows = self._claim(now, limit)
+        for key, planned_json, attempts in rows:
+            planned = planned_from_json(planned_json)
+            enforcer = enforcers.get(planned.engine)
+            if enforcer is None:
+                self._retry(key, claim, attempts, now, f"no enforcer for engine {planned.engine}")
+                report.errors.append(f"{key}: no enforcer for engine {planned.engine}")
+                continue
+            action = Action(
+                kind=ActionKind(planned.action.value),
+                idempotency_key=key,
+                target=planned.job_id,
+                actor=ACTOR,
+                reason=planned.reason,
+                policy=planned.policy,
+                policy_version=planned.policy_version,
+                evidence=planned.evidence,
+                runtime_s=planned.runtime_s,
+            )
+            report.sent += 1
+            try:
+                result = enforcer.apply(action, now)
+            except DeliveryError as exc:
+                report.retried.append(self._retry(key, claim, attempts, now, str(exc)))
+                continue
+            except Exception as exc:  # noqa: BLE001 - e.g. a configuration error: reported, the action kept
+                retry = self._retry(key, claim, attempts, now, f"{type(exc).__name__}: {exc}")
+                report.errors.append(f"{key}: {retry.error} (next attempt {retry.next_attempt_at:%H:%M:%S})")
+                continue
+            if self._answer(key, claim, planned, attempts + 1, result, now):
+                report.answered[result.outcome.value] += 1
+        self.flush_log()
+        return report
+
+    def _retry(self, key: str, claim: str, attempts: int, now: dt.datetime, error: str) -> Retry:
+        next_at = now + dt.timedelta(seconds=BACKOFF.delay(attempts))
+        self._transaction(lambda: self._db.execute(
+            "update decisions set attempts = ?, next_attempt_at = ?, last_error = ?, claimed_by = null, "
+            "claimed_at = null where idempotency_key = ? and claimed_by = ?",
+            [attempts + 1, _iso(next_at), error, key, claim]))
+        return Retry(key, attempts + 1, next_at, error)
+
+    def _answer(self, key: str, claim: str, planned: PlannedAction, attempts: int, result: ActionResult,
+                now: dt.datetime) -> bool:
+        """Close the row with the engine's answer and log it; False if the claim was lost meanwhile."""
+
+        def work() -> bool:
+            changed = self._db.execute(
+                "update decisions set status = ?, outcome = ?, outcome_reason = ?, answered_at = ?, attempts = ?, "
+                "claimed_by = null, claimed_at = null where idempotency_key = ? and claimed_by = ? and status = ?",
+                [DecisionStatus.ANSWERED.value, result.outcome.value, result.reason, _iso(now), attempts, key, claim,
+                 DecisionStatus.QUEUED.value]).rowcount
+            if changed:
+                line = decision_line(dataclasses.replace(planned, status=DecisionStatus.ANSWERED), now)
+                line.update(record="answer", outcome=result.outcome.value, outcome_reason=result.reason,
+                            delivery_attempts=attempts)
+                if result.effects:
+                    line["effects"] = result.effects
+                self._log(line, now)
+            return bool(changed)
+
+        return self._transaction(work)
+
+    # -- decision log -----------------------------------------------------------------------------
+
+    def flush_log(self) -> int:
+        """Append the lines not yet written to the day files; how many were written."""
+        with open(self._log_lock_path, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                with self._lock:
+                    rows = self._db.execute(
+                        "select seq, day, line from log_lines where written = 0 order by seq").fetchall()
+                by_day: dict[str, list[str]] = {}
+                for _, day, line in rows:
+                    by_day.setdefault(day, []).append(line + "\n")
+                for day, lines in by_day.items():
+                    path = self.landing / SOURCE / day / f"{self.writer}.jsonl"
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    with open(path, "a", encoding="utf-8") as out:
+                        out.write("".join(lines))
+                        out.flush()
+                if rows:
+                    self._transaction(lambda: self._db.execute(
+                        "update log_lines set written = 1 where seq <= ? and written = 0", [rows[-1][0]]))
+                return len(rows)
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    # -- reading ----------------------------------------------------------------------------------
+
+    def rows(self) -> list[dict]:
+        """Every decision with its delivery state (for reports and tests)."""
+        with self._lock:
+            cursor = self._db.execute("select * from decisions order by decided_at, idempotency_key")
+            names = [d[0] for d in cursor.description]
+            return [dict(zip(names, r, strict=True)) for r in cursor.fetchall()]

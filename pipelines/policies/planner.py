@@ -1,0 +1,388 @@
+"""From findings to decisions: which step of which finding is due now, and what happens to it.
+
+A policy's steps escalate (remind, then after a grace reclaim or preempt). `plan` looks at each
+finding, asks the history which of its steps were decided already, and decides the next one when
+it is due: the first step `after_s` after the finding was detected, each later one `after_s` after
+the previous step's decision. Everything it decides is a `PlannedAction` with a status:
+
+- DROPPED: the finding no longer holds when its step is due (the job ended during the grace
+  period, or it became busy again); recorded once, and the finding is closed;
+- RECOMMENDED: advice (a right-size) recorded; partial idle (some of the job's GPUs busy) gets a
+  recommendation where its policy would reclaim or preempt, since that would kill the busy GPUs' work;
+- EXEMPT: production inference (template inference) and allow-listed work are never reclaimed,
+  preempted or capped automatically; reminders still go;
+- SHADOW: the policy is in shadow mode, nothing reaches the engine;
+- RATE_LIMITED: over the hourly reclaim limit (per tenant or in total); not counted as decided,
+  so the same step is planned again at the next call and goes out once the hour allows;
+- QUEUED: to be delivered by the outbox.
+
+The plan is a pure function of (findings, catalog, history, now): the same inputs give the same
+actions with the same idempotency keys (`action_key`), so re-planning after a crash is harmless.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections import Counter
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+import polars as pl
+
+from allocator.records import rfc3339
+from pipelines.policies.model import (
+    DecisionStatus,
+    Mode,
+    PlannedAction,
+    PolicyKind,
+    RateLimits,
+    Rule,
+    Step,
+    StepAction,
+    action_key,
+)
+
+# Actions that take GPUs away or end work: exemptions and the rate limit apply to them.
+ENFORCING = frozenset({StepAction.RECLAIM, StepAction.PREEMPT, StepAction.CAP_RUNTIME})
+RATE_LIMITED_ACTIONS = frozenset({StepAction.RECLAIM, StepAction.PREEMPT})
+PROTECTED_TEMPLATES = frozenset({"inference"})
+RATE_WINDOW = dt.timedelta(hours=1)
+# How far back an earlier decision is looked for when a finding is no longer reported.
+OPEN_FINDING_LOOKBACK = dt.timedelta(days=2)
+# The finding's fields copied into PlannedAction.evidence: the decision log reads them from there.
+FINDING_FIELDS = (
+    "detected_at", "window_start_at", "window_end_at", "gpus_flagged", "gpus_held", "gpu_hours",
+    "recommendation", "metric", "observed", "threshold", "template", "scope",
+)
+
+
+class PolicyCatalog(Protocol):
+    """What the planner needs of `pipelines.policies.catalog.PolicyCatalog`."""
+
+    rate_limits: RateLimits
+
+    def rule(self, policy: str, *, queue: str | None = None, template: str | None = None) -> Rule: ...
+
+    def exemption_for(self, policy: str, tenant: str, queue: str | None, job_id: str | None,
+                      now: dt.datetime) -> Any: ...
+
+
+@dataclass(frozen=True)
+class DeliveredStep:
+    """A step already decided for a finding, as the history keeps it."""
+
+    step_index: int
+    action: str
+    decided_at: dt.datetime
+    status: DecisionStatus
+    outcome: str | None = None
+
+
+class ActionHistory(Protocol):
+    """What was decided before; the outbox is the durable one, MemoryHistory the in-memory one."""
+
+    def steps(self, finding_id: str) -> list[DeliveredStep]:
+        """The finding's recorded steps by step_index (rate-limited ones included, with that status)."""
+        ...
+
+    def reclaims_since(self, since: dt.datetime) -> list[str]:
+        """The tenant of every reclaim or preempt queued or answered since `since` (one entry each)."""
+        ...
+
+    def open_findings(self, since: dt.datetime) -> list[PlannedAction]:
+        """The latest decided step of each finding decided since `since` and not dropped."""
+        ...
+
+
+class MemoryHistory:
+    """ActionHistory in memory, with the outbox's recording rules (for tests and the simulator); it
+    delivers nothing, so its queued decisions stay queued."""
+
+    def __init__(self) -> None:
+        self._decided: dict[str, tuple[PlannedAction, dt.datetime]] = {}
+
+    def record(self, planned: Iterable[PlannedAction], now: dt.datetime) -> list[PlannedAction]:
+        """Keep each decision once by idempotency key; a rate-limited one is replaced when decided anew."""
+        recorded = []
+        for action in planned:
+            previous = self._decided.get(action.idempotency_key)
+            if previous is None or (previous[0].status == DecisionStatus.RATE_LIMITED
+                                    and action.status != DecisionStatus.RATE_LIMITED):
+                self._decided[action.idempotency_key] = (action, now)
+                recorded.append(action)
+        return recorded
+
+    def steps(self, finding_id: str) -> list[DeliveredStep]:
+        found = [DeliveredStep(a.step_index, a.action.value, at, a.status)
+                 for a, at in self._decided.values() if a.finding_id == finding_id]
+        return sorted(found, key=lambda s: s.step_index)
+
+    def reclaims_since(self, since: dt.datetime) -> list[str]:
+        return [
+            a.tenant for a, at in self._decided.values()
+            if at >= since and a.action in RATE_LIMITED_ACTIONS
+            and a.status in (DecisionStatus.QUEUED, DecisionStatus.ANSWERED)
+        ]
+
+    def open_findings(self, since: dt.datetime) -> list[PlannedAction]:
+        latest: dict[str, tuple[PlannedAction, dt.datetime]] = {}
+        dropped = set()
+        for action, at in self._decided.values():
+            if action.status == DecisionStatus.DROPPED:
+                dropped.add(action.finding_id)
+            if action.status == DecisionStatus.RATE_LIMITED or at < since:
+                continue
+            held = latest.get(action.finding_id)
+            if held is None or action.step_index > held[0].step_index:
+                latest[action.finding_id] = (action, at)
+        return [a for fid, (a, _) in sorted(latest.items()) if fid not in dropped]
+
+
+# --- words -----------------------------------------------------------------------------------
+
+
+def duration_text(seconds: float) -> str:
+    """'45 s', '15 min', '2 h', '1 h 30 min', '3 d 4 h'."""
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes = seconds // 60
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, rest = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h" + (f" {rest} min" if rest else "")
+    days, hours = divmod(hours, 24)
+    return f"{days} d" + (f" {hours} h" if hours else "")
+
+
+def _number(value: float) -> str:
+    return f"{value:,.2f}".rstrip("0").rstrip(".")
+
+
+def _percent(ratio: float) -> str:
+    return f"{ratio * 100:.1f}".removesuffix(".0") + "%"
+
+
+def _window_param(rule: Rule) -> float | None:
+    for key, scale in (("window_s", 1), ("window_min", 60), ("window_minutes", 60)):
+        value = rule.params.get(key)
+        if isinstance(value, int | float):
+            return value * scale
+    return None
+
+
+def finding_text(finding: dict, rule: Rule) -> str:
+    """What was seen, in words with numbers."""
+    metric, observed, threshold = finding["metric"], finding["observed"], finding["threshold"]
+    span = (finding["window_end_at"] - finding["window_start_at"]).total_seconds()
+    gpus = f"on {finding['gpus_flagged']} of {finding['gpus_held']} GPUs"
+    window = _window_param(rule)
+    limits = f"threshold {_percent(threshold)}" + (f", window {duration_text(window)}" if window else "")
+    if metric == "activity":
+        return f"GPU activity {_percent(observed)} over the last {duration_text(span)} {gpus} ({limits})"
+    if metric.endswith("_s"):
+        what = metric.removesuffix("_s").replace("_", " ")
+        return f"{what} {duration_text(observed)}, over the limit of {duration_text(threshold)} ({gpus})"
+    what = metric.replace("_", " ")
+    return (f"{what} {_number(observed)} over {duration_text(span)} "
+            f"(threshold {_number(threshold)}) {gpus}")
+
+
+def _step_text(action: StepAction, index: int, steps: tuple[Step, ...], finding: dict,
+               runtime_s: int | None) -> str:
+    following = steps[index + 1] if index + 1 < len(steps) else None
+    if action == StepAction.REMIND:
+        if following is not None and following.action in ENFORCING:
+            verb = following.action.value.replace("_", " ")
+            return f"{verb} in {duration_text(following.after_s)} unless it is used"
+        return "reminder"
+    if action == StepAction.RECOMMEND:
+        return f"recommendation: {finding['recommendation'] or 'right-size the request'}"
+    if action == StepAction.CAP_RUNTIME:
+        return f"run time capped at {duration_text(runtime_s or 0)}"
+    verb = {StepAction.RECLAIM: "reclaimed", StepAction.PREEMPT: "preempted"}[action]
+    if index > 0:
+        return f"{verb} {duration_text(steps[index].after_s)} after the previous step"
+    return verb
+
+
+# --- planning --------------------------------------------------------------------------------
+
+
+def _evidence(finding: dict) -> dict:
+    """The finding's evidence object plus the fields the decision log carries at the top level."""
+    try:
+        parsed = json.loads(finding["evidence"]) if finding["evidence"] else {}
+    except json.JSONDecodeError:
+        parsed = {"evidence_text": finding["evidence"]}
+    out = parsed if isinstance(parsed, dict) else {"evidence": parsed}
+    for name in FINDING_FIELDS:
+        value = finding.get(name)
+        out[name] = rfc3339(value) if isinstance(value, dt.datetime) else value
+    return out
+
+
+def _runtime_cap(finding: dict, rule: Rule) -> int | None:
+    cap = rule.params.get("cap_runtime_s")
+    if isinstance(cap, int | float):
+        return int(cap)
+    if finding["metric"].endswith("runtime_s") and finding["threshold"]:
+        return max(int(finding["threshold"]), 1)
+    return None
+
+
+@dataclass
+class _Budget:
+    """Reclaims and preempts left this hour, per tenant and in total."""
+
+    limits: RateLimits
+    per_tenant: Counter
+    total: int
+
+    def refusal(self, tenant: str) -> str | None:
+        if self.total >= self.limits.reclaims_per_hour_total:
+            return (f"{self.total} reclaims or preemptions in the last hour in total "
+                    f"(limit {self.limits.reclaims_per_hour_total}/h); planned again at the next evaluation")
+        used = self.per_tenant[tenant]
+        if used >= self.limits.reclaims_per_hour_per_tenant:
+            return (f"{used} reclaims or preemptions for tenant {tenant} in the last hour "
+                    f"(limit {self.limits.reclaims_per_hour_per_tenant}/h); planned again at the next evaluation")
+        return None
+
+    def spend(self, tenant: str) -> None:
+        self.per_tenant[tenant] += 1
+        self.total += 1
+
+
+def _next_step(history: ActionHistory, finding_id: str, steps: tuple[Step, ...],
+               detected_at: dt.datetime) -> tuple[int, dt.datetime] | None:
+    """(index, due time) of the finding's next step; None when it is closed or has no step left."""
+    decided = [s for s in history.steps(finding_id) if s.status != DecisionStatus.RATE_LIMITED]
+    if any(s.status == DecisionStatus.DROPPED for s in decided):
+        return None
+    index = max((s.step_index for s in decided), default=-1) + 1
+    if index >= len(steps):
+        return None
+    if index == 0:
+        return 0, detected_at + dt.timedelta(seconds=steps[0].after_s)
+    previous = max(decided, key=lambda s: s.step_index)
+    return index, previous.decided_at + dt.timedelta(seconds=steps[index].after_s)
+
+
+def _decide(finding: dict, rule: Rule, index: int, catalog: PolicyCatalog, now: dt.datetime,
+            budget: _Budget, holds: str | None) -> PlannedAction:
+    """One step of one finding: its action, status and reason. `holds`: why it no longer holds, or None."""
+    step = rule.steps[index]
+    action = step.action
+    partial = finding["gpus_flagged"] < finding["gpus_held"]
+    if partial and action in (StepAction.RECLAIM, StepAction.PREEMPT):
+        action = StepAction.RECOMMEND
+    runtime_s = _runtime_cap(finding, rule) if action == StepAction.CAP_RUNTIME else None
+    text = f"{finding_text(finding, rule)}; {_step_text(action, index, rule.steps, finding, runtime_s)}"
+    status, status_reason = DecisionStatus.QUEUED, ""
+    if partial and action == StepAction.RECOMMEND and step.action != StepAction.RECOMMEND:
+        status_reason = (f"{finding['gpus_held'] - finding['gpus_flagged']} of the job's {finding['gpus_held']} "
+                         f"GPUs are busy: a {step.action.value} would stop their work")
+    if holds is not None and action != StepAction.RECOMMEND:
+        status, status_reason = DecisionStatus.DROPPED, holds
+    elif action == StepAction.RECOMMEND:
+        status = DecisionStatus.RECOMMENDED
+    elif action in ENFORCING and finding.get("template") in PROTECTED_TEMPLATES:
+        status = DecisionStatus.EXEMPT
+        status_reason = f"production inference is never {action.value.replace('_', ' ')}ed automatically"
+    elif action in ENFORCING and (exemption := catalog.exemption_for(
+            rule.policy, finding["tenant"], finding["queue"], finding["job_id"], now)) is not None:
+        status = DecisionStatus.EXEMPT
+        status_reason = (f"allow-listed for tenant {exemption.tenant} until "
+                         f"{exemption.expires_at:%Y-%m-%d %H:%M} UTC: {exemption.reason}")
+    elif rule.mode == Mode.SHADOW:
+        status, status_reason = DecisionStatus.SHADOW, f"policy {rule.policy} {rule.version} is in shadow mode"
+    elif action in RATE_LIMITED_ACTIONS:
+        refusal = budget.refusal(finding["tenant"])
+        if refusal is not None:
+            status, status_reason = DecisionStatus.RATE_LIMITED, refusal
+        else:
+            budget.spend(finding["tenant"])
+    return PlannedAction(
+        idempotency_key=action_key(finding["finding_id"], index, action.value),
+        finding_id=finding["finding_id"],
+        policy=finding["policy"],
+        policy_version=finding["policy_version"],
+        kind=PolicyKind(finding["kind"]),
+        mode=rule.mode,
+        step_index=index,
+        action=action,
+        engine=finding["source"],
+        job_id=finding["job_id"],
+        attempt=finding["attempt"],
+        tenant=finding["tenant"],
+        queue=finding["queue"],
+        reason=text,
+        evidence=_evidence(finding),
+        status=status,
+        status_reason=status_reason,
+        runtime_s=runtime_s,
+    )
+
+
+def _vanished(previous: PlannedAction, rule: Rule, index: int) -> PlannedAction:
+    """The next step of a finding that is no longer reported: dropped."""
+    step = rule.steps[index]
+    return replace(
+        previous,
+        idempotency_key=action_key(previous.finding_id, index, step.action.value),
+        step_index=index,
+        action=step.action,
+        status=DecisionStatus.DROPPED,
+        status_reason=f"no longer found when the {step.action.value.replace('_', ' ')} was due: "
+                      "the job ended or its GPUs are in use again",
+        runtime_s=None,
+    )
+
+
+def plan(
+    findings: pl.DataFrame,
+    catalog: PolicyCatalog,
+    history: ActionHistory,
+    now: dt.datetime,
+    jobs_ended: Collection[tuple[str, int]] | None = None,
+    evaluated_kinds: Collection[str] | None = None,
+) -> list[PlannedAction]:
+    """The steps due now, oldest finding first.
+
+    `jobs_ended`: (job_id, attempt) known to have ended since the findings' data (e.g. absent from
+    the engine's running jobs): their findings no longer hold. `evaluated_kinds`: the policy kinds
+    these findings cover; a finding of one of them decided before but absent now no longer holds
+    (None: absent findings are left alone, only those reported not ongoing are dropped).
+    """
+    ended = set(jobs_ended or ())
+    budget = _Budget(catalog.rate_limits, Counter(history.reclaims_since(now - RATE_WINDOW)), 0)
+    budget.total = sum(budget.per_tenant.values())
+    out: list[PlannedAction] = []
+    rows = findings.sort(["detected_at", "finding_id"]).unique("finding_id", keep="last", maintain_order=True)
+    for finding in rows.iter_rows(named=True):
+        rule = catalog.rule(finding["policy"], queue=finding["queue"], template=finding["template"])
+        due = _next_step(history, finding["finding_id"], rule.steps, finding["detected_at"])
+        if due is None or now < due[1]:
+            continue
+        holds = None
+        if (finding["job_id"], finding["attempt"]) in ended:
+            holds = f"job {finding['job_id']} attempt {finding['attempt']} ended before the step was due"
+        elif not finding["is_ongoing"]:
+            holds = (f"the condition stopped at {finding['window_end_at']:%Y-%m-%d %H:%M} UTC before the step "
+                     "was due (the job ended or its GPUs are in use again)")
+        out.append(_decide(finding, rule, due[0], catalog, now, budget, holds))
+    if evaluated_kinds is not None:
+        reported = set(rows["finding_id"].to_list())
+        kinds = {str(k) for k in evaluated_kinds}
+        for previous in history.open_findings(now - OPEN_FINDING_LOOKBACK):
+            if previous.finding_id in reported or previous.kind.value not in kinds:
+                continue
+            rule = catalog.rule(previous.policy, queue=previous.queue, template=previous.evidence.get("template"))
+            detected = dt.datetime.fromisoformat(str(previous.evidence.get("detected_at")).rstrip("Z"))
+            due = _next_step(history, previous.finding_id, rule.steps, detected)
+            if due is not None and now >= due[1]:
+                out.append(_vanished(previous, rule, due[0]))
+    return out
