@@ -1,0 +1,317 @@
+"""Idle policies over telemetry minutes: idle allocation, zombie job, idle interactive session.
+
+All three start from the same per-GPU idle windows (`idle_windows`): gaps and islands over an
+allocation's minutes, where a short busy or unreported run (at most spike_max_minutes) between idle
+minutes does not break the run, because keep-alive pings and scrape hiccups would otherwise let any
+job dodge the policy. Missing telemetry is never evidence of idleness: a window needs min_coverage
+of its minutes reported, and a longer gap breaks it. Idle allocation then groups a job attempt's
+overlapping GPU windows into one finding (so 7 idle GPUs of 8 are one finding, not seven); zombie
+and idle interactive need every GPU of the attempt idle at once (`all_idle_spans`).
+"""
+from __future__ import annotations
+
+import datetime as dt
+
+import polars as pl
+
+from pipelines.policies.catalog import PolicyCatalog
+from pipelines.policies.inputs import ATTEMPT_KEY, TS, PolicyInputs, findings, held, with_rules
+
+IDLE_PARAMS = ("activity_threshold", "memory_floor_mib", "spike_max_minutes", "min_coverage")
+WINDOW_SCHEMA: dict[str, pl.DataType] = {
+    "allocation_id": pl.String, "window_start_at": TS, "window_end_at": TS, "span_minutes": pl.Int64,
+    "telemetry_minutes": pl.Int64, "idle_minutes": pl.Int64, "busy_minutes": pl.Int64, "spikes": pl.Int64,
+    "missing_minutes": pl.Int64, "mean_activity": pl.Float64, "peak_fb_used_mib": pl.Float64,
+    "reaches_end": pl.Boolean,
+}
+_MINUTE = dt.timedelta(minutes=1)
+
+
+def idle_windows(minutes: pl.DataFrame, params: pl.DataFrame, now: dt.datetime) -> pl.DataFrame:
+    """Idle windows per allocation (WINDOW_SCHEMA).
+
+    `minutes`: MINUTE_SCHEMA rows; `params`: one row per allocation with allocation_id,
+    activity_threshold, memory_floor_mib (null: memory not considered), spike_max_minutes,
+    min_coverage and window_minutes. A minute is idle when activity < threshold and, with a memory
+    floor, framebuffer use is known and below it. A window runs from an idle minute to an idle
+    minute; busy or missing runs of at most spike_max_minutes inside it are bridged (and counted
+    in its mean activity); it is kept when it spans at least window_minutes and at least
+    min_coverage of those minutes have telemetry. `reaches_end`: the window is the allocation's
+    last telemetry and ends within spike_max_minutes of `now`, i.e. the GPU is idle at the data's end.
+    """
+    key = "allocation_id"
+    m = (
+        minutes.filter(pl.col("minute_at") < now)
+        .join(params, on=key, how="inner")
+        .sort(key, "minute_at")
+        .with_columns(
+            is_idle=(pl.col("activity") < pl.col("activity_threshold"))
+            & (pl.col("memory_floor_mib").is_null() | (pl.col("fb_used_mib") < pl.col("memory_floor_mib")))
+            .fill_null(False),
+            last_minute_at=pl.col("minute_at").max().over(key),
+        )
+        .with_columns(
+            previous_idle_at=pl.when("is_idle").then("minute_at").shift(1).forward_fill().over(key),
+            spike_starts=(~pl.col("is_idle") & pl.col("is_idle").shift(1).over(key)).fill_null(False),
+        )
+        .with_columns(
+            breaks=pl.col("is_idle")
+            & (
+                pl.col("previous_idle_at").is_null()
+                | ((pl.col("minute_at") - pl.col("previous_idle_at")).dt.total_minutes() - 1
+                   > pl.col("spike_max_minutes"))
+            )
+        )
+        .with_columns(run=pl.col("breaks").cum_sum().over(key))
+        .with_columns(run_last_at=pl.col("minute_at").filter("is_idle").max().over(key, "run"))
+        .filter((pl.col("run") > 0) & (pl.col("minute_at") <= pl.col("run_last_at")))
+    )
+    windows = (
+        m.group_by(key, "run")
+        .agg(
+            pl.col("window_minutes", "min_coverage", "spike_max_minutes", "last_minute_at").first(),
+            window_start_at=pl.col("minute_at").min(),
+            run_last_at=pl.col("minute_at").max(),
+            telemetry_minutes=pl.len(),
+            idle_minutes=pl.col("is_idle").sum(),
+            spikes=pl.col("spike_starts").sum(),
+            mean_activity=pl.col("activity").mean(),
+            peak_fb_used_mib=pl.col("fb_used_mib").max(),
+        )
+        .with_columns(
+            window_end_at=pl.col("run_last_at") + _MINUTE,
+            span_minutes=(pl.col("run_last_at") - pl.col("window_start_at")).dt.total_minutes() + 1,
+        )
+        .with_columns(
+            busy_minutes=pl.col("telemetry_minutes") - pl.col("idle_minutes"),
+            missing_minutes=pl.col("span_minutes") - pl.col("telemetry_minutes"),
+            reaches_end=(pl.col("run_last_at") == pl.col("last_minute_at"))
+            & ((pl.lit(now, TS) - pl.col("window_end_at")).dt.total_minutes() <= pl.col("spike_max_minutes")),
+        )
+        .filter(
+            (pl.col("span_minutes") >= pl.col("window_minutes"))
+            & (pl.col("telemetry_minutes") >= pl.col("min_coverage") * pl.col("span_minutes"))
+        )
+    )
+    return windows.select(pl.col(c).cast(t) for c, t in WINDOW_SCHEMA.items()).sort(key, "window_start_at")
+
+
+def all_idle_spans(windows: pl.DataFrame, holdings: pl.DataFrame, now: dt.datetime) -> pl.DataFrame:
+    """Per attempt, the spans during which every GPU it holds is inside an idle window.
+
+    `windows`: idle windows with the attempt key columns; `holdings`: `held()` rows (gpus_held).
+    A sweep over window starts (+1) and ends (-1): spans where the count equals gpus_held. A window
+    that reaches the data's end is open: a span made of open windows ends at `now`, is_ongoing_span.
+    """
+    key = list(ATTEMPT_KEY)
+    open_end = pl.lit(now + dt.timedelta(days=1), TS)
+    w = windows.with_columns(end=pl.when("reaches_end").then(open_end).otherwise("window_end_at"))
+    events = (
+        pl.concat([
+            w.select(*key, t=pl.col("window_start_at"), d=pl.lit(1)),
+            w.select(*key, t=pl.col("end"), d=pl.lit(-1)),
+        ])
+        .group_by(*key, "t")
+        .agg(pl.col("d").sum())
+        .sort(*key, "t")
+        .with_columns(active=pl.col("d").cum_sum().over(key), next_t=pl.col("t").shift(-1).over(key))
+        .join(holdings.select(*key, "gpus_held"), on=key)
+        .filter(pl.col("active") >= pl.col("gpus_held"))
+        .with_columns(new=(pl.col("t") != pl.col("next_t").shift(1).over(key)).fill_null(True))
+        .with_columns(span=pl.col("new").cum_sum().over(key))
+    )
+    return (
+        events.group_by(*key, "span")
+        .agg(span_start_at=pl.col("t").min(), span_end_at=pl.col("next_t").max())
+        .with_columns(is_ongoing_span=pl.col("span_end_at") == open_end)
+        .with_columns(span_end_at=pl.when("is_ongoing_span").then(pl.lit(now, TS)).otherwise("span_end_at"))
+        .drop("span")
+    )
+
+
+def _gpu_evidence() -> pl.Expr:
+    """Per GPU: its idle time (window length, bridged minutes included), mean activity, the busy
+    minutes and spikes bridged, the minutes without telemetry, peak memory, idle at the data's end."""
+    return pl.struct(
+        "allocation_id", "host", "gpu", "mean_activity", "busy_minutes", "spikes", "missing_minutes",
+        "peak_fb_used_mib", idle_minutes=pl.col("span_minutes"), ongoing=pl.col("reaches_end"),
+    )
+
+
+def _windows_for(inputs: PolicyInputs, catalog: PolicyCatalog, policy: str, now: dt.datetime,
+                 window_param: str) -> pl.DataFrame:
+    """Idle windows of the allocations the policy is enabled for, with their parameters and attempt."""
+    allocs = with_rules(inputs.allocations, catalog, policy, (*IDLE_PARAMS, window_param))
+    if "memory_floor_mib" not in catalog.policy(policy).params:
+        allocs = allocs.with_columns(memory_floor_mib=pl.lit(None, pl.Float64))
+    if window_param == "remind_after_minutes":  # an interactive job's own idle_reminder_s wins
+        allocs = allocs.with_columns(
+            pl.coalesce((pl.col("idle_reminder_s") / 60).ceil(), pl.col(window_param)).alias(window_param)
+        )
+    allocs = allocs.with_columns(window_minutes=pl.col(window_param))
+    params = allocs.select("allocation_id", *IDLE_PARAMS, "window_minutes")
+    return idle_windows(inputs.minutes, params, now).join(
+        allocs.select("allocation_id", *ATTEMPT_KEY, "host", "gpu", "fraction", "scope", *IDLE_PARAMS,
+                      "window_minutes"),
+        on="allocation_id",
+    )
+
+
+def idle_allocation(inputs: PolicyInputs, catalog: PolicyCatalog, policy: str, now: dt.datetime) -> pl.DataFrame:
+    """One finding per job attempt per group of overlapping GPU idle windows.
+
+    gpus_flagged of gpus_held: the attempt's GPUs with a window in the group; gpu_hours: the
+    windows' duration x fraction; observed: mean activity over the windows' minutes (bridged
+    spikes included); detected_at: the earliest moment a GPU's window reached window_minutes;
+    is_ongoing: the attempt runs and every flagged GPU is idle at the data's end. A busy start
+    does not hide later idleness: every qualifying window is a finding, the trailing one included.
+    """
+    rule = catalog.rule(policy)
+    windows = _windows_for(inputs, catalog, policy, now, "window_minutes")
+    if windows.is_empty():
+        return findings(windows, rule)
+    key = list(ATTEMPT_KEY)
+    per_gpu = (
+        windows.sort(*key, "window_start_at")
+        .with_columns(
+            cluster=(pl.col("window_start_at") > pl.col("window_end_at").cum_max().shift(1))
+            .fill_null(True).cum_sum().over(key),
+            detected_at=pl.col("window_start_at") + pl.duration(minutes=pl.col("window_minutes")),
+            gpu_hours=pl.col("span_minutes") / 60 * pl.col("fraction"),
+            activity_minutes=pl.col("mean_activity") * pl.col("telemetry_minutes"),
+        )
+        .group_by(*key, "cluster", "allocation_id")
+        .agg(
+            pl.col("host", "gpu", "scope", *IDLE_PARAMS, "window_minutes").first(),
+            pl.col("window_start_at", "detected_at").min(),
+            pl.col("window_end_at").max(),
+            pl.col("reaches_end").sort_by("window_end_at").last(),
+            pl.col("span_minutes", "telemetry_minutes", "idle_minutes", "busy_minutes", "spikes",
+                   "missing_minutes", "gpu_hours", "activity_minutes").sum(),
+            pl.col("peak_fb_used_mib").max(),
+        )
+        .with_columns(mean_activity=pl.col("activity_minutes") / pl.col("telemetry_minutes"))
+    )
+    grouped = per_gpu.sort("allocation_id").group_by(*key, "cluster").agg(
+        pl.col("scope", *IDLE_PARAMS, "window_minutes").first(),
+        pl.col("window_start_at", "detected_at").min(),
+        pl.col("window_end_at").max(),
+        gpus_flagged=pl.len(),
+        gpu_hours=pl.col("gpu_hours").sum(),
+        observed=pl.col("activity_minutes").sum() / pl.col("telemetry_minutes").sum(),
+        all_idle_at_end=pl.col("reaches_end").all(),
+        spikes_ignored=pl.col("spikes").sum(),
+        gpus=_gpu_evidence(),
+    )
+    out = grouped.join(held(inputs.allocations, now), on=key).with_columns(
+        metric=pl.lit("activity"),
+        threshold=pl.col("activity_threshold"),
+        is_ongoing=pl.col("is_running") & pl.col("all_idle_at_end"),
+        recommendation=pl.when(pl.col("gpus_flagged") < pl.col("gpus_held")).then(pl.format(
+            "{} of {} GPUs idle: ask for {} GPUs", pl.col("gpus_flagged"), pl.col("gpus_held"),
+            pl.col("gpus_held") - pl.col("gpus_flagged"),
+        )),
+        evidence=pl.struct(
+            "activity_threshold", "window_minutes", "memory_floor_mib", "spike_max_minutes", "min_coverage",
+            "spikes_ignored", "gpus",
+        ).struct.json_encode(),
+    )
+    return findings(out, rule)
+
+
+def _span_findings(inputs: PolicyInputs, windows: pl.DataFrame, now: dt.datetime) -> pl.DataFrame:
+    """Every-GPU-idle spans of the attempts with windows, with their holdings and per-GPU evidence."""
+    key = list(ATTEMPT_KEY)
+    holdings = held(inputs.allocations, now)
+    spans = all_idle_spans(windows, holdings, now)
+    evidence = (
+        windows.join(spans, on=key)
+        .filter((pl.col("window_start_at") < pl.col("span_end_at")) & (pl.col("window_end_at") > pl.col("span_start_at")))
+        .sort("allocation_id")
+        .group_by(*key, "span_start_at")
+        .agg(
+            pl.col("scope", *IDLE_PARAMS, "window_minutes").first(),
+            observed_activity=(pl.col("mean_activity") * pl.col("telemetry_minutes")).sum()
+            / pl.col("telemetry_minutes").sum(),
+            gpus=_gpu_evidence(),
+        )
+    )
+    return spans.join(evidence, on=[*key, "span_start_at"]).join(holdings, on=key)
+
+
+def zombie(inputs: PolicyInputs, catalog: PolicyCatalog, policy: str, now: dt.datetime) -> pl.DataFrame:
+    """Attempts whose GPUs are all idle (below the zombie threshold) with no progress signal for
+    limit_minutes. The quiet period starts at the later of the all-idle span's start and the last
+    progress signal inside it; window_start_at is that start, detected_at start + limit."""
+    rule = catalog.rule(policy)
+    windows = _windows_for(inputs, catalog, policy, now, "limit_minutes")
+    if windows.is_empty():
+        return findings(windows, rule)
+    key = list(ATTEMPT_KEY)
+    spans = _span_findings(inputs, windows, now)
+    last_progress = (
+        spans.select(*key, "span_start_at", "span_end_at")
+        .join(inputs.progress, on=["job_id", "attempt"])
+        .filter((pl.col("at") >= pl.col("span_start_at")) & (pl.col("at") < pl.col("span_end_at")))
+        .group_by(*key, "span_start_at")
+        .agg(last_progress_at=pl.col("at").max())
+    )
+    out = (
+        spans.join(last_progress, on=[*key, "span_start_at"], how="left")
+        .with_columns(window_start_at=pl.max_horizontal("span_start_at", "last_progress_at"))
+        .with_columns(quiet_minutes=(pl.col("span_end_at") - pl.col("window_start_at")).dt.total_seconds() / 60)
+        .filter(pl.col("quiet_minutes") >= pl.col("window_minutes"))
+        .with_columns(
+            window_end_at=pl.col("span_end_at"),
+            detected_at=pl.col("window_start_at") + pl.duration(minutes=pl.col("window_minutes")),
+            gpus_flagged=pl.col("gpus_held"),
+            gpu_hours=pl.col("quiet_minutes") / 60 * pl.col("fraction_held"),
+            metric=pl.lit("minutes_without_progress"),
+            observed=pl.col("quiet_minutes"),
+            threshold=pl.col("window_minutes"),
+            is_ongoing=pl.col("is_running") & pl.col("is_ongoing_span"),
+            recommendation=pl.lit(None, pl.String),
+            limit_minutes=pl.col("window_minutes"),
+            last_progress_at=pl.col("last_progress_at").dt.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        )
+        .with_columns(
+            evidence=pl.struct(
+                "limit_minutes", "activity_threshold", "observed_activity", "last_progress_at", "gpus",
+            ).struct.json_encode()
+        )
+    )
+    return findings(out, rule)
+
+
+def idle_interactive(inputs: PolicyInputs, catalog: PolicyCatalog, policy: str, now: dt.datetime) -> pl.DataFrame:
+    """Interactive sessions with every GPU idle for remind_after_minutes (or the job's own
+    idle_reminder_s). The finding's steps (remind, then reclaim after the step's delay while the
+    session is still idle) come from the rule; the planner runs them."""
+    rule = catalog.rule(policy)
+    windows = _windows_for(inputs, catalog, policy, now, "remind_after_minutes")
+    if windows.is_empty():
+        return findings(windows, rule)
+    out = (
+        _span_findings(inputs, windows, now)
+        .with_columns(idle_minutes=(pl.col("span_end_at") - pl.col("span_start_at")).dt.total_seconds() / 60)
+        .filter(pl.col("idle_minutes") >= pl.col("window_minutes"))
+        .with_columns(
+            window_start_at=pl.col("span_start_at"),
+            window_end_at=pl.col("span_end_at"),
+            detected_at=pl.col("span_start_at") + pl.duration(minutes=pl.col("window_minutes")),
+            gpus_flagged=pl.col("gpus_held"),
+            gpu_hours=pl.col("idle_minutes") / 60 * pl.col("fraction_held"),
+            metric=pl.lit("idle_minutes"),
+            observed=pl.col("idle_minutes"),
+            threshold=pl.col("window_minutes"),
+            is_ongoing=pl.col("is_running") & pl.col("is_ongoing_span"),
+            recommendation=pl.lit(None, pl.String),
+            remind_after_minutes=pl.col("window_minutes"),
+        )
+        .with_columns(
+            evidence=pl.struct(
+                "remind_after_minutes", "activity_threshold", "observed_activity", "gpus",
+            ).struct.json_encode()
+        )
+    )
+    return findings(out, rule)

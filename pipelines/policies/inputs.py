@@ -1,0 +1,216 @@
+"""What the policies read, as Polars frames, and how those frames come from the warehouse.
+
+The policy functions never touch a database: the sensor (fresh minutes), the daily record (the
+warehouse) and the simulator build the same frames and get the same findings. Each frame has a
+schema below; columns marked optional may be left out and are then null.
+
+ALLOCATION_SCHEMA: one row per allocation = a GPU, MIG slice or time-sliced share held by a job
+attempt (the columns of marts.fct_allocations the policies need, plus template fields).
+  required: allocation_id, source, job_id, attempt, tenant, queue, template, gpu_model, fraction,
+            started_at, is_running
+  optional: user_name, host, gpu, gpu_instance_profile, share_mode, ended_at (null while running),
+            expected_runtime_s (declared), max_runtime_s (queue's cap), idle_reminder_s (interactive
+            jobs' own reminder), checkpoint_policy, min_replicas, rollback, reservation,
+            queue_low_priority (null: unknown)
+MINUTE_SCHEMA: one row per allocation per telemetry minute (marts.fct_allocation_activity); a
+  minute without a row had no telemetry, which is never taken as idle.
+PROGRESS_SCHEMA: one row per progress signal of a job attempt (a job event, a checkpoint update).
+ATTEMPT_SCHEMA: one row per job attempt (marts.fct_job_attempts with the job's attributes); only
+  the retry-storm policy reads it, so callers evaluating the live kinds may leave it empty.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import duckdb
+import polars as pl
+
+from pipelines.policies.catalog import PolicyCatalog
+from pipelines.policies.model import FINDING_SCHEMA, Rule
+
+TS = pl.Datetime("us")
+ALLOCATION_SCHEMA: dict[str, pl.DataType] = {
+    "allocation_id": pl.String, "source": pl.String, "job_id": pl.String, "attempt": pl.Int64,
+    "tenant": pl.String, "queue": pl.String, "template": pl.String, "user_name": pl.String,
+    "host": pl.String, "gpu": pl.Int64, "gpu_instance_profile": pl.String, "share_mode": pl.String,
+    "gpu_model": pl.String, "fraction": pl.Float64, "started_at": TS, "ended_at": TS, "is_running": pl.Boolean,
+    "expected_runtime_s": pl.Int64, "max_runtime_s": pl.Int64, "idle_reminder_s": pl.Int64,
+    "checkpoint_policy": pl.String, "min_replicas": pl.Int64, "rollback": pl.String, "reservation": pl.String,
+    "queue_low_priority": pl.Boolean,
+}
+ALLOCATION_REQUIRED = ("allocation_id", "source", "job_id", "attempt", "tenant", "queue", "template",
+                       "gpu_model", "fraction", "started_at", "is_running")
+MINUTE_SCHEMA: dict[str, pl.DataType] = {
+    "allocation_id": pl.String, "minute_at": TS, "activity": pl.Float64, "fb_used_mib": pl.Float64,
+}
+MINUTE_REQUIRED = ("allocation_id", "minute_at", "activity")
+PROGRESS_SCHEMA: dict[str, pl.DataType] = {"job_id": pl.String, "attempt": pl.Int64, "at": TS}
+PROGRESS_REQUIRED = ("job_id", "attempt", "at")
+ATTEMPT_SCHEMA: dict[str, pl.DataType] = {
+    "source": pl.String, "job_id": pl.String, "attempt": pl.Int64, "tenant": pl.String, "queue": pl.String,
+    "template": pl.String, "user_name": pl.String, "gpu_model": pl.String, "started_at": TS, "ended_at": TS,
+    "end_state": pl.String, "is_running": pl.Boolean, "is_job_finished": pl.Boolean, "gpu_hours": pl.Float64,
+}
+ATTEMPT_REQUIRED = ("source", "job_id", "attempt", "tenant", "queue", "started_at", "ended_at", "end_state")
+
+ATTEMPT_KEY = ("source", "job_id", "attempt")
+
+
+class InputError(ValueError):
+    """A frame handed to the policies lacks a required column."""
+
+
+def conform(frame: pl.DataFrame | None, schema: dict[str, pl.DataType], required: Iterable[str],
+            name: str) -> pl.DataFrame:
+    """The frame with every schema column (optional ones added as null) in schema order and types."""
+    if frame is None:
+        return pl.DataFrame(schema=schema)
+    missing = [c for c in required if c not in frame.columns]
+    if missing:
+        raise InputError(f"{name} frame lacks column(s) {missing}; see pipelines/policies/inputs.py")
+    return frame.select(
+        (pl.col(c) if c in frame.columns else pl.lit(None)).cast(t).alias(c) for c, t in schema.items()
+    )
+
+
+@dataclass(frozen=True)
+class PolicyInputs:
+    """The frames the policies read, conformed to their schemas on construction."""
+
+    allocations: pl.DataFrame
+    minutes: pl.DataFrame
+    progress: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=PROGRESS_SCHEMA))
+    attempts: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=ATTEMPT_SCHEMA))
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "allocations",
+                           conform(self.allocations, ALLOCATION_SCHEMA, ALLOCATION_REQUIRED, "allocations"))
+        object.__setattr__(self, "minutes", conform(self.minutes, MINUTE_SCHEMA, MINUTE_REQUIRED, "minutes"))
+        object.__setattr__(self, "progress",
+                           conform(self.progress, PROGRESS_SCHEMA, PROGRESS_REQUIRED, "progress"))
+        object.__setattr__(self, "attempts", conform(self.attempts, ATTEMPT_SCHEMA, ATTEMPT_REQUIRED, "attempts"))
+
+
+# -- rules as columns ---------------------------------------------------------------------------
+def with_rules(frame: pl.DataFrame, catalog: PolicyCatalog, policy: str, params: Iterable[str]) -> pl.DataFrame:
+    """The frame's rows whose resolved rule is enabled, with the rule's scope and the named scalar
+    parameters as columns. Rules are resolved once per distinct (queue, template), not per row."""
+    params = list(params)
+    pairs = frame.select("queue", "template").unique()
+    resolved = [(q, t, catalog.rule(policy, queue=q, template=t)) for q, t in pairs.iter_rows()]
+    table = pl.DataFrame([
+        pl.Series("queue", [q for q, _, _ in resolved], pl.String),
+        pl.Series("template", [t for _, t, _ in resolved], pl.String),
+        pl.Series("scope", [r.scope for _, _, r in resolved], pl.String),
+        pl.Series("_enabled", [bool(r.params.get("enabled", True)) for _, _, r in resolved], pl.Boolean),
+        *(_param_series(p, [r.params.get(p) for _, _, r in resolved]) for p in params),
+    ])
+    return (
+        frame.join(table, on=["queue", "template"], how="left", nulls_equal=True)
+        .filter(pl.col("_enabled"))
+        .drop("_enabled")
+    )
+
+
+def _param_series(name: str, values: list) -> pl.Series:
+    """A parameter as a column: numbers as Float64 (also when every scope leaves it null), flags as Boolean."""
+    series = pl.Series(name, values, strict=False)
+    return series if series.dtype == pl.Boolean else series.cast(pl.Float64)
+
+
+def held(allocations: pl.DataFrame, now: dt.datetime) -> pl.DataFrame:
+    """Per attempt: the GPUs held, their summed fraction, start, end (now while running) and attributes."""
+    return allocations.group_by(ATTEMPT_KEY).agg(
+        pl.col("tenant", "queue", "template", "user_name", "gpu_model").first(),
+        gpus_held=pl.len(),
+        fraction_held=pl.col("fraction").sum(),
+        started_at=pl.col("started_at").min(),
+        ended_at=pl.when(pl.col("is_running").any()).then(None).otherwise(pl.col("ended_at").max()),
+        is_running=pl.col("is_running").any(),
+    ).with_columns(end_at=pl.coalesce("ended_at", pl.lit(now, TS)))
+
+
+def findings(frame: pl.DataFrame, rule: Rule) -> pl.DataFrame:
+    """FINDING_SCHEMA rows from a frame holding the finding columns (all but finding_id, policy,
+    policy_version and kind). window_start_at is cut to whole seconds so that finding_id equals
+    finding_key(policy, version, job_id, attempt, window_start_at.isoformat())."""
+    if frame.is_empty():
+        return pl.DataFrame(schema=FINDING_SCHEMA)
+    out = frame.with_columns(
+        pl.col("window_start_at").cast(TS).dt.truncate("1s"),
+        policy=pl.lit(rule.policy),
+        policy_version=pl.lit(rule.version),
+        kind=pl.lit(rule.kind.value),
+    ).with_columns(
+        finding_id=pl.concat_str(
+            pl.lit(f"{rule.policy}:{rule.version}:"), pl.col("job_id"), pl.lit(":a"), pl.col("attempt").cast(pl.String),
+            pl.lit(":"), pl.col("window_start_at").dt.strftime("%Y-%m-%dT%H:%M:%S"),
+        )
+    )
+    return out.select(pl.col(c).cast(t) for c, t in FINDING_SCHEMA.items())
+
+
+# -- from the warehouse -------------------------------------------------------------------------
+def _frame(con: duckdb.DuckDBPyConnection, sql: str, params: list) -> pl.DataFrame:
+    return con.sql(sql, params=params).pl()
+
+
+def inputs_from_warehouse(
+    con: duckdb.DuckDBPyConnection, start: dt.datetime, end: dt.datetime,
+    lookback: dt.timedelta = dt.timedelta(days=1),
+) -> PolicyInputs:
+    """The inputs as they stood at `end`, for work overlapping [start, end): an allocation or
+    attempt ending after `end` counts as still running, so re-running a past day gives the same
+    findings. Minutes and progress signals come from [start, end); attempts reach `lookback`
+    further back for the retry-storm window. Read-only queries; evaluate with now = end (or the
+    data's end when earlier)."""
+    allocations = _frame(con, """
+        with queues as (
+          select queue, max(max_runtime_s) as max_runtime_s, sum(quota_gpus) = 0 as queue_low_priority
+          from marts.dim_queues group by queue
+        )
+        select
+          a.allocation_id, a.source, a.job_id, a.attempt, a.tenant, a.queue, a.template, a.user_name,
+          a.host, a.gpu, a.gpu_instance_profile, a.share_mode, a.gpu_model, a.fraction, a.started_at,
+          case when a.ended_at <= ? then a.ended_at end as ended_at,
+          a.ended_at is null or a.ended_at > ? as is_running,
+          j.expected_runtime_s, q.max_runtime_s,
+          try_cast(json_extract_string(j.spec_json, '$.idle_reminder_s') as bigint) as idle_reminder_s,
+          case when j.has_checkpoint_policy then j.checkpoint_policy end as checkpoint_policy,
+          j.min_replicas, j.rollback_method as rollback, j.reservation, q.queue_low_priority
+        from marts.fct_allocations a
+        left join marts.dim_jobs j using (source, job_id)
+        left join queues q on q.queue = a.queue
+        where a.started_at < ? and coalesce(a.ended_at, a.effective_ended_at) >= ?
+    """, [end, end, end, start])
+    minutes = _frame(con, """
+        select m.allocation_id, m.minute_at, m.activity, m.fb_used_mib
+        from marts.fct_allocation_activity m
+        where m.minute_at >= ? and m.minute_at < ?
+    """, [start, end])
+    progress = _frame(con, """
+        select job_id, attempt, occurred_at as at
+        from staging.stg_scheduler__job_events
+        where occurred_at >= ? and occurred_at < ?
+    """, [start, end])
+    attempts = _frame(con, """
+        with hours as (
+          select source, job_id, attempt, sum(allocated_gpu_hours) as gpu_hours
+          from marts.fct_allocations group by all
+        )
+        select
+          t.source, t.job_id, t.attempt, j.tenant, j.queue, j.template, j.user_name, j.gpu_model,
+          t.started_at,
+          case when t.ended_at <= ? then t.ended_at end as ended_at,
+          case when t.ended_at <= ? then t.end_state end as end_state,
+          t.is_started and (t.ended_at is null or t.ended_at > ?) as is_running,
+          coalesce(j.finished_at <= ?, false) as is_job_finished,
+          h.gpu_hours
+        from marts.fct_job_attempts t
+        join marts.dim_jobs j using (source, job_id)
+        left join hours h using (source, job_id, attempt)
+        where coalesce(t.started_at, t.queued_at) < ? and (t.ended_at is null or t.ended_at >= ?)
+    """, [end, end, end, end, end, start - lookback])
+    return PolicyInputs(allocations=allocations, minutes=minutes, progress=progress, attempts=attempts)

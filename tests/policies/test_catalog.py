@@ -1,0 +1,153 @@
+"""The policy catalog: the shipped files load, mistakes fail with where and what, exemptions expire,
+and the warehouse's idle seed agrees with the catalog."""
+from __future__ import annotations
+
+import csv
+import datetime as dt
+
+import pytest
+import yaml
+
+from pipelines.paths import MODELS_DIR
+from pipelines.policies.catalog import DEFAULT_POLICIES, CatalogError, load_catalog
+from pipelines.policies.model import Mode, PolicyKind, StepAction
+from tests.policies.frames import catalog_with
+
+NOW = dt.datetime(2026, 11, 1, 12, 0)
+
+
+def test_shipped_catalog_loads_with_the_seven_policies():
+    catalog = load_catalog()
+    assert sorted(catalog.policies) == sorted(["idle-allocation", "zombie", "idle-interactive", "overrun",
+                                               "oversized", "retry-storm", "template-breach"])
+    assert catalog.rate_limits.reclaims_per_hour_total == 20
+    assert catalog.rate_limits.reclaims_per_hour_per_tenant == 5
+    assert catalog.policies_of(PolicyKind.ZOMBIE) == ["zombie"]
+    assert {n: p.mode for n, p in catalog.policies.items() if p.mode == Mode.SHADOW}.keys() == {
+        "oversized", "retry-storm", "template-breach"}
+    for p in catalog.policies.values():
+        assert p.description["en"] and p.description["zh"]
+
+
+def test_most_specific_scope_wins(tmp_path):
+    def edit(doc):
+        doc["policies"]["idle-allocation"]["overrides"].append(
+            {"queue": "vision-train", "params": {"window_minutes": 10}})
+
+    catalog = catalog_with(tmp_path, edit)
+    rule = catalog.rule("idle-allocation", queue="vision-train", template="inference")
+    assert rule.scope == "queue:vision-train"
+    assert rule.params["window_minutes"] == 10
+    assert [s.action for s in rule.steps] == [StepAction.REMIND]  # the template's steps stay
+    assert catalog.rule("idle-allocation", queue="other").scope == "default"
+    with pytest.raises(KeyError, match="no policy 'idle'"):
+        catalog.rule("idle")
+
+
+def test_with_mode_forces_every_policy():
+    shadow = load_catalog().with_mode(Mode.SHADOW)
+    assert {p.mode for p in shadow.policies.values()} == {Mode.SHADOW}
+    assert load_catalog().rule("idle-allocation").mode == Mode.ENFORCE
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda d: d["policies"]["zombie"].update(kind="hung"), r"policies.zombie.kind: 'hung' is not a policy kind"),
+    (lambda d: d["policies"]["zombie"]["steps"].append({"action": "kill"}), r"steps\[2\].action: 'kill'"),
+    (lambda d: d["policies"]["zombie"]["steps"].append({"action": "reclaim", "after_s": -5}),
+     r"after_s: -5: expected a whole number >= 0"),
+    (lambda d: d["policies"]["idle-allocation"]["params"].update(window_minutes=-30),
+     r"params.window_minutes: -30: expected a whole number >= 1"),
+    (lambda d: d["policies"]["idle-allocation"]["params"].update(activity_threshold=5),
+     r"activity_threshold: 5: expected a number between 0 and 1"),
+    (lambda d: d["policies"]["idle-allocation"]["params"].update(window_minute=30),
+     r"params.window_minute: not a parameter of idle_allocation"),
+    (lambda d: d["policies"]["idle-allocation"]["params"].pop("min_coverage"), r"params.min_coverage: missing"),
+    (lambda d: d["policies"]["overrun"].update(mode="on"), r"policies.overrun.mode: 'on'; use shadow or enforce"),
+    (lambda d: d["policies"]["overrun"]["overrides"].append({"params": {}}),
+     r"overrides\[1\]: name exactly one of queue or template"),
+    (lambda d: d["rate_limits"].update(reclaims_per_hour_total=-1), r"rate_limits.reclaims_per_hour_total: -1"),
+    (lambda d: d.pop("version"), r": version: missing or empty"),
+])
+def test_catalog_mistakes_name_the_file_and_key(tmp_path, edit, message):
+    with pytest.raises(CatalogError, match=message) as err:
+        catalog_with(tmp_path, edit)
+    assert str(tmp_path / "policies.yml") in str(err.value)
+
+
+def test_unreadable_files_fail_clearly(tmp_path):
+    with pytest.raises(CatalogError, match="file not found"):
+        load_catalog(tmp_path / "nope.yml")
+    bad = tmp_path / "bad.yml"
+    bad.write_text("policies: [unclosed")
+    with pytest.raises(CatalogError, match="not valid YAML"):
+        load_catalog(bad)
+
+
+def test_exemptions_match_by_scope_and_expire(tmp_path):
+    entries = [
+        {"tenant": "speech", "policy": "idle-allocation", "reason": "benchmark", "granted_by": "ops",
+         "expires_at": "2026-11-02T00:00:00Z"},
+        {"tenant": "vision", "job_id": "j-7", "reason": "demo", "granted_by": "ops", "expires_at": "2026-10-01T00:00:00Z"},
+    ]
+    catalog = catalog_with(tmp_path, lambda d: None, entries)
+    assert catalog.exemption_for("idle-allocation", "speech", "q", "j-1", NOW).reason == "benchmark"
+    assert catalog.exemption_for("zombie", "speech", "q", "j-1", NOW) is None
+    assert catalog.exemption_for("idle-allocation", "speech", "q", "j-1", dt.datetime(2026, 11, 2)) is None
+    aware = dt.datetime(2026, 11, 2, 0, 30, tzinfo=dt.timezone(dt.timedelta(hours=1)))  # 23:30 UTC the day before
+    assert catalog.exemption_for("idle-allocation", "speech", "q", "j-1", aware) is not None
+    assert catalog.exemption_for("zombie", "vision", "q", "j-7", NOW) is None  # expired
+
+
+def test_shipped_exemption_example_has_expired():
+    [example] = load_catalog().exemptions
+    assert example.expires_at < NOW
+    assert load_catalog().exemption_for(example.policy, example.tenant, example.queue, None, NOW) is None
+
+
+def test_exemption_without_expiry_or_reason_is_refused(tmp_path):
+    with pytest.raises(CatalogError, match=r"exemptions\[0\].expires_at: None: required"):
+        catalog_with(tmp_path, lambda d: None, [{"tenant": "a", "reason": "r", "granted_by": "g"}])
+    with pytest.raises(CatalogError, match=r"exemptions\[0\].reason: required"):
+        catalog_with(tmp_path, lambda d: None, [{"tenant": "a", "granted_by": "g", "expires_at": "2027-01-01"}])
+
+
+def test_gpupool_yml_may_point_at_other_files(tmp_path, monkeypatch):
+    (tmp_path / "gov").mkdir()
+    (tmp_path / "gov" / "rules.yml").write_text(DEFAULT_POLICIES.read_text().replace('"2026.11.1"', '"site-7"'))
+    (tmp_path / "gov" / "allow.yml").write_text("exemptions: []\n")
+    config = tmp_path / "gpupool.yml"
+    config.write_text("governance:\n  policies: gov/rules.yml\n  exemptions: gov/allow.yml\n")
+    monkeypatch.setenv("GPUPOOL_CONFIG", str(config))
+    catalog = load_catalog()
+    assert catalog.version == "site-7" and catalog.exemptions == ()
+
+
+def test_idle_policy_seed_agrees_with_the_catalog():
+    """seeds.idle_policy (read by marts.fct_idle_windows) mirrors idle-allocation's thresholds:
+    every scope either catalog or seed names resolves to the same numbers in both."""
+    catalog = load_catalog()
+    with (MODELS_DIR / "seeds" / "idle_policy.csv").open() as f:
+        seed = {(r["scope"], r["scope_value"]): r for r in csv.DictReader(f)}
+
+    def seed_row(queue, template):
+        for key in (("queue", queue), ("template", template), ("default", "")):
+            if key in seed:
+                return seed[key]
+        raise AssertionError("idle_policy.csv has no default row")
+
+    scopes = {tuple(s.split(":", 1)) for s in catalog.scopes("idle-allocation") if s != "default"}
+    scopes |= {k for k in seed if k[0] != "default"} | {("default", "")}
+    for kind, value in scopes:
+        queue, template = (value, None) if kind == "queue" else (None, value or None)
+        rule = catalog.rule("idle-allocation", queue=queue, template=template)
+        row = seed_row(queue, template)
+        assert float(row["activity_threshold"]) == rule.params["activity_threshold"], (kind, value)
+        assert int(row["window_minutes"]) == rule.params["window_minutes"], (kind, value)
+        floor = float(row["memory_floor_mib"]) if row["memory_floor_mib"] else None
+        assert floor == rule.params["memory_floor_mib"], (kind, value)
+
+
+def test_readme_documents_every_policy():
+    text = (MODELS_DIR / "policies" / "README.md").read_text()
+    for name in yaml.safe_load(DEFAULT_POLICIES.read_text())["policies"]:
+        assert f"`{name}`" in text
