@@ -1,69 +1,11 @@
+-- Every enforcement action in the audit log. What an applied reclaim or preemption recovered is
+-- defined once, in marts.fct_reclaim_ledger, and read from there.
 with actions as (
   select * from marts.fct_audit_events where category = 'enforcement'
 ),
 
-allocations as (
-  select * from marts.fct_allocations
-),
-
-jobs as (
-  select * from marts.dim_jobs
-),
-
-queue_caps as (
-  select queue, min(max_runtime_s) as max_runtime_s
-  from marts.dim_queues
-  group by queue
-),
-
-reclaims as (
-  select *
-  from actions
-  where action = 'enforcement.reclaim' and decision = 'applied' and lower(coalesce(object_kind, 'job')) = 'job'
-),
-
--- the attempt the reclaim ended: running when the action was taken, the first to end after it
--- (five minutes of slack for log ordering); all its GPUs
-ended_allocations as (
-  select
-    r.audit_id,
-    a.allocation_id,
-    a.source,
-    a.job_id,
-    a.attempt,
-    a.fraction,
-    a.started_at,
-    a.ended_at
-  from reclaims r
-  join allocations a
-    on a.job_id = r.object_name
-    and a.started_at <= r.occurred_at
-    and a.ended_at >= r.occurred_at - interval 5 minute
-  qualify dense_rank() over (partition by r.audit_id order by a.ended_at, a.source, a.attempt) = 1
-),
-
-recovered as (
-  select
-    e.audit_id,
-    any_value(e.job_id) as job_id,
-    any_value(e.attempt) as attempt,
-    count(*) as allocations_ended,
-    sum(e.fraction) as gpus_released,
-    max(e.ended_at) as allocation_ended_at,
-    -- expected run = the shortest declared bound: expected run time, time limit, queue cap
-    any_value(least(j.expected_runtime_s, j.time_limit_s, q.max_runtime_s)) as runtime_bound_s,
-    max(e.started_at + to_seconds(least(j.expected_runtime_s, j.time_limit_s, q.max_runtime_s)))
-      as expected_end_at,
-    sum(
-      greatest(
-        epoch(e.started_at + to_seconds(least(j.expected_runtime_s, j.time_limit_s, q.max_runtime_s)) - e.ended_at),
-        0
-      ) / 3600.0 * e.fraction
-    ) as recovered_gpu_hours
-  from ended_allocations e
-  left join jobs j using (source, job_id)
-  left join queue_caps q on q.queue = j.queue
-  group by e.audit_id
+ledger as (
+  select * from marts.fct_reclaim_ledger where record_source = 'audit'
 ),
 
 final as (
@@ -84,22 +26,24 @@ final as (
     a.reason,
     a.request_id,
     a.idempotency_key,
-    r.attempt as ended_attempt,
-    r.allocations_ended,
-    r.gpus_released,
-    r.allocation_ended_at,
-    r.runtime_bound_s,
-    r.expected_end_at,
-    r.recovered_gpu_hours,
+    l.policy,
+    l.policy_version,
+    case when l.action_kind in ('reclaim', 'preempt') then l.attempt end as ended_attempt,
+    l.allocations_freed as allocations_ended,
+    l.gpus_freed as gpus_released,
+    l.would_end_at,
+    l.would_end_basis,
+    l.recovered_gpu_hours,
+    l.reused_gpu_hours,
+    l.is_false_positive,
     case
-      when a.action <> 'enforcement.reclaim' then 'not a reclaim'
+      when a.action not in ('enforcement.reclaim', 'enforcement.preempt') then 'not a reclaim or preemption'
       when a.decision <> 'applied' then 'not applied (' || coalesce(a.decision, 'no decision') || ')'
-      when r.audit_id is null then 'no allocation of the job ended at the reclaim'
-      when r.runtime_bound_s is null then 'no declared run time, time limit or queue cap: recovery unknown'
-      else 'expected end (start + shortest declared run-time bound) - actual end, x fraction'
+      when l.allocations_freed is null then 'no allocation of the job was running at the action'
+      else 'freed GPUs x (would_end_at - action time): ' || l.would_end_basis
     end as recovery_basis
   from actions a
-  left join recovered r using (audit_id)
+  left join ledger l on l.ledger_id = a.audit_id
 )
 
 select * from final

@@ -10,7 +10,8 @@ final as (
     count(*) as actions,
     coalesce(sum(gpus_released), 0) as gpus_released,
     coalesce(sum(recovered_gpu_hours), 0) as recovered_gpu_hours,
-    count(*) filter (where action_kind = 'reclaim' and is_applied and recovered_gpu_hours is null)
+    coalesce(sum(reused_gpu_hours), 0) as reused_gpu_hours,
+    count(*) filter (where action_kind in ('reclaim', 'preempt') and is_applied and recovered_gpu_hours is null)
       as reclaims_with_unknown_recovery
   from actions
   group by day, action_kind, decision

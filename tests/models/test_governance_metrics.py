@@ -110,7 +110,7 @@ def test_reclaim_recovers_the_gpu_hours_the_job_would_still_have_held(warehouse)
     con = build(warehouse)
 
     reclaim = one(con, "select * from metrics.enforcement_actions where audit_id = 'e-2'")
-    assert reclaim["expected_end_at"] == at("14:00")
+    assert reclaim["would_end_at"] == at("14:00")
     assert reclaim["gpus_released"] == pytest.approx(2.0)
     assert reclaim["recovered_gpu_hours"] == pytest.approx(6.0)
     daily = {(r["action_kind"], r["decision"]): r for r in rows(con, "select * from metrics.enforcement_daily")}
