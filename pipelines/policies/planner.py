@@ -225,6 +225,14 @@ def _evidence(finding: dict) -> dict:
 
 
 def _runtime_cap(finding: dict, rule: Rule) -> int | None:
+    """The new cap: the finding's own (overrun: cap_factor x the declared time, within the queue's
+    maximum), else a fixed cap_runtime_s, else the threshold the run passed."""
+    try:
+        evidence = json.loads(finding["evidence"]) if finding["evidence"] else {}
+    except json.JSONDecodeError:
+        evidence = {}
+    if isinstance(evidence, dict) and isinstance(evidence.get("runtime_cap_s"), int | float):
+        return max(int(evidence["runtime_cap_s"]), 1)
     cap = rule.params.get("cap_runtime_s")
     if isinstance(cap, int | float):
         return int(cap)

@@ -1,0 +1,232 @@
+"""The pipeline's live policies acting on the simulated pool, in virtual time.
+
+`SimulatedGovernance` plugs into `allocator.simulator.simulate(governance=...)`. It does what the
+`idle_reclaim` sensor does against a live allocator — the same frames, `evaluate`, `plan`, the
+outbox and its decision log — with two differences that keep a month fast and exact:
+
+- It looks when a finding is possible rather than every minute: at an attempt's start it reads the
+  attempt's activity profile (when the work stops, which GPUs never work, the declared run time)
+  and asks to be called back when a live policy's threshold could first be crossed, one telemetry
+  minute later (the sensor sees a minute once it is over). Work that keeps its GPUs busy is never
+  idle for a window, so it is never looked at. After a decision it comes back when the next step is
+  due.
+- Its telemetry is the simulator's own (`SimulatedPool.minutes`), the values the day's Parquet
+  file will hold, and actions go to the engine in process (`EngineEnforcer`). A share of answers is
+  "lost" on the way back, as on a real network, so the outbox re-sends and the engine answers
+  already_done: the ledger shows each action took effect once.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import math
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import polars as pl
+
+from allocator.model import Action, ActionResult, Job
+from allocator.simulator import SimulatedPool
+from allocator.store import job_view
+from allocator.telemetry import ActivityProfile
+from pipelines.enforcement.allocator import DeliveryError
+from pipelines.policies.catalog import PolicyCatalog
+from pipelines.policies.evaluate import evaluate
+from pipelines.policies.inputs import PolicyInputs
+from pipelines.policies.live import allocations_from_jobs
+from pipelines.policies.model import LIVE_KINDS, PolicyKind, empty_findings
+from pipelines.policies.outbox import Outbox
+from pipelines.policies.planner import plan
+
+WRITER = "simulated"
+_MINUTE = dt.timedelta(minutes=1)
+
+
+class EngineEnforcer:
+    """The simulated engine behind the Enforcer interface. `lose_answers`: the share of first
+    deliveries whose answer is lost after the engine applied the action (decided by the key)."""
+
+    engine = "allocator"
+
+    def __init__(self, pool: SimulatedPool, lose_answers: float = 0.0):
+        self.pool, self.lose_answers = pool, lose_answers
+        self.sent: Counter[str] = Counter()
+
+    def apply(self, action: Action, now: dt.datetime) -> ActionResult:
+        self.sent[action.idempotency_key] += 1
+        result = self.pool.act(action, now)
+        if self.sent[action.idempotency_key] == 1 and _unit(action.idempotency_key) < self.lose_answers:
+            raise DeliveryError(f"answer to {action.idempotency_key} lost on the way back (simulated)")
+        return result
+
+
+class _JobHistory:
+    """The outbox as history, narrowed to one attempt: a check of one job must not read the absence
+    of other jobs' findings as those findings having ended."""
+
+    def __init__(self, outbox: Outbox, job_id: str, attempt: int):
+        self.outbox, self.job_id, self.attempt = outbox, job_id, attempt
+
+    def steps(self, finding_id: str):
+        return self.outbox.steps(finding_id)
+
+    def reclaims_since(self, since: dt.datetime) -> list[str]:
+        return self.outbox.reclaims_since(since)
+
+    def open_findings(self, since: dt.datetime):
+        return [p for p in self.outbox.open_findings(since) if (p.job_id, p.attempt) == (self.job_id, self.attempt)]
+
+
+class SimulatedGovernance:
+    """Live policies on the simulated pool; decisions land in `<out>/governance_actions/<day>/`."""
+
+    def __init__(self, catalog: PolicyCatalog, state_dir: Path, lose_answers: float = 0.1):
+        self.catalog, self.state_dir, self.lose_answers = catalog, Path(state_dir), lose_answers
+        self.checks = 0
+        self.decisions: Counter[str] = Counter()
+
+    # -- the Governance protocol ------------------------------------------------------------------
+
+    def attach(self, pool: SimulatedPool) -> None:
+        self.pool = pool
+        # a run writes its own decisions: an earlier run's outbox and log for these days go
+        shutil.rmtree(self.state_dir, ignore_errors=True)
+        day = pool.start.date()
+        while day < pool.end.date():
+            shutil.rmtree(pool.out / "governance_actions" / day.isoformat(), ignore_errors=True)
+            day += dt.timedelta(days=1)
+        self.outbox = Outbox(self.state_dir / "outbox.db", pool.out, writer=WRITER)
+        self.enforcer = EngineEnforcer(pool, self.lose_answers)
+        self.lookback = dt.timedelta(minutes=self._longest_window_minutes() + 10)
+        pool.at(pool.end - dt.timedelta(seconds=1), self._close)
+
+    def job_started(self, job: Job, profile: ActivityProfile, now: dt.datetime) -> None:
+        for at in sorted(set(self._possible_findings(job, profile, now))):
+            self.pool.at(at, self.check, job.job_id, job.attempt)
+
+    # -- when to look -----------------------------------------------------------------------------
+
+    def _rule_minutes(self, policy: str, job: Job, *names: str) -> float | None:
+        rule = self.catalog.rule(policy, queue=job.spec.queue, template=job.spec.template.value)
+        if rule.params.get("enabled", True) is False:
+            return None
+        return sum(float(rule.params[n]) for n in names if rule.params.get(n) is not None) or None
+
+    def _possible_findings(self, job: Job, profile: ActivityProfile, now: dt.datetime) -> list[dt.datetime]:
+        """Moments a live policy could first fire for this attempt, given how its work behaves."""
+        idle_since: list[dt.datetime] = []
+        if profile.busy_for_s is not None:
+            idle_since.append(now + dt.timedelta(seconds=profile.busy_for_s))
+        if profile.working_gpus is not None and profile.working_gpus < len(job.slots):
+            idle_since.append(now)  # GPUs that never work: idle from the start
+        waits: list[float] = []
+        for name in self.catalog.policies_of(PolicyKind.IDLE_ALLOCATION):
+            waits.append(self._rule_minutes(name, job, "window_minutes") or math.nan)
+        for name in self.catalog.policies_of(PolicyKind.IDLE_INTERACTIVE):
+            reminder = job.spec.idle_reminder_s
+            waits.append(reminder / 60 if reminder else self._rule_minutes(name, job, "remind_after_minutes") or math.nan)
+        for name in self.catalog.policies_of(PolicyKind.ZOMBIE):
+            waits.append(self._rule_minutes(name, job, "limit_minutes") or math.nan)
+        moments = [start + dt.timedelta(minutes=w) for start in idle_since for w in waits if not math.isnan(w)]
+        if job.spec.expected_runtime_s:
+            for name in self.catalog.policies_of(PolicyKind.OVERRUN):
+                rule = self.catalog.rule(name, queue=job.spec.queue, template=job.spec.template.value)
+                factor = rule.params.get("expected_runtime_factor")
+                if rule.params.get("enabled", True) is not False and factor:
+                    moments.append(now + dt.timedelta(seconds=job.spec.expected_runtime_s * float(factor)))
+        # the sensor sees a minute once it is over
+        return [_next_minute(m) + _MINUTE for m in moments]
+
+    def _longest_window_minutes(self) -> float:
+        longest = 60.0
+        for kind, param in ((PolicyKind.IDLE_ALLOCATION, "window_minutes"),
+                            (PolicyKind.IDLE_INTERACTIVE, "remind_after_minutes"),
+                            (PolicyKind.ZOMBIE, "limit_minutes")):
+            for name in self.catalog.policies_of(kind):
+                for template in ("training", "inference", "experiment", "interactive"):
+                    value = self.catalog.rule(name, template=template).params.get(param)
+                    if value is not None:
+                        longest = max(longest, float(value))
+        return longest
+
+    # -- a look: what the sensor's tick does, for one attempt --------------------------------------
+
+    def check(self, now: dt.datetime, job_id: str, attempt: int) -> None:
+        self.checks += 1
+        history = _JobHistory(self.outbox, job_id, attempt)
+        job = self.pool.running(job_id, attempt)
+        if job is None:
+            planned = plan(empty_findings(), self.catalog, history, now, jobs_ended=[(job_id, attempt)],
+                           evaluated_kinds=LIVE_KINDS) if history.open_findings(now - self.lookback * 48) else []
+        else:
+            findings = evaluate(self._inputs(job, now), self.catalog, now, kinds=LIVE_KINDS)
+            planned = plan(findings, self.catalog, history, now, evaluated_kinds=LIVE_KINDS)
+        recorded = self.outbox.record(planned, now)
+        self.decisions.update(f"{p.action.value} {p.status.value}" for p in recorded)
+        self._deliver(now)
+        if job is not None:
+            follow_up = self._next_step_due(job, now)
+            if follow_up is not None:
+                self.pool.at(follow_up, self.check, job_id, attempt)
+
+    def _deliver(self, now: dt.datetime) -> None:
+        report = self.outbox.deliver({"allocator": self.enforcer}, now)
+        for retry in report.retried:
+            self.pool.at(max(retry.next_attempt_at, now + dt.timedelta(seconds=1)), self._retry)
+
+    def _retry(self, now: dt.datetime) -> None:
+        self._deliver(now)
+
+    def _next_step_due(self, job: Job, now: dt.datetime) -> dt.datetime | None:
+        """When the next step of one of the attempt's open findings is due, if any."""
+        due: list[dt.datetime] = []
+        for previous in self.outbox.open_findings(now - self.lookback * 48):
+            if (previous.job_id, previous.attempt) != (job.job_id, job.attempt):
+                continue
+            rule = self.catalog.rule(previous.policy, queue=job.spec.queue, template=job.spec.template.value)
+            taken = self.outbox.steps(previous.finding_id)
+            following = max(s.step_index for s in taken) + 1 if taken else 0
+            if following < len(rule.steps):
+                last = max(s.decided_at for s in taken)
+                due.append(max(last + dt.timedelta(seconds=rule.steps[following].after_s), now + _MINUTE))
+        return min(due) if due else None
+
+    def _inputs(self, job: Job, now: dt.datetime) -> PolicyInputs:
+        view = job_view(job)
+        queue = self.pool.engine.queues[job.spec.queue]
+        allocations = allocations_from_jobs(
+            [view], {queue.name: {"max_runtime_s": queue.max_runtime_s, "low_priority": queue.low_priority}})
+        slot_to_allocation = {
+            f"{r['host']}/{r['gpu']}" + ("" if r["gpu_instance_id"] is None else f"/{r['gpu_instance_id']}"):
+                r["allocation_id"]
+            for r in allocations.iter_rows(named=True)
+        }
+        series = self.pool.minutes(job.job_id, now - self.lookback, now)
+        minutes = pl.concat([
+            pl.DataFrame({"allocation_id": slot_to_allocation[s["slot_id"]], "minute_at": s["minute_at"],
+                          "activity": s["activity"], "fb_used_mib": s["fb_used_mib"]})
+            for s in series
+        ]) if series else None
+        # progress: the attempt's start event; its work reports (checkpoints, logs) while it works
+        progress = [{"job_id": job.job_id, "attempt": job.attempt, "at": job.started_at}]
+        if minutes is not None:
+            busy = minutes.filter(pl.col("activity") >= 0.05)
+            if busy.height:
+                progress.append({"job_id": job.job_id, "attempt": job.attempt, "at": busy["minute_at"].max()})
+        return PolicyInputs(allocations=allocations, minutes=minutes, progress=pl.DataFrame(progress))
+
+    def _close(self, now: dt.datetime) -> None:
+        self._deliver(now)
+        self.outbox.flush_log()
+        self.outbox.close()
+
+
+def _next_minute(t: dt.datetime) -> dt.datetime:
+    floor = t.replace(second=0, microsecond=0)
+    return floor if floor == t else floor + _MINUTE
+
+
+def _unit(key: str) -> float:
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big") / 2**64
+
