@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import shutil
 import sys
 import time
 from contextlib import contextmanager
@@ -43,22 +44,57 @@ def main() -> None:
 @click.option("--gpus", default=None, type=int, help="Scale the default pool to about this many GPUs (default 256).")
 @click.option("--start", "start", default="2026-11-01", show_default=True, help="First day (UTC).")
 @click.option("--seed", default=7, show_default=True, help="Random seed of the simulation.")
-def demo(home: Path | None, days: int, gpus: int | None, start: str, seed: int) -> None:
-    """Simulate a month of the default pool on the allocator, ingest it through Dagster, build the
-    metrics, print a summary."""
-    from allocator.simulator import simulate as run_simulation
-    from pipelines import runner
-    from pipelines.summary import print_summary
+@click.option("--policies/--no-policies", default=True, show_default=True,
+              help="Let the idle-reclaim policies (models/policies/policies.yml) act on the simulated pool.")
+@click.option("--baseline/--no-baseline", default=True, show_default=True,
+              help="Also run the same month with the policies off (into HOME/baseline) and print the difference.")
+def demo(home: Path | None, days: int, gpus: int | None, start: str, seed: int, policies: bool,
+         baseline: bool) -> None:
+    """Simulate a month of the default pool on the allocator with the idle-reclaim policies acting on
+    it, ingest it through Dagster, build the metrics, print a summary; then the same month with the
+    policies off, and what they changed."""
+    from pipelines.summary import print_policy_comparison, print_summary
 
     wh = _warehouse(home)
     first = dt.date.fromisoformat(start)
-    last = first + dt.timedelta(days=days - 1)
     began = time.monotonic()
-    _step(f"simulating {days} days of the pool on the allocator into {wh.landing}")
+    _demo_month(wh, days, gpus, seed, first, policies)
+    click.echo(f"\nDone in {time.monotonic() - began:.0f} s. Warehouse: {wh.db_path}\n")
+    print_summary(wh)
+    if baseline and policies:
+        off = Warehouse(wh.home / "baseline")
+        click.echo("")
+        _step("the same month with the idle-reclaim policies off, for comparison")
+        _demo_month(off, days, gpus, seed, first, False)
+        click.echo("")
+        print_policy_comparison(wh, off)
+    click.echo(
+        "\nNext: `gpupool sql \"select * from metrics.pool_daily\"`, or `dagster dev` to see the assets."
+    )
+
+
+def _demo_month(wh: Warehouse, days: int, gpus: int | None, seed: int, first: dt.date, policies: bool) -> None:
+    """Simulate (policies acting or not), ingest every landed source, build the models."""
+    from allocator.simulator import simulate as run_simulation
+    from pipelines import runner
+    from pipelines.policies.catalog import load_catalog
+    from pipelines.policies.simulated import SimulatedGovernance
+
+    last = first + dt.timedelta(days=days - 1)
+    governance = SimulatedGovernance(load_catalog(), wh.home / "governance" / "simulated") if policies else None
+    with_policies = "with the idle-reclaim policies acting" if policies else "with no idle-reclaim"
+    _step(f"simulating {days} days of the pool on the allocator, {with_policies}, into {wh.landing}")
+    if not policies:  # a landing zone reused from a run with policies must not keep its decisions
+        shutil.rmtree(wh.landing / "governance_actions", ignore_errors=True)
+        (wh.landing / "governance_actions").mkdir(parents=True, exist_ok=True)
     with _day_progress("simulating days", days) as progress:
-        report = run_simulation(wh.landing, days=days, gpus=gpus, seed=seed, start=first, on_progress=progress)
+        report = run_simulation(wh.landing, days=days, gpus=gpus, seed=seed, start=first, on_progress=progress,
+                                governance=governance)
     click.echo(f"    {report.gpus} GPUs, {report.jobs_submitted:,} jobs, {report.events:,} events, "
                f"{report.samples:,} telemetry samples")
+    if governance is not None:
+        click.echo(f"    policies looked {governance.checks:,} times; decisions: "
+                   + ", ".join(f"{n:,} {k}" for k, n in sorted(governance.decisions.items())))
     sources = [name for name in SOURCES if (wh.landing / name).is_dir()]
     outcomes = runner.ingest_days(wh, sources, first, last, on_step=_step)
     for o in outcomes:
@@ -69,11 +105,6 @@ def demo(home: Path | None, days: int, gpus: int | None, start: str, seed: int) 
             f"{m.get('records_quarantined', 0):,} quarantined{flag}"
         )
     runner.build_models(wh, on_step=_step)
-    click.echo(f"\nDone in {time.monotonic() - began:.0f} s. Warehouse: {wh.db_path}\n")
-    print_summary(wh)
-    click.echo(
-        "\nNext: `gpupool sql \"select * from metrics.pool_daily\"`, or `dagster dev` to see the assets."
-    )
 
 
 @main.command()

@@ -36,6 +36,12 @@ def print_summary(wh: Warehouse) -> None:
             "select ingest_source, count(*) from ops.quarantine group by 1 order by 1"
         ).fetchall()
         catalog = con.execute("select * from metrics.catalog_version").fetchone()
+        ledger = con.execute(
+            "select reclaims, pipeline_reclaims, recovered_gpu_hours, reused_gpu_hours, reuse_share_pct, "
+            "false_positives, false_positive_rate_pct, reminders, released_after_reminder, self_release_rate_pct, "
+            "decided_actions, applied, refused, exempt, rate_limited, shadow "
+            "from metrics.governance_period where tenant = 'all'"
+        ).fetchone()
     if not pool:
         click.echo("No data in the warehouse yet.")
         return
@@ -57,4 +63,48 @@ def print_summary(wh: Warehouse) -> None:
         click.echo(f"  reconciliation: {n:,} {finding.replace('_', ' ')}")
     for source, n in quarantined:
         click.echo(f"  quarantined: {n:,} records from {source}")
+    if ledger and ledger[10]:
+        (reclaims, by_pipeline, recovered, reused, reuse_pct, false_pos, false_pct, reminders, released,
+         released_pct, decided, applied, refused, exempt, limited, shadow) = ledger
+        click.echo(click.style("Idle-reclaim (metrics.governance_period, metrics.reclaim_ledger)", bold=True))
+        click.echo(f"  {decided:,} policy decisions: {applied or 0:,} applied, {refused or 0:,} refused, "
+                   f"{exempt or 0:,} exempt, {limited or 0:,} rate limited, {shadow or 0:,} shadow")
+        click.echo(f"  {reminders or 0:,} reminders, after which {released or 0:,} users released their GPUs "
+                   f"themselves ({_fmt(released_pct, '%')})")
+        click.echo(f"  {reclaims or 0:,} reclaims ({by_pipeline or 0:,} by the policies) recovered "
+                   f"{_fmt(recovered or 0.0)} GPU-hours, {_fmt(reused or 0.0)} of them used by other work "
+                   f"({_fmt(reuse_pct, '%')}); {false_pos or 0:,} false positives ({_fmt(false_pct, '%')})")
     click.echo(f"  metric catalog version {catalog[0] if catalog else 'unknown'}")
+
+
+POLICY_FIGURES = (
+    ("idle GPU-hours", "select idle_allocated_gpu_hours from metrics.pool_period where gpu_model = 'all'", ""),
+    ("pool utilisation", "select pool_utilisation_pct from metrics.pool_period where gpu_model = 'all'", "%"),
+    ("queue wait p50", "select queue_wait_p50_s / 60 from metrics.job_period where template = 'all'", " min"),
+    ("queue wait p95", "select queue_wait_p95_s / 60 from metrics.job_period where template = 'all'", " min"),
+    ("reclaims", "select reclaims from metrics.governance_period where tenant = 'all'", ""),
+    ("recovered GPU-hours", "select recovered_gpu_hours from metrics.governance_period where tenant = 'all'", ""),
+    ("reused GPU-hours", "select reused_gpu_hours from metrics.governance_period where tenant = 'all'", ""),
+)
+
+
+def policy_comparison(with_policies: Warehouse, without: Warehouse) -> list[tuple[str, float | None, float | None,
+                                                                                 str]]:
+    """(figure, with policies, without, unit) for the month run twice: the same metric views read in
+    both warehouses."""
+    out = []
+    with with_policies.connect(read_only=True) as on, without.connect(read_only=True) as off:
+        for name, query, unit in POLICY_FIGURES:
+            values = [(con.execute(query).fetchone() or (None,))[0] for con in (on, off)]
+            out.append((name, *(v if v is None or isinstance(v, int) else float(v) for v in values), unit))
+    return out
+
+
+def print_policy_comparison(with_policies: Warehouse, without: Warehouse) -> None:
+    click.echo(click.style("Idle-reclaim policies on vs off (the same simulated month)", bold=True))
+    click.echo(f"  {'':<22} {'policies on':>12} {'off':>12} {'change':>12}")
+    for name, on, off, unit in policy_comparison(with_policies, without):
+        change = None if on is None or off is None else on - off
+        sign = "+" if change is not None and change > 0 else ""
+        click.echo(f"  {name:<22} {_fmt(on, unit):>12} {_fmt(off, unit):>12} "
+                   f"{(sign + _fmt(change, unit)) if change is not None else 'n/a':>12}")

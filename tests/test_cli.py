@@ -33,6 +33,7 @@ def demo_home(tmp_path_factory) -> Path:
     home = tmp_path_factory.mktemp("demo")
     result = gpupool("demo", *DEMO_ARGS, home=home)
     assert "Pool 2026-11-01 .. 2026-11-02" in result.stdout
+    assert "Idle-reclaim policies on vs off" in result.stdout
     return home
 
 
