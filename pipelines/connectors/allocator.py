@@ -119,6 +119,10 @@ class AllocatorClient:
             raise RuntimeError(f"{body['count']} running jobs, more than one listing returns ({MAX_PAGE})")
         return body["jobs"]
 
+    def queues(self) -> list[dict]:
+        """Queues as the API shows them (GET /v1/queues): name, tenant, max_runtime_s, low_priority, ..."""
+        return self._get("/v1/queues", {})["queues"]
+
     def pull(self, landing: Path, source: Literal["events", "audit"], max_pages: int | None = None) -> PullReport:
         """Append every record after the saved cursor to the landing zone; see the module docstring."""
         folder = LANDING[source]

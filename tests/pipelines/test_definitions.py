@@ -24,7 +24,7 @@ def test_one_ingest_asset_per_source_plus_the_models_and_the_connectors():
     graph = defs.resolve_asset_graph()
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
     landing = {"slurm_accounting_landing", "kueue_workloads_landing"}
-    assert keys == {f"raw_{name}" for name in SOURCES} | {"warehouse_models"} | landing
+    assert keys == {f"raw_{name}" for name in SOURCES} | {"warehouse_models", "policy_findings"} | landing
 
 
 def test_the_daily_ingest_job_does_not_run_the_connectors():
@@ -43,9 +43,10 @@ def test_every_ingest_asset_has_its_expectations_check():
 
 
 def test_schedules_and_jobs_are_defined():
-    assert {j.name for j in defs.jobs} >= {"ingest_daily", "build_models", "land_connectors_daily"}
-    assert len(list(defs.schedules)) == 3
-    assert {s.name for s in defs.sensors} == {"dcgm_scrape", "slurm_gpu_snapshot"}
+    assert {j.name for j in defs.jobs} >= {"ingest_daily", "build_models", "land_connectors_daily",
+                                           "policy_findings_daily"}
+    assert len(list(defs.schedules)) == 4
+    assert {s.name for s in defs.sensors} == {"dcgm_scrape", "slurm_gpu_snapshot", "idle_reclaim"}
 
 
 def test_the_daily_ingest_schedule_targets_the_day_that_just_ended():

@@ -1,0 +1,214 @@
+"""One evaluation of the live idle policies against a running allocator: the `idle_reclaim`
+sensor's pure core (pipelines/assets/reclaim.py is the thin Dagster wrapper).
+
+A tick, at `now` (UTC, naive):
+
+1. pulls the allocator's event and audit logs into the landing zone (`AllocatorClient.pull`): the
+   engine's answers to earlier actions come back into the warehouse this way, closing the loop;
+2. lists the running jobs and the queues through the API;
+3. builds the policies' inputs from the freshest data there is: the scrape rounds the
+   `dcgm_scrape` sensor landed in the last `lookback` (pipelines/policies/live.py: samples ->
+   per-GPU minutes -> per-allocation minutes), the running jobs' allocations, and their progress
+   signals (every event of the attempt in the pulled log, and the attempt's start);
+4. evaluates the live kinds (idle allocation, zombie, idle interactive, overrun);
+5. plans the due steps (`plan`), where an attempt with an open finding that no longer runs has
+   ended (its next step is dropped, never sent);
+6. records the decisions in the outbox, delivers what is due, and flushes the decision log.
+
+When the allocator cannot be read (down, refused token), nothing is planned: an empty list of
+running jobs would otherwise read as "every job ended". Queued actions are still offered to the
+enforcers, which keep them queued with a backoff while the allocator is away; they go out, once
+each, when it is back. The tick never raises for a transport problem: the report says what failed.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import polars as pl
+
+from pipelines.connectors.allocator import LANDING
+from pipelines.enforcement.base import Enforcer
+from pipelines.policies.catalog import PolicyCatalog
+from pipelines.policies.evaluate import evaluate
+from pipelines.policies.inputs import PROGRESS_SCHEMA, PolicyInputs
+from pipelines.policies.live import allocation_minutes, allocations_from_jobs, gpu_minutes, recent_samples
+from pipelines.policies.model import LIVE_KINDS, PolicyKind, empty_findings
+from pipelines.policies.outbox import DeliveryReport, Outbox
+from pipelines.policies.planner import OPEN_FINDING_LOOKBACK, plan
+
+# The longest live window the default catalog reads is zombie's 120 minutes; a catalog with longer
+# windows gets a longer lookback from `default_lookback`.
+MIN_LOOKBACK = dt.timedelta(minutes=60)
+LOOKBACK_MARGIN = dt.timedelta(minutes=10)
+_WINDOW_PARAMS = {
+    PolicyKind.IDLE_ALLOCATION: "window_minutes",
+    PolicyKind.IDLE_INTERACTIVE: "remind_after_minutes",
+    PolicyKind.ZOMBIE: "limit_minutes",
+}
+_TEMPLATES = ("training", "inference", "experiment", "interactive")
+
+
+class AllocatorReader(Protocol):
+    """What the tick needs of `pipelines.connectors.allocator.AllocatorClient`."""
+
+    def pull(self, landing: Path, source: str, max_pages: int | None = None): ...
+
+    def running_jobs(self) -> list[dict]: ...
+
+    def queues(self) -> list[dict]: ...
+
+
+@dataclass
+class TickReport:
+    """What one tick saw and did; `summary()` is the sensor's tick message."""
+
+    at: dt.datetime
+    pulled: dict[str, int] = field(default_factory=dict)  # events / audit records appended
+    running_jobs: int | None = None  # None: the allocator could not be read
+    findings: pl.DataFrame = field(default_factory=empty_findings)
+    decisions: Counter = field(default_factory=Counter)  # "<action> <status>" of the decisions recorded now
+    delivery: DeliveryReport = field(default_factory=DeliveryReport)
+    log_lines: int = 0  # decision-log lines flushed by the tick itself
+    errors: list[str] = field(default_factory=list)
+    duration_s: float = 0.0
+
+    @property
+    def findings_by_policy(self) -> dict[str, int]:
+        if self.findings.is_empty():
+            return {}
+        return dict(self.findings.group_by("policy").len().sort("policy").iter_rows())
+
+    @property
+    def decisions_by_status(self) -> dict[str, int]:
+        out: Counter = Counter()
+        for key, n in self.decisions.items():
+            out[key.rsplit(" ", 1)[-1]] += n
+        return dict(sorted(out.items()))
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors and not self.delivery.errors
+
+    def summary(self) -> str:
+        jobs = "allocator unreadable" if self.running_jobs is None else f"{self.running_jobs} running jobs"
+        found = ", ".join(f"{p} {n}" for p, n in self.findings_by_policy.items()) or "none"
+        decided = ", ".join(f"{n} {k}" for k, n in sorted(self.decisions.items())) or "none"
+        pulled = ", ".join(f"{n} {s}" for s, n in sorted(self.pulled.items())) or "nothing"
+        text = (f"tick at {self.at:%Y-%m-%d %H:%M:%S}: {jobs}; findings: {found}; decisions: {decided}; "
+                f"delivery: {self.delivery.summary()}; pulled: {pulled} ({self.duration_s:.2f} s)")
+        problems = [*self.errors, *self.delivery.errors]
+        if problems:
+            text += "; problems: " + "; ".join(problems)
+        return text
+
+    __str__ = summary
+
+
+def default_lookback(catalog: PolicyCatalog) -> dt.timedelta:
+    """Long enough for the longest live window of the catalog (any template), plus a margin."""
+    longest = MIN_LOOKBACK
+    for kind, param in _WINDOW_PARAMS.items():
+        for name in catalog.policies_of(kind):
+            for template in (None, *_TEMPLATES):
+                value = catalog.rule(name, template=template).params.get(param)
+                if isinstance(value, int | float):
+                    longest = max(longest, dt.timedelta(minutes=float(value)))
+    return longest + LOOKBACK_MARGIN
+
+
+def recent_progress(landing: Path, jobs: list[dict], now: dt.datetime, lookback: dt.timedelta) -> pl.DataFrame:
+    """PROGRESS_SCHEMA rows of the running attempts: each one's start, and every event of it in
+    the pulled event log within [now - lookback, now)."""
+    wanted = {(j["job_id"], j["attempt"]) for j in jobs}
+    rows = []
+    for job in jobs:
+        started = job.get("started_at")
+        if started:
+            rows.append((job["job_id"], job["attempt"], _ts(started)))
+    since = now - lookback
+    days = sorted({since.date(), now.date()})
+    for day in days:
+        folder = Path(landing) / LANDING["events"] / day.isoformat()
+        for path in sorted(folder.glob("*.jsonl")):
+            with open(path, encoding="utf-8") as lines:
+                for line in lines:
+                    try:
+                        record = json.loads(line)
+                        key = (record["job_id"], int(record["attempt"]))
+                        at = _ts(record["ts"])
+                    except (ValueError, KeyError, TypeError):
+                        continue  # a half line or a record without a job: not a progress signal
+                    if key in wanted and since <= at < now:
+                        rows.append((*key, at))
+    if not rows:
+        return pl.DataFrame(schema=PROGRESS_SCHEMA)
+    return pl.DataFrame(rows, schema=PROGRESS_SCHEMA, orient="row").unique()
+
+
+def live_inputs(landing: Path, jobs: list[dict], queues: list[dict], now: dt.datetime,
+                lookback: dt.timedelta) -> PolicyInputs:
+    """The live kinds' inputs from the landing zone and the allocator's running jobs."""
+    allocations = allocations_from_jobs(jobs, {q["name"]: q for q in queues})
+    minutes = allocation_minutes(allocations, gpu_minutes(recent_samples(landing, now, lookback)))
+    return PolicyInputs(allocations=allocations, minutes=minutes,
+                        progress=recent_progress(landing, jobs, now, lookback))
+
+
+def governance_tick(
+    now: dt.datetime,
+    *,
+    landing: Path,
+    catalog: PolicyCatalog,
+    outbox: Outbox,
+    client: AllocatorReader,
+    enforcers: Mapping[str, Enforcer],
+    lookback: dt.timedelta | None = None,
+) -> TickReport:
+    """One evaluation of the live policies at `now`; see the module docstring."""
+    started = time.perf_counter()
+    now = now.astimezone(dt.UTC).replace(tzinfo=None) if now.tzinfo else now
+    report = TickReport(at=now)
+    lookback = lookback or default_lookback(catalog)
+    for source in ("events", "audit"):
+        try:
+            report.pulled[source] = client.pull(landing, source).records
+        except Exception as exc:  # noqa: BLE001 - reported; the pull resumes from its cursor next tick
+            report.errors.append(f"pull {source}: {_describe(exc)}")
+    try:
+        jobs = client.running_jobs()
+        queues = client.queues()
+    except Exception as exc:  # noqa: BLE001 - nothing is planned without the running jobs
+        report.errors.append(f"running jobs: {_describe(exc)}; nothing planned this tick")
+        jobs = None
+    if jobs is not None:
+        report.running_jobs = len(jobs)
+        inputs = live_inputs(landing, jobs, queues, now, lookback)
+        report.findings = evaluate(inputs, catalog, now, kinds=LIVE_KINDS)
+        running = {(j["job_id"], j["attempt"]) for j in jobs}
+        live = {k.value for k in LIVE_KINDS}
+        ended = {
+            (p.job_id, p.attempt) for p in outbox.open_findings(now - OPEN_FINDING_LOOKBACK)
+            if p.engine == "allocator" and p.kind.value in live and (p.job_id, p.attempt) not in running
+        }
+        planned = plan(report.findings, catalog, outbox, now, jobs_ended=ended, evaluated_kinds=LIVE_KINDS)
+        recorded = outbox.record(planned, now)
+        report.decisions.update(f"{p.action.value} {p.status.value}" for p in recorded)
+    report.delivery = outbox.deliver(enforcers, now)
+    report.log_lines = outbox.flush_log()
+    report.duration_s = time.perf_counter() - started
+    return report
+
+
+def _ts(value: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(str(value).rstrip("Z")).replace(tzinfo=None)
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {str(exc)[:300]}"

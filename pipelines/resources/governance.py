@@ -1,0 +1,97 @@
+"""Idle-reclaim's settings as a Dagster resource: the policy catalog, the outbox and the allocator.
+
+Read from the connector configuration (gpupool.yml, or $GPUPOOL_CONFIG) at every use, so an edit
+applies at the next sensor tick:
+
+    governance:
+      policies: models/policies/policies.yml     # the catalog (default)
+      exemptions: models/policies/exemptions.yml # the allow-list (default: beside the catalog)
+      outbox: /var/lib/gpupool/outbox.db          # default: <gpupool home>/governance/outbox.db
+      lookback_minutes: 130                       # default: the longest live window + 10 min
+    allocator:
+      url: http://allocator.internal:8080
+      token: ${GPUPOOL_ALLOCATOR_TOKEN}
+
+Relative paths are read from the configuration file's folder.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import dagster as dg
+from pydantic import BaseModel, ConfigDict, Field
+
+from pipelines.config import ConfigError, config_path, section
+from pipelines.connectors.allocator import AllocatorClient, AllocatorConfig, load_allocator_config
+from pipelines.enforcement.allocator import AllocatorEnforcer
+from pipelines.policies.catalog import DEFAULT_POLICIES, EXEMPTIONS_NAME, PolicyCatalog, load_catalog
+from pipelines.policies.outbox import Outbox
+from pipelines.policies.tick import TickReport, governance_tick
+from pipelines.warehouse import Warehouse
+
+OUTBOX_NAME = Path("governance") / "outbox.db"
+WRITER = "sensor"
+
+
+class GovernanceSettings(BaseModel):
+    """The `governance:` section of gpupool.yml (pipelines.policies.catalog reads the same section)."""
+
+    model_config = ConfigDict(extra="forbid")
+    policies: Path | None = Field(None, description="the policy catalog; default models/policies/policies.yml")
+    exemptions: Path | None = Field(None, description="the allow-list; default exemptions.yml beside the catalog")
+    outbox: Path | None = Field(None, description="the outbox (SQLite); default <home>/governance/outbox.db")
+    lookback_minutes: int | None = Field(None, ge=1, description="telemetry read per tick; default from the catalog")
+
+
+class GovernanceResource(dg.ConfigurableResource):
+    """Idle-reclaim's catalog, outbox and allocator connection. `config_file` defaults to
+    $GPUPOOL_CONFIG, else ./gpupool.yml."""
+
+    config_file: str = ""
+
+    def _path(self) -> Path:
+        return Path(self.config_file) if self.config_file else config_path()
+
+    def settings(self) -> GovernanceSettings:
+        return section("governance", GovernanceSettings, self._path()) or GovernanceSettings()
+
+    def _resolve(self, p: Path | None) -> Path | None:
+        return None if p is None else (p if p.is_absolute() else self._path().resolve().parent / p)
+
+    def catalog(self) -> PolicyCatalog:
+        """The catalog the settings name (default models/policies/policies.yml, with exemptions.yml beside it)."""
+        s = self.settings()
+        policies = self._resolve(s.policies) or DEFAULT_POLICIES
+        exemptions = self._resolve(s.exemptions)
+        if exemptions is None and (policies.parent / EXEMPTIONS_NAME).exists():
+            exemptions = policies.parent / EXEMPTIONS_NAME
+        return load_catalog(policies, exemptions)
+
+    def outbox_path(self, warehouse: Warehouse) -> Path:
+        return self._resolve(self.settings().outbox) or warehouse.home / OUTBOX_NAME
+
+    def allocator(self) -> AllocatorConfig:
+        config = load_allocator_config(self._path())
+        if config is None:
+            raise ConfigError(f"{self._path()}: no allocator section: idle-reclaim needs the allocator's url and a "
+                              "governance_bot token (see gpupool.example.yml)")
+        return config
+
+    def lookback(self) -> dt.timedelta | None:
+        minutes = self.settings().lookback_minutes
+        return None if minutes is None else dt.timedelta(minutes=minutes)
+
+    def tick(self, warehouse: Warehouse, now: dt.datetime) -> TickReport:
+        """One governance tick with these settings (the sensor's body)."""
+        config = self.allocator()
+        outbox = Outbox(self.outbox_path(warehouse), warehouse.landing, writer=WRITER)
+        try:
+            return governance_tick(
+                now, landing=warehouse.landing, catalog=self.catalog(), outbox=outbox,
+                client=AllocatorClient.from_config(config),
+                enforcers={"allocator": AllocatorEnforcer.from_config(config)}, lookback=self.lookback(),
+            )
+        finally:
+            outbox.close()
+
