@@ -182,16 +182,17 @@ class SimulatedPool:
         if run is None:
             return []
         sim = self._sim
-        open_works = [w for w, _ in sim.works.values() if w.end is None or w.end > since]
         mine = [sim.works[wid][0] for wid in run.works]
+        units = {w.unit for w in mine}  # a shared unit's series sums every work on it
+        open_works = [w for w, _ in sim.works.values() if w.unit in units and (w.end is None or w.end > since)]
         job = self.engine.jobs[job_id]
         slot_of_unit = {sim.bulk.unit_of(slot.slot_id): slot.slot_id for slot in job.slots}
-        units = [w.unit for w in mine]
-        stamps, activity, fb = sim.bulk.series(open_works, units, max(since, run.started_at), until)
+        ordered = [w.unit for w in mine]
+        stamps, activity, fb = sim.bulk.series(open_works, ordered, max(since, run.started_at), until)
         return [
             {"slot_id": slot_of_unit.get(unit, str(unit)), "minute_at": stamps, "activity": activity[i],
              "fb_used_mib": fb[i]}
-            for i, unit in enumerate(units)
+            for i, unit in enumerate(ordered)
         ]
 
 

@@ -60,12 +60,13 @@ FINDING_FIELDS = ("detected_at", "window_start_at", "window_end_at", "gpus_flagg
 
 _SCHEMA = (
     """create table if not exists decisions (
-        idempotency_key text primary key, finding_id text not null, step_index integer not null,
-        action text not null, engine text not null, tenant text not null, mode text not null,
+        idempotency_key text primary key, finding_id text not null, job_id text not null,
+        attempt integer not null, step_index integer not null, action text not null, engine text not null, tenant text not null, mode text not null,
         status text not null, decided_at text not null, planned_json text not null,
         attempts integer not null default 0, next_attempt_at text, claimed_by text, claimed_at text,
         outcome text, outcome_reason text, answered_at text, last_error text)""",
     "create index if not exists decisions_finding on decisions (finding_id)",
+    "create index if not exists decisions_job on decisions (job_id, attempt)",
     "create index if not exists decisions_due on decisions (status, next_attempt_at)",
     "create index if not exists decisions_decided on decisions (decided_at)",
     """create table if not exists log_lines (
@@ -139,9 +140,11 @@ def decision_line(planned: PlannedAction, now: dt.datetime) -> dict:
 class Outbox:
     """Decisions, their delivery and the decision log. Implements `ActionHistory` for the planner."""
 
-    def __init__(self, path: Path, landing: Path, writer: str = "outbox"):
+    def __init__(self, path: Path, landing: Path, writer: str = "outbox", durable: bool = True):
+        """`durable=False` (the simulator) skips the fsync of each transaction: nothing outlives the run."""
         self.landing = Path(landing)
         self.writer = writer
+        self.durable = durable
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         self._log_lock_path = path.with_name(path.name + ".log.lock")
@@ -154,7 +157,7 @@ class Outbox:
         for attempt in range(attempts):
             try:
                 self._db.execute("pragma journal_mode=wal")
-                self._db.execute("pragma synchronous=full")
+                self._db.execute(f"pragma synchronous={'full' if self.durable else 'off'}")
                 for statement in _SCHEMA:
                     self._db.execute(statement)
                 return
@@ -197,10 +200,11 @@ class Outbox:
                     continue
                 queued = action.status == DecisionStatus.QUEUED
                 self._db.execute(
-                    "insert or replace into decisions (idempotency_key, finding_id, step_index, action, engine, "
-                    "tenant, mode, status, decided_at, planned_json, next_attempt_at) "
-                    "values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [action.idempotency_key, action.finding_id, action.step_index, action.action.value,
+                    "insert or replace into decisions (idempotency_key, finding_id, job_id, attempt, step_index, "
+                    "action, engine, tenant, mode, status, decided_at, planned_json, next_attempt_at) "
+                    "values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [action.idempotency_key, action.finding_id, action.job_id, action.attempt, action.step_index,
+                     action.action.value,
                      action.engine, action.tenant, action.mode.value, action.status.value, _iso(now),
                      json.dumps(dataclasses.asdict(action), sort_keys=True), _iso(now) if queued else None],
                 )
@@ -230,17 +234,28 @@ class Outbox:
                 [_iso(since), *actions, DecisionStatus.QUEUED.value, DecisionStatus.ANSWERED.value]).fetchall()
         return [r[0] for r in rows]
 
-    def open_findings(self, since: dt.datetime) -> list[PlannedAction]:
+    def open_findings(self, since: dt.datetime, job_id: str | None = None,
+                      attempt: int | None = None) -> list[PlannedAction]:
+        """The latest step of each finding decided since `since` and not dropped; optionally only
+        those of one job attempt."""
+        job_filter = ""
+        params: list = [_iso(since), DecisionStatus.RATE_LIMITED.value]
+        if job_id is not None:
+            job_filter = "and d.job_id = ? "
+            params.append(job_id)
+            if attempt is not None:
+                job_filter += "and d.attempt = ? "
+                params.append(attempt)
+        params += [DecisionStatus.RATE_LIMITED.value, DecisionStatus.DROPPED.value]
         with self._lock:
             rows = self._db.execute(
-                """select d.planned_json from decisions d
-                   where d.decided_at >= ? and d.status != ?
+                f"""select d.planned_json from decisions d
+                   where d.decided_at >= ? and d.status != ? {job_filter}
                      and d.step_index = (select max(step_index) from decisions x
                                          where x.finding_id = d.finding_id and x.status != ?)
                      and not exists (select 1 from decisions x where x.finding_id = d.finding_id and x.status = ?)
                    order by d.finding_id""",
-                [_iso(since), DecisionStatus.RATE_LIMITED.value, DecisionStatus.RATE_LIMITED.value,
-                 DecisionStatus.DROPPED.value]).fetchall()
+                params).fetchall()
         return [planned_from_json(r[0]) for r in rows]
 
     # -- delivery ---------------------------------------------------------------------------------

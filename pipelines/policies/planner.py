@@ -350,6 +350,37 @@ def _vanished(previous: PlannedAction, rule: Rule, index: int) -> PlannedAction:
     )
 
 
+def _evidence_time(previous: PlannedAction, name: str) -> dt.datetime | None:
+    value = previous.evidence.get(name)
+    return dt.datetime.fromisoformat(str(value).rstrip("Z")).replace(tzinfo=None) if value else None
+
+
+def _continued(findings: pl.DataFrame, open_before: list[PlannedAction]) -> pl.DataFrame:
+    """Findings that continue an open one keep its id and detection time.
+
+    An evaluation sees only its lookback: when an attempt has been idle for longer, the window it
+    reports starts at the lookback's edge and moves every minute, and so would its finding id. A
+    finding of the same policy and attempt whose window starts before the open finding's window
+    ended is the same episode; one that starts later (the work was busy in between) is a new one."""
+    if findings.is_empty() or not open_before:
+        return findings
+    latest: dict[tuple[str, str, int], PlannedAction] = {}
+    for previous in open_before:
+        latest[(previous.policy, previous.job_id, previous.attempt)] = previous
+    rows = []
+    for finding in findings.iter_rows(named=True):
+        previous = latest.get((finding["policy"], finding["job_id"], finding["attempt"]))
+        if previous is not None and previous.finding_id != finding["finding_id"]:
+            ended = _evidence_time(previous, "window_end_at")
+            detected = _evidence_time(previous, "detected_at")
+            if ended is not None and detected is not None and finding["window_start_at"] <= ended:
+                finding = {**finding, "finding_id": previous.finding_id, "detected_at": detected,
+                           "window_start_at": min(finding["window_start_at"],
+                                                  _evidence_time(previous, "window_start_at") or ended)}
+        rows.append(finding)
+    return pl.DataFrame(rows, schema=findings.schema)
+
+
 def plan(
     findings: pl.DataFrame,
     catalog: PolicyCatalog,
@@ -369,7 +400,9 @@ def plan(
     budget = _Budget(catalog.rate_limits, Counter(history.reclaims_since(now - RATE_WINDOW)), 0)
     budget.total = sum(budget.per_tenant.values())
     out: list[PlannedAction] = []
-    rows = findings.sort(["detected_at", "finding_id"]).unique("finding_id", keep="last", maintain_order=True)
+    open_before = history.open_findings(now - OPEN_FINDING_LOOKBACK)
+    rows = _continued(findings, open_before)
+    rows = rows.sort(["detected_at", "finding_id"]).unique("finding_id", keep="last", maintain_order=True)
     for finding in rows.iter_rows(named=True):
         rule = catalog.rule(finding["policy"], queue=finding["queue"], template=finding["template"])
         due = _next_step(history, finding["finding_id"], rule.steps, finding["detected_at"])
@@ -385,7 +418,7 @@ def plan(
     if evaluated_kinds is not None:
         reported = set(rows["finding_id"].to_list())
         kinds = {str(k) for k in evaluated_kinds}
-        for previous in history.open_findings(now - OPEN_FINDING_LOOKBACK):
+        for previous in open_before:
             if previous.finding_id in reported or previous.kind.value not in kinds:
                 continue
             rule = catalog.rule(previous.policy, queue=previous.queue, template=previous.evidence.get("template"))

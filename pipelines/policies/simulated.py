@@ -35,7 +35,7 @@ from pipelines.policies.catalog import PolicyCatalog
 from pipelines.policies.evaluate import evaluate
 from pipelines.policies.inputs import PolicyInputs
 from pipelines.policies.live import allocations_from_jobs
-from pipelines.policies.model import LIVE_KINDS, PolicyKind, empty_findings
+from pipelines.policies.model import PolicyKind, empty_findings
 from pipelines.policies.outbox import Outbox
 from pipelines.policies.planner import plan
 
@@ -75,7 +75,7 @@ class _JobHistory:
         return self.outbox.reclaims_since(since)
 
     def open_findings(self, since: dt.datetime):
-        return [p for p in self.outbox.open_findings(since) if (p.job_id, p.attempt) == (self.job_id, self.attempt)]
+        return self.outbox.open_findings(since, self.job_id, self.attempt)
 
 
 class SimulatedGovernance:
@@ -96,14 +96,15 @@ class SimulatedGovernance:
         while day < pool.end.date():
             shutil.rmtree(pool.out / "governance_actions" / day.isoformat(), ignore_errors=True)
             day += dt.timedelta(days=1)
-        self.outbox = Outbox(self.state_dir / "outbox.db", pool.out, writer=WRITER)
+        self.outbox = Outbox(self.state_dir / "outbox.db", pool.out, writer=WRITER, durable=False)
+        self.with_findings: set[tuple[str, int]] = set()  # attempts with a decision recorded
         self.enforcer = EngineEnforcer(pool, self.lose_answers)
-        self.lookback = dt.timedelta(minutes=self._longest_window_minutes() + 10)
+        self.lookback = {kind: dt.timedelta(minutes=self._longest_window_minutes(kind) + 10) for kind in PolicyKind}
         pool.at(pool.end - dt.timedelta(seconds=1), self._close)
 
     def job_started(self, job: Job, profile: ActivityProfile, now: dt.datetime) -> None:
-        for at in sorted(set(self._possible_findings(job, profile, now))):
-            self.pool.at(at, self.check, job.job_id, job.attempt)
+        for at, kind in sorted(set(self._possible_findings(job, profile, now))):
+            self.pool.at(at, self.check, job.job_id, job.attempt, (kind,))
 
     # -- when to look -----------------------------------------------------------------------------
 
@@ -113,62 +114,74 @@ class SimulatedGovernance:
             return None
         return sum(float(rule.params[n]) for n in names if rule.params.get(n) is not None) or None
 
-    def _possible_findings(self, job: Job, profile: ActivityProfile, now: dt.datetime) -> list[dt.datetime]:
-        """Moments a live policy could first fire for this attempt, given how its work behaves."""
+    def _possible_findings(self, job: Job, profile: ActivityProfile,
+                           now: dt.datetime) -> list[tuple[dt.datetime, PolicyKind]]:
+        """(moment, kind): when a live policy could first fire for this attempt, given how its work behaves."""
         idle_since: list[dt.datetime] = []
         if profile.busy_for_s is not None:
             idle_since.append(now + dt.timedelta(seconds=profile.busy_for_s))
         if profile.working_gpus is not None and profile.working_gpus < len(job.slots):
             idle_since.append(now)  # GPUs that never work: idle from the start
-        waits: list[float] = []
+        waits: list[tuple[float, PolicyKind]] = []
         for name in self.catalog.policies_of(PolicyKind.IDLE_ALLOCATION):
-            waits.append(self._rule_minutes(name, job, "window_minutes") or math.nan)
+            waits.append((self._rule_minutes(name, job, "window_minutes") or math.nan, PolicyKind.IDLE_ALLOCATION))
         for name in self.catalog.policies_of(PolicyKind.IDLE_INTERACTIVE):
             reminder = job.spec.idle_reminder_s
-            waits.append(reminder / 60 if reminder else self._rule_minutes(name, job, "remind_after_minutes") or math.nan)
+            minutes = reminder / 60 if reminder else self._rule_minutes(name, job, "remind_after_minutes")
+            if self._rule_minutes(name, job, "remind_after_minutes") is not None:  # enabled for this job
+                waits.append((minutes or math.nan, PolicyKind.IDLE_INTERACTIVE))
         for name in self.catalog.policies_of(PolicyKind.ZOMBIE):
-            waits.append(self._rule_minutes(name, job, "limit_minutes") or math.nan)
-        moments = [start + dt.timedelta(minutes=w) for start in idle_since for w in waits if not math.isnan(w)]
+            waits.append((self._rule_minutes(name, job, "limit_minutes") or math.nan, PolicyKind.ZOMBIE))
+        moments = [(start + dt.timedelta(minutes=w), kind) for start in idle_since for w, kind in waits
+                   if not math.isnan(w)]
         if job.spec.expected_runtime_s:
             for name in self.catalog.policies_of(PolicyKind.OVERRUN):
                 rule = self.catalog.rule(name, queue=job.spec.queue, template=job.spec.template.value)
                 factor = rule.params.get("expected_runtime_factor")
                 if rule.params.get("enabled", True) is not False and factor:
-                    moments.append(now + dt.timedelta(seconds=job.spec.expected_runtime_s * float(factor)))
+                    at = now + dt.timedelta(seconds=job.spec.expected_runtime_s * float(factor))
+                    moments.append((at, PolicyKind.OVERRUN))
         # the sensor sees a minute once it is over
-        return [_next_minute(m) + _MINUTE for m in moments]
+        return [(_next_minute(m) + _MINUTE, kind) for m, kind in moments]
 
-    def _longest_window_minutes(self) -> float:
-        longest = 60.0
-        for kind, param in ((PolicyKind.IDLE_ALLOCATION, "window_minutes"),
-                            (PolicyKind.IDLE_INTERACTIVE, "remind_after_minutes"),
-                            (PolicyKind.ZOMBIE, "limit_minutes")):
-            for name in self.catalog.policies_of(kind):
-                for template in ("training", "inference", "experiment", "interactive"):
-                    value = self.catalog.rule(name, template=template).params.get(param)
-                    if value is not None:
-                        longest = max(longest, float(value))
+    def _longest_window_minutes(self, kind: PolicyKind) -> float:
+        """The telemetry a check of this kind must read: its longest window over every template."""
+        param = {PolicyKind.IDLE_ALLOCATION: "window_minutes", PolicyKind.IDLE_INTERACTIVE: "remind_after_minutes",
+                 PolicyKind.ZOMBIE: "limit_minutes"}.get(kind)
+        longest = 30.0
+        for name in self.catalog.policies_of(kind) if param else ():
+            for template in ("training", "inference", "experiment", "interactive"):
+                value = self.catalog.rule(name, template=template).params.get(param)
+                if value is not None:
+                    longest = max(longest, float(value))
         return longest
 
     # -- a look: what the sensor's tick does, for one attempt --------------------------------------
 
-    def check(self, now: dt.datetime, job_id: str, attempt: int) -> None:
+    def check(self, now: dt.datetime, job_id: str, attempt: int, kinds: tuple[PolicyKind, ...]) -> None:
+        """What the sensor's tick does, for one attempt and the policy kinds that may fire now."""
         self.checks += 1
         history = _JobHistory(self.outbox, job_id, attempt)
         job = self.pool.running(job_id, attempt)
         if job is None:
+            if (job_id, attempt) not in self.with_findings:
+                return
             planned = plan(empty_findings(), self.catalog, history, now, jobs_ended=[(job_id, attempt)],
-                           evaluated_kinds=LIVE_KINDS) if history.open_findings(now - self.lookback * 48) else []
+                           evaluated_kinds=kinds)
         else:
-            findings = evaluate(self._inputs(job, now), self.catalog, now, kinds=LIVE_KINDS)
-            planned = plan(findings, self.catalog, history, now, evaluated_kinds=LIVE_KINDS)
+            lookback = max(self.lookback[k] for k in kinds)
+            if PolicyKind.IDLE_INTERACTIVE in kinds and job.spec.idle_reminder_s:  # a session's own reminder
+                lookback = max(lookback, dt.timedelta(seconds=job.spec.idle_reminder_s + 600))
+            findings = evaluate(self._inputs(job, now, lookback), self.catalog, now, kinds=kinds)
+            planned = plan(findings, self.catalog, history, now, evaluated_kinds=kinds)
         recorded = self.outbox.record(planned, now)
+        if recorded:
+            self.with_findings.add((job_id, attempt))
         self.decisions.update(f"{p.action.value} {p.status.value}" for p in recorded)
         self._deliver(now)
         if job is not None:
-            follow_up = self._next_step_due(job, now)
-            if follow_up is not None:
-                self.pool.at(follow_up, self.check, job_id, attempt)
+            for at, kind in self._next_steps_due(job, now, kinds):
+                self.pool.at(at, self.check, job_id, attempt, (kind,))
 
     def _deliver(self, now: dt.datetime) -> None:
         report = self.outbox.deliver({"allocator": self.enforcer}, now)
@@ -178,21 +191,24 @@ class SimulatedGovernance:
     def _retry(self, now: dt.datetime) -> None:
         self._deliver(now)
 
-    def _next_step_due(self, job: Job, now: dt.datetime) -> dt.datetime | None:
-        """When the next step of one of the attempt's open findings is due, if any."""
-        due: list[dt.datetime] = []
-        for previous in self.outbox.open_findings(now - self.lookback * 48):
-            if (previous.job_id, previous.attempt) != (job.job_id, job.attempt):
+    def _next_steps_due(self, job: Job, now: dt.datetime,
+                        kinds: tuple[PolicyKind, ...]) -> list[tuple[dt.datetime, PolicyKind]]:
+        """When the next step of each of the attempt's open findings of these kinds is due (a finding's
+        chain of checks is its own: one check per step)."""
+        due: list[tuple[dt.datetime, PolicyKind]] = []
+        for previous in self.outbox.open_findings(now - dt.timedelta(days=7), job.job_id, job.attempt):
+            if previous.kind not in kinds:
                 continue
             rule = self.catalog.rule(previous.policy, queue=job.spec.queue, template=job.spec.template.value)
             taken = self.outbox.steps(previous.finding_id)
             following = max(s.step_index for s in taken) + 1 if taken else 0
-            if following < len(rule.steps):
+            if following < len(rule.steps) and previous.step_index == following - 1:
                 last = max(s.decided_at for s in taken)
-                due.append(max(last + dt.timedelta(seconds=rule.steps[following].after_s), now + _MINUTE))
-        return min(due) if due else None
+                at = max(last + dt.timedelta(seconds=rule.steps[following].after_s), now + _MINUTE)
+                due.append((at, previous.kind))
+        return sorted(set(due))
 
-    def _inputs(self, job: Job, now: dt.datetime) -> PolicyInputs:
+    def _inputs(self, job: Job, now: dt.datetime, lookback: dt.timedelta) -> PolicyInputs:
         view = job_view(job)
         queue = self.pool.engine.queues[job.spec.queue]
         allocations = allocations_from_jobs(
@@ -202,7 +218,7 @@ class SimulatedGovernance:
                 r["allocation_id"]
             for r in allocations.iter_rows(named=True)
         }
-        series = self.pool.minutes(job.job_id, now - self.lookback, now)
+        series = self.pool.minutes(job.job_id, now - lookback, now)
         minutes = pl.concat([
             pl.DataFrame({"allocation_id": slot_to_allocation[s["slot_id"]], "minute_at": s["minute_at"],
                           "activity": s["activity"], "fb_used_mib": s["fb_used_mib"]})

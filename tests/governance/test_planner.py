@@ -170,3 +170,20 @@ def test_recommend_steps_are_recorded_even_for_finished_work():
     assert (advice.action, advice.status) == (StepAction.RECOMMEND, DecisionStatus.RECOMMENDED)
     assert advice.reason == ("gpus used 1 over 42 min (threshold 8) on 8 of 8 GPUs; "
                              "recommendation: 1 x 3g.40gb instead of 8 x H100")
+
+
+def test_a_window_cut_by_the_lookback_continues_its_finding_and_a_new_idle_spell_is_new():
+    """Idle longer than the evaluation's lookback: the reported window starts at the lookback's edge
+    and moves every minute; it is still the same finding (one reminder, then the reclaim)."""
+    history = MemoryHistory()
+    [remind] = run(history, findings(finding()), T0)
+    later = at(GRACE_S)
+    moved = finding(window_start_at=later - dt.timedelta(minutes=60), window_end_at=later, detected_at=later)
+    assert moved["finding_id"] != remind.finding_id
+    [reclaim] = run(history, findings(moved), later)
+    assert (reclaim.action, reclaim.finding_id) == (StepAction.RECLAIM, remind.finding_id)
+    # busy in between: a window starting after the open one ended is another spell, with its own reminder
+    again = at(GRACE_S + 7200)
+    fresh = finding(window_start_at=again - dt.timedelta(minutes=35), window_end_at=again, detected_at=again)
+    [second] = run(history, findings(fresh), again)
+    assert (second.action, second.step_index) == (StepAction.REMIND, 0) and second.finding_id != remind.finding_id
