@@ -17,6 +17,7 @@ Relative paths are read from the configuration file's folder.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from pathlib import Path
 
 import dagster as dg
@@ -24,12 +25,18 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from pipelines.config import ConfigError, config_path, section
 from pipelines.connectors.allocator import AllocatorClient, AllocatorConfig, load_allocator_config
+from pipelines.connectors.kubernetes import KubernetesConfig
+from pipelines.connectors.slurm import SlurmConfig
 from pipelines.enforcement.allocator import AllocatorEnforcer
+from pipelines.enforcement.base import ActionLedger, Enforcer
+from pipelines.enforcement.kueue import KueueEnforcer
+from pipelines.enforcement.slurm import SlurmEnforcer
 from pipelines.policies.catalog import DEFAULT_POLICIES, EXEMPTIONS_NAME, PolicyCatalog, load_catalog
 from pipelines.policies.outbox import Outbox
 from pipelines.policies.tick import TickReport, governance_tick
 from pipelines.warehouse import Warehouse
 
+log = logging.getLogger(__name__)
 OUTBOX_NAME = Path("governance") / "outbox.db"
 WRITER = "sensor"
 
@@ -82,6 +89,23 @@ class GovernanceResource(dg.ConfigurableResource):
         minutes = self.settings().lookback_minutes
         return None if minutes is None else dt.timedelta(minutes=minutes)
 
+    def enforcers(self, warehouse: Warehouse, config: AllocatorConfig) -> dict[str, Enforcer]:
+        """The built-in allocator's, plus Slurm's and Kueue's when gpupool.yml configures them: actions
+        on work those engines hold (findings of the daily record) go through the same interface."""
+        out: dict[str, Enforcer] = {"allocator": AllocatorEnforcer.from_config(config)}
+        ledgers = self.outbox_path(warehouse).parent
+        slurm = section("slurm", SlurmConfig, self._path())
+        if slurm is not None:
+            out["slurm"] = SlurmEnforcer(ActionLedger(ledgers / "slurm-ledger.db", warehouse.landing, "slurm"), slurm)
+        kubernetes = section("kubernetes", KubernetesConfig, self._path())
+        if kubernetes is not None:
+            try:
+                out["kueue"] = KueueEnforcer(ActionLedger(ledgers / "kueue-ledger.db", warehouse.landing, "kueue"),
+                                             kubernetes)
+            except Exception as exc:  # noqa: BLE001 - no API client: Kueue's actions wait, the others go
+                log.warning("Kueue enforcement unavailable (%s); its actions stay queued in the outbox", exc)
+        return out
+
     def tick(self, warehouse: Warehouse, now: dt.datetime) -> TickReport:
         """One governance tick with these settings (the sensor's body)."""
         config = self.allocator()
@@ -89,8 +113,8 @@ class GovernanceResource(dg.ConfigurableResource):
         try:
             return governance_tick(
                 now, landing=warehouse.landing, catalog=self.catalog(), outbox=outbox,
-                client=AllocatorClient.from_config(config),
-                enforcers={"allocator": AllocatorEnforcer.from_config(config)}, lookback=self.lookback(),
+                client=AllocatorClient.from_config(config), enforcers=self.enforcers(warehouse, config),
+                lookback=self.lookback(),
             )
         finally:
             outbox.close()

@@ -16,6 +16,7 @@ from pipelines.policies.outbox import Outbox
 from pipelines.policies.tick import default_lookback, governance_tick, recent_progress
 from pipelines.resources.governance import GovernanceResource
 from pipelines.resources.warehouse import WarehouseResource
+from pipelines.warehouse import Warehouse
 from tests.governance.conftest import BOT, T0, TRAINING
 from tests.governance.test_allocator_api import submit
 from tests.models.builders import at, build, event, gpu, load, placement, quota, series, simple_job
@@ -90,6 +91,19 @@ def test_the_sensor_ticks_against_the_allocator_named_in_the_config(allocator, t
     assert "1 running jobs" in result.skip_message and "problems" not in result.skip_message
     assert (tmp_path / "state/outbox.db").exists()
     assert list((tmp_path / "home/landing/allocator_events").glob("*/api.jsonl"))
+
+
+def test_slurm_and_kueue_enforcers_join_when_the_config_names_those_engines(tmp_path, monkeypatch):
+    monkeypatch.setenv("TEST_BOT_TOKEN", BOT)
+    config = tmp_path / "gpupool.yml"
+    allocator = "allocator:\n  url: http://127.0.0.1:9\n  token: ${TEST_BOT_TOKEN}\n"
+    config.write_text(allocator)
+    governance = GovernanceResource(config_file=str(config))
+    warehouse = Warehouse(tmp_path / "home")
+    assert set(governance.enforcers(warehouse, governance.allocator())) == {"allocator"}
+    config.write_text(allocator + "slurm:\n  sacct: sacct\n")
+    enforcers = governance.enforcers(warehouse, governance.allocator())
+    assert set(enforcers) == {"allocator", "slurm"} and enforcers["slurm"].engine == "slurm"
 
 
 @pytest.fixture
