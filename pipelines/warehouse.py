@@ -20,6 +20,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
+from pipelines.capacity.store import DDL as RECOMMENDATIONS_DDL
 from pipelines.contracts import contract, contracts
 
 DEFAULT_MEMORY_LIMIT = "6GB"
@@ -121,6 +122,7 @@ class Warehouse:
             con.execute(c.ddl(PARTITION_COLUMNS))
         con.execute(INGEST_LOG_DDL)
         con.execute(CHECK_RESULTS_DDL)
+        con.execute(RECOMMENDATIONS_DDL)  # written by the capacity assets, read by the models
         self.refresh_lake_views(con)
 
     def refresh_lake_views(self, con: duckdb.DuckDBPyConnection) -> None:

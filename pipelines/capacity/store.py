@@ -1,0 +1,92 @@
+"""governance.capacity_recommendations: the recommendations of each month, kept as rows with their
+evidence. One writer per month: a run replaces that month's rows (delete then insert, one
+transaction); metrics.capacity_recommendations reads it."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+import duckdb
+
+TABLE = "governance.capacity_recommendations"
+
+DDL = f"""create table if not exists {TABLE} (
+  recommendation_id VARCHAR,
+  period_month DATE,
+  recommended_at TIMESTAMP,
+  rank INTEGER,
+  kind VARCHAR,
+  gpu_model VARCHAR,
+  tenant VARCHAR,
+  queue VARCHAR,
+  target VARCHAR,
+  recommendation VARCHAR,
+  recommendation_zh VARCHAR,
+  quantity DOUBLE,
+  unit VARCHAR,
+  wait_cause VARCHAR,
+  confidence VARCHAR,
+  confidence_score DOUBLE,
+  impact_gpu_hours DOUBLE,
+  evidence_json VARCHAR,
+  whatif_json VARCHAR,
+  rules_version VARCHAR
+)"""
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """One piece of advice with the numbers behind it. `impact_gpu_hours`: the month's GPU-hours
+    it addresses (waited, idle or movable), used to rank; `whatif` the replay's predicted effect
+    when one was run."""
+
+    kind: str  # add_nodes | remove_nodes | resplit_mig | move_quota | move_to_backfill | change_queue_limit
+    target: str
+    recommendation: str
+    recommendation_zh: str
+    quantity: float
+    unit: str
+    confidence_score: float
+    impact_gpu_hours: float
+    evidence: dict
+    gpu_model: str | None = None
+    tenant: str | None = None
+    queue: str | None = None
+    wait_cause: str | None = None
+    whatif: dict | None = field(default=None)
+
+    @property
+    def confidence(self) -> str:
+        return "high" if self.confidence_score >= 0.7 else "medium" if self.confidence_score >= 0.4 else "low"
+
+    def recommendation_id(self, month: dt.date) -> str:
+        return f"{month:%Y-%m}:{self.kind}:{self.target}"
+
+
+def write_month(con: duckdb.DuckDBPyConnection, month: dt.date, recommendations: Sequence[Recommendation],
+                rules_version: str, now: dt.datetime) -> int:
+    """Replace the month's rows with these (ranked in the given order)."""
+    rows = [
+        (r.recommendation_id(month), month, now, rank, r.kind, r.gpu_model, r.tenant, r.queue, r.target,
+         r.recommendation, r.recommendation_zh, r.quantity, r.unit, r.wait_cause, r.confidence,
+         round(r.confidence_score, 3), r.impact_gpu_hours, json.dumps(r.evidence, sort_keys=True, default=str),
+         None if r.whatif is None else json.dumps(r.whatif, sort_keys=True, default=str), rules_version)
+        for rank, r in enumerate(recommendations, start=1)
+    ]
+    con.execute(DDL)
+    con.execute("begin transaction")
+    try:
+        con.execute(f"delete from {TABLE} where period_month = ?", [month])
+        if rows:
+            con.executemany(f"insert into {TABLE} values ({', '.join('?' * 20)})", rows)
+        con.execute("commit")
+    except BaseException:
+        con.execute("rollback")
+        raise
+    return len(rows)
+
+
+def as_dict(r: Recommendation) -> dict:
+    return {**asdict(r), "confidence": r.confidence}
