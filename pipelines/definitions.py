@@ -1,6 +1,7 @@
 """The gpupool code location: only assembles Definitions."""
 import dagster as dg
 
+from pipelines.assets.capacity import capacity_job, capacity_recommendations, capacity_schedule
 from pipelines.assets.connectors import (
     connector_assets,
     land_connectors_job,
@@ -24,10 +25,11 @@ from pipelines.resources.warehouse import WarehouseResource
 from pipelines.schedules import ingest_job, ingest_schedule, models_job, models_schedule
 
 defs = dg.Definitions(
-    assets=[*connector_assets, *ingest_assets, warehouse_models, policy_findings],
+    assets=[*connector_assets, *ingest_assets, warehouse_models, policy_findings, capacity_recommendations],
     asset_checks=[ingest_accounting_balanced, catalog_matches_models],
-    jobs=[land_connectors_job, ingest_job, models_job, policy_findings_job],
-    schedules=[land_connectors_schedule, ingest_schedule, models_schedule, policy_findings_schedule],
+    jobs=[land_connectors_job, ingest_job, models_job, policy_findings_job, capacity_job],
+    schedules=[land_connectors_schedule, ingest_schedule, models_schedule, policy_findings_schedule,
+               capacity_schedule],
     sensors=[dcgm_scrape_sensor, slurm_gpu_snapshot_sensor, idle_reclaim_sensor],
     resources={
         "warehouse": WarehouseResource(),

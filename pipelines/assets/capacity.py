@@ -1,0 +1,55 @@
+"""Capacity recommendations per month: rules over the month's metric views, the top ones tested by
+the what-if replay, written to governance.capacity_recommendations (pipelines/capacity/)."""
+
+import datetime as dt
+
+import dagster as dg
+
+from pipelines.assets.marts import warehouse_models
+from pipelines.capacity.run import recommend_month
+from pipelines.partitions import monthly_partitions
+from pipelines.resources.warehouse import WarehouseResource
+
+
+class CapacityConfig(dg.Config):
+    whatif_top: int = 1  # recommendations tested by a replay (each replay ~1-2 min for a month)
+
+
+@dg.asset(
+    name="capacity_recommendations",
+    group_name="capacity",
+    kinds={"duckdb", "python"},
+    partitions_def=monthly_partitions,
+    deps=[warehouse_models],
+    description=(
+        "The month's capacity advice (add or remove nodes, re-split MIG, move quota, move experiments to "
+        "backfill, change a queue limit) from the metric views, with evidence and a confidence; the top "
+        "ones replayed through the allocator with the change (what-if). Rows in "
+        "governance.capacity_recommendations, listed by metrics.capacity_recommendations."
+    ),
+)
+def capacity_recommendations(context: dg.AssetExecutionContext, config: CapacityConfig,
+                             warehouse: WarehouseResource) -> dg.MaterializeResult:
+    month = dt.date.fromisoformat(context.partition_key)
+    outcome = recommend_month(warehouse.get(), month, whatif_top=config.whatif_top, on_step=context.log.info)
+    table = "| rank | kind | advice | confidence |\n|---|---|---|---|\n" + "\n".join(
+        f"| {i} | {r.kind} | {r.recommendation} | {r.confidence} |" for i, r in enumerate(outcome.recommendations, 1))
+    return dg.MaterializeResult(metadata={
+        "recommendations": len(outcome.recommendations),
+        "replayed": outcome.replayed,
+        "rules_version": outcome.rules_version,
+        "list": dg.MetadataValue.md(table),
+    })
+
+
+capacity_job = dg.define_asset_job("capacity_monthly", selection=[capacity_recommendations],
+                                   partitions_def=monthly_partitions)
+
+
+@dg.schedule(job=capacity_job, cron_schedule="30 2 1 * *", execution_timezone="UTC",
+             default_status=dg.DefaultScheduleStatus.STOPPED)
+def capacity_schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
+    """On the 1st of each month, the month that just ended."""
+    scheduled = context.scheduled_execution_time.date()
+    previous = (scheduled.replace(day=1) - dt.timedelta(days=1)).replace(day=1)
+    return dg.RunRequest(partition_key=previous.isoformat())

@@ -1,0 +1,44 @@
+"""One month's recommendations end to end: read the views (read-only), replay the top ones, write the
+governance table (the warehouse's writer). Shared by the Dagster asset and `gpupool recommend`."""
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pipelines.capacity.recommend import load_rules, recommend, whatif_change, whatif_summary, with_whatif
+from pipelines.capacity.store import Recommendation, write_month
+from pipelines.warehouse import Warehouse
+
+
+@dataclass(frozen=True)
+class MonthOutcome:
+    month: dt.date
+    recommendations: list[Recommendation]
+    replayed: int
+    rules_version: str
+
+
+def recommend_month(wh: Warehouse, month: dt.date, *, whatif_top: int = 1,
+                    on_step: Callable[[str], None] = lambda _m: None) -> MonthOutcome:
+    from pipelines.capacity.replay import whatif
+
+    rules = load_rules()
+    month = month.replace(day=1)
+    with wh.connect(read_only=True) as con:
+        found = recommend(con, month, rules)
+        changes = [whatif_change(con, rec) for rec in found]
+    on_step(f"{len(found)} recommendations for {month:%Y-%m}")
+    replayed = 0
+    for i, (rec, change) in enumerate(zip(found, changes, strict=True)):
+        if replayed >= whatif_top:
+            break
+        if change is None:
+            continue
+        on_step(f"what-if for #{i + 1}: {change.describe()}")
+        result = whatif(wh.home, change, month=f"{month:%Y-%m}", on_step=on_step)
+        found[i] = with_whatif(rec, whatif_summary(rec, result))
+        replayed += 1
+    with wh.writer() as con:
+        write_month(con, month, found, rules["version"], dt.datetime.now(dt.UTC).replace(tzinfo=None))
+    return MonthOutcome(month, found, replayed, rules["version"])
