@@ -53,7 +53,17 @@ from allocator.model import (
     ShareMode,
 )
 from allocator.pool import default_pool, pool_capacity, validate_pool
-from allocator.telemetry import ActivityProfile, BulkTelemetry, TelemetryUnit, Work
+from allocator.telemetry import (
+    IDLE_ACTIVITY,
+    IDLE_WINDOW_S,
+    ActivityProfile,
+    BulkTelemetry,
+    TelemetryUnit,
+    Work,
+    _grid,
+    _idle_run_mask,
+    epoch_seconds,
+)
 from allocator.workload import (
     CALIBRATION,
     Calibration,
@@ -224,8 +234,10 @@ class SimulationReport:
     rogue_busy_gpu_hours: float = 0.0  # unallocated GPUs at or above 5% activity
     jobs_started: int = 0
     mean_wait_s: float = 0.0  # first start - submit, over the jobs that started
+    p50_wait_s: float = 0.0
     p95_wait_s: float = 0.0
     mean_wait_by_model_s: dict[str, float] = field(default_factory=dict)
+    p95_wait_by_model_s: dict[str, float] = field(default_factory=dict)
     final_states: dict[str, int] = field(default_factory=dict)
     failure_rate: float = 0.0  # FAILED, TIMEOUT, OUT_OF_MEMORY, NODE_FAIL over jobs that ended
     preemptions: int = 0
@@ -335,11 +347,13 @@ class _Simulation:
         on_progress: Callable | None,
         admin: AdminActivity | None = None,
         governance: Governance | None = None,
+        write: bool = True,
     ):
         self.pool, self.workload, self.out, self.start, self.days = pool, workload, out, start, days
         self.end = start + days * _DAY
         self.report, self.on_progress = report, on_progress
-        self.files = records.JsonlDaySink(out)
+        self.write = write
+        self.files = records.JsonlDaySink(out) if write else _NullSink()
         self.tee = _Tee(self.files)
         self.engine = Engine(pool, self.tee)
         self.bulk = BulkTelemetry(pool, interval_s)
@@ -513,7 +527,7 @@ class _Simulation:
     def midnight(self, now: dt.datetime, k: int) -> None:
         if k > 0:
             self.write_day(now - _DAY)
-        if k < self.days:
+        if k < self.days and self.write:
             snapshot = records.pool_snapshot(self.engine.current_pool(), self.engine.quotas(), now)
             self.report.files.append(
                 str(records.write_pool_snapshot(self.out, snapshot).relative_to(self.out))
@@ -534,14 +548,18 @@ class _Simulation:
                     unit = self.rogue_unit[rogue.rogue_id] = self.free_unit(rogue, works, rogue_end)
                 works.append(Work(unit, None, 0, rogue.start, rogue_end, rogue.profile))
                 fractions.append(0.0)
-        relative = Path(TELEMETRY_SOURCE) / day_start.date().isoformat() / "samples.parquet"
-        day = self.bulk.day(day_start.date(), works, relative.as_posix(), fractions, path=self.out / relative)
-        self.report.files.append(relative.as_posix())
-        self.report.samples += day.samples
-        self.report.allocated_gpu_hours += day.allocated_gpu_hours
-        self.report.active_gpu_hours += day.active_gpu_hours
-        self.report.idle_gpu_hours += day.idle_gpu_hours
-        self.report.rogue_busy_gpu_hours += day.rogue_busy_gpu_hours
+        if self.write:
+            relative = Path(TELEMETRY_SOURCE) / day_start.date().isoformat() / "samples.parquet"
+            day = self.bulk.day(day_start.date(), works, relative.as_posix(), fractions, path=self.out / relative)
+            self.report.files.append(relative.as_posix())
+            self.report.samples += day.samples
+            figures = (day.allocated_gpu_hours, day.active_gpu_hours, day.idle_gpu_hours, day.rogue_busy_gpu_hours)
+        else:
+            figures = day_figures(self.bulk, day_start, works, fractions)
+        self.report.allocated_gpu_hours += figures[0]
+        self.report.active_gpu_hours += figures[1]
+        self.report.idle_gpu_hours += figures[2]
+        self.report.rogue_busy_gpu_hours += figures[3]
         # what ended by midnight is written: keep only the open attempts
         self.works = {wid: wf for wid, wf in self.works.items() if wf[0].end is None or wf[0].end > day_end}
 
@@ -560,6 +578,48 @@ class _Simulation:
             if hi > lo:
                 held[w.unit] += (hi - lo).total_seconds()
         return min(candidates, key=lambda i: (held[i], i))
+
+
+class _NullSink:
+    """Records go nowhere (a replay that needs only the report's figures)."""
+
+    paths: frozenset[Path] = frozenset()
+
+    def event(self, record: dict) -> None:
+        pass
+
+    def audit(self, record: dict) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def day_figures(
+    bulk: BulkTelemetry, day_start: dt.datetime, works: list[Work], fractions: list[float]
+) -> tuple[float, float, float, float]:
+    """The day's allocated, active, idle and rogue-busy GPU-hours exactly as `BulkTelemetry.day` computes
+    them, without building the samples (for runs that write no telemetry)."""
+    times = epoch_seconds(day_start) + np.arange(0, 86400, bulk.interval_s, dtype=np.float64)
+    order = sorted(
+        range(len(works)),
+        key=lambda i: (works[i].unit, epoch_seconds(works[i].start), works[i].job_id or "", works[i].rank),
+    )
+    ordered = [works[i] for i in order]
+    share = np.array([fractions[i] for i in order], dtype=np.float64)
+    grid = _grid(bulk.table, ordered, times)
+    step_h = bulk.interval_s / 3600.0
+    alloc = share[grid.work_rows] if ordered else np.zeros(0)
+    act = grid.activity[grid.work_cell]
+    idle = _idle_run_mask(grid.work_rows, grid.work_cell, act, IDLE_WINDOW_S // bulk.interval_s)
+    rogue = (~grid.occupied) & (grid.activity >= IDLE_ACTIVITY)
+    units = np.repeat(np.arange(len(bulk.table.units)), grid.steps)[rogue]
+    return (
+        float(alloc.sum() * step_h),
+        float((alloc * act).sum() * step_h),
+        float(alloc[idle].sum() * step_h),
+        float(bulk.table.weight[units].sum() * step_h),
+    )
 
 
 def _cancel_reason(waste: Waste | None) -> str:
@@ -603,6 +663,8 @@ def simulate(
     calibration: Calibration = CALIBRATION,
     admin: AdminActivity | None = ADMIN_ACTIVITY,
     governance: Governance | None = None,
+    workload: Workload | None = None,
+    write: bool = True,
 ) -> SimulationReport:
     """Simulate `days` days of the pool from `start` and write the landing layout under `out`.
 
@@ -611,6 +673,9 @@ def simulate(
     admin: what the platform team does (permissions, quotas); None: nothing.
     governance: policies acting on idle and runaway work (None: no idle-reclaim; with neither, the
     audit log stays empty).
+    workload: run these jobs (e.g. a month's demand read back from a warehouse) instead of generating them.
+    write: False writes nothing under `out` (no records, pool snapshots or telemetry files; a governance
+    keeps its own state): the report's figures are still computed, from the same telemetry values.
     """
     if days < 1:
         raise ValueError(f"days {days}: expected at least 1")
@@ -621,8 +686,10 @@ def simulate(
     if gpus is not None:
         pool = scale_pool(pool, gpus)
     begin = dt.datetime.combine(start, dt.time())
-    workload = generate_workload(pool, begin, days, seed, calibration)
-    _clear(out, start, days)
+    if workload is None:
+        workload = generate_workload(pool, begin, days, seed, calibration)
+    if write:
+        _clear(out, start, days)
     report = SimulationReport(
         start=start,
         days=days,
@@ -631,7 +698,7 @@ def simulate(
         nodes=len(pool.nodes),
         interval_s=interval_s,
     )
-    sim = _Simulation(pool, workload, out, begin, days, interval_s, report, on_progress, admin, governance)
+    sim = _Simulation(pool, workload, out, begin, days, interval_s, report, on_progress, admin, governance, write)
     try:
         sim.run()
     finally:
@@ -655,11 +722,13 @@ def _figures(report: SimulationReport, sim: _Simulation, pool: PoolConfig, workl
     if waits:
         values = np.array([w for _, w in waits])
         report.mean_wait_s = float(values.mean())
+        report.p50_wait_s = float(np.percentile(values, 50))
         report.p95_wait_s = float(np.percentile(values, 95))
         by_model: dict[str, list[float]] = defaultdict(list)
         for model, w in waits:
             by_model[model].append(w)
         report.mean_wait_by_model_s = {m: float(np.mean(v)) for m, v in sorted(by_model.items())}
+        report.p95_wait_by_model_s = {m: float(np.percentile(v, 95)) for m, v in sorted(by_model.items())}
     ended = Counter(j.state.value for j in jobs if j.state.is_final)
     report.final_states = dict(sorted(ended.items()))
     finished = sum(ended.values())

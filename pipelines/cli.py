@@ -5,7 +5,7 @@ import datetime as dt
 import shutil
 import sys
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import click
@@ -203,6 +203,53 @@ def simulate(out: Path, days: int, gpus: int | None, seed: int, start: str, inte
             on_progress=progress, interval_s=interval_s,
         )
     click.echo(report.summary())
+
+
+@main.command()
+@HOME_OPTION
+@click.option("--month", default=None, help="Month to replay, YYYY-MM. Default: the month of the latest submission.")
+@click.option("--days", default=None, type=int, help="Replay only the month's first N days.")
+@click.option("--add-nodes", "add_nodes", multiple=True, metavar="MODEL=N",
+              help="Add N nodes of a GPU model (copies of one of its nodes); negative removes. Repeatable.")
+@click.option("--quota", "quotas", multiple=True, metavar="QUEUE:MODEL=N",
+              help="Set a queue's quota for a GPU model, in GPUs. Repeatable.")
+@click.option("--idle-window", "idle_window", default=None, type=int,
+              help="Idle-allocation policy window, minutes (turns the policies on if the month had none).")
+@click.option("--idle-threshold", "idle_threshold", default=None, type=float,
+              help="Idle-allocation policy activity threshold, 0..1.")
+@click.option("--policies/--no-policies", default=None,
+              help="Replay with the idle-reclaim policies on or off. Default: as in the observed month.")
+def whatif(home: Path | None, month: str | None, days: int | None, add_nodes: tuple[str, ...],
+           quotas: tuple[str, ...], idle_window: int | None, idle_threshold: float | None,
+           policies: bool | None) -> None:
+    """Replay a month's demand from the warehouse through the allocator, as observed and with a change;
+    print wait p50/p95, utilisation and idle GPU-hours next to the observed month (docs/whatif.md)."""
+    from pipelines.capacity.replay import Change
+    from pipelines.capacity.replay import whatif as run_whatif
+
+    try:
+        change = Change.parse(add_nodes, quotas, idle_window, idle_threshold)
+    except ValueError as error:
+        raise click.UsageError(str(error)) from None
+    wh = _warehouse(home)
+    if not wh.db_path.exists():
+        raise click.ClickException(f"{wh.db_path}: no warehouse; run `gpupool demo` or ingest a month first")
+    began = time.monotonic()
+    with ExitStack() as stack:
+        bar: list = []
+
+        def progress(done: int, total: int, day: dt.date) -> None:
+            if not bar:  # the month's length is known once its demand is read
+                bar.append(stack.enter_context(_day_progress("replaying days (baseline)", total)))
+            bar[0](done, total, day)
+
+        try:
+            result = run_whatif(wh.home, change, month=month, days=days, policies=policies, on_step=_step,
+                                on_progress=progress)
+        except ValueError as error:
+            raise click.ClickException(str(error)) from None
+    click.echo(f"\n{result.month_start:%Y-%m-%d}, {result.days} days, replayed in {time.monotonic() - began:.0f} s\n")
+    click.echo(result.table())
 
 
 @contextmanager
