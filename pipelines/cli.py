@@ -446,6 +446,46 @@ def k8s_audit_webhook(host: str | None, port: int | None, home: Path | None) -> 
         _step("stopped")
 
 
+@main.command()
+@HOME_OPTION
+@click.option("--month", default=None, help="Month of data, YYYY-MM (default: the last month loaded).")
+@click.option("--whatif-top", default=1, show_default=True,
+              help="Test this many of the top recommendations with the what-if replay (0: none; ~2 min each).")
+def recommend(home: Path | None, month: str | None, whatif_top: int) -> None:
+    """Capacity recommendations for a month, from the metric views, with their evidence and confidence;
+    the top ones replayed through the allocator with the change. Written to
+    governance.capacity_recommendations and listed by metrics.capacity_recommendations (docs/capacity.md)."""
+    from pipelines.capacity.run import recommend_month
+
+    wh = _warehouse(home)
+    if month is None:
+        with wh.connect(read_only=True) as con:
+            last = con.execute("select max(day) from metrics.pool_daily").fetchone()[0]
+        if last is None:
+            raise click.ClickException("no data in the warehouse: run `gpupool demo` or ingest a month first")
+        first = last.replace(day=1)
+    else:
+        try:
+            first = dt.datetime.strptime(month, "%Y-%m").date()
+        except ValueError:
+            raise click.ClickException(f"--month {month!r}: expected YYYY-MM, e.g. 2026-11") from None
+    outcome = recommend_month(wh, first, whatif_top=whatif_top, on_step=_step)
+    click.echo(click.style(f"\nCapacity recommendations for {first:%Y-%m} (rules {outcome.rules_version})", bold=True))
+    if not outcome.recommendations:
+        click.echo("  none: no rule found enough evidence this month (thresholds in models/capacity/rules.yml)")
+    for rank, rec in enumerate(outcome.recommendations, start=1):
+        click.echo(f"  {rank}. [{rec.kind}, {rec.confidence} confidence {rec.confidence_score:.2f}] {rec.recommendation}")
+        if rec.whatif:
+            w = rec.whatif
+            key = next(k for k in w if k.startswith("wait_p95_") and k.endswith("_min") and k != "wait_p95_min")
+            click.echo(f"     what-if ({w['change']}): {key.removeprefix('wait_p95_').removesuffix('_min')} wait p95 "
+                       f"{w[key]['baseline']:,.0f} -> {w[key]['changed']:,.0f} min, pool utilisation "
+                       f"{w['pool_utilisation_pct']['baseline']:.1f}% -> {w['pool_utilisation_pct']['changed']:.1f}%, "
+                       f"{'confirms' if w['confirms'] else 'does not confirm'} the advice")
+    click.echo("\nStored in governance.capacity_recommendations; "
+               "`gpupool sql \"select * from metrics.capacity_recommendations\"`.")
+
+
 @main.command("build")
 @HOME_OPTION
 def build(home: Path | None) -> None:
