@@ -1,8 +1,6 @@
 """The what-if replay on a small month built by `gpupool demo` (3 days, 64 GPUs, policies on)."""
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,15 +21,6 @@ from pipelines.policies.catalog import load_catalog
 from pipelines.warehouse import Warehouse
 
 pytestmark = pytest.mark.slow  # builds a 3-day warehouse (~25 s)
-
-
-@pytest.fixture(scope="module")
-def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    home = tmp_path_factory.mktemp("whatif")
-    gpupool = Path(sys.executable).parent / "gpupool"
-    subprocess.run([str(gpupool), "demo", "--days", "3", "--gpus", "64", "--no-baseline", "--home", str(home)],
-                   check=True, capture_output=True)
-    return home
 
 
 @pytest.fixture(scope="module")
