@@ -1,0 +1,1 @@
+"""gpupool's governance dashboards (Streamlit): `gpupool dashboard`, docs/dashboards.md."""

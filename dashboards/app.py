@@ -1,0 +1,60 @@
+"""The entry file: language, sign-in and navigation only; each page lives in dashboards/pages/.
+
+    streamlit run dashboards/app.py     (or `gpupool dashboard`)
+"""
+from __future__ import annotations
+
+import streamlit as st
+
+from dashboards.auth import UsersError, configured_users, current_user, sign_in, sign_out
+from dashboards.i18n import LANGUAGES, lang, t
+
+st.set_page_config(page_title="gpupool", page_icon="▦", layout="wide")
+
+choice = st.sidebar.selectbox(t("language"), list(LANGUAGES), index=list(LANGUAGES).index(lang()),
+                              format_func=LANGUAGES.get, key="lang_choice")
+if choice != lang():
+    st.query_params["lang"] = choice
+    st.rerun()
+
+try:
+    users = configured_users()
+except UsersError as exc:
+    st.error(f"{exc} (docs/dashboards.md)")
+    st.stop()
+
+user = current_user()
+if user is None:
+    st.title(t("app_title"))
+    if not users:
+        st.warning(t("no_users"))
+        st.stop()
+    with st.form("sign_in"):
+        name = st.text_input(t("user"))
+        password = st.text_input(t("password"), type="password")
+        if st.form_submit_button(t("sign_in")):
+            if sign_in(name, password):
+                st.rerun()
+            st.error(t("bad_login"))
+    st.stop()
+
+st.sidebar.caption(f"{t('signed_in_as')} **{user.name}** · "
+                   + (t("operator_scope") if user.is_operator else t("tenant_scope", tenant=user.tenant)))
+if st.sidebar.button(t("sign_out")):
+    sign_out()
+    st.rerun()
+
+PAGES = [
+    ("pages/pool.py", "page_pool", "▦"),
+    ("pages/queues.py", "page_queues", "⏳"),
+    ("pages/tenants.py", "page_tenants", "👥"),
+    ("pages/idle.py", "page_idle", "💤"),
+    ("pages/jobs.py", "page_jobs", "⚙"),
+    ("pages/capacity.py", "page_capacity", "📈"),
+    ("pages/quality.py", "page_quality", "✓"),
+    ("pages/audit.py", "page_audit", "🔎"),
+    ("pages/catalog.py", "page_catalog", "📖"),
+]
+navigation = st.navigation([st.Page(path, title=t(key), icon=icon, url_path=key.removeprefix("page_"))
+                            for path, key, icon in PAGES])
+navigation.run()

@@ -1,0 +1,87 @@
+"""Filters for period, tenant, queue and GPU model, kept in the URL (st.query_params) so a view can
+be shared: `?from=2026-11-01&to=2026-11-30&tenant=vision&queue=vision-train&model=H100&lang=zh`."""
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+import streamlit as st
+
+from dashboards import data
+from dashboards.auth import User, tenant_scope
+from dashboards.i18n import t
+
+
+@dataclass(frozen=True)
+class Filters:
+    start: dt.date
+    end: dt.date  # inclusive
+    tenant: str | None  # None: all (operators only; a tenant member is pinned to theirs)
+    queue: str | None
+    gpu_model: str | None
+
+    def day_clause(self, column: str = "day") -> tuple[str, tuple]:
+        return f"{column} between ? and ?", (self.start, self.end)
+
+    def clause(self, *, day: str | None = "day", tenant: str | None = "tenant", queue: str | None = None,
+               gpu_model: str | None = None) -> tuple[str, tuple]:
+        """A WHERE fragment and its parameters for the columns a view has (None: it lacks it)."""
+        parts, params = [], []
+        if day:
+            parts.append(f"cast({day} as date) between ? and ?")
+            params += [self.start, self.end]
+        for column, value in ((tenant, self.tenant), (queue, self.queue), (gpu_model, self.gpu_model)):
+            if column and value:
+                parts.append(f"{column} = ?")
+                params.append(value)
+        return " and ".join(parts), tuple(params)
+
+
+def _param_date(name: str, default: dt.date) -> dt.date:
+    try:
+        return dt.date.fromisoformat(st.query_params.get(name, ""))
+    except ValueError:
+        return default
+
+
+def _options(sql: str) -> list[str]:
+    return [v for v in data.query(sql)[:, 0].to_list() if v is not None]
+
+
+def sidebar(user: User, *, tenant: bool = True, queue: bool = True, gpu_model: bool = True) -> Filters:
+    """Draw the filters in the sidebar from (and into) the URL; the period defaults to the data's."""
+    first, last = data.bounds() or (dt.date.today(), dt.date.today())
+    start = max(_param_date("from", first), first)
+    end = min(_param_date("to", last), last)
+    if end < start:
+        start, end = first, last
+    picked = st.sidebar.date_input(t("period"), (start, end), min_value=first, max_value=last, key="f_period")
+    if isinstance(picked, tuple) and len(picked) == 2:
+        start, end = picked
+    st.query_params["from"], st.query_params["to"] = start.isoformat(), end.isoformat()
+
+    def choose(key: str, label: str, options: list[str]) -> str | None:
+        current = st.query_params.get(key)
+        choices = [t("all"), *options]
+        index = choices.index(current) if current in choices else 0
+        value = st.sidebar.selectbox(label, choices, index=index, key=f"f_{key}")
+        if value == t("all"):
+            st.query_params.pop(key, None)
+            return None
+        st.query_params[key] = value
+        return value
+
+    pinned = tenant_scope(user)
+    chosen_tenant = pinned
+    if tenant and pinned is None:
+        chosen_tenant = choose("tenant", t("tenant"), _options("select distinct tenant from metrics.queue_rules order by 1"))
+    elif pinned is not None:
+        st.sidebar.caption(t("tenant_scope", tenant=pinned))
+    chosen_queue = None
+    if queue:
+        queues = data.query("select distinct queue from metrics.queue_rules where ? is null or tenant = ? order by 1",
+                            (pinned, pinned))[:, 0].to_list()
+        chosen_queue = choose("queue", t("queue"), [q for q in queues if q])
+    chosen_model = choose("model", t("gpu_model"), _options(
+        "select distinct gpu_model from metrics.gpu_inventory order by 1")) if gpu_model else None
+    return Filters(start, end, chosen_tenant, chosen_queue, chosen_model)

@@ -1,0 +1,57 @@
+"""Dashboard tests: the app in Streamlit's AppTest against a small built warehouse, signed in as an
+operator or a tenant member (users from GPUPOOL_DASHBOARD_USERS)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from dashboards.auth import hash_password
+from pipelines.paths import REPO_ROOT
+
+APP = str(REPO_ROOT / "dashboards" / "app.py")
+PASSWORD = "pool-secret"
+USERS = [
+    {"name": "ops", "role": "operator", "password_hash": hash_password(PASSWORD, "00ff00ff00ff00ff")},
+    {"name": "vic", "role": "tenant_member", "tenant": "vision", "password_hash": hash_password(PASSWORD, "0011223344556677")},
+]
+
+
+@pytest.fixture(scope="session")
+def demo_home(tmp_path_factory) -> Path:
+    """`gpupool demo` for 2 days of a 32-GPU pool, then its capacity advice (no replay)."""
+    home = tmp_path_factory.mktemp("dash")
+    gpupool = Path(sys.executable).parent / "gpupool"
+    subprocess.run([str(gpupool), "demo", "--days", "2", "--gpus", "32", "--no-baseline", "--home", str(home)],
+                   check=True, capture_output=True)
+    subprocess.run([str(gpupool), "recommend", "--home", str(home), "--whatif-top", "0"], check=True,
+                   capture_output=True)
+    return home
+
+
+@pytest.fixture
+def dashboard_env(monkeypatch, demo_home):
+    monkeypatch.setenv("GPUPOOL_HOME", str(demo_home))
+    monkeypatch.setenv("GPUPOOL_DASHBOARD_USERS", json.dumps(USERS))
+    return demo_home
+
+
+def signed_in(name: str, page: str | None = None, **params: str) -> AppTest:
+    """The app signed in as `name`, on `page` (a dashboards/pages file stem), with URL parameters."""
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.session_state["gpupool_user"] = name
+    for key, value in params.items():
+        at.query_params[key] = value
+    at.run()
+    if page is not None:
+        at.switch_page(f"pages/{page}.py")
+        at.run()
+    return at
+
+
+def errors(at: AppTest) -> list[str]:
+    return [e.value for e in at.error] + [str(x.value) for x in at.exception]
