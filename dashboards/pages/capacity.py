@@ -1,0 +1,180 @@
+"""Capacity: the month's recommendations with their evidence and the what-if replay's predicted
+effect, headroom at the hourly peak and p95 per GPU model (and per queue against its quota), and
+the weekly trend with its straight-line forecast. Reads metrics.capacity_recommendations,
+capacity_headroom and capacity_trend."""
+import json
+
+import altair as alt
+import polars as pl
+import streamlit as st
+
+from dashboards import data, filters, ui
+from dashboards.i18n import lang, t
+
+CONFIDENCE_COLORS = {"high": "#2e7d32", "medium": "#f9a825", "low": "#c62828"}
+
+
+def where(*fragments: str) -> str:
+    return " and ".join(f"({x})" for x in fragments if x)
+
+
+def _figures(text: str | None) -> pl.DataFrame:
+    """A JSON object of figures as rows (name, value); lists are joined, nested objects flattened."""
+    rows: list[dict] = []
+
+    def walk(prefix: str, value) -> None:
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                walk(f"{prefix}.{key}" if prefix else key, inner)
+        else:
+            shown = ", ".join(map(str, value)) if isinstance(value, list) else (
+                f"{value:,.3f}".rstrip("0").rstrip(".") if isinstance(value, float) else str(value))
+            rows.append({"figure": prefix, "value": shown})
+
+    walk("", json.loads(text) if text else {})
+    return pl.DataFrame(rows, schema={"figure": pl.String, "value": pl.String})
+
+
+def _whatif(text: str) -> pl.DataFrame:
+    """The what-if result as a baseline / changed (/ observed) table, plus its flags as rows."""
+    doc = json.loads(text)
+    rows = []
+    for key, value in doc.items():
+        if isinstance(value, dict):
+            rows.append({"measure": key, "baseline": value.get("baseline"), "changed": value.get("changed"),
+                         "observed": value.get("observed")})
+    return pl.DataFrame(rows, schema={"measure": pl.String, "baseline": pl.Float64, "changed": pl.Float64,
+                                      "observed": pl.Float64})
+
+
+def recommendations(f: filters.Filters) -> None:
+    st.subheader(t("recommendations"))
+    ui.definition("recommendation", "capacity_recommendations")
+    months = data.query("select distinct period_month from metrics.capacity_recommendations order by 1 desc")
+    if ui.empty(months, t("no_recommendations")):
+        return
+    month = st.selectbox(t("month"), months[:, 0].to_list(), format_func=lambda d: d.strftime("%Y-%m"),
+                         key="cap_month")
+    # quota advice names tenants: a tenant member sees the pool-wide advice and the advice about their tenant
+    scope = "tenant is null or tenant = ? or json_extract_string(evidence_json, '$.donor_tenant') = ?"
+    clause, params = where("period_month = ?", "? is null or gpu_model is null or gpu_model = ?",
+                           f"? is null or {scope}"), (month, f.gpu_model, f.gpu_model, f.tenant, f.tenant, f.tenant)
+    recs = data.view("capacity_recommendations", clause, params, order="rank")
+    if ui.empty(recs, t("no_recommendations")):
+        return
+    text_col = "recommendation_zh" if lang() == "zh" else "recommendation"
+    chart = alt.Chart(recs.select("rank", "target", "kind", "confidence", "impact_gpu_hours").to_pandas()).mark_bar()
+    chart = chart.encode(
+        x=alt.X("impact_gpu_hours:Q", title=f"{ui.metric_label('recommendation', 'capacity_recommendations')} "
+                                            f"({t('impact_axis')}, GPU-h)"),
+        y=alt.Y("target:N", sort=alt.SortField("rank"), title=None),
+        color=alt.Color("confidence:N", scale=alt.Scale(domain=list(CONFIDENCE_COLORS),
+                                                        range=list(CONFIDENCE_COLORS.values())), title=None),
+        tooltip=["rank", "kind", "target", "confidence", "impact_gpu_hours"])
+    st.altair_chart(chart, width="stretch")
+    for rec in recs.iter_rows(named=True):
+        head = f"#{rec['rank']} · {rec['kind']} · {rec['target']} · {t('confidence')}: {rec['confidence']}"
+        with st.expander(head, expanded=rec["rank"] == recs["rank"].min()):
+            st.markdown(rec[text_col] or rec["recommendation"])
+            cols = st.columns(4)
+            cols[0].metric(t("quantity"), f"{rec['quantity']:,.0f} {rec['unit']}")
+            cols[1].metric(t("impact"), f"{rec['impact_gpu_hours']:,.0f} GPU-h")
+            cols[2].metric(t("confidence"), f"{rec['confidence']} ({rec['confidence_score']:.2f})")
+            cols[3].metric(t("wait_cause"), rec["wait_cause"] or "–")
+            left, right = st.columns(2)
+            with left:
+                st.markdown(f"**{t('evidence')}**")
+                st.dataframe(_figures(rec["evidence_json"]), width="stretch", hide_index=True)
+            with right:
+                st.markdown(f"**{t('whatif')}**")
+                if rec["whatif_json"]:
+                    st.dataframe(_whatif(rec["whatif_json"]), width="stretch", hide_index=True)
+                    flags = {k: v for k, v in json.loads(rec["whatif_json"]).items() if not isinstance(v, dict)}
+                    st.caption(" · ".join(f"{k}: {v}" for k, v in flags.items()))
+                else:
+                    st.caption(t("not_replayed"))
+            st.caption(f"{rec['recommendation_id']} · rules {rec['rules_version']} · {rec['recommended_at']:%Y-%m-%d %H:%M} UTC")
+
+
+def headroom(f: filters.Filters) -> None:
+    st.subheader(t("headroom"))
+    ui.definition("headroom_at_p95_gpus", "capacity_headroom")
+    model, model_params = "? is null or gpu_model = ?", (f.gpu_model, f.gpu_model)
+    period = data.view("capacity_headroom", where("window_kind = 'period'", "queue = 'all'", model), model_params,
+                       order="gpu_model")
+    if ui.empty(period, t("no_headroom")):
+        return
+    p = period.row(0, named=True)
+    st.caption(t("headroom_window", start=p["window_start_at"], end=p["window_end_at"], hours=p["hours"]))
+    long = period.select("gpu_model", "capacity_gpus", "peak_allocated_gpus", "p95_allocated_gpus",
+                         "p95_demand_gpus").unpivot(index="gpu_model", variable_name="measure", value_name="gpus")
+    names = {c: ui.metric_label(c, "capacity_headroom") for c in ("p95_allocated_gpus", "p95_demand_gpus")}
+    names |= {"capacity_gpus": t("capacity_gpus"), "peak_allocated_gpus": t("peak_allocated_gpus")}
+    long = long.with_columns(pl.col("measure").replace(names))
+    chart = alt.Chart(long.to_pandas()).mark_bar().encode(
+        x=alt.X("gpu_model:N", title=None), xOffset="measure:N", y=alt.Y("gpus:Q", title="GPUs"),
+        color=alt.Color("measure:N", title=None), tooltip=["gpu_model", "measure", "gpus"])
+    st.altair_chart(chart, width="stretch")
+    st.dataframe(period.select("gpu_model", "capacity_gpus", "peak_allocated_gpus", "p95_allocated_gpus",
+                               "headroom_at_peak_gpus", "headroom_at_p95_gpus", "utilisation_at_peak_pct",
+                               "utilisation_at_p95_pct", "p95_demand_gpus", "mean_pending_gpus"),
+                 width="stretch", hide_index=True)
+
+    weeks = data.view("capacity_headroom", where("window_kind = 'week'", "queue = 'all'", model), model_params,
+                      order="gpu_model, weeks_before_end desc",
+                      columns="gpu_model, window_start_at, headroom_at_p95_gpus, is_complete_week")
+    if not weeks.is_empty():
+        st.markdown(f"**{ui.metric_label('headroom_at_p95_gpus', 'capacity_headroom')}** · {t('per_week')}")
+        ui.line(weeks, "window_start_at:T", "headroom_at_p95_gpus:Q", "gpu_model:N", "GPUs")
+
+    clause = where("window_kind = 'period'", "queue <> 'all'", model, "? is null or tenant = ?")
+    queues = data.view("capacity_headroom", clause, (*model_params, f.tenant, f.tenant), order="gpu_model, queue",
+                       columns="gpu_model, queue, tenant, quota_gpus, peak_allocated_gpus, p95_allocated_gpus, "
+                               "quota_headroom_at_peak_gpus, quota_headroom_at_p95_gpus, quota_usage_at_p95_pct")
+    st.markdown(f"**{t('queue_headroom')}**")
+    ui.definition("quota_headroom_at_p95_gpus", "capacity_headroom")
+    if not ui.empty(queues):
+        st.dataframe(queues, width="stretch", hide_index=True)
+
+
+def trend(f: filters.Filters) -> None:
+    st.subheader(t("trend"))
+    ui.definition("trend_demand_gpu_hours", "capacity_trend")
+    weeks = data.view("capacity_trend", "? is null or gpu_model = ?", (f.gpu_model, f.gpu_model),
+                      order="gpu_model, week_x")
+    if ui.empty(weeks, t("no_trend")):
+        return
+    series = {"allocated_gpu_hours": ("allocated", "observed"), "demand_gpu_hours": ("demand", "observed"),
+              "trend_allocated_gpu_hours": ("allocated", "trend_line"), "trend_demand_gpu_hours": ("demand", "trend_line")}
+    # a partial week's GPU-hours are not comparable with a whole one's (the fit leaves it out too)
+    long = weeks.filter(pl.col("is_complete_week")).select("gpu_model", "week_start_at", "is_forecast", *series).unpivot(
+        index=["gpu_model", "week_start_at", "is_forecast"], variable_name="column", value_name="gpu_hours").drop_nulls(
+        "gpu_hours").with_columns(
+        measure=pl.col("column").replace({k: t(v[0]) for k, v in series.items()}),
+        line=pl.col("column").replace({k: t(v[1]) for k, v in series.items()}))
+    if ui.empty(long, t("no_trend")):
+        return
+    chart = alt.Chart(long.to_pandas()).mark_line(point=True).encode(
+        x=alt.X("week_start_at:T", title=t("week_axis")), y=alt.Y("gpu_hours:Q", title=t("gpu_hours_per_week")),
+        color=alt.Color("measure:N", title=None), strokeDash=alt.StrokeDash("line:N", title=None),
+        tooltip=["gpu_model", "week_start_at", "measure", "line", "gpu_hours", "is_forecast"],
+    ).facet(row=alt.Row("gpu_model:N", title=None))
+    st.altair_chart(chart)
+    fit = weeks.filter(pl.col("weeks_before_end") == 0).select(
+        "gpu_model", "capacity_gpus", "trend_weeks_used", "allocated_slope_gpu_hours_per_week", "allocated_trend_r2",
+        "p95_slope_gpus_per_week", "p95_trend_r2", "demand_slope_gpu_hours_per_week", "demand_trend_r2")
+    st.caption(t("trend_caption"))
+    st.dataframe(fit, width="stretch", hide_index=True)
+
+
+def draw() -> None:
+    user = ui.page_user()
+    ui.title("page_capacity")
+    f = filters.sidebar(user, queue=False)
+    recommendations(f)
+    headroom(f)
+    trend(f)
+
+
+if __name__ == "__main__":  # Streamlit runs a page as __main__; tests import the JSON readers above
+    ui.guarded(draw)

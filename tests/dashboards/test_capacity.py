@@ -1,0 +1,83 @@
+"""The Capacity page: recommendations with their evidence and what-if, headroom and the weekly
+trend, for an operator and a tenant member."""
+from __future__ import annotations
+
+import json
+
+import streamlit as st
+
+from dashboards.i18n import STRINGS
+from dashboards.pages.capacity import _figures, _whatif
+from tests.dashboards.conftest import errors, signed_in
+
+
+def frames(at) -> list:
+    return [d.value for d in at.dataframe]
+
+
+def advice(at) -> list[str]:
+    return [e.label for e in at.expander if e.label.startswith("#")]
+
+
+def test_operator(dashboard_env):
+    at = signed_in("ops", "capacity")
+    assert errors(at) == []
+    assert at.title[0].value == STRINGS["page_capacity"]["en"]
+    recs = advice(at)
+    assert recs and recs[0].startswith("#1 ")
+    assert all("confidence" in label.lower() for label in recs)
+    # every recommendation's evidence as a figure/value table
+    assert sum(list(df.columns) == ["figure", "value"] for df in frames(at)) == len(recs)
+    assert len(at.get("vega_lite_chart")) >= 3  # impact, headroom, weekly headroom (2 days: no complete week)
+    assert any(STRINGS["no_trend"]["en"] in i.value for i in at.info)
+    headroom = next(df for df in frames(at) if "headroom_at_p95_gpus" in df.columns)
+    assert set(headroom["gpu_model"]) >= {"H100"}
+
+
+def test_tenant_member_sees_pool_advice_and_their_own(dashboard_env):
+    at = signed_in("vic", "capacity")
+    assert errors(at) == []
+    queues = next(df for df in frames(at) if "quota_headroom_at_p95_gpus" in df.columns)
+    assert set(queues["tenant"]) <= {"vision"}
+    assert advice(at)
+
+
+def test_quota_advice_follows_the_tenant_filter(dashboard_env):
+    everything = advice(signed_in("ops", "capacity"))
+    quota = [a for a in everything if "move_quota" in a]
+    assert quota
+    donor = quota[0].split(" · ")[2].split("->")[0]
+    mine = advice(signed_in("ops", "capacity", tenant=donor))
+    assert quota[0] in mine  # the donor sees the quota it would give away
+    assert all("move_quota" not in a or donor in a for a in mine)
+
+
+def test_model_filter_in_the_url(dashboard_env):
+    at = signed_in("ops", "capacity", model="H100")
+    assert errors(at) == []
+    for df in frames(at):
+        if "gpu_model" in df.columns:
+            assert set(df["gpu_model"].dropna().unique()) <= {"H100"}
+
+
+def test_chinese_shows_the_chinese_advice(dashboard_env):
+    at = signed_in("ops", "capacity", lang="zh")
+    assert errors(at) == []
+    assert at.title[0].value == STRINGS["page_capacity"]["zh"]
+    assert any(any("\u4e00" <= ch <= "\u9fff" for ch in m.value) for m in at.markdown if m.value)
+
+
+def test_no_warehouse_says_so(dashboard_env, monkeypatch, tmp_path):
+    monkeypatch.setenv("GPUPOOL_HOME", str(tmp_path))
+    st.cache_data.clear()  # cached queries are keyed by SQL and parameters, not by the warehouse file
+    at = signed_in("ops", "capacity")
+    assert [e.value for e in at.exception] == []
+    assert any(STRINGS["no_warehouse"]["en"] in w.value for w in at.warning)
+
+
+def test_json_readably():
+    evidence = _figures(json.dumps({"capacity_gpus": 96, "share": 0.36946, "views": ["a", "b"], "w": {"x": 1}}))
+    assert dict(evidence.iter_rows()) == {"capacity_gpus": "96", "share": "0.369", "views": "a, b", "w.x": "1"}
+    whatif = _whatif(json.dumps({"confirms": True, "wait_p95_min": {"baseline": 10.0, "changed": 2.5}}))
+    assert whatif.row(0) == ("wait_p95_min", 10.0, 2.5, None)
+    assert _figures(None).is_empty()
