@@ -9,7 +9,7 @@ import streamlit as st
 from dashboards.auth import UsersError, configured_users, current_user, sign_in, sign_out
 from dashboards.i18n import LANGUAGES, lang, t
 
-st.set_page_config(page_title="gpupool", page_icon="▦", layout="wide")
+st.set_page_config(page_title="gpupool", page_icon=":material/grid_view:", layout="wide")
 
 choice = st.sidebar.selectbox(t("language"), list(LANGUAGES), index=list(LANGUAGES).index(lang()),
                               format_func=LANGUAGES.get, key="lang_choice")
@@ -45,15 +45,15 @@ if st.sidebar.button(t("sign_out")):
     st.rerun()
 
 PAGES = [
-    ("pages/pool.py", "page_pool", "▦"),
-    ("pages/queues.py", "page_queues", "⏳"),
-    ("pages/tenants.py", "page_tenants", "👥"),
-    ("pages/idle.py", "page_idle", "💤"),
-    ("pages/jobs.py", "page_jobs", "⚙"),
-    ("pages/capacity.py", "page_capacity", "📈"),
-    ("pages/quality.py", "page_quality", "✓"),
-    ("pages/audit.py", "page_audit", "🔎"),
-    ("pages/catalog.py", "page_catalog", "📖"),
+    ("pages/pool.py", "page_pool", ":material/grid_view:"),
+    ("pages/queues.py", "page_queues", ":material/hourglass_top:"),
+    ("pages/tenants.py", "page_tenants", ":material/groups:"),
+    ("pages/idle.py", "page_idle", ":material/bedtime:"),
+    ("pages/jobs.py", "page_jobs", ":material/work:"),
+    ("pages/capacity.py", "page_capacity", ":material/trending_up:"),
+    ("pages/quality.py", "page_quality", ":material/verified:"),
+    ("pages/audit.py", "page_audit", ":material/policy:"),
+    ("pages/catalog.py", "page_catalog", ":material/menu_book:"),
 ]
 navigation = st.navigation([st.Page(path, title=t(key), icon=icon, url_path=key.removeprefix("page_"))
                             for path, key, icon in PAGES])

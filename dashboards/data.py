@@ -52,9 +52,13 @@ def _connect() -> duckdb.DuckDBPyConnection:
             time.sleep(0.2)
 
 
-@st.cache_data(ttl=TTL_S, show_spinner=False)
 def query(sql: str, params: tuple = ()) -> pl.DataFrame:
-    """Rows of a read-only query (cached for TTL_S seconds per query and parameters)."""
+    """Rows of a read-only query (cached for TTL_S seconds per warehouse, query and parameters)."""
+    return _query(str(db_path()), sql, params)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def _query(path: str, sql: str, params: tuple) -> pl.DataFrame:
     con = _connect()
     try:
         return pl.from_arrow(con.execute(sql, list(params)).to_arrow_table())
@@ -74,7 +78,6 @@ def view(name: str, where: str = "", params: tuple = (), order: str = "", column
     return query(sql, params)
 
 
-@st.cache_data(ttl=TTL_S, show_spinner=False)
 def catalog() -> pl.DataFrame:
     """The metric catalog (metrics.catalog): definitions, formulas, units, English and Chinese labels."""
     return query("select * from metrics.catalog order by metric_group, metric_name")
@@ -88,7 +91,6 @@ def metric(column: str, view_name: str) -> dict | None:
     return rows.row(0, named=True) if rows.height else None
 
 
-@st.cache_data(ttl=TTL_S, show_spinner=False)
 def bounds() -> tuple | None:
     """First and last day with pool data (metrics.pool_daily), or None when the warehouse is empty."""
     row = query("select min(day) as first, max(day) as last from metrics.pool_daily").row(0)

@@ -45,7 +45,7 @@ def definition(column: str, view_name: str) -> None:
     entry = data.metric(column, view_name)
     if entry is None:
         return
-    with st.popover(f"ⓘ {label(entry, column)}", use_container_width=False):
+    with st.popover(f"ⓘ {label(entry, column)}", width="content"):
         st.markdown(f"**{label(entry, column)}** ({entry['unit']})")
         st.write(entry["description"])
         st.code(entry["formula"], language=None)
@@ -69,7 +69,7 @@ def line(frame: pl.DataFrame, x: str, y: str, color: str | None, y_title: str, x
         **({"color": alt.Color(color, title=None)} if color else {}),
         tooltip=list(filter(None, [x, y, color])),
     )
-    st.altair_chart(chart, use_container_width=True)
+    st.altair_chart(chart, width="stretch")
 
 
 def bars(frame: pl.DataFrame, x: str, y: str, color: str | None, y_title: str, *, horizontal: bool = False,
@@ -79,7 +79,7 @@ def bars(frame: pl.DataFrame, x: str, y: str, color: str | None, y_title: str, *
     if color:
         enc["color"] = alt.Color(color, title=None)
     chart = alt.Chart(frame.to_pandas()).mark_bar().encode(**enc, tooltip=list(filter(None, [x, y, color])))
-    st.altair_chart(chart, use_container_width=True)
+    st.altair_chart(chart, width="stretch")
 
 
 def title(key: str) -> None:
