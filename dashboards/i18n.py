@@ -129,6 +129,81 @@ STRINGS: dict[str, dict[str, str]] = {
                             "drawn); read each with its r2. Dashed: the line, extended 4 weeks ahead.",
                       "zh": "基于完整周（trend_weeks_used，不完整的周不绘制）的最小二乘直线；请结合 r2 解读。"
                             "虚线为趋势线，并向后延伸 4 周。"},
+    # pool, queues and tenants pages
+    "gpus": {"en": "GPUs", "zh": "GPU"},
+    "gpus_caption": {"en": "{n} GPUs, MIG instances and time-sliced shares as of {as_of} (metrics.gpu_status); "
+                           "activity and memory of their latest telemetry minute.",
+                     "zh": "截至 {as_of} 的 {n} 个 GPU、MIG 实例和时间切片份额（metrics.gpu_status）；"
+                           "活跃度和显存取自最近一分钟的遥测。"},
+    "no_gpus": {"en": "No GPU in the inventory for this model: load an inventory snapshot (gpupool ingest).",
+                "zh": "该型号在资源清单中没有 GPU：请先加载资源清单快照（gpupool ingest）。"},
+    "pool_window_caption": {"en": "Whole loaded window {first} … {last}, GPU model {model} (metrics.pool_period).",
+                            "zh": "整个已加载窗口 {first} … {last}，GPU 型号 {model}（metrics.pool_period）。"},
+    "no_scorecard": {"en": "No scorecard yet: the warehouse has no pool data, or its models predate catalog 1.3.0 "
+                           "(run `gpupool build`).",
+                     "zh": "还没有评分：数据仓库中没有资源池数据，或其模型早于指标目录 1.3.0（请运行 `gpupool build`）。"},
+    "scorecard_caption": {"en": "Whole loaded window {first} … {last}. Each input is scored 0–100 between two "
+                                "stated thresholds; a stage's score is the mean (metrics.pooling_scorecard).",
+                          "zh": "整个已加载窗口 {first} … {last}。每项输入按两个给定阈值折算为 0–100 分；"
+                                "阶段得分为其平均值（metrics.pooling_scorecard）。"},
+    "stage_project_owned": {"en": "Project-owned: visibility", "zh": "项目独占：可见性"},
+    "stage_shared_queues": {"en": "Shared queues: clear rules", "zh": "共享队列：规则清晰"},
+    "stage_elastic_sharing": {"en": "Elastic sharing: utilisation", "zh": "弹性共享：利用率"},
+    "stage_resource_operations": {"en": "Resource operations: decisions from data", "zh": "资源运营：数据驱动决策"},
+    "score_axis": {"en": "score (0–100)", "zh": "得分（0–100）"},
+    "input": {"en": "Input", "zh": "输入"},
+    "value": {"en": "Value", "zh": "数值"},
+    "rule": {"en": "Rule", "zh": "规则"},
+    "no_data_yet": {"en": "No data yet: the warehouse has no pool days. Run `gpupool demo` or ingest a source.",
+                    "zh": "还没有数据：数据仓库中没有资源池日期。请运行 `gpupool demo` 或接入数据源。"},
+    "queues_headline_caption": {"en": "Wait percentiles: the pool's jobs over the whole loaded window "
+                                      "(metrics.job_period). Preemptions and requeues: the period and filters "
+                                      "(metrics.queue_daily).",
+                                "zh": "等待时间分位数：整个已加载窗口内全资源池的作业（metrics.job_period）。"
+                                      "抢占和重新排队：所选时间段和筛选条件（metrics.queue_daily）。"},
+    "wait_per_queue": {"en": "Queue wait per queue", "zh": "各队列的排队等待时间"},
+    "no_waits": {"en": "No job started in this period and these filters, so there is no wait to show.",
+                 "zh": "该时间段和筛选条件下没有作业启动，因此没有等待时间可显示。"},
+    "wait_axis_min": {"en": "queue wait (min)", "zh": "排队等待（分钟）"},
+    "pending_by_model": {"en": "Pending demand by GPU model", "zh": "按 GPU 型号的待调度需求"},
+    "no_pending": {"en": "Nothing waited for a GPU in this period: no pending demand.",
+                   "zh": "该时间段内没有等待 GPU 的请求：没有待调度需求。"},
+    "pending_axis": {"en": "pending GPUs (daily mean)", "zh": "待调度 GPU（日均）"},
+    "spec_gaps_largest": {"en": "Spec gaps: demand the free GPUs could not serve at the peak hour (largest {n})",
+                          "zh": "规格缺口：高峰小时空闲 GPU 无法满足的需求（最大的 {n} 个）"},
+    "no_spec_gaps": {"en": "No spec gap: at each day's peak hour the asked model and shape had enough free GPUs.",
+                     "zh": "没有规格缺口：每天高峰小时所需型号和规格的空闲 GPU 都足够。"},
+    "wait_by_cause": {"en": "Waiting by cause", "zh": "按原因的等待"},
+    "no_wait_causes": {"en": "No waiting in this period and these filters (metrics.wait_causes, from the capacity "
+                             "analysis of free GPUs).",
+                       "zh": "该时间段和筛选条件下没有等待（metrics.wait_causes，来自空闲 GPU 的容量分析）。"},
+    "preemptions_requeues": {"en": "Preemptions and requeues", "zh": "抢占与重新排队"},
+    "no_interruptions": {"en": "No attempt was preempted or requeued in this period and these filters.",
+                         "zh": "该时间段和筛选条件下没有被抢占或重新排队的尝试。"},
+    "attempts_axis": {"en": "attempts", "zh": "尝试次数"},
+    "quota_usage": {"en": "Usage against quota", "zh": "配额使用"},
+    "no_quota": {"en": "No quota in this period and these filters: no queue snapshot names a quota for them.",
+                 "zh": "该时间段和筛选条件下没有配额：队列快照中没有为其设置配额。"},
+    "quota_fit": {"en": "Quota held, used, borrowed and idle", "zh": "配额的持有、使用、借用与闲置"},
+    "quota_fit_caption": {"en": "Whole loaded window, per queue owner (metrics.quota_fit): in quota + idle quota = "
+                                "quota GPU-hours; borrowed and quota-less GPU-hours ran above it.",
+                          "zh": "整个已加载窗口，按队列所有者（metrics.quota_fit）：配额内 + 闲置配额 = 配额 GPU 小时；"
+                                "借用和无配额的 GPU 小时超出配额运行。"},
+    "cost_attribution": {"en": "Cost attribution", "zh": "成本分摊"},
+    "no_costs": {"en": "No cost for this period: no month of capacity is loaded.",
+                 "zh": "该时间段没有成本：没有加载任何月份的容量数据。"},
+    "no_costs_tenant": {"en": "This tenant had no cost in this period.", "zh": "该租户在此时间段内没有成本。"},
+    "cost_caption_operator": {"en": "Each month's bar stacks the tenants' total cost (allocated + their share of the "
+                                    "unallocated); it reaches the pool's total cost (black tick) exactly.",
+                              "zh": "每月柱形叠加各租户的总成本（已分配成本 + 分摊的未分配成本），恰好等于资源池总成本（黑色刻度）。"},
+    "cost_caption_scoped": {"en": "The bar is this tenant's total cost; the black tick is the pool's total cost "
+                                  "that all tenants' costs add up to.",
+                            "zh": "柱形为该租户的总成本；黑色刻度为所有租户成本之和，即资源池总成本。"},
+    "task_mix": {"en": "Task-type mix", "zh": "任务类型构成"},
+    "no_jobs": {"en": "No job was submitted or ran in this period.", "zh": "该时间段内没有提交或运行的作业。"},
+    "pool": {"en": "Pool", "zh": "资源池"},
+    "submissions_share": {"en": "share of submissions", "zh": "提交数占比"},
+    "gpu_hours_share": {"en": "share of allocated GPU-hours", "zh": "已分配 GPU 小时占比"},
 }
 
 

@@ -1,56 +1,97 @@
 """Pool overview: every GPU in one view, allocation and utilisation over time, the pooling-stage
 scorecard. Reads metrics.gpu_status, pool_period, pool_daily, pooling_scorecard."""
+import altair as alt
 import polars as pl
 import streamlit as st
 
 from dashboards import data, filters, ui
 from dashboards.i18n import t
 
+STAGE_KEYS = ("project_owned", "shared_queues", "elastic_sharing", "resource_operations")
+NOT_INPUTS = {"stage", "stage_order", "criterion", "score_pct", "score_rule", "first_day", "last_day"}
+
+
+def headline(f: filters.Filters) -> None:
+    period = data.view("pool_period", "gpu_model = ?", (f.gpu_model or "all",))
+    if ui.empty(period, t("no_data_period")):
+        return
+    p = period.row(0, named=True)
+    cols = st.columns(4)
+    ui.kpi(cols[0], "allocation_rate_pct", "pool_period", p["allocation_rate_pct"], "%")
+    ui.kpi(cols[1], "utilisation_of_allocated_pct", "pool_period", p["utilisation_of_allocated_pct"], "%")
+    ui.kpi(cols[2], "pool_utilisation_pct", "pool_period", p["pool_utilisation_pct"], "%")
+    ui.kpi(cols[3], "idle_allocated_gpu_hours", "pool_period", p["idle_allocated_gpu_hours"], " GPU-h")
+    st.caption(t("pool_window_caption", first=p["first_day"], last=p["last_day"], model=p["gpu_model"]))
+
+
+def over_time(f: filters.Filters) -> None:
+    where, params = f.clause(gpu_model="gpu_model", tenant=None)
+    daily = data.view("pool_daily", where, params, order="day, gpu_model",
+                      columns="day, gpu_model, allocation_rate_pct, utilisation_of_allocated_pct")
+    st.subheader(ui.metric_label("allocation_rate_pct", "pool_daily"))
+    ui.definition("allocation_rate_pct", "pool_daily")
+    if ui.empty(daily):
+        return
+    ui.line(daily, "day:T", "allocation_rate_pct:Q", "gpu_model:N", "%")
+    st.subheader(ui.metric_label("utilisation_of_allocated_pct", "pool_daily"))
+    ui.definition("utilisation_of_allocated_pct", "pool_daily")
+    ui.line(daily, "day:T", "utilisation_of_allocated_pct:Q", "gpu_model:N", "%")
+
+
+def gpus(f: filters.Filters, user) -> None:
+    st.subheader(t("gpus"))
+    rows = data.view("gpu_status", "? is null or gpu_model = ?", (f.gpu_model, f.gpu_model),
+                     order="host, gpu, gpu_instance_id")
+    if ui.empty(rows, t("no_gpus")):
+        return
+    if not user.is_operator:  # who holds a GPU is tenant-level: only their own tenant's holders are named
+        rows = rows.with_columns(
+            pl.when(pl.col("tenant") == user.tenant).then(pl.col(c)).otherwise(None).alias(c)
+            for c in ("job_id", "tenant", "queue", "template"))
+    st.caption(t("gpus_caption", n=rows.height, as_of=rows["as_of_at"].max()))
+    st.dataframe(rows.select("host", "gpu", "gpu_instance_id", "gpu_model", "share_mode", "gpu_instance_profile",
+                             "is_allocated", "tenant", "queue", "job_id", "held_since_at", "last_activity",
+                             "last_fb_used_mib", "is_reporting", "last_telemetry_at"),
+                 width="stretch", hide_index=True,
+                 column_config={"last_activity": st.column_config.ProgressColumn(min_value=0, max_value=1,
+                                                                                 format="%.2f")})
+
+
+def scorecard() -> None:
+    st.subheader(t("scorecard"))
+    ui.definition("score_pct", "pooling_scorecard")
+    score = data.view("pooling_scorecard", order="stage_order")
+    if ui.empty(score, t("no_scorecard")):
+        return
+    score = score.with_columns(stage_label=pl.col("stage").replace_strict(
+        {k: f"{i + 1}. {t('stage_' + k)}" for i, k in enumerate(STAGE_KEYS)}, default=pl.col("stage")))
+    chart = alt.Chart(score.select("stage_label", "score_pct", "criterion").to_pandas()).mark_bar().encode(
+        x=alt.X("score_pct:Q", title=t("score_axis"), scale=alt.Scale(domain=[0, 100])),
+        y=alt.Y("stage_label:N", title=None, sort=None),
+        tooltip=["stage_label:N", "criterion:N", "score_pct:Q"])
+    st.altair_chart(chart, width="stretch")
+    st.caption(t("scorecard_caption", first=score["first_day"][0], last=score["last_day"][0]))
+    for row in score.iter_rows(named=True):
+        with st.expander(f"{row['stage_label']} · {row['score_pct']:.0f}%"):
+            inputs = [(ui.metric_label(k, "pooling_scorecard"), k, _fmt(v)) for k, v in row.items()
+                      if k not in NOT_INPUTS and k != "stage_label" and v is not None]
+            st.dataframe(pl.DataFrame(inputs, schema=[t("input"), "column", t("value")], orient="row"),
+                         width="stretch", hide_index=True)
+            st.caption(f"{t('rule')}: {row['score_rule']}")
+
+
+def _fmt(value) -> str:
+    return f"{value:,.1f}" if isinstance(value, float) else f"{value:,}" if isinstance(value, int) else str(value)
+
 
 def draw() -> None:
     user = ui.page_user()
     ui.title("page_pool")
     f = filters.sidebar(user, tenant=False, queue=False)
-
-    period = data.view("pool_period", "gpu_model = 'all'")
-    if not ui.empty(period, t("no_data_period")):
-        p = period.row(0, named=True)
-        st.caption(f"{p['first_day']} … {p['last_day']} · metrics.pool_period")
-        cols = st.columns(4)
-        ui.kpi(cols[0], "allocation_rate_pct", "pool_period", p["allocation_rate_pct"], "%")
-        ui.kpi(cols[1], "utilisation_of_allocated_pct", "pool_period", p["utilisation_of_allocated_pct"], "%")
-        ui.kpi(cols[2], "pool_utilisation_pct", "pool_period", p["pool_utilisation_pct"], "%")
-        ui.kpi(cols[3], "idle_allocated_gpu_hours", "pool_period", p["idle_allocated_gpu_hours"], " GPU-h")
-
-    where, params = f.clause(gpu_model="gpu_model", tenant=None)
-    daily = data.view("pool_daily", where + (" and gpu_model <> 'all'" if "gpu_model" not in where else ""), params,
-                      order="day")
-    st.subheader(ui.metric_label("allocation_rate_pct", "pool_daily"))
-    ui.definition("allocation_rate_pct", "pool_daily")
-    if not ui.empty(daily):
-        ui.line(daily, "day:T", "allocation_rate_pct:Q", "gpu_model:N", "%")
-        st.subheader(ui.metric_label("utilisation_of_allocated_pct", "pool_daily"))
-        ui.definition("utilisation_of_allocated_pct", "pool_daily")
-        ui.line(daily, "day:T", "utilisation_of_allocated_pct:Q", "gpu_model:N", "%")
-
-    st.subheader("GPUs")
-    gpus = data.view("gpu_status", "? is null or gpu_model = ?", (f.gpu_model, f.gpu_model), order="host, gpu, gpu_instance_id")
-    if not ui.empty(gpus, t("no_data_period")):
-        if not user.is_operator:  # who holds a GPU is tenant-level: only their own tenant's holders are named
-            gpus = gpus.with_columns(
-                pl.when(pl.col("tenant") == user.tenant).then(pl.col(c)).otherwise(None).alias(c)
-                for c in ("job_id", "tenant", "queue", "template"))
-        st.dataframe(gpus.select("host", "gpu", "gpu_instance_id", "gpu_model", "share_mode", "gpu_instance_profile",
-                                 "is_allocated", "tenant", "job_id", "last_activity", "last_fb_used_mib",
-                                 "is_reporting", "as_of_at"),
-                     use_container_width=True, hide_index=True,
-                     column_config={"last_activity": st.column_config.ProgressColumn(min_value=0, max_value=1)})
-
-    st.subheader(t("scorecard"))
-    score = data.view("pooling_scorecard", order="stage_order")
-    if not ui.empty(score):
-        ui.bars(score, "stage:N", "score_pct:Q", None, "%")
-        st.dataframe(score, use_container_width=True, hide_index=True)
+    headline(f)
+    over_time(f)
+    gpus(f, user)
+    scorecard()
 
 
 ui.guarded(draw)

@@ -1,0 +1,125 @@
+"""Queues and waiting: wait p50/p95 per queue over time, pending demand by GPU model against free
+capacity, waited GPU-hours by cause, preemptions and requeues. Reads metrics.job_period,
+queue_daily, spec_gaps and wait_causes. Queue rows are the tenant's own for a tenant member
+(filters pin the tenant); pending demand and the pool's wait percentiles are pool-level."""
+import altair as alt
+import polars as pl
+import streamlit as st
+
+from dashboards import data, filters, ui
+from dashboards.i18n import t
+
+GAP_ROWS = 50  # the spec-gap table shows the largest gaps only
+
+
+def where(*fragments: str) -> str:
+    return " and ".join(f"({x})" for x in fragments if x) or "true"
+
+
+def headline(f: filters.Filters) -> None:
+    pool = data.view("job_period", "template = 'all'")
+    clause, params = f.clause(queue="queue")
+    counts = data.query("select sum(preemptions) as preemptions, sum(requeues) as requeues "
+                        f"from metrics.queue_daily where {where(clause)}", params)
+    cols = st.columns(4)
+    p = pool.row(0, named=True) if pool.height else {}
+    wait_p50, wait_p95 = p.get("queue_wait_p50_s"), p.get("queue_wait_p95_s")
+    ui.kpi(cols[0], "queue_wait_p50_s", "job_period", None if wait_p50 is None else wait_p50 / 60, " min")
+    ui.kpi(cols[1], "queue_wait_p95_s", "job_period", None if wait_p95 is None else wait_p95 / 60, " min")
+    c = counts.row(0, named=True)
+    ui.kpi(cols[2], "preemptions", "queue_daily", None if c["preemptions"] is None else int(c["preemptions"]))
+    ui.kpi(cols[3], "requeues", "queue_daily", None if c["requeues"] is None else int(c["requeues"]))
+    st.caption(t("queues_headline_caption"))
+
+
+def waits(f: filters.Filters) -> None:
+    st.subheader(t("wait_per_queue"))
+    left, right = st.columns(2)
+    with left:
+        ui.definition("queue_wait_p95_s", "queue_daily")
+    with right:
+        ui.definition("queue_wait_p50_s", "queue_daily")
+    clause, params = f.clause(queue="queue")
+    daily = data.view("queue_daily", where(clause, "jobs_started > 0"), params, order="day, queue",
+                      columns="day, queue, tenant, jobs_started, queue_wait_p50_s / 60.0 as queue_wait_p50_min, "
+                              "queue_wait_p95_s / 60.0 as queue_wait_p95_min")
+    if ui.empty(daily, t("no_waits")):
+        return
+    p95, p50 = st.tabs(["p95", "p50"])
+    with p95:
+        ui.line(daily, "day:T", "queue_wait_p95_min:Q", "queue:N", t("wait_axis_min"))
+    with p50:
+        ui.line(daily, "day:T", "queue_wait_p50_min:Q", "queue:N", t("wait_axis_min"))
+
+
+def pending_demand(f: filters.Filters) -> None:
+    st.subheader(t("pending_by_model"))
+    ui.definition("pending_gpus_avg", "spec_gaps")
+    ui.definition("gap_gpus_peak_hour", "spec_gaps")
+    clause, params = f.clause(tenant=None, gpu_model="gpu_model")
+    demand = data.view("spec_gaps", where(clause, "pending_gpus_avg > 0"), params, order="day, gpu_model",
+                       columns="day, gpu_model, coalesce(mig_profile, share_mode) as shape, gpus_requested, "
+                               "pending_gpus_avg")
+    if ui.empty(demand, t("no_pending")):
+        return
+    # pending GPUs of the sizes and shapes of a model add up (means of counts): the bars stack them
+    chart = alt.Chart(demand.to_pandas()).mark_bar().encode(
+        x=alt.X("day:T", title=None),
+        y=alt.Y("sum(pending_gpus_avg):Q", title=t("pending_axis")),
+        color=alt.Color("gpu_model:N", title=None),
+        tooltip=["day:T", "gpu_model:N", "shape:N", "gpus_requested:Q", "pending_gpus_avg:Q"],
+    )
+    st.altair_chart(chart, width="stretch")
+    gaps = data.view("spec_gaps", where(clause, "gap_gpus_peak_hour > 0"), params,
+                     order=f"gap_gpus_peak_hour desc, day limit {GAP_ROWS}",
+                     columns="day, gpu_model, share_mode, mig_profile, gpus_requested, pending_gpus_peak_hour, "
+                             "free_gpus_at_peak_hour, gap_gpus_peak_hour, peak_hour_at, waited_gpu_hours, "
+                             "capacity_bound_gpu_hours, fragmentation_gpu_hours")
+    with st.expander(t("spec_gaps_largest", n=GAP_ROWS)):
+        if not ui.empty(gaps, t("no_spec_gaps")):
+            st.dataframe(gaps, width="stretch", hide_index=True)
+
+
+def causes(f: filters.Filters) -> None:
+    st.subheader(t("wait_by_cause"))
+    ui.definition("waited_gpu_hours", "wait_causes")
+    clause, params = f.clause(queue="queue", gpu_model="gpu_model")
+    by_cause = data.query("select day, cause, sum(waited_gpu_hours) as waited_gpu_hours from metrics.wait_causes "
+                          f"where {where(clause)} group by day, cause order by day, cause", params)
+    if ui.empty(by_cause, t("no_wait_causes")):
+        return
+    ui.bars(by_cause, "day:T", "waited_gpu_hours:Q", "cause:N", "GPU-h")
+
+
+def interruptions(f: filters.Filters) -> None:
+    st.subheader(t("preemptions_requeues"))
+    ui.definition("preemptions", "queue_daily")
+    clause, params = f.clause(queue="queue")
+    daily = data.query("select day, sum(preemptions) as preemptions, sum(requeues) as requeues "
+                       f"from metrics.queue_daily where {where(clause)} group by day order by day", params)
+    long = daily.unpivot(index="day", on=["preemptions", "requeues"], variable_name="kind", value_name="attempts") \
+        .filter(pl.col("attempts") > 0)
+    if ui.empty(long, t("no_interruptions")):
+        return
+    ui.bars(long, "day:T", "attempts:Q", "kind:N", t("attempts_axis"))
+    per_queue = data.query("select queue, tenant, sum(admissions) as admissions, sum(preemptions) as preemptions, "
+                           "sum(requeues) as requeues from metrics.queue_daily "
+                           f"where {where(clause)} group by queue, tenant order by preemptions desc, queue", params)
+    st.dataframe(per_queue, width="stretch", hide_index=True)
+
+
+def draw() -> None:
+    user = ui.page_user()
+    ui.title("page_queues")
+    f = filters.sidebar(user)
+    if data.bounds() is None:
+        st.info(t("no_data_yet"))
+        return
+    headline(f)
+    waits(f)
+    pending_demand(f)
+    causes(f)
+    interruptions(f)
+
+
+ui.guarded(draw)

@@ -1,0 +1,154 @@
+"""Tenants and quota: usage against quota and borrowing (metrics.tenant_quota per day,
+metrics.quota_fit over the loaded window), cost attribution adding up to the pool total
+(metrics.cost_attribution) and the task-type mix (metrics.task_daily). A tenant member sees only
+their tenant's rows (filters pin the tenant) and the pool-level totals: the pool's cost and the
+pool's task-type mix."""
+import altair as alt
+import polars as pl
+import streamlit as st
+
+from dashboards import data, filters, ui
+from dashboards.i18n import t
+
+
+def where(*fragments: str) -> str:
+    return " and ".join(f"({x})" for x in fragments if x) or "true"
+
+
+def quota(f: filters.Filters) -> None:
+    st.subheader(t("quota_usage"))
+    left, right = st.columns(2)
+    with left:
+        ui.definition("quota_usage_pct", "tenant_quota")
+    with right:
+        ui.definition("borrowed_gpu_hours", "tenant_quota")
+    clause, params = f.clause(gpu_model="gpu_model")
+    daily = data.view("tenant_quota", where(clause, "quota_gpu_hours > 0"), params, order="day, tenant, gpu_model",
+                      columns="day, tenant, gpu_model, tenant || ' · ' || gpu_model as tenant_model, quota_gpus, "
+                              "quota_gpu_hours, allocated_gpu_hours, quota_usage_pct, borrowed_gpu_hours, "
+                              "unused_quota_gpu_hours")
+    if ui.empty(daily, t("no_quota")):
+        return
+    usage, borrowed = st.tabs([ui.metric_label("quota_usage_pct", "tenant_quota"),
+                               ui.metric_label("borrowed_gpu_hours", "tenant_quota")])
+    with usage:
+        ui.line(daily, "day:T", "quota_usage_pct:Q", "tenant_model:N", "%")
+    with borrowed:
+        ui.bars(daily, "day:T", "borrowed_gpu_hours:Q", "tenant_model:N", "GPU-h")
+
+
+def quota_fit(f: filters.Filters) -> None:
+    st.subheader(t("quota_fit"))
+    ui.definition("in_quota_gpu_hours", "quota_fit")
+    clause, params = f.clause(day=None, gpu_model="gpu_model")
+    fit = data.view("quota_fit", clause, params, order="tenant, gpu_model",
+                    columns="tenant, gpu_model, queues, quota_gpus, quota_gpu_hours, in_quota_gpu_hours, "
+                            "borrowed_gpu_hours, quota_less_gpu_hours, idle_quota_gpu_hours, need_gpu_hours, "
+                            "quota_used_pct, idle_quota_share_pct, is_starved, is_donor")
+    if ui.empty(fit, t("no_quota")):
+        return
+    st.caption(t("quota_fit_caption"))
+    parts = fit.select("tenant", "gpu_model", "in_quota_gpu_hours", "borrowed_gpu_hours", "quota_less_gpu_hours",
+                       "idle_quota_gpu_hours") \
+        .with_columns(row=pl.col("tenant") + " · " + pl.col("gpu_model")) \
+        .unpivot(index=["row", "tenant", "gpu_model"], variable_name="part", value_name="gpu_hours")
+    chart = alt.Chart(parts.to_pandas()).mark_bar().encode(
+        x=alt.X("gpu_hours:Q", title="GPU-h"), y=alt.Y("row:N", title=None),
+        color=alt.Color("part:N", title=None), tooltip=["tenant:N", "gpu_model:N", "part:N", "gpu_hours:Q"])
+    st.altair_chart(chart, width="stretch")
+    st.dataframe(fit, width="stretch", hide_index=True,
+                 column_config={"quota_used_pct": st.column_config.NumberColumn(format="%.1f %%"),
+                                "idle_quota_share_pct": st.column_config.NumberColumn(format="%.1f %%")})
+
+
+def costs(f: filters.Filters, operator: bool) -> None:
+    st.subheader(t("cost_attribution"))
+    left, right = st.columns(2)
+    with left:
+        ui.definition("total_cost_usd", "cost_attribution")
+    with right:
+        ui.definition("pool_total_cost_usd", "cost_attribution")
+    months = "month between date_trunc('month', cast(? as date)) and ?"
+    bounds = (f.start, f.end)
+    clause, params = f.clause(day=None)
+    rows = data.view("cost_attribution", where(months, clause), bounds + params, order="month, tenant",
+                     columns="month, tenant, allocated_gpu_hours, allocated_cost_usd, shared_unallocated_cost_usd, "
+                             "total_cost_usd, cost_share_pct, unpriced_gpu_hours")
+    # the pool total is a pool-level figure: one value per month, the same on every tenant's row
+    pool = data.query("select month, any_value(pool_total_cost_usd) as pool_total_cost_usd, "
+                      "any_value(pool_capacity_gpu_hours) as pool_capacity_gpu_hours "
+                      f"from metrics.cost_attribution where {months} group by month order by month", bounds)
+    if ui.empty(pool, t("no_costs")):
+        return
+    latest = pool.tail(3)  # the latest months' pool totals as headline numbers
+    for col, month in zip(st.columns(latest.height), latest.iter_rows(named=True), strict=True):
+        ui.kpi(col, "pool_total_cost_usd", "cost_attribution", month["pool_total_cost_usd"], " USD")
+        col.caption(f"{month['month']:%Y-%m}")
+    st.caption(t("cost_caption_operator" if operator and f.tenant is None else "cost_caption_scoped"))
+    bars = alt.Chart(rows.to_pandas()).mark_bar().encode(
+        x=alt.X("yearmonth(month):O", title=None),
+        y=alt.Y("total_cost_usd:Q", title="USD", stack=True),
+        color=alt.Color("tenant:N", title=None),
+        tooltip=["yearmonth(month):O", "tenant:N", "total_cost_usd:Q", "allocated_cost_usd:Q",
+                 "shared_unallocated_cost_usd:Q", "cost_share_pct:Q"])
+    total = alt.Chart(pool.to_pandas()).mark_tick(color="black", thickness=2, size=40).encode(
+        x=alt.X("yearmonth(month):O", title=None), y=alt.Y("pool_total_cost_usd:Q"),
+        tooltip=["yearmonth(month):O", "pool_total_cost_usd:Q"])
+    st.altair_chart(bars + total, width="stretch")
+    if not ui.empty(rows, t("no_costs_tenant")):
+        st.dataframe(rows, width="stretch", hide_index=True,
+                     column_config={c: st.column_config.NumberColumn(format="%.2f")
+                                    for c in ("allocated_cost_usd", "shared_unallocated_cost_usd", "total_cost_usd")})
+
+
+def task_mix(f: filters.Filters) -> None:
+    st.subheader(t("task_mix"))
+    ui.definition("submissions_share_pct", "task_daily")
+    # the pool's mix (all tenants, no names: a pool-level figure), then the chosen / own tenant's
+    pool = data.query("select day, template, sum(submissions) as submissions, "
+                      "sum(allocated_gpu_hours) as allocated_gpu_hours from metrics.task_daily "
+                      "where cast(day as date) between ? and ? group by day, template order by day, template",
+                      (f.start, f.end))
+    if ui.empty(pool, t("no_jobs")):
+        return
+    scopes = [(t("pool"), pool)]
+    if f.tenant:
+        clause, params = f.clause()
+        own = data.view("task_daily", clause, params, order="day, template",
+                        columns="day, template, submissions, allocated_gpu_hours")
+        scopes.append((f.tenant, own))
+    for tab, (_, frame) in zip(st.tabs([name for name, _ in scopes]), scopes, strict=True):
+        with tab:
+            if ui.empty(frame, t("no_jobs")):
+                continue
+            by_jobs, by_hours = st.columns(2)
+            with by_jobs:
+                mix(frame, "submissions", t("submissions_share"))
+            with by_hours:
+                mix(frame, "allocated_gpu_hours", t("gpu_hours_share"))
+
+
+def mix(frame: pl.DataFrame, value: str, title: str) -> None:
+    """Each day's bar split by template, normalised to 100% by the chart (a share, not a new figure)."""
+    chart = alt.Chart(frame.to_pandas()).mark_bar().encode(
+        x=alt.X("day:T", title=None),
+        y=alt.Y(f"sum({value}):Q", stack="normalize", title=title, axis=alt.Axis(format="%")),
+        color=alt.Color("template:N", title=None),
+        tooltip=["day:T", "template:N", f"sum({value}):Q"])
+    st.altair_chart(chart, width="stretch")
+
+
+def draw() -> None:
+    user = ui.page_user()
+    ui.title("page_tenants")
+    f = filters.sidebar(user, queue=False)
+    if data.bounds() is None:
+        st.info(t("no_data_yet"))
+        return
+    quota(f)
+    quota_fit(f)
+    costs(f, user.is_operator)
+    task_mix(f)
+
+
+ui.guarded(draw)

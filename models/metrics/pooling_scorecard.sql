@@ -1,0 +1,240 @@
+-- The pool scored against the four pooling stages of PRODUCT.md ("The problem"): each stage's
+-- inputs read from the metric views over the loaded window, each input scored 0..100 by a straight
+-- line between the thresholds below (at or past `full` 100, at or past `zero` 0), the stage's
+-- score the mean of its inputs' scores. A threshold is an opinion: change it here and in the yml.
+with thresholds as (
+  select
+    50.0 as reporting_zero_pct,        -- project-owned: GPUs of the inventory that sent telemetry
+    95.0 as reporting_full_pct,
+    50.0 as idle_visible_zero_pct,     -- project-owned: allocated GPU-hours with telemetry (idleness seen)
+    95.0 as idle_visible_full_pct,
+    0.0 as rules_zero_pct,             -- shared queues: queues with a quota or a limit
+    100.0 as rules_full_pct,
+    14400.0 as wait_p95_zero_s,        -- shared queues: queue wait p95 of the window's jobs (4 h ...
+    900.0 as wait_p95_full_s,          -- ... to 15 min)
+    20.0 as preempted_zero_pct,        -- shared queues: attempts ended by a preemption, of those admitted
+    2.0 as preempted_full_pct,
+    0.0 as shared_zero_pct,            -- elastic sharing: physical GPUs split by MIG or time-slicing
+    25.0 as shared_full_pct,
+    20.0 as utilisation_zero_pct,      -- elastic sharing: utilisation of allocated GPUs
+    70.0 as utilisation_full_pct
+),
+
+pool as (
+  select * from metrics.pool_period where gpu_model = 'all'
+),
+
+daily as (
+  select
+    sum(allocated_gpu_hours) as allocated_gpu_hours,
+    sum(allocated_gpu_hours_without_telemetry) as allocated_gpu_hours_without_telemetry
+  from metrics.pool_daily
+),
+
+gpus as (
+  select
+    host,
+    gpu,
+    bool_or(has_telemetry) as has_telemetry,
+    bool_or(share_mode in ('mig', 'timeslice')) as is_shared
+  from metrics.gpu_inventory
+  where is_in_inventory and gpu is not null
+  group by host, gpu
+),
+
+gpu_counts as (
+  select
+    count(*) as physical_gpus,
+    count(*) filter (where has_telemetry) as reporting_gpus,
+    count(*) filter (where is_shared) as shared_gpus
+  from gpus
+),
+
+queue_rules as (
+  select
+    queue,
+    bool_or(coalesce(quota_gpus, 0) > 0 or max_gpus_per_request is not null or max_runtime_s is not null) as has_rules
+  from metrics.queue_rules
+  group by queue
+),
+
+queue_counts as (
+  select count(*) as queues, count(*) filter (where has_rules) as queues_with_rules from queue_rules
+),
+
+queue_activity as (
+  select
+    cast(sum(admissions) as bigint) as admissions,
+    cast(sum(preemptions) as bigint) as preemptions,
+    cast(sum(requeues) as bigint) as requeues
+  from metrics.queue_daily
+),
+
+jobs as (
+  select queue_wait_p95_s from metrics.job_period where template = 'all'
+),
+
+-- metrics.catalog is written at the end of the build, after the views: looked up by name so the
+-- view builds before it exists and reads it once it does (0 metrics when it is missing)
+catalog as (
+  select coalesce(max(estimated_size), 0) as catalog_metrics
+  from duckdb_tables()
+  where schema_name = 'metrics' and table_name = 'catalog'
+),
+
+advice as (
+  select count(*) as capacity_recommendations
+  from metrics.capacity_recommendations
+  where period_month between (select date_trunc('month', first_day) from pool)
+    and (select last_day from pool)
+),
+
+enforcement as (
+  select count(*) as applied_enforcement_actions
+  from metrics.enforcement_actions
+  where is_applied and action_kind in ('reclaim', 'preempt', 'remind')
+),
+
+ledger as (
+  select count(*) as ledger_entries
+  from metrics.reclaim_ledger
+  where record_source = 'audit'
+),
+
+inputs as (
+  select
+    pool.first_day,
+    pool.last_day,
+    gpu_counts.physical_gpus,
+    gpu_counts.reporting_gpus,
+    100.0 * gpu_counts.reporting_gpus / nullif(gpu_counts.physical_gpus, 0) as gpus_reporting_pct,
+    daily.allocated_gpu_hours,
+    100.0 * (daily.allocated_gpu_hours - coalesce(daily.allocated_gpu_hours_without_telemetry, 0))
+      / nullif(daily.allocated_gpu_hours, 0) as idle_visible_share_pct,
+    100.0 * pool.idle_allocated_gpu_hours / nullif(pool.allocated_gpu_hours, 0) as idle_allocated_share_pct,
+    queue_counts.queues,
+    queue_counts.queues_with_rules,
+    100.0 * queue_counts.queues_with_rules / nullif(queue_counts.queues, 0) as queues_with_rules_pct,
+    jobs.queue_wait_p95_s,
+    queue_activity.admissions,
+    queue_activity.preemptions,
+    queue_activity.requeues,
+    100.0 * queue_activity.preemptions / nullif(queue_activity.admissions, 0) as preempted_attempts_pct,
+    gpu_counts.shared_gpus,
+    100.0 * gpu_counts.shared_gpus / nullif(gpu_counts.physical_gpus, 0) as shared_gpus_pct,
+    pool.utilisation_of_allocated_pct,
+    catalog.catalog_metrics,
+    advice.capacity_recommendations,
+    enforcement.applied_enforcement_actions,
+    ledger.ledger_entries,
+    100.0 * least(ledger.ledger_entries, enforcement.applied_enforcement_actions)
+      / nullif(enforcement.applied_enforcement_actions, 0) as ledger_coverage_pct
+  from pool
+  cross join daily
+  cross join gpu_counts
+  cross join queue_counts
+  cross join queue_activity
+  cross join catalog
+  cross join advice
+  cross join enforcement
+  cross join ledger
+  left join jobs on true
+),
+
+-- each input on a straight line from its zero threshold (0) to its full one (100), clamped;
+-- a missing input scores 0 (nothing seen is not a pass)
+scored as (
+  select
+    inputs.*,
+    coalesce(greatest(0, least(100, 100 * (gpus_reporting_pct - reporting_zero_pct)
+      / (reporting_full_pct - reporting_zero_pct))), 0) as s_reporting,
+    coalesce(greatest(0, least(100, 100 * (idle_visible_share_pct - idle_visible_zero_pct)
+      / (idle_visible_full_pct - idle_visible_zero_pct))), 0) as s_idle_visible,
+    coalesce(greatest(0, least(100, 100 * (queues_with_rules_pct - rules_zero_pct)
+      / (rules_full_pct - rules_zero_pct))), 0) as s_rules,
+    coalesce(greatest(0, least(100, 100 * (wait_p95_zero_s - queue_wait_p95_s)
+      / (wait_p95_zero_s - wait_p95_full_s))), 0) as s_wait,
+    coalesce(greatest(0, least(100, 100 * (preempted_zero_pct - preempted_attempts_pct)
+      / (preempted_zero_pct - preempted_full_pct))), 0) as s_preempted,
+    coalesce(greatest(0, least(100, 100 * (shared_gpus_pct - shared_zero_pct)
+      / (shared_full_pct - shared_zero_pct))), 0) as s_shared,
+    coalesce(greatest(0, least(100, 100 * (utilisation_of_allocated_pct - utilisation_zero_pct)
+      / (utilisation_full_pct - utilisation_zero_pct))), 0) as s_utilisation,
+    case when catalog_metrics > 0 then 100.0 else 0.0 end as s_catalog,
+    case when capacity_recommendations > 0 then 100.0 else 0.0 end as s_advice,
+    coalesce(ledger_coverage_pct, 0) as s_ledger,
+    thresholds.*
+  from inputs
+  cross join thresholds
+),
+
+stages as (
+  select 1 as stage_order, 'project_owned' as stage, 'visibility' as criterion,
+    (s_reporting + s_idle_visible) / 2 as score_pct,
+    format('telemetry from GPUs: {:g}% -> 0, {:g}% -> 100; allocated GPU-hours with telemetry: {:g}% -> 0, {:g}% -> 100; mean',
+      reporting_zero_pct, reporting_full_pct, idle_visible_zero_pct, idle_visible_full_pct) as score_rule,
+    *
+  from scored
+  union all
+  select 2, 'shared_queues', 'clear rules',
+    (s_rules + s_wait + s_preempted) / 3,
+    format('queues with a quota or limit: {:g}% -> 0, {:g}% -> 100; wait p95: {:g} s -> 0, {:g} s -> 100; '
+      || 'preempted attempts: {:g}% -> 0, {:g}% -> 100; mean',
+      rules_zero_pct, rules_full_pct, wait_p95_zero_s, wait_p95_full_s, preempted_zero_pct, preempted_full_pct),
+    *
+  from scored
+  union all
+  select 3, 'elastic_sharing', 'higher utilisation',
+    (s_shared + s_utilisation) / 2,
+    format('GPUs in MIG or time-slicing: {:g}% -> 0, {:g}% -> 100; utilisation of allocated: {:g}% -> 0, {:g}% -> 100; mean',
+      shared_zero_pct, shared_full_pct, utilisation_zero_pct, utilisation_full_pct),
+    *
+  from scored
+  union all
+  select 4, 'resource_operations', 'decisions from data',
+    (s_catalog + s_advice + s_ledger) / 3,
+    'one metric catalog built: 0 or 100; capacity advice for the window: 0 or 100; '
+      || 'applied reclaims, preemptions and reminders in the reclaim ledger: its share; mean',
+    *
+  from scored
+),
+
+final as (
+  select
+    stage,
+    stage_order,
+    criterion,
+    round(score_pct, 1) as score_pct,
+    score_rule,
+    first_day,
+    last_day,
+    -- project-owned
+    case when stage = 'project_owned' then physical_gpus end as physical_gpus,
+    case when stage = 'project_owned' then reporting_gpus end as reporting_gpus,
+    case when stage = 'project_owned' then gpus_reporting_pct end as gpus_reporting_pct,
+    case when stage = 'project_owned' then allocated_gpu_hours end as allocated_gpu_hours,
+    case when stage = 'project_owned' then idle_visible_share_pct end as idle_visible_share_pct,
+    case when stage = 'project_owned' then idle_allocated_share_pct end as idle_allocated_share_pct,
+    -- shared queues
+    case when stage = 'shared_queues' then queues end as queues,
+    case when stage = 'shared_queues' then queues_with_rules end as queues_with_rules,
+    case when stage = 'shared_queues' then queues_with_rules_pct end as queues_with_rules_pct,
+    case when stage = 'shared_queues' then queue_wait_p95_s end as queue_wait_p95_s,
+    case when stage = 'shared_queues' then admissions end as admissions,
+    case when stage = 'shared_queues' then preemptions end as preemptions,
+    case when stage = 'shared_queues' then requeues end as requeues,
+    case when stage = 'shared_queues' then preempted_attempts_pct end as preempted_attempts_pct,
+    -- elastic sharing
+    case when stage = 'elastic_sharing' then shared_gpus end as shared_gpus,
+    case when stage = 'elastic_sharing' then shared_gpus_pct end as shared_gpus_pct,
+    case when stage = 'elastic_sharing' then utilisation_of_allocated_pct end as utilisation_of_allocated_pct,
+    -- resource operations
+    case when stage = 'resource_operations' then catalog_metrics end as catalog_metrics,
+    case when stage = 'resource_operations' then capacity_recommendations end as capacity_recommendations,
+    case when stage = 'resource_operations' then applied_enforcement_actions end as applied_enforcement_actions,
+    case when stage = 'resource_operations' then ledger_entries end as ledger_entries,
+    case when stage = 'resource_operations' then ledger_coverage_pct end as ledger_coverage_pct
+  from stages
+)
+
+select * from final
