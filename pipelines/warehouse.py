@@ -123,6 +123,9 @@ class Warehouse:
         con.execute(INGEST_LOG_DDL)
         con.execute(CHECK_RESULTS_DDL)
         con.execute(RECOMMENDATIONS_DDL)  # written by the capacity assets, read by the models
+        from pipelines.connectors.scrape import SCRAPE_GAPS_DDL  # (that module imports this one)
+
+        con.execute(SCRAPE_GAPS_DDL)  # appended by the scraper, read by metrics.scrape_gaps
         self.refresh_lake_views(con)
 
     def refresh_lake_views(self, con: duckdb.DuckDBPyConnection) -> None:

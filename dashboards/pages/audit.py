@@ -1,0 +1,101 @@
+"""Audit: permission and quota changes, approvals and enforcement, searchable by actor, action, object
+and reason (the search and the category are kept in the URL: `?q=reclaim&category=enforcement`).
+Reads metrics.audit_daily (operators: the pool's counts per day) and metrics.audit_events; a tenant
+member sees only the records on their tenant's objects (object_namespace)."""
+import json
+
+import polars as pl
+import streamlit as st
+
+from dashboards import data, filters, ui
+from dashboards.auth import tenant_scope
+from dashboards.i18n import t
+
+DAY = "monthdate(day):O"  # one bar per day, labelled "Nov 01"
+ROW_LIMIT = 1000
+CATEGORIES = ("permission_change", "quota_change", "approval", "enforcement", "queue_change", "other_change",
+              "read", "other")
+COUNTS = ("permission_changes", "quota_changes", "approvals", "enforcement_actions", "denied_requests")
+CHARTED = COUNTS[:-1]  # categories add up per day; denied requests cut across them
+SEARCHED = ("actor", "actor_role", "action", "object_kind", "object_namespace", "object_name", "reason", "decision",
+            "request_id")
+SHOWN = ["occurred_at", "source", "category", "action", "actor", "actor_role", "object_kind", "object_namespace",
+         "object_name", "decision", "is_denied", "reason", "audit_id"]
+
+
+def counts(f: filters.Filters) -> None:
+    """The pool's audit counts per day (operators): metrics.audit_daily, additive per day."""
+    where, params = f.clause(tenant=None)
+    daily = data.view("audit_daily", where, params, order="day, source")
+    if daily.is_empty():
+        return
+    cols = st.columns(len(COUNTS))
+    for col, column in zip(cols, COUNTS, strict=True):
+        ui.kpi(col, column, "audit_daily", int(daily[column].sum()))
+    st.subheader(t("a_counts"))
+    ui.definition("audit_records", "audit_daily")
+    long = daily.unpivot(index=["day"], on=list(CHARTED), variable_name="what", value_name="records") \
+        .with_columns(pl.col("what").replace({c: ui.metric_label(c, "audit_daily") for c in CHARTED}))
+    ui.bars(long, DAY, "records:Q", "what:N", t("a_records"))
+
+
+def records(user, f: filters.Filters, query: str, category: str | None) -> None:
+    st.subheader(t("a_records"))
+    where, params = f.clause(tenant=None)
+    scope = tenant_scope(user) or f.tenant
+    if scope:
+        where += " and object_namespace = ?"
+        params += (scope,)
+    if category:
+        where += " and category = ?"
+        params += (category,)
+    if query.strip():
+        where += f" and concat_ws(' ', {', '.join(SEARCHED)}) ilike ?"
+        params += (f"%{query.strip()}%",)
+    total = data.query(f"select count(*) from metrics.audit_events where {where}", params).item()
+    rows = data.query(f"select {', '.join([*SHOWN, 'before_json', 'after_json'])} from metrics.audit_events "
+                      f"where {where} order by occurred_at desc, audit_id limit {ROW_LIMIT}", params)
+    if ui.empty(rows, t("a_no_records")):
+        return
+    st.caption(t("showing_rows", shown=rows.height, total=total) + " " + t("a_detail"))
+    picked = st.dataframe(rows.select(SHOWN), hide_index=True, key="a_table", on_select="rerun",
+                          selection_mode="single-row")
+    selected = picked.selection.rows if picked is not None and hasattr(picked, "selection") else []
+    if selected:
+        row = rows.row(selected[0], named=True)
+        left, right = st.columns(2)
+        for col, key, column in ((left, "a_before", "before_json"), (right, "a_after", "after_json")):
+            col.markdown(f"**{t(key)}**")
+            col.json(json.loads(row[column]) if row[column] else {})
+
+
+def draw() -> None:
+    user = ui.page_user()
+    ui.title("page_audit")
+    f = filters.sidebar(user, tenant=True, queue=False, gpu_model=False)
+    if tenant_scope(user) is not None:
+        st.caption(t("a_scope"))
+    known = data.query("select count(*) from metrics.audit_events").item()
+    if known == 0:
+        st.info(t("a_no_audit"))
+        return
+    if user.is_operator:
+        counts(f)
+    search, pick = st.columns([3, 1])
+    query = search.text_input(t("a_search"), st.query_params.get("q", ""), key="f_q").strip()
+    if query:
+        st.query_params["q"] = query
+    else:
+        st.query_params.pop("q", None)
+    current = st.query_params.get("category")
+    choices = ["", *CATEGORIES]
+    category = pick.selectbox(t("a_category"), choices, index=choices.index(current) if current in choices else 0,
+                              format_func=lambda c: t(f"cat_{c}") if c else t("all"), key="a_category")
+    if category:
+        st.query_params["category"] = category
+    else:
+        st.query_params.pop("category", None)
+    records(user, f, query, category or None)
+
+
+ui.guarded(draw)

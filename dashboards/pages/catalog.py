@@ -1,0 +1,98 @@
+"""Metric catalog: every metric's definition, formula, unit, grain, the view and column that hold it,
+and its labels in English and Chinese (metrics.catalog, built from models/metrics.yml), searchable and
+grouped (resource, task, governance). The search and the group are kept in the URL
+(`?q=wait&group=resource`)."""
+import polars as pl
+import streamlit as st
+
+from dashboards import data, ui
+from dashboards.i18n import lang, t
+
+GROUPS = ("resource", "task", "governance")
+SEARCHED = ("metric_name", "label_en", "label_zh", "description", "formula", "view_name", "column_name", "also_in",
+            "source_fields", "grain", "unit")
+
+
+def matching(catalog: pl.DataFrame, query: str, group: str | None) -> pl.DataFrame:
+    """Catalog rows whose text contains the query (case-insensitive), in the group if one is chosen."""
+    rows = catalog if group is None else catalog.filter(pl.col("metric_group") == group)
+    words = query.strip().lower().split()
+    if not words:
+        return rows
+    text = pl.concat_str([pl.col(c).fill_null("") for c in SEARCHED], separator=" ").str.to_lowercase()
+    return rows.filter(pl.all_horizontal(text.str.contains(w, literal=True) for w in words))
+
+
+def table(rows: pl.DataFrame) -> pl.DataFrame:
+    label = "label_zh" if lang() == "zh" else "label_en"
+    return rows.select(
+        pl.col(label).alias(t("col_metric")),
+        pl.col("label_en").alias(t("col_label_en")),
+        pl.col("label_zh").alias(t("col_label_zh")),
+        pl.col("unit").alias(t("col_unit")),
+        pl.col("grain").alias(t("col_grain")),
+        pl.col("metric_type").alias(t("col_type")),
+        pl.concat_str("view_name", pl.lit("."), "column_name").alias(t("col_where")),
+        pl.col("formula").alias(t("col_formula")),
+        pl.col("description").alias(t("col_description")),
+        pl.col("metric_name").alias("name"),
+        pl.col("metric_version").alias(t("col_version")),
+    )
+
+
+def detail(rows: pl.DataFrame) -> None:
+    """One metric's full card: the definition one click away from the table."""
+    names = rows["metric_name"].to_list()
+    current = st.query_params.get("metric")
+    label = "label_zh" if lang() == "zh" else "label_en"
+    labels = dict(zip(rows["metric_name"], rows[label], strict=True))
+    name = st.selectbox(t("c_detail"), names, index=names.index(current) if current in names else 0,
+                        format_func=lambda n: f"{labels[n]} · {n}", key="c_metric")
+    st.query_params["metric"] = name
+    m = rows.filter(pl.col("metric_name") == name).row(0, named=True)
+    with st.container(border=True):
+        st.markdown(f"#### {m['label_en']} · {m['label_zh']}")
+        st.write(m["description"])
+        st.code(m["formula"], language=None)
+        left, right = st.columns(2)
+        left.markdown(f"**{t('col_unit')}:** {m['unit']}  \n**{t('col_grain')}:** {m['grain']}  \n"
+                      f"**{t('col_type')}:** {m['metric_type']}  \n**{t('col_version')}:** {m['metric_version']}")
+        right.markdown(f"**{t('col_where')}:** `{m['view_name']}.{m['column_name']}`  \n"
+                       + (f"**{t('col_also_in')}:** {m['also_in']}  \n" if m["also_in"] else "")
+                       + f"**{t('col_sources')}:** {m['source_fields']}")
+
+
+def draw() -> None:
+    ui.page_user()
+    ui.title("page_catalog")
+    catalog = data.catalog()
+    if ui.empty(catalog, t("c_no_catalog")):
+        return
+    st.caption(t("c_version", version=catalog["catalog_version"][0], count=catalog.height))
+    search, pick = st.columns([3, 1])
+    query = search.text_input(t("c_search"), st.query_params.get("q", ""), key="f_q").strip()
+    if query:
+        st.query_params["q"] = query
+    else:
+        st.query_params.pop("q", None)
+    current = st.query_params.get("group")
+    choices = ["", *GROUPS]
+    group = pick.selectbox(t("c_group"), choices, index=choices.index(current) if current in choices else 0,
+                           format_func=lambda g: t(f"group_{g}") if g else t("all"), key="c_group")
+    if group:
+        st.query_params["group"] = group
+    else:
+        st.query_params.pop("group", None)
+    rows = matching(catalog, query, group or None)
+    if ui.empty(rows, t("c_no_match")):
+        return
+    for g in GROUPS:
+        part = rows.filter(pl.col("metric_group") == g)
+        if part.is_empty():
+            continue
+        st.subheader(f"{t(f'group_{g}')} ({part.height})")
+        st.dataframe(table(part), hide_index=True, key=f"c_table_{g}")
+    detail(rows)
+
+
+ui.guarded(draw)

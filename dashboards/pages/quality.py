@@ -1,0 +1,139 @@
+"""Data quality and freshness: the last ingest per source, records loaded and quarantined (with the
+reasons), asset-check results, telemetry gaps of the scrapes, and where allocations and telemetry
+disagree. Reads metrics.ingest_freshness, ingest_daily, quarantine_reasons, check_results,
+scrape_gaps and telemetry_reconciliation."""
+import polars as pl
+import streamlit as st
+
+from dashboards import data, filters, ui
+from dashboards.i18n import t
+
+DAY = "monthdate(day):O"  # one bar per day, labelled "Nov 01"
+ROW_LIMIT = 500
+
+
+def freshness(user) -> None:
+    st.subheader(t("q_freshness"))
+    ui.definition("hours_since_last_ingest", "ingest_freshness")
+    fresh = data.view("ingest_freshness", order="ingest_source")
+    if ui.empty(fresh, t("q_no_ingest")):
+        return
+    st.dataframe(fresh.select("ingest_source", "last_ingested_at", "hours_since_last_ingest", "first_day", "last_day",
+                              "days_loaded", "runs", "records_read", "records_loaded", "records_quarantined",
+                              "quarantined_pct"),
+                 hide_index=True, key="q_fresh",
+                 column_config={"hours_since_last_ingest": st.column_config.NumberColumn(format="%.1f h"),
+                                "first_day": st.column_config.DateColumn(format="YYYY-MM-DD"),
+                                "last_day": st.column_config.DateColumn(format="YYYY-MM-DD"),
+                                "quarantined_pct": st.column_config.NumberColumn(format="%.3f %%")})
+
+
+def loaded(f: filters.Filters) -> None:
+    st.subheader(t("q_loaded"))
+    where, params = f.clause(tenant=None)
+    daily = data.view("ingest_daily", where, params, order="day, ingest_source")
+    if ui.empty(daily, t("q_no_ingest")):
+        return
+    cols = st.columns(3)
+    # records are additive: the period's figure is the sum of the days'
+    ui.kpi(cols[0], "records_loaded", "ingest_daily", int(daily["records_loaded"].sum()))
+    ui.kpi(cols[1], "records_quarantined", "ingest_daily", int(daily["records_quarantined"].sum()))
+    with cols[2]:
+        ui.definition("quarantined_pct", "ingest_daily")
+    long = daily.unpivot(index=["day", "ingest_source"], on=["records_loaded", "records_quarantined"],
+                         variable_name="what", value_name="records")
+    ui.bars(long.filter(pl.col("what") == "records_loaded"), DAY, "records:Q", "ingest_source:N",
+            f"{ui.metric_label('records_loaded', 'ingest_daily')} ({t('records')})")
+    if daily["records_quarantined"].sum() > 0:
+        ui.bars(long.filter(pl.col("what") == "records_quarantined"), DAY, "records:Q", "ingest_source:N",
+                f"{ui.metric_label('records_quarantined', 'ingest_daily')} ({t('records')})")
+
+
+def quarantine(user, f: filters.Filters) -> None:
+    st.subheader(t("q_quarantine"))
+    ui.definition("quarantined_rows", "quarantine_reasons")
+    where, params = f.clause(tenant=None)
+    reasons = data.view("quarantine_reasons", where, params, order="quarantined_rows desc, day desc")
+    if reasons.is_empty():
+        st.success(t("q_no_quarantine"))
+        return
+    shown = ["day", "ingest_source", "source", "stage", "reason", "quarantined_rows", "files", "example_file",
+             "example_line"]
+    if user.is_operator:  # the raw record may name another tenant's job
+        shown.append("example_raw")
+    st.dataframe(reasons.head(ROW_LIMIT).select(shown), hide_index=True, key="q_reasons")
+    if reasons.height > ROW_LIMIT:
+        st.caption(t("showing_rows", shown=ROW_LIMIT, total=reasons.height))
+
+
+def checks(user, f: filters.Filters) -> None:
+    st.subheader(t("q_checks"))
+    ui.definition("unexpected_count", "check_results")
+    where, params = f.clause(tenant=None)
+    # unpartitioned checks (the warehouse-wide ones) have no day: they always apply
+    results = data.view("check_results", f"({where}) or day is null", params,
+                        order="is_failed desc, day desc nulls first, check_name, asset")
+    if ui.empty(results, t("q_no_checks")):
+        return
+    failed = results.filter(pl.col("is_failed"))
+    cols = st.columns(2)
+    cols[0].metric(t("q_checks_run"), f"{results.height:,}")
+    cols[1].metric(t("q_checks_failed"), f"{failed.height:,}")
+    if failed.is_empty():
+        st.success(t("q_all_passed"))
+    shown = ["check_name", "asset", "day", "passed", "severity", "unexpected_count", "checked_at"]
+    if user.is_operator:
+        shown.append("metadata_json")
+    st.dataframe(results.head(ROW_LIMIT).select(shown), hide_index=True, key="q_checks")
+
+
+def scrape_gaps(f: filters.Filters) -> None:
+    st.subheader(t("q_gaps"))
+    ui.definition("gaps", "scrape_gaps")
+    where, params = f.clause(tenant=None)
+    gaps = data.view("scrape_gaps", where, params, order="day, target, error_kind")
+    if ui.empty(gaps, t("q_no_gaps")):
+        return
+    ui.bars(gaps, DAY, "gaps:Q", "error_kind:N", f"{ui.metric_label('gaps', 'scrape_gaps')} ({t('gaps_unit')})")
+    st.dataframe(gaps.sort("gaps", descending=True).head(ROW_LIMIT), hide_index=True, key="q_gaps")
+
+
+def reconciliation(user, f: filters.Filters) -> None:
+    st.subheader(t("q_reconciliation"))
+    ui.definition("gpu_hours", "telemetry_reconciliation")
+    where, params = f.clause(tenant=None, gpu_model="gpu_model")
+    findings = data.view("telemetry_reconciliation", where, params, order="gpu_hours desc")
+    if findings.is_empty():
+        st.success(t("q_no_findings"))
+        return
+    # pool-level: GPU-hours per finding and day (additive), without naming anyone
+    ui.bars(findings.select("day", "finding", "gpu_hours"), DAY, "gpu_hours:Q", "finding:N",
+            f"{ui.metric_label('gpu_hours', 'telemetry_reconciliation')} ({t('gpu_hours_unit')})")
+    columns = ["finding", "day", "host", "gpu", "gpu_instance_id", "gpu_model", "minutes", "gpu_hours",
+               "mean_activity", "tenant", "job_id", "allocation_id", "telemetry_hpc_job", "telemetry_k8s_pod",
+               "detail", "first_at", "last_at"]
+    if user.is_operator:
+        rows = findings
+    else:  # only findings on their own tenant's allocations
+        st.caption(t("q_own_findings"))
+        rows = findings.filter(pl.col("tenant") == user.tenant)
+        if ui.empty(rows, t("q_no_findings")):
+            return
+    st.dataframe(rows.head(ROW_LIMIT).select(columns), hide_index=True, key="q_findings")
+    if rows.height > ROW_LIMIT:
+        st.caption(t("showing_rows", shown=ROW_LIMIT, total=rows.height))
+
+
+def draw() -> None:
+    user = ui.page_user()
+    ui.title("page_quality")
+    f = filters.sidebar(user, tenant=False, queue=False, gpu_model=True)
+    freshness(user)
+    loaded(f)
+    quarantine(user, f)
+    checks(user, f)
+    scrape_gaps(f)
+    reconciliation(user, f)
+
+
+ui.guarded(draw)

@@ -1,0 +1,183 @@
+"""The dashboards in a real browser: `streamlit run` started for real on a free port, Debian's Chromium
+driven by Playwright (the system browser through executable_path, no browser download). Each page is
+loaded by its URL, signed in through the form, checked for its key element and for no error, and
+screenshotted.
+
+Screenshots are test artifacts under $GPUPOOL_ARTIFACTS/browser (default: the test's tmp_path).
+With GPUPOOL_SCREENSHOTS=docs/screenshots they are also written there, named <page>.png: that is how
+the README's screenshots are made, against a month's warehouse given by GPUPOOL_BROWSER_HOME
+(default: the tests' 2-day demo), see docs/dashboards.md.
+
+Chromium missing: skipped here with the reason, a failure where GPUPOOL_REQUIRE_COMPONENTS is set (CI,
+which installs it with scripts/components.sh).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from pipelines.paths import REPO_ROOT
+from tests.dashboards.conftest import APP, PASSWORD, USERS
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM = os.environ.get("GPUPOOL_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+DATAFRAME = '[data-testid="stDataFrame"]'
+CHART = '[data-testid="stVegaLiteChart"]'
+# url path -> the element that shows the page has its content
+PAGES = {
+    "pool": DATAFRAME,
+    "queues": f"{CHART}, {DATAFRAME}",
+    "tenants": f"{CHART}, {DATAFRAME}",
+    "idle": f"{CHART}, {DATAFRAME}",
+    "jobs": f"{CHART}, {DATAFRAME}",
+    "capacity": DATAFRAME,
+    "quality": CHART,
+    "audit": DATAFRAME,
+    "catalog": DATAFRAME,
+}
+DEFAULT_PAGE = "pool"  # st.navigation serves its first page at the root URL, not at /pool
+ERRORS = '[data-testid="stException"], [data-testid="stAlertContentError"]'
+VIEWPORT = {"width": 1440, "height": 1400}
+
+
+def _require(reason: str) -> None:
+    if os.environ.get("GPUPOOL_REQUIRE_COMPONENTS"):
+        pytest.fail(f"{reason} (GPUPOOL_REQUIRE_COMPONENTS is set: scripts/components.sh installs it)")
+    pytest.skip(reason)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not (Path(CHROMIUM).exists() or shutil.which(CHROMIUM)):
+        _require(f"no Chromium at {CHROMIUM}: `apt-get install chromium` (scripts/components.sh)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _require("Python Playwright is not installed (`pip install -e '.[dev]'`)")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture(scope="module")
+def app_url(request, tmp_path_factory):
+    """`streamlit run dashboards/app.py` on a free port against the demo warehouse, with the test users."""
+    home = os.environ.get("GPUPOOL_BROWSER_HOME") or str(request.getfixturevalue("demo_home"))
+    port = _free_port()
+    log = tmp_path_factory.mktemp("streamlit") / "streamlit.log"
+    env = dict(os.environ, GPUPOOL_HOME=home, GPUPOOL_DASHBOARD_USERS=json.dumps(USERS))
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "streamlit", "run", APP, "--server.headless", "true", "--server.port", str(port),
+             "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"],
+            cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if requests.get(f"{url}/_stcore/health", timeout=2).status_code == 200:
+                    break
+            except requests.ConnectionError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"streamlit did not come up on {url}:\n{log.read_text()[-3000:]}")
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory) -> list[Path]:
+    """Where screenshots go: the artifacts folder, and docs/screenshots-like folders when asked."""
+    artifacts = os.environ.get("GPUPOOL_ARTIFACTS")
+    folders = [Path(artifacts) / "browser" if artifacts else tmp_path_factory.mktemp("browser")]
+    if os.environ.get("GPUPOOL_SCREENSHOTS"):
+        folders.append(REPO_ROOT / os.environ["GPUPOOL_SCREENSHOTS"])
+    for folder in folders:
+        folder.mkdir(parents=True, exist_ok=True)
+    return folders
+
+
+def _sign_in(page, name: str) -> None:
+    page.get_by_label("User").fill(name)
+    page.get_by_label("Password", exact=True).fill(PASSWORD)
+    page.get_by_role("button", name="Sign in").click()
+
+
+def _settled(page, timeout_ms: int = 30_000) -> None:
+    """Wait until the script run is over (the app's root says so) and charts have drawn."""
+    page.wait_for_selector('[data-testid="stApp"][data-test-script-state="notRunning"]', timeout=timeout_ms)
+    page.wait_for_timeout(800)  # Vega renders after the run
+
+
+def test_sign_in_form_guards_every_page(browser, app_url):
+    page = browser.new_page(viewport=VIEWPORT)
+    try:
+        page.goto(f"{app_url}/audit")
+        page.wait_for_selector('[data-testid="stForm"]', timeout=30_000)
+        _settled(page)
+        assert page.locator(DATAFRAME).count() == 0  # an anonymous visitor sees nothing but the form
+        page.get_by_label("User").fill("ops")
+        page.get_by_label("Password", exact=True).fill("wrong")
+        page.get_by_role("button", name="Sign in").click()
+        page.wait_for_selector('[data-testid="stAlertContentError"]', timeout=30_000)
+        assert page.locator(DATAFRAME).count() == 0
+    finally:
+        page.close()
+
+
+@pytest.mark.parametrize("path", list(PAGES))
+def test_page_in_the_browser(browser, app_url, shots, path):
+    page = browser.new_page(viewport=VIEWPORT)
+    problems: list[str] = []
+    page.on("pageerror", lambda exc: problems.append(str(exc)))
+    try:
+        began = time.monotonic()
+        page.goto(f"{app_url}/{'' if path == DEFAULT_PAGE else path}")
+        page.wait_for_selector('[data-testid="stForm"]', timeout=30_000)
+        _settled(page)  # widgets stay inert while the script runs
+        _sign_in(page, "ops")
+        page.wait_for_selector(f'[data-testid="gpupool-page"][data-page="page_{path}"]', state="attached",
+                               timeout=60_000)
+        page.wait_for_selector(PAGES[path], timeout=60_000)
+        _settled(page)
+        seconds = time.monotonic() - began
+        errors = [e.inner_text()[:500] for e in page.locator(ERRORS).all()]
+        assert errors == [], f"{path}: {errors}"
+        assert problems == [], f"{path}: JavaScript errors {problems}"
+        for folder in shots:
+            page.screenshot(path=str(folder / f"{path}.png"), full_page=True)
+        print(f"{path}: signed in and drawn in {seconds:.1f} s")
+    except Exception:
+        page.screenshot(path=str(shots[0] / f"{path}-failed.png"))
+        raise
+    finally:
+        page.close()
