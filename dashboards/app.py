@@ -1,4 +1,5 @@
-"""The entry file: language, sign-in and navigation only; each page lives in dashboards/pages/.
+"""The entry file: language, sign-in and navigation only; each page lives in dashboards/views/
+(not pages/: a folder of that name switches Streamlit to its file-based navigation).
 
     streamlit run dashboards/app.py     (or `gpupool dashboard`)
 """
@@ -6,7 +7,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboards.auth import UsersError, configured_users, current_user, sign_in, sign_out
+from dashboards.auth import UsersError, configured_users, current_user, sign_in, sign_out, sso_configured
 from dashboards.i18n import LANGUAGES, lang, t
 
 st.set_page_config(page_title="gpupool", page_icon=":material/grid_view:", layout="wide")
@@ -23,12 +24,29 @@ except UsersError as exc:
     st.error(f"{exc} (docs/dashboards.md)")
     st.stop()
 
+PAGES = [
+    ("views/pool.py", "page_pool", ":material/grid_view:"),
+    ("views/queues.py", "page_queues", ":material/hourglass_top:"),
+    ("views/tenants.py", "page_tenants", ":material/groups:"),
+    ("views/idle.py", "page_idle", ":material/bedtime:"),
+    ("views/jobs.py", "page_jobs", ":material/work:"),
+    ("views/capacity.py", "page_capacity", ":material/trending_up:"),
+    ("views/quality.py", "page_quality", ":material/verified:"),
+    ("views/audit.py", "page_audit", ":material/policy:"),
+    ("views/catalog.py", "page_catalog", ":material/menu_book:"),
+]
 user = current_user()
+# declared before the sign-in form, so that a shared link's page is the one shown after signing in
+navigation = st.navigation([st.Page(path, title=t(key), icon=icon, url_path=key.removeprefix("page_"))
+                            for path, key, icon in PAGES],
+                           position="sidebar" if user else "hidden")
 if user is None:
     st.title(t("app_title"))
     if not users:
         st.warning(t("no_users"))
         st.stop()
+    if sso_configured() and st.button(t("sign_in_sso")):
+        st.login()
     with st.form("sign_in"):
         name = st.text_input(t("user"))
         password = st.text_input(t("password"), type="password")
@@ -44,17 +62,4 @@ if st.sidebar.button(t("sign_out")):
     sign_out()
     st.rerun()
 
-PAGES = [
-    ("pages/pool.py", "page_pool", ":material/grid_view:"),
-    ("pages/queues.py", "page_queues", ":material/hourglass_top:"),
-    ("pages/tenants.py", "page_tenants", ":material/groups:"),
-    ("pages/idle.py", "page_idle", ":material/bedtime:"),
-    ("pages/jobs.py", "page_jobs", ":material/work:"),
-    ("pages/capacity.py", "page_capacity", ":material/trending_up:"),
-    ("pages/quality.py", "page_quality", ":material/verified:"),
-    ("pages/audit.py", "page_audit", ":material/policy:"),
-    ("pages/catalog.py", "page_catalog", ":material/menu_book:"),
-]
-navigation = st.navigation([st.Page(path, title=t(key), icon=icon, url_path=key.removeprefix("page_"))
-                            for path, key, icon in PAGES])
 navigation.run()

@@ -97,6 +97,14 @@ def _oidc_user(users: dict[str, User]) -> User | None:
     return next((u for u in users.values() if email and u.email == email), None)
 
 
+def sso_configured() -> bool:
+    """Streamlit's OpenID Connect login is set up ([auth] in secrets.toml)."""
+    try:
+        return "auth" in st.secrets
+    except (FileNotFoundError, st.errors.StreamlitSecretNotFoundError):
+        return False
+
+
 def current_user() -> User | None:
     name = st.session_state.get("gpupool_user")
     users = configured_users()

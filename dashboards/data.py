@@ -61,7 +61,9 @@ def query(sql: str, params: tuple = ()) -> pl.DataFrame:
 def _query(path: str, sql: str, params: tuple) -> pl.DataFrame:
     con = _connect()
     try:
-        return pl.from_arrow(con.execute(sql, list(params)).to_arrow_table())
+        frame = pl.from_arrow(con.sql(sql, params=list(params)).to_arrow_table())
+        # DuckDB's sums of integers are DECIMAL; charts and number formats want floats
+        return frame.with_columns(pl.col(pl.Decimal).cast(pl.Float64))
     finally:
         con.close()
 

@@ -17,6 +17,7 @@ STRINGS: dict[str, dict[str, str]] = {
     "signed_in_as": {"en": "Signed in as", "zh": "当前用户"},
     "sign_in": {"en": "Sign in", "zh": "登录"},
     "sign_out": {"en": "Sign out", "zh": "退出"},
+    "sign_in_sso": {"en": "Sign in with single sign-on", "zh": "使用单点登录"},
     "user": {"en": "User", "zh": "用户名"},
     "password": {"en": "Password", "zh": "密码"},
     "bad_login": {"en": "Unknown user or wrong password.", "zh": "用户不存在或密码错误。"},

@@ -41,14 +41,14 @@ def dashboard_env(monkeypatch, demo_home):
 
 
 def signed_in(name: str, page: str | None = None, **params: str) -> AppTest:
-    """The app signed in as `name`, on `page` (a dashboards/pages file stem), with URL parameters."""
+    """The app signed in as `name`, on `page` (a dashboards/views file stem), with URL parameters."""
     at = AppTest.from_file(APP, default_timeout=60)
     at.session_state["gpupool_user"] = name
     for key, value in params.items():
         at.query_params[key] = value
     at.run()
     if page is not None:
-        at.switch_page(f"pages/{page}.py")
+        at.switch_page(f"views/{page}.py")
         at.run()
     return at
 

@@ -29,14 +29,14 @@ def test_anonymous_sees_only_the_sign_in_form(dashboard_env):
 
 @pytest.mark.parametrize("page", PAGES)
 def test_anonymous_cannot_open_a_page(dashboard_env, page):
-    """A page opened without a session user (a shared link) draws nothing but the ask to sign in."""
+    """A page opened without a session user (a shared link) draws nothing but the sign-in form."""
     at = AppTest.from_file(APP, default_timeout=60)
     at.run()
-    at.switch_page(f"pages/{page}.py")
+    at.switch_page(f"views/{page}.py")
     at.run()
     assert not at.exception
     assert data_shown(at) == 0
-    assert [i.value for i in at.info] == [STRINGS["sign_in_needed"]["en"]]
+    assert [t.label for t in at.text_input] == [STRINGS["user"]["en"], STRINGS["password"]["en"]]
 
 
 def test_wrong_password_then_sign_in(dashboard_env):

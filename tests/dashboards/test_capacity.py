@@ -7,7 +7,7 @@ import json
 import streamlit as st
 
 from dashboards.i18n import STRINGS
-from dashboards.pages.capacity import _figures, _whatif
+from dashboards.views.capacity import _figures, _whatif
 from tests.dashboards.conftest import errors, signed_in
 
 
