@@ -536,7 +536,8 @@ def dashboard(home: Path | None, port: int, host: str) -> None:
               "configure users as docs/dashboards.md says)")
     app = Path(auth.__file__).resolve().parent / "app.py"
     command = [sys.executable, "-m", "streamlit", "run", str(app), "--server.headless", "true",
-               "--server.port", str(port), "--server.address", host, "--browser.gatherUsageStats", "false"]
+               "--server.port", str(port), "--server.address", host, "--browser.gatherUsageStats", "false",
+               "--client.toolbarMode", "minimal"]
     _step(f"dashboards on http://{host}:{port}/ reading {wh.db_path} (Ctrl-C stops)")
     try:
         code = subprocess.run(command, env=env, check=False).returncode

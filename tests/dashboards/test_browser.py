@@ -90,7 +90,7 @@ def app_url(request, tmp_path_factory):
     with open(log, "w") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "streamlit", "run", APP, "--server.headless", "true", "--server.port", str(port),
-             "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"],
+             "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false", "--client.toolbarMode", "minimal"],
             cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
