@@ -22,3 +22,15 @@ if ! command -v chromium >/dev/null 2>&1; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium fonts-noto-color-emoji >/dev/null
 fi
+# the monthly review pack (pipelines/pack/): WeasyPrint draws text with Pango; Noto CJK gives the
+# Chinese pack its glyphs (without it they are empty boxes); poppler-utils' pdftoppm renders the
+# pack's PDF pages to PNG in tests/pack/
+pack_packages=()
+for lib in libpango-1.0-0 libpangoft2-1.0-0 fonts-noto-cjk poppler-utils; do
+  dpkg -s "$lib" >/dev/null 2>&1 || pack_packages+=("$lib")
+done
+if [ "${#pack_packages[@]}" -gt 0 ]; then
+  echo "▸ installing ${pack_packages[*]} (Debian packages)"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${pack_packages[@]}" >/dev/null
+fi
