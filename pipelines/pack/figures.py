@@ -1,0 +1,227 @@
+"""Every number of the monthly review pack, as a named query on a `metrics` view.
+
+A headline figure is one value: its SQL reads one metric view for the month ([start, end) days, or
+the month's row of a monthly view) and names the catalog metric it carries, so a test can run the
+same query again and the pack can footnote the definition. Each headline is queried again for the
+previous month for the change ("n/a" when that month has no data). Tables are queries too; the pack
+shows them and writes each to the CSV/Parquet appendix. Ratios of a month come from
+metrics.pack_month (computed in SQL), never from sums in Python.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+
+import duckdb
+import polars as pl
+
+PARTS = ("resources", "tasks", "governance", "improvements", "scorecard")
+
+DAYS = "day >= ? and day < ?"
+
+
+@dataclass(frozen=True)
+class Figure:
+    key: str
+    part: str
+    metric: str  # catalog metric name
+    view: str
+    sql: str  # parameters: the month's first day and the next month's first day (or just the first day)
+    monthly: bool = False  # True: one parameter, the month's first day
+
+    def params(self, month: dt.date) -> list:
+        return [month] if self.monthly else [month, next_month(month)]
+
+
+@dataclass(frozen=True)
+class Table:
+    key: str
+    part: str
+    view: str
+    sql: str
+    metrics: tuple[str, ...] = ()  # catalog metrics its columns carry
+    monthly: bool = False
+    chart: tuple[str, str, str] | None = None  # (x, y, mark) for a PNG chart
+
+    def params(self, month: dt.date) -> list:
+        if "?" not in self.sql:  # a view over the loaded window (the scorecard)
+            return []
+        return [month] if self.monthly else [month, next_month(month)]
+
+
+def next_month(month: dt.date) -> dt.date:
+    return (month.replace(day=28) + dt.timedelta(days=4)).replace(day=1)
+
+
+def previous_month(month: dt.date) -> dt.date:
+    return (month.replace(day=1) - dt.timedelta(days=1)).replace(day=1)
+
+
+def _pm(column: str) -> str:
+    return f"select {column} from metrics.pack_month where month = ?"
+
+
+def _sum(column: str, view: str) -> str:
+    return f"select sum({column}) from metrics.{view} where {DAYS}"
+
+
+FIGURES: tuple[Figure, ...] = (
+    # resources
+    Figure("physical_gpus", "resources", "physical_gpus", "pool_daily",
+           f"select max(gpus) from (select day, sum(physical_gpus) as gpus from metrics.pool_daily where {DAYS} group by day)"),
+    Figure("capacity_gpu_hours", "resources", "capacity_gpu_hours", "pack_month", _pm("capacity_gpu_hours"), True),
+    Figure("allocated_gpu_hours", "resources", "allocated_gpu_hours", "pack_month", _pm("allocated_gpu_hours"), True),
+    Figure("allocation_rate", "resources", "allocation_rate", "pack_month", _pm("allocation_rate_pct"), True),
+    Figure("utilisation_of_allocated", "resources", "utilisation_of_allocated", "pack_month",
+           _pm("utilisation_of_allocated_pct"), True),
+    Figure("pool_utilisation", "resources", "pool_utilisation", "pack_month", _pm("pool_utilisation_pct"), True),
+    Figure("idle_allocated_gpu_hours", "resources", "idle_allocated_gpu_hours", "pack_month",
+           _pm("idle_allocated_gpu_hours"), True),
+    Figure("spec_gap_gpus_peak_hour", "resources", "spec_gap_gpus_peak_hour", "spec_gaps",
+           f"select max(gap_gpus_peak_hour) from metrics.spec_gaps where {DAYS}"),
+    # tasks
+    Figure("submissions", "tasks", "submissions", "pack_month", _pm("submissions"), True),
+    Figure("failed_jobs", "tasks", "failed_jobs", "pack_month", _pm("failed_jobs"), True),
+    Figure("failure_rate", "tasks", "failure_rate", "pack_month", _pm("failure_rate_pct"), True),
+    Figure("retries", "tasks", "retries", "task_daily", _sum("retries", "task_daily")),
+    Figure("retry_gpu_hours", "tasks", "retry_gpu_hours", "task_daily", _sum("retry_gpu_hours", "task_daily")),
+    Figure("checkpoint_policy_coverage", "tasks", "checkpoint_policy_coverage", "pack_month",
+           _pm("checkpoint_policy_pct"), True),
+    # governance
+    Figure("audit_records", "governance", "audit_records", "audit_daily", _sum("audit_records", "audit_daily")),
+    Figure("permission_changes", "governance", "permission_changes", "audit_daily",
+           _sum("permission_changes", "audit_daily")),
+    Figure("approvals", "governance", "approvals", "audit_daily", _sum("approvals", "audit_daily")),
+    Figure("enforcement_actions", "governance", "enforcement_actions", "enforcement_daily",
+           _sum("actions", "enforcement_daily")),
+    Figure("recovered_gpu_hours", "governance", "recovered_gpu_hours", "enforcement_daily",
+           _sum("recovered_gpu_hours", "enforcement_daily")),
+    Figure("pool_total_cost", "governance", "pool_total_cost", "cost_attribution",
+           "select max(pool_total_cost_usd) from metrics.cost_attribution where month = ?", True),
+)
+
+TABLES: tuple[Table, ...] = (
+    Table("pool_by_day", "resources", "pool_daily",
+          f"select day, sum(capacity_gpu_hours) as capacity_gpu_hours, sum(allocated_gpu_hours) as allocated_gpu_hours, "
+          f"sum(active_gpu_hours) as active_gpu_hours from metrics.pool_daily where {DAYS} group by day order by day",
+          ("capacity_gpu_hours", "allocated_gpu_hours", "active_gpu_hours"), chart=("day", "allocated_gpu_hours", "bar")),
+    Table("gpu_models", "resources", "pool_daily",
+          f"select gpu_model, max(physical_gpus) as physical_gpus, sum(capacity_gpu_hours) as capacity_gpu_hours, "
+          f"sum(allocated_gpu_hours) as allocated_gpu_hours, max(peak_allocated_gpus) as peak_allocated_gpus "
+          f"from metrics.pool_daily where {DAYS} group by gpu_model order by gpu_model",
+          ("physical_gpus", "capacity_gpu_hours", "allocated_gpu_hours", "peak_allocated_gpus")),
+    Table("queues", "resources", "queue_daily",
+          f"select queue, tenant, sum(submissions) as submissions, sum(jobs_started) as jobs_started, "
+          f"max(queue_wait_p95_s) as worst_daily_queue_wait_p95_s, sum(preemptions) as preemptions, "
+          f"sum(requeues) as requeues, sum(allocated_gpu_hours) as allocated_gpu_hours "
+          f"from metrics.queue_daily where {DAYS} group by queue, tenant order by queue, tenant",
+          ("submissions", "jobs_started", "queue_wait_p95", "preemptions", "requeues")),
+    Table("quotas", "resources", "tenant_quota",
+          f"select tenant, gpu_model, max(quota_gpus) as quota_gpus, sum(quota_gpu_hours) as quota_gpu_hours, "
+          f"sum(allocated_gpu_hours) as allocated_gpu_hours, sum(borrowed_gpu_hours) as borrowed_gpu_hours, "
+          f"sum(unused_quota_gpu_hours) as unused_quota_gpu_hours from metrics.tenant_quota where {DAYS} "
+          f"group by tenant, gpu_model order by tenant, gpu_model",
+          ("quota_gpu_hours", "borrowed_gpu_hours", "unused_quota_gpu_hours")),
+    Table("spec_gaps", "resources", "spec_gaps",
+          f"select gpu_model, share_mode, gpus_requested, max(gap_gpus_peak_hour) as gap_gpus_peak_hour, "
+          f"sum(rightsizable_attempts) as rightsizable_attempts, sum(rightsizable_gpu_hours) as rightsizable_gpu_hours "
+          f"from metrics.spec_gaps where {DAYS} group by all order by gap_gpus_peak_hour desc nulls last limit 15",
+          ("spec_gap_gpus_peak_hour", "rightsizable_attempts", "rightsizable_gpu_hours")),
+    Table("templates", "tasks", "task_daily",
+          f"select template, sum(submissions) as submissions, sum(finished_jobs) as finished_jobs, "
+          f"sum(failed_jobs) as failed_jobs, sum(retries) as retries, sum(retry_gpu_hours) as retry_gpu_hours, "
+          f"sum(interruptions_without_checkpoint_policy) as interruptions_without_checkpoint_policy "
+          f"from metrics.task_daily where {DAYS} group by template order by submissions desc",
+          ("submissions", "finished_jobs", "failed_jobs", "retries", "retry_gpu_hours",
+           "interruptions_without_checkpoint")),
+    Table("run_times", "tasks", "task_daily",
+          f"select day, template, sum(finished_jobs) as finished_jobs, max(run_time_p50_s) as max_tenant_run_time_p50_s "
+          f"from metrics.task_daily where {DAYS} group by day, template order by day, template",
+          ("run_time_p50", "finished_jobs")),
+    Table("failure_reasons", "tasks", "failure_reasons",
+          f"select failure_reason, sum(failed_jobs) as failed_jobs, sum(allocated_gpu_hours) as allocated_gpu_hours "
+          f"from metrics.failure_reasons where {DAYS} group by failure_reason order by failed_jobs desc",
+          ("failures_by_reason",), chart=("failure_reason", "failed_jobs", "bar")),
+    Table("audit", "governance", "audit_daily",
+          f"select source, sum(audit_records) as audit_records, sum(permission_changes) as permission_changes, "
+          f"sum(quota_changes) as quota_changes, sum(approvals) as approvals, sum(denied_requests) as denied_requests "
+          f"from metrics.audit_daily where {DAYS} group by source order by source",
+          ("audit_records", "permission_changes", "quota_changes", "approvals", "denied_requests")),
+    Table("cost_by_tenant", "governance", "cost_attribution",
+          "select tenant, allocated_gpu_hours, allocated_cost_usd, shared_unallocated_cost_usd, total_cost_usd, "
+          "cost_share_pct from metrics.cost_attribution where month = ? order by total_cost_usd desc",
+          ("allocated_cost", "shared_unallocated_cost", "total_cost", "cost_share"), monthly=True,
+          chart=("tenant", "total_cost_usd", "bar")),
+    Table("enforcement", "governance", "enforcement_daily",
+          f"select action_kind, decision, sum(actions) as actions, sum(gpus_released) as gpus_released, "
+          f"sum(recovered_gpu_hours) as recovered_gpu_hours, sum(reused_gpu_hours) as reused_gpu_hours "
+          f"from metrics.enforcement_daily where {DAYS} group by action_kind, decision order by action_kind, decision",
+          ("enforcement_actions", "recovered_gpu_hours", "reused_gpu_hours")),
+    Table("governance_findings", "improvements", "governance_actions",
+          f"select policy, mode, outcome, sum(findings) as findings, sum(actions) as actions, "
+          f"sum(recovered_gpu_hours) as recovered_gpu_hours, sum(false_positives) as false_positives "
+          f"from metrics.governance_actions where {DAYS} group by policy, mode, outcome order by policy, mode, outcome",
+          ("governance_actions_by_outcome", "recovered_gpu_hours")),
+    Table("capacity_recommendations", "improvements", "capacity_recommendations",
+          "select rank, kind, recommendation, recommendation_zh, confidence, impact_gpu_hours "
+          "from metrics.capacity_recommendations where period_month = ? order by rank",
+          ("capacity_recommendations",), monthly=True),
+    Table("pooling_scorecard", "scorecard", "pooling_scorecard",
+          "select stage, criterion, score_pct, first_day, last_day from metrics.pooling_scorecard order by stage_order",
+          ("pooling_stage_score",), chart=("stage", "score_pct", "bar")),
+)
+
+
+@dataclass
+class Figures:
+    month: dt.date
+    catalog_version: str
+    values: dict[str, float | None] = field(default_factory=dict)
+    previous: dict[str, float | None] = field(default_factory=dict)
+    tables: dict[str, pl.DataFrame] = field(default_factory=dict)
+    catalog: dict[str, dict] = field(default_factory=dict)  # metric name -> catalog row
+
+
+def _frame(con: duckdb.DuckDBPyConnection, sql: str, params: list) -> pl.DataFrame:
+    frame = pl.from_arrow(con.sql(sql, params=params).to_arrow_table())
+    return frame.with_columns(pl.col(pl.Decimal).cast(pl.Float64))
+
+
+def figure_value(con: duckdb.DuckDBPyConnection, figure: Figure, month: dt.date) -> float | None:
+    """The figure's value for a month (None when the view has no row for it)."""
+    rows = con.sql(figure.sql, params=figure.params(month)).fetchall()
+    return None if not rows or rows[0][0] is None else float(rows[0][0])
+
+
+def table_frame(con: duckdb.DuckDBPyConnection, table: Table, month: dt.date) -> pl.DataFrame:
+    return _frame(con, table.sql, table.params(month))
+
+
+def collect(con: duckdb.DuckDBPyConnection, month: dt.date) -> Figures:
+    """Every figure and table of the pack for `month` (its first day) and the previous month's figures."""
+    month = month.replace(day=1)
+    version = con.sql("select catalog_version from metrics.catalog_version").fetchall()[0][0]
+    out = Figures(month=month, catalog_version=version)
+    prev = previous_month(month)
+    for f in FIGURES:
+        out.values[f.key] = figure_value(con, f, month)
+        out.previous[f.key] = figure_value(con, f, prev)
+    for t in TABLES:
+        out.tables[t.key] = table_frame(con, t, month)
+    names = sorted({f.metric for f in FIGURES} | {m for t in TABLES for m in t.metrics})
+    cat = _frame(con, "select * from metrics.catalog where metric_name in (select unnest(?))", [names])
+    out.catalog = {r["metric_name"]: r for r in cat.iter_rows(named=True)}
+    missing = set(names) - set(out.catalog)
+    if missing:
+        raise KeyError(f"review pack: metrics {sorted(missing)} are not in catalog {version}")
+    return out
+
+
+def change(value: float | None, previous: float | None) -> str:
+    """The change from the previous month as text; 'n/a' when either month has no value."""
+    if value is None or previous is None:
+        return "n/a"
+    delta = value - previous
+    if previous == 0:
+        return f"{delta:+,.1f}"
+    return f"{delta:+,.1f} ({100 * delta / abs(previous):+.1f}%)"
