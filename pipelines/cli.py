@@ -629,3 +629,29 @@ main.add_command(allocator_group)
 
 if __name__ == "__main__":
     main()
+
+
+@main.command()
+@HOME_OPTION
+@click.option("--month", required=True, help="Month of the pack, YYYY-MM.")
+@click.option("--lang", type=click.Choice(["en", "zh"]), default="en", show_default=True, help="Language of the pack.")
+def pack(home: Path | None, month: str, lang: str) -> None:
+    """The monthly review pack (HTML, PDF, PNG charts, CSV/Parquet appendix) from the metrics views,
+    kept under <home>/packs/YYYY-MM/<version>/ and listed in <home>/packs/index.json (docs/pack.md)."""
+    from pipelines.pack.build import build_pack
+
+    try:
+        first = dt.datetime.strptime(month, "%Y-%m").date()
+    except ValueError:
+        raise click.BadParameter(f"{month!r}: expected YYYY-MM", param_hint="--month") from None
+    wh = _warehouse(home)
+    try:
+        con = wh.connect(read_only=True)
+    except FileNotFoundError as err:
+        raise click.ClickException(str(err)) from None
+    try:
+        out = build_pack(con, home or default_home(), first, lang)
+    finally:
+        con.close()
+    _step(f"review pack {month} ({lang}) in {out}")
+    click.echo(f"  {out / 'pack.html'}\n  {out / 'pack.pdf'}")
