@@ -125,13 +125,13 @@ TABLES: tuple[Table, ...] = (
     Table("spec_gaps", "resources", "spec_gaps",
           f"select gpu_model, share_mode, gpus_requested, max(gap_gpus_peak_hour) as gap_gpus_peak_hour, "
           f"sum(rightsizable_attempts) as rightsizable_attempts, sum(rightsizable_gpu_hours) as rightsizable_gpu_hours "
-          f"from metrics.spec_gaps where {DAYS} group by all order by gap_gpus_peak_hour desc nulls last limit 15",
+          f"from metrics.spec_gaps where {DAYS} group by all order by gap_gpus_peak_hour desc nulls last, gpu_model, share_mode, gpus_requested limit 15",
           ("spec_gap_gpus_peak_hour", "rightsizable_attempts", "rightsizable_gpu_hours")),
     Table("templates", "tasks", "task_daily",
           f"select template, sum(submissions) as submissions, sum(finished_jobs) as finished_jobs, "
           f"sum(failed_jobs) as failed_jobs, sum(retries) as retries, sum(retry_gpu_hours) as retry_gpu_hours, "
           f"sum(interruptions_without_checkpoint_policy) as interruptions_without_checkpoint_policy "
-          f"from metrics.task_daily where {DAYS} group by template order by submissions desc",
+          f"from metrics.task_daily where {DAYS} group by template order by submissions desc, template",
           ("submissions", "finished_jobs", "failed_jobs", "retries", "retry_gpu_hours",
            "interruptions_without_checkpoint")),
     Table("run_times", "tasks", "task_daily",
@@ -140,7 +140,7 @@ TABLES: tuple[Table, ...] = (
           ("run_time_p50", "finished_jobs")),
     Table("failure_reasons", "tasks", "failure_reasons",
           f"select failure_reason, sum(failed_jobs) as failed_jobs, sum(allocated_gpu_hours) as allocated_gpu_hours "
-          f"from metrics.failure_reasons where {DAYS} group by failure_reason order by failed_jobs desc",
+          f"from metrics.failure_reasons where {DAYS} group by failure_reason order by failed_jobs desc, failure_reason",
           ("failures_by_reason",), chart=("failure_reason", "failed_jobs", "bar")),
     Table("audit", "governance", "audit_daily",
           f"select source, sum(audit_records) as audit_records, sum(permission_changes) as permission_changes, "
@@ -149,7 +149,7 @@ TABLES: tuple[Table, ...] = (
           ("audit_records", "permission_changes", "quota_changes", "approvals", "denied_requests")),
     Table("cost_by_tenant", "governance", "cost_attribution",
           "select tenant, allocated_gpu_hours, allocated_cost_usd, shared_unallocated_cost_usd, total_cost_usd, "
-          "cost_share_pct from metrics.cost_attribution where month = ? order by total_cost_usd desc",
+          "cost_share_pct from metrics.cost_attribution where month = ? order by total_cost_usd desc, tenant",
           ("allocated_cost", "shared_unallocated_cost", "total_cost", "cost_share"), monthly=True,
           chart=("tenant", "total_cost_usd", "bar")),
     Table("enforcement", "governance", "enforcement_daily",

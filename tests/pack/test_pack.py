@@ -1,0 +1,85 @@
+"""The monthly review pack for a small demo month: every number equals the same query on the
+metrics views, HTML/PDF/appendix exist, PDF pages render to PNG, a second build keeps the first."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+from pipelines.pack.figures import FIGURES, TABLES, figure_value, previous_month, table_frame
+from pipelines.pack.store import read_index
+
+pytestmark = pytest.mark.slow
+MONTH = dt.date(2026, 11, 1)
+
+
+def _gpupool(*args: str) -> None:
+    subprocess.run([str(Path(sys.executable).parent / "gpupool"), *args], check=True, capture_output=True)
+
+
+@pytest.fixture(scope="session")
+def pack_home(tmp_path_factory) -> Path:
+    home = tmp_path_factory.mktemp("pack")
+    _gpupool("demo", "--days", "3", "--gpus", "64", "--no-baseline", "--home", str(home))
+    _gpupool("recommend", "--whatif-top", "0", "--home", str(home))
+    _gpupool("pack", "--month", "2026-11", "--home", str(home))
+    return home
+
+
+def _packs(home: Path) -> list[dict]:
+    return [e for e in read_index(home) if e["month"] == "2026-11"]
+
+
+def test_every_number_equals_its_metrics_query(pack_home):
+    out = pack_home / "packs" / _packs(pack_home)[0]["html"].rsplit("/", 1)[0]
+    stored = json.loads((out / "figures.json").read_text())
+    assert stored["catalog_version"] == "1.4.0"
+    con = duckdb.connect(str(pack_home / "warehouse.duckdb"), read_only=True)
+    try:
+        for f in FIGURES:
+            assert f.sql.startswith("select") and "metrics." in f.sql
+            assert stored["figures"][f.key]["value"] == pytest.approx(figure_value(con, f, MONTH)), f.key
+            assert stored["figures"][f.key]["previous"] == figure_value(con, f, previous_month(MONTH))
+        assert stored["figures"]["submissions"]["value"] > 0
+        catalog = {r[0] for r in con.sql("select metric_name from metrics.catalog").fetchall()}
+        assert {f.metric for f in FIGURES} <= catalog
+        for t in TABLES:
+            appendix = pl.read_parquet(out / "appendix" / f"{t.key}.parquet")
+            # float sums may differ in the last bits between runs (parallel aggregation)
+            assert_frame_equal(appendix, table_frame(con, t, MONTH), check_exact=False)
+            assert (out / "appendix" / f"{t.key}.csv").exists()
+    finally:
+        con.close()
+    html = (out / "pack.html").read_text()
+    assert "1.4.0" in html and "n/a" in html  # the previous month is absent in the demo
+
+
+def test_pdf_pages_render(pack_home, tmp_path):
+    out = pack_home / "packs" / _packs(pack_home)[0]["pdf"]
+    assert out.stat().st_size > 10_000
+    if shutil.which("pdftoppm") is None:
+        if os.environ.get("GPUPOOL_REQUIRE_COMPONENTS"):
+            pytest.fail("pdftoppm (poppler-utils) missing: run scripts/components.sh")
+        pytest.skip("pdftoppm (poppler-utils) not installed: run scripts/components.sh")
+    subprocess.run(["pdftoppm", "-r", "40", "-png", str(out), str(tmp_path / "page")], check=True)
+    pages = sorted(tmp_path.glob("page-*.png"))
+    assert len(pages) >= 2 and all(p.stat().st_size > 1000 for p in pages)
+
+
+def test_second_build_keeps_the_first_and_chinese(pack_home):
+    first = _packs(pack_home)
+    _gpupool("pack", "--month", "2026-11", "--lang", "zh", "--home", str(pack_home))
+    after = _packs(pack_home)
+    assert len(after) == len(first) + 1
+    for entry in after:
+        assert (pack_home / "packs" / entry["pdf"]).exists()
+    assert "GPU资源池月度报告" in (pack_home / "packs" / after[-1]["html"]).read_text()
