@@ -34,6 +34,7 @@ PAGES = [
     ("views/quality.py", "page_quality", ":material/verified:"),
     ("views/audit.py", "page_audit", ":material/policy:"),
     ("views/catalog.py", "page_catalog", ":material/menu_book:"),
+    ("views/packs.py", "page_packs", ":material/picture_as_pdf:"),
 ]
 user = current_user()
 # declared before the sign-in form, so that a shared link's page is the one shown after signing in

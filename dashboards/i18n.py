@@ -44,6 +44,10 @@ STRINGS: dict[str, dict[str, str]] = {
     "page_quality": {"en": "Data quality and freshness", "zh": "数据质量与新鲜度"},
     "page_audit": {"en": "Audit", "zh": "审计"},
     "page_catalog": {"en": "Metric catalog", "zh": "指标目录"},
+    "page_packs": {"en": "Review packs", "zh": "月度评审报告"},
+    "packs_operators_only": {"en": "Review packs are for operators.", "zh": "月度评审报告仅供运维人员查看。"},
+    "no_packs": {"en": "No review pack yet: run `gpupool pack --month YYYY-MM` (or the review_pack asset).",
+                 "zh": "还没有月度评审报告：请运行 `gpupool pack --month YYYY-MM`（或 review_pack 资产）。"},
     # idle, jobs and capacity pages
     "idle_now": {"en": "Idle now", "zh": "当前空闲"},
     "idle_none_now": {"en": "No allocation is idle at the data's end for these filters.",

@@ -10,6 +10,7 @@ from pipelines.assets.connectors import (
 )
 from pipelines.assets.ingest import ingest_assets
 from pipelines.assets.marts import catalog_matches_models, ingest_accounting_balanced, warehouse_models
+from pipelines.assets.pack import pack_job, pack_schedule, review_pack
 from pipelines.assets.reclaim import (
     idle_reclaim_sensor,
     policy_findings,
@@ -25,11 +26,12 @@ from pipelines.resources.warehouse import WarehouseResource
 from pipelines.schedules import ingest_job, ingest_schedule, models_job, models_schedule
 
 defs = dg.Definitions(
-    assets=[*connector_assets, *ingest_assets, warehouse_models, policy_findings, capacity_recommendations],
+    assets=[*connector_assets, *ingest_assets, warehouse_models, policy_findings, capacity_recommendations,
+            review_pack],
     asset_checks=[ingest_accounting_balanced, catalog_matches_models],
-    jobs=[land_connectors_job, ingest_job, models_job, policy_findings_job, capacity_job],
+    jobs=[land_connectors_job, ingest_job, models_job, policy_findings_job, capacity_job, pack_job],
     schedules=[land_connectors_schedule, ingest_schedule, models_schedule, policy_findings_schedule,
-               capacity_schedule],
+               capacity_schedule, pack_schedule],
     sensors=[dcgm_scrape_sensor, slurm_gpu_snapshot_sensor, idle_reclaim_sensor],
     resources={
         "warehouse": WarehouseResource(),

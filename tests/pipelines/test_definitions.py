@@ -24,7 +24,7 @@ def test_one_ingest_asset_per_source_plus_the_models_and_the_connectors():
     graph = defs.resolve_asset_graph()
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
     landing = {"slurm_accounting_landing", "kueue_workloads_landing"}
-    derived = {"warehouse_models", "policy_findings", "capacity_recommendations"}
+    derived = {"warehouse_models", "policy_findings", "capacity_recommendations", "review_pack"}
     assert keys == {f"raw_{name}" for name in SOURCES} | derived | landing
 
 
@@ -45,8 +45,8 @@ def test_every_ingest_asset_has_its_expectations_check():
 
 def test_schedules_and_jobs_are_defined():
     assert {j.name for j in defs.jobs} >= {"ingest_daily", "build_models", "land_connectors_daily",
-                                           "policy_findings_daily", "capacity_monthly"}
-    assert len(list(defs.schedules)) == 5
+                                           "policy_findings_daily", "capacity_monthly", "review_pack_monthly"}
+    assert len(list(defs.schedules)) == 6
     assert {s.name for s in defs.sensors} == {"dcgm_scrape", "slurm_gpu_snapshot", "idle_reclaim"}
 
 
@@ -63,3 +63,10 @@ def test_the_monthly_capacity_schedule_targets_the_month_that_just_ended():
 
     context = dg.build_schedule_context(scheduled_execution_time=dt.datetime(2026, 12, 1, 2, 30, tzinfo=dt.UTC))
     assert capacity_schedule(context).partition_key == "2026-11-01"
+
+
+def test_the_monthly_pack_schedule_targets_the_month_that_just_ended():
+    from pipelines.assets.pack import pack_schedule
+
+    context = dg.build_schedule_context(scheduled_execution_time=dt.datetime(2026, 12, 1, 4, 0, tzinfo=dt.UTC))
+    assert pack_schedule(context).partition_key == "2026-11-01"
