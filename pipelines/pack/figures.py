@@ -157,6 +157,11 @@ TABLES: tuple[Table, ...] = (
           f"sum(recovered_gpu_hours) as recovered_gpu_hours, sum(reused_gpu_hours) as reused_gpu_hours "
           f"from metrics.enforcement_daily where {DAYS} group by action_kind, decision order by action_kind, decision",
           ("enforcement_actions", "recovered_gpu_hours", "reused_gpu_hours")),
+    # who carried the month's governance: every actor's audited changes and decisions by kind
+    Table("responsibilities", "governance", "audit_events",
+          f"select actor_role, actor, category, count(*) as audit_records from metrics.audit_events "
+          f"where {DAYS} group by actor_role, actor, category order by audit_records desc, actor, category limit 40",
+          ("audit_records",)),
     Table("governance_findings", "improvements", "governance_actions",
           f"select policy, mode, outcome, sum(findings) as findings, sum(actions) as actions, "
           f"sum(recovered_gpu_hours) as recovered_gpu_hours, sum(false_positives) as false_positives "
