@@ -163,7 +163,8 @@ TABLES: tuple[Table, ...] = (
           f"where {DAYS} group by actor_role, actor, category order by audit_records desc, actor, category limit 40",
           ("audit_records",)),
     Table("governance_findings", "improvements", "governance_actions",
-          f"select policy, mode, outcome, sum(findings) as findings, sum(actions) as actions, "
+          # steps, not findings: a finding whose steps fall on two days is in two days' rows
+          f"select policy, mode, outcome, sum(actions) as actions, "
           f"sum(recovered_gpu_hours) as recovered_gpu_hours, sum(false_positives) as false_positives "
           f"from metrics.governance_actions where {DAYS} group by policy, mode, outcome order by policy, mode, outcome",
           ("governance_actions_by_outcome", "recovered_gpu_hours")),

@@ -54,7 +54,7 @@ def fmt(v: object) -> str:
     if v is None:
         return "n/a"
     if isinstance(v, float):
-        return f"{v:,.1f}"
+        return f"{v:,.0f}" if v.is_integer() and abs(v) >= 10 else f"{v:,.1f}"
     if isinstance(v, int):
         return f"{v:,}"
     return str(v)
