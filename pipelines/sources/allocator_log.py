@@ -37,6 +37,7 @@ from pipelines.sources.jsonl import (
     get_time,
     json_type,
     load_json_document,
+    parse_record_lines,
     read_json_lines,
 )
 
@@ -206,19 +207,8 @@ def _audit(record: JsonRecord) -> dict[str, object]:
 
 def parse_audit_log(data: bytes | str, source_file: str) -> ParseResult:
     """`gpupool.audit/v1` lines → audit_events (before/after as compact JSON text)."""
-    source = "allocator_audit"
-    rejects = Rejects()
-    records = read_json_lines(data, rejects)
-    read = len(records) + len(rejects)
-    audits = Columns(contract("audit_events").schema)
-    for record in records:
-        try:
-            row = _audit(record)
-        except RecordError as error:
-            rejects.add(record.line_number, str(error), record.raw)
-            continue
-        audits.append(**row, source_file=source_file)
-    return _result({"audit_events": audits.frame()}, rejects, source, source_file, read)
+    return parse_record_lines(data, source_file, "allocator_audit", "audit_events", contract("audit_events").schema,
+                              _audit)
 
 
 # --- pool snapshot ---------------------------------------------------------------------------

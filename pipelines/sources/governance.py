@@ -11,10 +11,8 @@ from pipelines.contracts import contract
 from pipelines.policies.model import DECISION_SCHEMA_NAME, DecisionStatus, Mode, PolicyKind, StepAction
 from pipelines.sources.base import ParseResult
 from pipelines.sources.jsonl import (
-    Columns,
     JsonRecord,
     RecordError,
-    Rejects,
     compact_json,
     get,
     get_enum,
@@ -22,7 +20,7 @@ from pipelines.sources.jsonl import (
     get_str,
     get_time,
     json_type,
-    read_json_lines,
+    parse_record_lines,
 )
 
 SOURCE = "governance_actions"
@@ -83,20 +81,5 @@ def _row(record: JsonRecord) -> dict[str, object]:
 
 def parse_governance_log(data: bytes | str, source_file: str) -> ParseResult:
     """`gpupool.governance/v1` lines → governance_actions."""
-    rejects = Rejects()
-    records = read_json_lines(data, rejects)
-    read = len(records) + len(rejects)
-    rows = Columns(contract("governance_actions").schema)
-    for record in records:
-        try:
-            row = _row(record)
-        except RecordError as error:
-            rejects.add(record.line_number, str(error), record.raw)
-            continue
-        rows.append(**row, source_file=source_file)
-    return ParseResult(
-        tables={"governance_actions": rows.frame()},
-        quarantine=rejects.frame(SOURCE, source_file),
-        records_read=read,
-        records_loaded=read - len(rejects),
-    )
+    return parse_record_lines(data, source_file, SOURCE, "governance_actions", contract("governance_actions").schema,
+                              _row)

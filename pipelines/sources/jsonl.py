@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import polars as pl
 
-from pipelines.sources.base import quarantine_frame
+from pipelines.sources.base import ParseResult, quarantine_frame
 
 
 class RecordError(ValueError):
@@ -255,3 +255,22 @@ class Columns:
 
     def frame(self) -> pl.DataFrame:
         return pl.DataFrame(self.data, schema=self.schema)
+
+
+def parse_record_lines(data: bytes | str, source_file: str, source: str, table: str, schema: pl.Schema,
+                       to_row: Callable[[JsonRecord], dict]) -> ParseResult:
+    """JSON Lines of one record kind into one table: each line through `to_row`; a line that is not
+    JSON, or whose fields `to_row` rejects with a RecordError, is quarantined with the reason."""
+    rejects = Rejects()
+    records = read_json_lines(data, rejects)
+    read = len(records) + len(rejects)
+    rows = Columns(schema)
+    for record in records:
+        try:
+            row = to_row(record)
+        except RecordError as error:
+            rejects.add(record.line_number, str(error), record.raw)
+            continue
+        rows.append(**row, source_file=source_file)
+    return ParseResult(tables={table: rows.frame()}, quarantine=rejects.frame(source, source_file),
+                       records_read=read, records_loaded=read - len(rejects))

@@ -7,7 +7,6 @@ unless GPUPOOL_REQUIRE_COMPONENTS=1, which CI sets: there a missing component fa
 from __future__ import annotations
 
 import http.server
-import os
 import shutil
 import socket
 import threading
@@ -16,17 +15,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-REQUIRE_COMPONENTS_ENV = "GPUPOOL_REQUIRE_COMPONENTS"
-
-
-def require_component(name: str, present: bool, how_to_get_it: str) -> None:
-    """Skip (locally) or fail (with GPUPOOL_REQUIRE_COMPONENTS=1, in CI) when `name` is missing."""
-    if present:
-        return
-    message = f"{name} is not installed ({how_to_get_it})"
-    if os.environ.get(REQUIRE_COMPONENTS_ENV) == "1":
-        pytest.fail(f"{message}, and {REQUIRE_COMPONENTS_ENV}=1 requires it")
-    pytest.skip(f"{message}; set {REQUIRE_COMPONENTS_ENV}=1 to make this a failure")
+from tests.components import require_component
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from dashboards.auth import hash_password
@@ -55,3 +56,24 @@ def signed_in(name: str, page: str | None = None, **params: str) -> AppTest:
 
 def errors(at: AppTest) -> list[str]:
     return [e.value for e in at.error] + [str(x.value) for x in at.exception]
+
+
+@pytest.fixture
+def fresh_cache():
+    """Cached queries cleared before and after a test that changes what a warehouse holds."""
+    st.cache_data.clear()
+    yield
+    st.cache_data.clear()
+
+
+def frames(at: AppTest) -> list:
+    return [d.value for d in at.dataframe]
+
+
+def tenants_shown(at: AppTest) -> set[str]:
+    """Every tenant named in the page's tables."""
+    seen: set[str] = set()
+    for df in frames(at):
+        if "tenant" in df.columns:
+            seen |= set(df["tenant"].dropna().unique())
+    return seen

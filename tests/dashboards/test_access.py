@@ -66,7 +66,7 @@ def test_no_users_configured_says_how(dashboard_env, monkeypatch):
 def test_empty_warehouse_is_a_warning(monkeypatch, tmp_path, page):
     monkeypatch.setenv("GPUPOOL_HOME", str(tmp_path))  # no warehouse.duckdb there
     monkeypatch.setenv("GPUPOOL_DASHBOARD_USERS", json.dumps(USERS))
-    st.cache_data.clear()  # cached queries are keyed by SQL and parameters, not by the warehouse file
+    st.cache_data.clear()  # a clean slate: nothing cached from the other tests
     at = signed_in("ops", page)
     assert errors(at) == []
     warnings = [w.value for w in at.warning]

@@ -8,8 +8,6 @@ import sys
 from pathlib import Path
 
 import duckdb
-import pytest
-import streamlit as st
 
 from dashboards.i18n import STRINGS
 from tests.dashboards.conftest import errors, signed_in
@@ -25,13 +23,6 @@ def count(home: Path, where: str = "true") -> int:
         return con.execute(f"select count(*) from metrics.audit_events where {where}").fetchone()[0]
     finally:
         con.close()
-
-
-@pytest.fixture
-def fresh_cache():
-    st.cache_data.clear()
-    yield
-    st.cache_data.clear()
 
 
 def test_operator_sees_counts_chart_and_records(dashboard_env):

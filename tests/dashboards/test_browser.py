@@ -26,6 +26,7 @@ import pytest
 import requests
 
 from pipelines.paths import REPO_ROOT
+from tests.components import require_component
 from tests.dashboards.conftest import APP, PASSWORD, USERS
 
 pytestmark = pytest.mark.slow
@@ -52,12 +53,6 @@ ERRORS = '[data-testid="stException"], [data-testid="stAlertContentError"]'
 VIEWPORT = {"width": 1440, "height": 1400}
 
 
-def _require(reason: str) -> None:
-    if os.environ.get("GPUPOOL_REQUIRE_COMPONENTS"):
-        pytest.fail(f"{reason} (GPUPOOL_REQUIRE_COMPONENTS is set: scripts/components.sh installs it)")
-    pytest.skip(reason)
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -66,12 +61,12 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def browser():
-    if not (Path(CHROMIUM).exists() or shutil.which(CHROMIUM)):
-        _require(f"no Chromium at {CHROMIUM}: `apt-get install chromium` (scripts/components.sh)")
+    require_component(f"Chromium ({CHROMIUM})", bool(Path(CHROMIUM).exists() or shutil.which(CHROMIUM)),
+                      "`apt-get install chromium`, scripts/components.sh")
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
-        _require("Python Playwright is not installed (`pip install -e '.[dev]'`)")
+        require_component("Python Playwright", False, "`pip install -e '.[dev]'`")
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:

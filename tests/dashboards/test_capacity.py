@@ -8,11 +8,7 @@ import streamlit as st
 
 from dashboards.i18n import STRINGS
 from dashboards.views.capacity import _figures, _whatif
-from tests.dashboards.conftest import errors, signed_in
-
-
-def frames(at) -> list:
-    return [d.value for d in at.dataframe]
+from tests.dashboards.conftest import errors, frames, signed_in
 
 
 def advice(at) -> list[str]:
@@ -69,7 +65,7 @@ def test_chinese_shows_the_chinese_advice(dashboard_env):
 
 def test_no_warehouse_says_so(dashboard_env, monkeypatch, tmp_path):
     monkeypatch.setenv("GPUPOOL_HOME", str(tmp_path))
-    st.cache_data.clear()  # cached queries are keyed by SQL and parameters, not by the warehouse file
+    st.cache_data.clear()  # a clean slate: nothing cached from the other tests
     at = signed_in("ops", "capacity")
     assert [e.value for e in at.exception] == []
     assert any(STRINGS["no_warehouse"]["en"] in w.value for w in at.warning)

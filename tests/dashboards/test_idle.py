@@ -10,19 +10,7 @@ import streamlit as st
 
 from dashboards import policies
 from dashboards.i18n import STRINGS
-from tests.dashboards.conftest import errors, signed_in
-
-
-def frames(at) -> list:
-    return [d.value for d in at.dataframe]
-
-
-def tenants_shown(at) -> set[str]:
-    seen: set[str] = set()
-    for df in frames(at):
-        if "tenant" in df.columns:
-            seen |= {v for v in df["tenant"].dropna().unique()}
-    return seen
+from tests.dashboards.conftest import errors, frames, signed_in, tenants_shown
 
 
 def test_operator_sees_the_pool(dashboard_env):
@@ -77,7 +65,7 @@ def test_chinese(dashboard_env):
 
 def test_no_warehouse_says_so(dashboard_env, monkeypatch, tmp_path):
     monkeypatch.setenv("GPUPOOL_HOME", str(tmp_path))
-    st.cache_data.clear()  # cached queries are keyed by SQL and parameters, not by the warehouse file
+    st.cache_data.clear()  # a clean slate: nothing cached from the other tests
     at = signed_in("ops", "idle")
     assert [e.value for e in at.exception] == []
     assert any(STRINGS["no_warehouse"]["en"] in w.value for w in at.warning)

@@ -7,19 +7,7 @@ import datetime as dt
 import streamlit as st
 
 from dashboards.i18n import STRINGS
-from tests.dashboards.conftest import errors, signed_in
-
-
-def frames(at) -> list:
-    return [d.value for d in at.dataframe]
-
-
-def tenants_shown(at) -> set[str]:
-    seen: set[str] = set()
-    for df in frames(at):
-        if "tenant" in df.columns:
-            seen |= set(df["tenant"].dropna().unique())
-    return seen
+from tests.dashboards.conftest import errors, frames, signed_in, tenants_shown
 
 
 def test_operator(dashboard_env):
@@ -62,7 +50,7 @@ def test_chinese(dashboard_env):
 
 def test_no_warehouse_says_so(dashboard_env, monkeypatch, tmp_path):
     monkeypatch.setenv("GPUPOOL_HOME", str(tmp_path))
-    st.cache_data.clear()  # cached queries are keyed by SQL and parameters, not by the warehouse file
+    st.cache_data.clear()  # a clean slate: nothing cached from the other tests
     at = signed_in("ops", "jobs")
     assert [e.value for e in at.exception] == []
     assert any(STRINGS["no_warehouse"]["en"] in w.value for w in at.warning)

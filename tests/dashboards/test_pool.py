@@ -6,7 +6,7 @@ import duckdb
 import pytest
 
 from dashboards.i18n import STRINGS
-from tests.dashboards.conftest import errors, signed_in
+from tests.dashboards.conftest import errors, frames, signed_in
 
 STAGES = ["project_owned", "shared_queues", "elastic_sharing", "resource_operations"]
 INPUTS = {
@@ -29,10 +29,6 @@ def scorecard(demo_home):
         return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
     finally:
         con.close()
-
-
-def frames(at) -> list:
-    return [d.value for d in at.dataframe]
 
 
 def gpu_table(at):

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import duckdb
 import pytest
-import streamlit as st
 
 from dashboards.i18n import STRINGS
 from tests.dashboards.conftest import errors, signed_in
@@ -20,14 +19,6 @@ from tests.dashboards.conftest import errors, signed_in
 def frame_with(at, *columns: str):
     """The first dataframe on the page that has these columns (None when none has)."""
     return next((d.value for d in at.dataframe if set(columns) <= set(d.value.columns)), None)
-
-
-@pytest.fixture
-def fresh_cache():
-    """Queries are cached per SQL text: clear them when a test points GPUPOOL_HOME elsewhere."""
-    st.cache_data.clear()
-    yield
-    st.cache_data.clear()
 
 
 @pytest.fixture

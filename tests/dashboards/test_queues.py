@@ -5,11 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 from dashboards.i18n import STRINGS
-from tests.dashboards.conftest import errors, signed_in
-
-
-def frames(at) -> list:
-    return [d.value for d in at.dataframe]
+from tests.dashboards.conftest import errors, frames, signed_in
 
 
 def shown(at, column: str) -> set:

@@ -5,11 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dashboards.i18n import STRINGS
-from tests.dashboards.conftest import errors, signed_in
-
-
-def frames(at) -> list:
-    return [d.value for d in at.dataframe]
+from tests.dashboards.conftest import errors, frames, signed_in, tenants_shown
 
 
 def cost_table(at):
@@ -19,14 +15,6 @@ def cost_table(at):
 def pool_total(at) -> float:
     metric = next(m for m in at.metric if m.value.endswith(" USD"))
     return float(metric.value.removesuffix(" USD").replace(",", ""))
-
-
-def tenants_shown(at) -> set[str]:
-    seen: set[str] = set()
-    for df in frames(at):
-        if "tenant" in df.columns:
-            seen |= set(df["tenant"].dropna().unique())
-    return seen
 
 
 def test_operator_costs_add_up_to_the_pool_total(dashboard_env):

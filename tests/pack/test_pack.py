@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from polars.testing import assert_frame_equal
 
 from pipelines.pack.figures import FIGURES, TABLES, figure_value, previous_month, table_frame
 from pipelines.pack.store import read_index
+from tests.components import require_component
 
 pytestmark = pytest.mark.slow
 MONTH = dt.date(2026, 11, 1)
@@ -66,10 +66,7 @@ def test_every_number_equals_its_metrics_query(pack_home):
 def test_pdf_pages_render(pack_home, tmp_path):
     out = pack_home / "packs" / _packs(pack_home)[0]["pdf"]
     assert out.stat().st_size > 10_000
-    if shutil.which("pdftoppm") is None:
-        if os.environ.get("GPUPOOL_REQUIRE_COMPONENTS"):
-            pytest.fail("pdftoppm (poppler-utils) missing: run scripts/components.sh")
-        pytest.skip("pdftoppm (poppler-utils) not installed: run scripts/components.sh")
+    require_component("pdftoppm (poppler-utils)", shutil.which("pdftoppm") is not None, "scripts/components.sh")
     subprocess.run(["pdftoppm", "-r", "40", "-png", str(out), str(tmp_path / "page")], check=True)
     pages = sorted(tmp_path.glob("page-*.png"))
     assert len(pages) >= 2 and all(p.stat().st_size > 1000 for p in pages)
