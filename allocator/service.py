@@ -13,17 +13,39 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
+from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request, Response
 from fastapi import Path as PathParam
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from allocator.auth import Principal, Role, TokenTable, load_tokens
+from allocator.inputs import (
+    MAX_BODY_BYTES,
+    MAX_CURSOR,
+    MAX_LIST,
+    MAX_NAME,
+    MAX_PRIORITY,
+    MAX_REPLICAS,
+    MAX_RETRY_BUDGET,
+    Evidence,
+    Flag,
+    Gpus,
+    Name,
+    Quota,
+    Seconds,
+    Text,
+    dumps_safe,
+    parse_strict_json,
+)
 from allocator.model import ActionKind, JobState, PoolConfig, ShareMode, Template
 from allocator.records import pool_snapshot
 from allocator.store import CommandResult, Store, job_view, queue_view
@@ -42,41 +64,43 @@ def utcnow() -> dt.datetime:
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")  # a misspelt field is an error, not silently ignored
+    # a misspelt field is an error, not silently ignored; the field types are allocator.inputs' strict,
+    # bounded ones, so nothing reaches the store that it could not log and answer (issue 11)
+    model_config = ConfigDict(extra="forbid")
 
 
 class JobSubmit(_Body):
     """A job to submit. `tenant` defaults to the queue's (admin) or the caller's (tenant member);
     `user` to the caller's name."""
 
-    queue: str = Field(min_length=1)
+    queue: Name
     template: Template
-    gpu_model: str = Field(min_length=1)
-    tenant: str | None = None
-    user: str | None = None
-    gpus: int = Field(default=1, ge=1)
+    gpu_model: Name
+    tenant: Name | None = None
+    user: Name | None = None
+    gpus: Gpus = 1
     share_mode: ShareMode = ShareMode.WHOLE
-    mig_profile: str | None = None
-    job_name: str = ""
-    expected_runtime_s: int | None = Field(default=None, ge=1)
-    checkpoint_policy: str | None = None
-    min_replicas: int | None = Field(default=None, ge=1)
-    rollback: str | None = None
-    reservation: str | None = None
-    time_limit_s: int | None = Field(default=None, ge=1)
-    idle_reminder_s: int | None = Field(default=None, ge=1)
+    mig_profile: Name | None = None
+    job_name: Annotated[Text, Field(max_length=MAX_NAME)] = ""
+    expected_runtime_s: Seconds | None = None
+    checkpoint_policy: Name | None = None
+    min_replicas: Annotated[StrictInt, Field(ge=1, le=MAX_REPLICAS)] | None = None
+    rollback: Name | None = None
+    reservation: Name | None = None
+    time_limit_s: Seconds | None = None
+    idle_reminder_s: Seconds | None = None
 
 
 class JobCancel(_Body):
-    reason: str = ""
+    reason: Text = ""
 
 
 class JobFinish(_Body):
     """A node agent's report that the work ended by itself."""
 
     state: JobState = JobState.COMPLETED
-    exit_code: int | None = 0
-    reason: str | None = None
+    exit_code: Annotated[StrictInt, Field(ge=-(2**31), le=2**31 - 1)] | None = 0
+    reason: Text | None = None
 
     @model_validator(mode="after")
     def _final(self) -> JobFinish:
@@ -89,15 +113,15 @@ class ActionRequest(_Body):
     """An enforcement action; the idempotency key makes a repeat answer `already_done`."""
 
     kind: ActionKind
-    idempotency_key: str = Field(min_length=1, max_length=200)
-    target: str = Field(min_length=1)  # a job id; for quota_change a queue name
-    reason: str = ""
-    policy: str | None = None
-    policy_version: str | None = None
-    evidence: dict[str, Any] = Field(default_factory=dict)
-    runtime_s: int | None = Field(default=None, ge=1)
-    quota: dict[str, Annotated[float, Field(ge=0)]] | None = None
-    dry_run: bool = False
+    idempotency_key: Name
+    target: Name  # a job id; for quota_change a queue name
+    reason: Text = ""
+    policy: Name | None = None
+    policy_version: Name | None = None
+    evidence: Evidence = Field(default_factory=dict)
+    runtime_s: Seconds | None = None
+    quota: Quota | None = None
+    dry_run: Flag = False
 
     @model_validator(mode="after")
     def _fields_of_kind(self) -> ActionRequest:
@@ -111,16 +135,17 @@ class ActionRequest(_Body):
 class QueuePatch(_Body):
     """An admin change to a queue's rules; only the fields given change."""
 
-    quota: dict[str, Annotated[float, Field(ge=0)]] | None = None
-    priority: int | None = None
-    preemptible: bool | None = None
-    max_gpus_per_request: int | None = Field(default=None, ge=1)
-    max_runtime_s: int | None = Field(default=None, ge=1)
-    retry_budget: int | None = Field(default=None, ge=0)
-    can_borrow: bool | None = None
-    templates: list[Template] | None = None
-    gpu_models: list[str] | None = None
-    shared_with: list[str] | None = None  # tenants that may also submit here; ["*"] for all
+    quota: Quota | None = None
+    priority: Annotated[StrictInt, Field(ge=0, le=MAX_PRIORITY)] | None = None
+    preemptible: Flag | None = None
+    max_gpus_per_request: Gpus | None = None
+    max_runtime_s: Seconds | None = None
+    retry_budget: Annotated[StrictInt, Field(ge=0, le=MAX_RETRY_BUDGET)] | None = None
+    can_borrow: Flag | None = None
+    templates: Annotated[list[Template], Field(max_length=len(Template))] | None = None
+    gpu_models: Annotated[list[Name], Field(max_length=MAX_LIST)] | None = None
+    # tenants that may also submit here; ["*"] for all
+    shared_with: Annotated[list[Name], Field(max_length=MAX_LIST)] | None = None
 
     @model_validator(mode="after")
     def _something(self) -> QueuePatch:
@@ -151,7 +176,12 @@ def principal(
     """The caller: 401 without a bearer token or with one that is not configured."""
     if credentials is None:
         raise HTTPException(401, "missing bearer token", headers={"WWW-Authenticate": "Bearer"})
-    found = request.app.state.tokens.authenticate(credentials.credentials)
+    return request_principal(request.app.state.tokens, credentials)
+
+
+def request_principal(tokens: TokenTable, credentials: HTTPAuthorizationCredentials) -> Principal:
+    """The holder of a presented bearer token; 401 if it is not configured."""
+    found = tokens.authenticate(credentials.credentials)
     if found is None:
         raise HTTPException(401, "invalid bearer token", headers={"WWW-Authenticate": "Bearer"})
     return found
@@ -173,11 +203,58 @@ Anyone = Annotated[Principal, Depends(principal)]
 Submitter = Annotated[Principal, Depends(role(Role.ADMIN, Role.TENANT_MEMBER))]
 Enforcer = Annotated[Principal, Depends(role(Role.ADMIN, Role.GOVERNANCE_BOT))]
 Admin = Annotated[Principal, Depends(role(Role.ADMIN))]
-JobId = Annotated[str, PathParam(min_length=1, max_length=200)]
-ProposalId = Annotated[str, PathParam(min_length=1, max_length=200)]
-IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=200)]
-Cursor = Annotated[int, Query(ge=0, description="the next_cursor of the previous page; 0 for the start")]
+JobId = Annotated[str, PathParam(min_length=1, max_length=MAX_NAME)]
+ProposalId = Annotated[str, PathParam(min_length=1, max_length=MAX_NAME)]
+QueueName = Annotated[str, PathParam(min_length=1, max_length=MAX_NAME)]
+HostName = Annotated[str, PathParam(min_length=1, max_length=MAX_NAME)]
+IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", min_length=1, max_length=MAX_NAME)]
+Cursor = Annotated[
+    int, Query(ge=0, le=MAX_CURSOR, description="the next_cursor of the previous page; 0 for the start")
+]
 Limit = Annotated[int, Query(ge=1, le=10000)]
+NameFilter = Annotated[str | None, Query(min_length=1, max_length=MAX_NAME)]
+StateFilter = Annotated[list[JobState] | None, Query(max_length=len(JobState))]
+
+
+# -- what goes in and out ------------------------------------------------------------------------
+
+
+class StrictJSONRequest(Request):
+    """A request whose JSON body is parsed strictly (`allocator.inputs.parse_strict_json`): NaN,
+    Infinity, lone surrogates, non-UTF-8 bytes and deep nesting are refused (422) before validation."""
+
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            self._json = parse_strict_json(await self.body())
+        return self._json
+
+
+class StrictJSONRoute(APIRoute):
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def strict(request: Request) -> Response:
+            return await handler(StrictJSONRequest(request.scope, request.receive))
+
+        return strict
+
+
+class SafeJSONResponse(JSONResponse):
+    """JSON whose rendering cannot fail on a lone surrogate or a NaN (`allocator.inputs.dumps_safe`
+    escapes them): the answer to a committed command is always sent."""
+
+    def render(self, content: Any) -> bytes:
+        return dumps_safe(content)
+
+
+def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
+    if exc.status_code in (204, 304):
+        return Response(status_code=exc.status_code, headers=exc.headers)
+    return SafeJSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+
+
+def _invalid_request(request: Request, exc: RequestValidationError) -> Response:
+    return SafeJSONResponse({"detail": jsonable_encoder(exc.errors())}, status_code=422)
 
 
 # -- the app -------------------------------------------------------------------------------------
@@ -212,7 +289,15 @@ def create_app(
             # here, not after uvicorn.run: uvicorn re-raises SIGTERM once the app has shut down
             await asyncio.to_thread(store.checkpoint)
 
-    app = FastAPI(title="gpupool allocator", version="1", lifespan=lifespan)
+    app = FastAPI(
+        title="gpupool allocator",
+        version="1",
+        lifespan=lifespan,
+        max_body_size=MAX_BODY_BYTES,  # 413 beyond, before the body is parsed
+        default_response_class=SafeJSONResponse,
+        exception_handlers={StarletteHTTPException: _http_error, RequestValidationError: _invalid_request},
+    )
+    app.router.route_class = StrictJSONRoute
     app.state.tokens = tokens
 
     def visible_job(who: Principal, job_id: str):
@@ -222,10 +307,11 @@ def create_app(
             raise HTTPException(404, f"job {job_id} not found")
         return job
 
-    def answer(result: CommandResult, ok_status: int = 200) -> JSONResponse:
+    def answer(result: CommandResult, ok_status: int = 200) -> Response:
         status = ok_status if result.status == 200 else result.status
         headers = {"Idempotent-Replayed": "true"} if result.replayed else None
-        return JSONResponse(result.body, status_code=status, headers=headers)
+        # the command is committed: this answer must not fail (SafeJSONResponse escapes what it cannot send)
+        return SafeJSONResponse(result.body, status_code=status, headers=headers)
 
     def request_key(who: Principal, key: str | None) -> str | None:
         return f"{who.name}:{key}" if key else None
@@ -242,7 +328,7 @@ def create_app(
             }
 
     @app.post("/v1/jobs", status_code=201)
-    def submit(body: JobSubmit, who: Submitter, idempotency_key: IdempotencyKey = None) -> JSONResponse:
+    def submit(body: JobSubmit, who: Submitter, idempotency_key: IdempotencyKey = None) -> Response:
         spec = body.model_dump(mode="json")
         if who.role == Role.TENANT_MEMBER:
             if spec["tenant"] not in (None, who.tenant):
@@ -254,7 +340,7 @@ def create_app(
             with store.lock:
                 queue = store.engine.queues.get(spec["queue"])
             if queue is None:  # the engine's rule, answered here: without a queue there is no tenant
-                return JSONResponse(
+                return SafeJSONResponse(
                     {"rule": "queue.unknown", "message": f"queue {spec['queue']!r} does not exist"},
                     status_code=422,
                 )
@@ -266,9 +352,9 @@ def create_app(
     @app.get("/v1/jobs")
     def list_jobs(
         who: Anyone,
-        state: Annotated[list[JobState] | None, Query()] = None,
-        queue: str | None = None,
-        tenant: str | None = None,
+        state: StateFilter = None,
+        queue: NameFilter = None,
+        tenant: NameFilter = None,
         limit: Limit = 1000,
     ) -> dict:
         if who.role == Role.TENANT_MEMBER:
@@ -294,7 +380,7 @@ def create_app(
     @app.post("/v1/jobs/{job_id}/cancel")
     def cancel(
         job_id: JobId, who: Submitter, body: JobCancel | None = None, idempotency_key: IdempotencyKey = None
-    ) -> JSONResponse:
+    ) -> Response:
         with store.lock:
             visible_job(who, job_id)
             payload = {"job_id": job_id, "reason": (body or JobCancel()).reason}
@@ -305,7 +391,7 @@ def create_app(
     @app.post("/v1/jobs/{job_id}/finish")
     def finish(
         job_id: JobId, body: JobFinish, who: Enforcer, idempotency_key: IdempotencyKey = None
-    ) -> JSONResponse:
+    ) -> Response:
         with store.lock:
             visible_job(who, job_id)
             payload = {"job_id": job_id, **body.model_dump(mode="json")}
@@ -314,7 +400,7 @@ def create_app(
             )
 
     @app.post("/v1/actions")
-    def action(body: ActionRequest, who: Enforcer) -> JSONResponse:
+    def action(body: ActionRequest, who: Enforcer) -> Response:
         payload = {
             "action": {**body.model_dump(mode="json"), "actor": who.name},
             "actor_role": who.role.value,
@@ -328,7 +414,7 @@ def create_app(
             return {"proposals": [{"proposal_id": pid, **p} for pid, p in store.engine.proposals().items()]}
 
     @app.post("/v1/proposals/{proposal_id}/approve")
-    def approve(proposal_id: ProposalId, who: Admin) -> JSONResponse:
+    def approve(proposal_id: ProposalId, who: Admin) -> Response:
         with store.lock:
             if proposal_id not in store.engine.proposals():
                 raise HTTPException(404, f"proposal {proposal_id} not found")
@@ -346,7 +432,7 @@ def create_app(
             return {"queues": [queue_view(q, store.engine.usage(q.name)) for q in queues]}
 
     @app.patch("/v1/queues/{name}")
-    def update_queue(name: str, body: QueuePatch, who: Admin) -> JSONResponse:
+    def update_queue(name: QueueName, body: QueuePatch, who: Admin) -> Response:
         changes = body.model_dump(mode="json", exclude_unset=True)
         with store.lock:
             if name not in store.engine.queues:
@@ -382,13 +468,27 @@ def create_app(
         return Page(records=records, next_cursor=next_cursor)
 
     @app.get("/nodes/{host}/metrics", response_class=PlainTextResponse)
-    def node_metrics(host: str) -> PlainTextResponse:
-        """dcgm-exporter's exposition of one node as it is now; no auth, like the real exporter."""
+    def node_metrics(
+        host: HostName, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+    ) -> PlainTextResponse:
+        """dcgm-exporter's exposition of one node as it is now. Open like the real exporter, but job ids
+        are tenants' data: without a token no series names its job (`hpc_job`); an admin's or the
+        governance bot's token names every job, a tenant member's its tenant's jobs only. A token that
+        is not configured is 401, so a scraper with a wrong token fails loudly instead of losing labels."""
+        who = None
+        if credentials is not None:
+            who = request_principal(tokens, credentials)
         if host not in {n.host for n in store.pool.nodes}:
             raise HTTPException(404, f"node {host} not found")
+
+        def show_job(job) -> bool:
+            return who is not None and who.sees_tenant(job.spec.tenant)
+
         with store.lock:
             holders = dict(store.engine.holders())
-            text = render_node_metrics(store.pool, holders, host, store.now(clock()), profiles=profiles)
+            text = render_node_metrics(
+                store.pool, holders, host, store.now(clock()), profiles=profiles, show_job=show_job
+            )
         return PlainTextResponse(text, media_type=METRICS_CONTENT_TYPE)
 
     return app

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from allocator.engine import Engine
+from allocator.inputs import json_problem
 from allocator.model import (
     Action,
     ActionKind,
@@ -422,6 +423,11 @@ class Store:
     ) -> CommandResult:
         """Apply a command, log it with its records, commit, then answer. Raises nothing the engine refuses:
         the answer's status says (2xx applied, 4xx refused)."""
+        problem = json_problem(payload) or (json_problem(request_key) if request_key is not None else None)
+        if problem:
+            # never log what could not be answered or replayed as JSON (a lone surrogate, a NaN): the API
+            # refuses such input first; this is the last line, and nothing is committed
+            return CommandResult(None, 422, {"detail": f"{kind}: the request is not valid JSON text: {problem}"})
         with self.lock:
             if request_key is not None:
                 row = self._db.execute(

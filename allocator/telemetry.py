@@ -24,7 +24,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -483,11 +483,15 @@ def render_node_metrics(
     host: str,
     now: dt.datetime,
     profiles: Mapping[str, ActivityProfile] | None = None,
+    show_job: Callable[[Job], bool] | None = None,
 ) -> str:
     """dcgm-exporter text exposition of one node at `now` (no timestamps: the scrape time applies).
 
     holders maps slot ids to the running jobs (Engine.holders()); profiles, by job id, override
-    the default profile. Idle GPUs read 0 activity and no framebuffer use.
+    the default profile. Idle GPUs read 0 activity and no framebuffer use. `show_job` says whose
+    job ids may be named (`hpc_job`); the series of a job it refuses carry no `hpc_job` label (the
+    values stay), and series that become alike (jobs sharing a time-sliced GPU) are sent once.
+    None names every job.
     """
     nodes = [n for n in pool.nodes if n.host == host]
     if not nodes:
@@ -496,7 +500,21 @@ def render_node_metrics(
     works = _works_from_holders(table, {k: v for k, v in holders.items() if k in table.by_slot}, profiles)
     grid = _grid(table, works, np.array([epoch_seconds(now)]))
     series = [(int(c), int(w)) for c, w in zip(grid.row_cell, grid.row_work, strict=True)]
-    labels = [_label_text(table.units[c], works[w].job_id if w >= 0 else None, host) for c, w in series]
+    jobs_by_id = {job.job_id: job for job in holders.values()}
+
+    def named(w: int) -> str | None:
+        if w < 0:
+            return None
+        job_id = works[w].job_id
+        if job_id is None or show_job is None or show_job(jobs_by_id[job_id]):
+            return job_id
+        return None
+
+    labels = [_label_text(table.units[c], named(w), host) for c, w in series]
+    if show_job is not None:  # one series per label set: an unnamed job's series may repeat another's
+        seen: set[str] = set()
+        kept = [i for i, label in enumerate(labels) if not (label in seen or seen.add(label))]
+        series, labels = [series[i] for i in kept], [labels[i] for i in kept]
     out: list[str] = []
     for metric, help_text in METRIC_HELP.items():
         lines = []

@@ -1,5 +1,9 @@
 """The dashboards' only door to the warehouse: read-only, cached queries on the `metrics` views.
 
+Connections come from the analysts' factory (Warehouse.analyst_connect, pipelines/sandbox.py): they
+read the warehouse and the lake its views read, and no other file; queries pass the read-only
+statement allow-list first.
+
 Pages never open DuckDB themselves and never compute a metric: they ask for rows of a metric view
 (filtered, already aggregated by its model) and draw them. Connections are read-only and short;
 DuckDB refuses a read-only open while the pipeline's writer holds the file, so an open is retried
@@ -16,6 +20,8 @@ import polars as pl
 import streamlit as st
 
 from pipelines.paths import default_home
+from pipelines.sandbox import check_read_only
+from pipelines.warehouse import Warehouse
 
 TTL_S = int(os.environ.get("GPUPOOL_DASHBOARD_TTL_S", "60"))
 OPEN_RETRY_S = 5.0
@@ -45,7 +51,8 @@ def _connect() -> duckdb.DuckDBPyConnection:
     deadline = time.monotonic() + OPEN_RETRY_S
     while True:
         try:
-            return duckdb.connect(str(path), read_only=True, config={"memory_limit": "2GB"})
+            # read-only, and no file but the warehouse and its lake (pipelines/sandbox.py)
+            return Warehouse(home()).analyst_connect(memory_limit="2GB")
         except duckdb.IOException as exc:  # the writer holds the lock
             if time.monotonic() > deadline:
                 raise WarehouseBusy(f"the pipeline is writing to {path}; try again in a moment ({exc})") from None
@@ -59,6 +66,7 @@ def query(sql: str, params: tuple = ()) -> pl.DataFrame:
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def _query(path: str, sql: str, params: tuple) -> pl.DataFrame:
+    check_read_only(sql)  # the pages' SQL is ours; a second line of defence all the same
     con = _connect()
     try:
         frame = pl.from_arrow(con.sql(sql, params=list(params)).to_arrow_table())

@@ -257,6 +257,8 @@ def split_valid(
         line_number=line.cast(pl.Int32),
         reason=pl.col("_why"),
         stage=pl.lit(STAGE),
-        raw=pl.struct(frame.columns).struct.json_encode().str.slice(0, RAW_TEXT_LIMIT),
+        # columns named _* are the caller's bookkeeping (the ingest's own-day column), not the record
+        raw=pl.struct([c for c in frame.columns if not c.startswith("_")]).struct.json_encode()
+        .str.slice(0, RAW_TEXT_LIMIT),
     )
     return good, contract("quarantine").conform(quarantine), outcome

@@ -4,7 +4,7 @@ The ingest runs each raw table's GX suite on the parsed batch and moves failing 
 ops.quarantine, so a few bad records never reach the marts. What must stop the pipeline is a
 bad *batch*: a format change, a broken exporter, a sacct shape we do not know. The check fails
 when more than MAX_REJECTED_SHARE of a day's records were quarantined (parse or validation), or
-when a day's files yielded nothing at all. It blocks downstream materialisation for the tables
+when a day's non-empty files yielded nothing at all (an empty file is a quiet day, noted as such). It blocks downstream materialisation for the tables
 whose corruption would poison every mart (telemetry, job events) and warns for the others.
 """
 import dagster as dg
@@ -42,8 +42,9 @@ def day_problems(report: IngestReport) -> list[str]:
             f"{report.partition_date}: {report.records_quarantined:,} of {report.records_read:,} records "
             f"quarantined ({share:.0%})"
         )
-    if report.files_read and report.records_loaded == 0:
-        problems.append(f"{report.partition_date}: {report.files_read} file(s) but no record loaded")
+    non_empty = report.files_read - report.files_empty  # an empty file is a quiet day, not a bad batch
+    if non_empty and report.records_loaded == 0:
+        problems.append(f"{report.partition_date}: {non_empty} non-empty file(s) but no record loaded")
     return problems
 
 

@@ -33,6 +33,80 @@ def _step(message: str) -> None:
     click.echo(click.style("▸ ", fg="cyan") + message)
 
 
+# Exit codes of ingest, build and land (docs/operators.md, "Exit codes"), for cron and CI.
+EXIT_OK = 0
+EXIT_FAILED = 1  # a step failed: the message carries the cause (a failing model and DuckDB's words, ...)
+EXIT_USAGE = 2  # bad arguments (click's own code): a malformed or out-of-range --date, an unknown source
+EXIT_BLOCKED = 3  # the batch was loaded but failed its blocking data-quality check; models not rebuilt
+EXIT_NOTHING_READ = 4  # no file the source reads: nothing was ingested
+
+
+class ExitError(click.ClickException):
+    """A failure with its own exit code; click prints "Error: <message>" on stderr, no traceback."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_FAILED):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+VERBOSE_OPTION = click.option("--verbose", is_flag=True, help="On a failure, also print the full error with its traceback.")
+
+
+def _partition_day(day: str | None, param: str = "--date") -> dt.date:
+    """The UTC day of --date (default today), or a usage error naming the limit of the partitions."""
+    from pipelines.partitions import check_day
+
+    try:
+        partition = dt.date.fromisoformat(day) if day else dt.datetime.now(dt.UTC).date()
+    except ValueError:
+        raise click.BadParameter(f"{day!r} is not a date YYYY-MM-DD", param_hint=param) from None
+    try:
+        check_day(partition)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint=param) from None
+    return partition
+
+
+@contextmanager
+def _step_errors(wh: Warehouse, verbose: bool):
+    """Turn a failed ingest or build step into its cause on one line and exit 1; the full error goes to
+    HOME/logs/last-error.log (and to stderr with --verbose)."""
+    from pipelines.runner import StepFailed
+
+    try:
+        yield
+    except StepFailed as err:
+        log = wh.home / "logs" / "last-error.log"
+        hint = ""
+        if err.detail:
+            try:
+                log.parent.mkdir(parents=True, exist_ok=True)
+                log.write_text(f"{dt.datetime.now(dt.UTC):%Y-%m-%dT%H:%M:%SZ} {err}\n\n{err.detail}")
+                hint = f"\n(full error in {log}; --verbose prints it)"
+            except OSError:
+                pass
+            if verbose:
+                click.echo(err.detail, err=True)
+        raise ExitError(f"{err}{hint}", EXIT_FAILED) from None
+
+
+def _print_outcomes(outcomes: list, name_assets: bool) -> None:
+    """Counts, parser notes and failed checks of each ingest asset."""
+    for o in outcomes:
+        m = o.metadata
+        label = f"{o.asset}: " if name_assets else ""
+        click.echo(
+            f"    {label}{m.get('records_read', 0):,} read, {m.get('records_loaded', 0):,} loaded, "
+            f"{m.get('records_quarantined', 0):,} quarantined"
+        )
+        for note in m.get("notes") or []:
+            click.echo(f"      note: {note}")
+        if o.checks_failed:
+            click.echo(click.style(f"    checks failed: {', '.join(o.checks_failed)}", fg="red"))
+        for problem in o.check_problems:
+            click.echo(click.style(f"      {problem}", fg="red"))
+
+
 @click.group()
 def main() -> None:
     """gpupool: operations and governance for a shared GPU pool."""
@@ -111,32 +185,38 @@ def _demo_month(wh: Warehouse, days: int, gpus: int | None, seed: int, first: dt
 @click.argument("source", type=click.Choice(sorted(SOURCES)))
 @click.argument("path", type=click.Path(exists=True, path_type=Path))
 @HOME_OPTION
-@click.option("--date", "day", default=None, help="Partition day (UTC) to load into. Default: today.")
+@click.option("--date", "day", default=None,
+              help="Partition day (UTC) for records without their own timestamp. Default: today.")
 @click.option("--no-build", is_flag=True, help="Do not rebuild the models afterwards.")
-def ingest(source: str, path: Path, home: Path | None, day: str | None, no_build: bool) -> None:
+@VERBOSE_OPTION
+def ingest(source: str, path: Path, home: Path | None, day: str | None, no_build: bool, verbose: bool) -> None:
     """Load a file (or a folder of files) of SOURCE into the warehouse.
 
     The files are copied to the landing zone under the day's folder and the day's partition of
-    SOURCE is re-ingested, replacing what was there.
+    SOURCE is re-ingested, replacing what was there. Records that carry their own time (samples,
+    audit and allocator events) go to the partition of their own UTC day.
+
+    Exit codes: 0 done; 1 a step failed; 2 bad arguments; 3 the batch failed its blocking
+    data-quality check (models not rebuilt); 4 no file the source reads (docs/operators.md).
     """
     from pipelines import runner
-    from pipelines.ingest import stage_files
+    from pipelines.ingest import NothingToRead, not_read, stage_files
+    from pipelines.sources.registry import source as ingest_source
 
+    partition = _partition_day(day)
     wh = _warehouse(home)
-    partition = dt.date.fromisoformat(day) if day else dt.datetime.now(dt.UTC).date()
-    staged = stage_files(wh, source, path, partition)
+    patterns = ", ".join(ingest_source(source).patterns)
+    for skipped in not_read(source, path):
+        click.echo(click.style(f"warning: {skipped}: not read: source {source} reads {patterns}", fg="yellow"),
+                   err=True)
+    try:
+        staged = stage_files(wh, source, path, partition)
+    except NothingToRead as err:
+        raise ExitError(f"{err}; nothing was ingested", EXIT_NOTHING_READ) from None
     _step(f"staged {len(staged)} file(s) in {staged[0].parent}")
-    outcomes = runner.ingest_days(wh, [source], partition, partition, on_step=_step)
-    for o in outcomes:
-        m = o.metadata
-        click.echo(
-            f"    {m.get('records_read', 0):,} read, {m.get('records_loaded', 0):,} loaded, "
-            f"{m.get('records_quarantined', 0):,} quarantined"
-        )
-        if o.checks_failed:
-            click.echo(click.style(f"    checks failed: {', '.join(o.checks_failed)}", fg="red"))
-            for problem in o.check_problems:
-                click.echo(click.style(f"      {problem}", fg="red"))
+    with _step_errors(wh, verbose):
+        outcomes = runner.ingest_days(wh, [source], partition, partition, on_step=_step)
+    _print_outcomes(outcomes, name_assets=False)
     with wh.connect(read_only=True) as con:
         reasons = con.execute(
             "select reason, count(*) from ops.quarantine where ingest_source = ? and partition_date = ? "
@@ -145,13 +225,17 @@ def ingest(source: str, path: Path, home: Path | None, day: str | None, no_build
         ).fetchall()
     for reason, n in reasons:
         click.echo(f"      quarantined {n:>6,}: {reason}")
-    blocked = [o.asset for o in outcomes if o.checks_failed]
-    if blocked and not no_build:
-        click.echo(click.style(
-            "    the batch failed its data-quality check: models not rebuilt. Fix the input and ingest again, "
-            "or run `gpupool build` to rebuild anyway (bad records stay in ops.quarantine).", fg="yellow"))
-    elif not no_build:
-        runner.build_models(wh, on_step=_step)
+    if not any(o.metadata.get("files_read") for o in outcomes):
+        raise ExitError(f"no file of {staged[0].parent} was read (source {source} reads {patterns})",
+                        EXIT_NOTHING_READ)
+    if any(o.checks_failed for o in outcomes):
+        raise ExitError(
+            f"the batch of {source} for {partition} failed its blocking data-quality check: models not rebuilt. "
+            "Fix the input and ingest again, or run `gpupool build` to rebuild anyway (bad records stay in "
+            "ops.quarantine).", EXIT_BLOCKED)
+    if not no_build:
+        with _step_errors(wh, verbose):
+            runner.build_models(wh, on_step=_step)
 
 
 @main.command()
@@ -160,16 +244,33 @@ def ingest(source: str, path: Path, home: Path | None, day: str | None, no_build
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
 @click.option("--limit", default=200, show_default=True, help="Rows to print in table format.")
 def sql(query: str, home: Path | None, fmt: str, limit: int) -> None:
-    """Run a read-only SQL QUERY against the warehouse (DuckDB dialect)."""
+    """Run a read-only SQL QUERY against the warehouse (DuckDB dialect).
+
+    Only queries run (SELECT, WITH, FROM, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN), on a connection that
+    can read the warehouse and the lake its views read, and no other file (pipelines/sandbox.py)."""
+    from pipelines.sandbox import QueryRefused, check_read_only
+
     wh = _warehouse(home)
     try:
-        con = wh.connect(read_only=True)
+        check_read_only(query)
+    except QueryRefused as err:
+        raise click.ClickException(str(err)) from None
+    except duckdb.Error as err:
+        raise click.ClickException(f"query failed: {err}") from None
+    try:
+        con = wh.analyst_connect()
     except FileNotFoundError as err:
         raise click.ClickException(str(err)) from None
     try:
-        frame = con.sql(query).pl()
+        result = con.sql(query)
+        frame = result.pl() if result is not None else pl.DataFrame()
+    except duckdb.PermissionException as err:
+        raise click.ClickException(f"query failed: {err} (`gpupool sql` opens no file but the warehouse and "
+                                   "the lake its views read)") from None
     except duckdb.Error as err:
         raise click.ClickException(f"query failed: {err}") from None
+    except Exception as err:  # noqa: BLE001 - e.g. a DuckDB type Polars cannot hold: say so, no traceback
+        raise click.ClickException(f"query failed: cannot show the result ({type(err).__name__}: {err})") from None
     finally:
         con.close()
     if fmt == "csv":
@@ -312,35 +413,28 @@ def _require_section(name: str, model: type) -> None:
         )
 
 
-def _ingest_landed(wh: Warehouse, paths: list[Path], day: dt.date, no_build: bool) -> None:
+def _ingest_landed(wh: Warehouse, paths: list[Path], day: dt.date, no_build: bool, verbose: bool = False) -> None:
     """Ingest the day of every source that got files (landing/<source>/<day>/<file>), then rebuild."""
     from pipelines import runner
 
     for path in paths:
         _step(f"landed {path}")
     sources = sorted({p.parent.parent.name for p in paths})
-    outcomes = runner.ingest_days(wh, sources, day, day, on_step=_step)
-    for o in outcomes:
-        m = o.metadata
-        click.echo(
-            f"    {o.asset}: {m.get('records_read', 0):,} read, {m.get('records_loaded', 0):,} loaded, "
-            f"{m.get('records_quarantined', 0):,} quarantined"
-        )
-        for problem in o.check_problems:
-            click.echo(click.style(f"      {problem}", fg="red"))
-    if any(o.checks_failed for o in outcomes):
-        click.echo(click.style(
-            "    a batch failed its data-quality check: models not rebuilt. See ops.quarantine, then "
-            "`gpupool build` to rebuild anyway.", fg="yellow"))
-    elif not no_build:
-        runner.build_models(wh, on_step=_step)
+    with _step_errors(wh, verbose):
+        outcomes = runner.ingest_days(wh, sources, day, day, on_step=_step)
+    _print_outcomes(outcomes, name_assets=True)
+    blocked = [o.asset for o in outcomes if o.checks_failed]
+    if blocked:
+        raise ExitError(
+            f"{', '.join(blocked)} for {day} failed the blocking data-quality check: models not rebuilt. "
+            "See ops.quarantine, then `gpupool build` to rebuild anyway.", EXIT_BLOCKED)
+    if not no_build:
+        with _step_errors(wh, verbose):
+            runner.build_models(wh, on_step=_step)
 
 
 def _land_day(day: str | None) -> dt.date:
-    try:
-        return dt.date.fromisoformat(day) if day else dt.datetime.now(dt.UTC).date()
-    except ValueError:
-        raise click.BadParameter(f"{day!r} is not a date YYYY-MM-DD", param_hint="--date") from None
+    return _partition_day(day)
 
 
 @land.command("slurm")
@@ -348,7 +442,8 @@ def _land_day(day: str | None) -> dt.date:
 @HOME_OPTION
 @NO_BUILD_OPTION
 @OFFLINE_OPTION
-def land_slurm(day: str | None, home: Path | None, no_build: bool, offline_dir: Path | None) -> None:
+@VERBOSE_OPTION
+def land_slurm(day: str | None, home: Path | None, no_build: bool, offline_dir: Path | None, verbose: bool) -> None:
     """Land a day of Slurm accounting (sacct / slurmrestd), ingest it, rebuild the models."""
     import requests
 
@@ -373,7 +468,7 @@ def land_slurm(day: str | None, home: Path | None, no_build: bool, offline_dir: 
         raise click.ClickException(f"{err} (check the slurm section of the config and that Slurm answers)") from None
     except (ConfigError, FileNotFoundError, ValueError) as err:
         raise click.ClickException(str(err)) from None
-    _ingest_landed(wh, paths, partition, no_build)
+    _ingest_landed(wh, paths, partition, no_build, verbose)
 
 
 @land.command("kueue")
@@ -381,7 +476,8 @@ def land_slurm(day: str | None, home: Path | None, no_build: bool, offline_dir: 
 @HOME_OPTION
 @NO_BUILD_OPTION
 @OFFLINE_OPTION
-def land_kueue(day: str | None, home: Path | None, no_build: bool, offline_dir: Path | None) -> None:
+@VERBOSE_OPTION
+def land_kueue(day: str | None, home: Path | None, no_build: bool, offline_dir: Path | None, verbose: bool) -> None:
     """Land a snapshot of Kueue Workloads (and their pods) into a day, ingest it, rebuild the models."""
     from kubernetes.client.exceptions import ApiException
     from kubernetes.config.config_exception import ConfigException
@@ -403,18 +499,21 @@ def land_kueue(day: str | None, home: Path | None, no_build: bool, offline_dir: 
         ) from None
     except (ConfigError, OSError, ValueError) as err:
         raise click.ClickException(str(err)) from None
-    _ingest_landed(wh, paths, partition, no_build)
+    _ingest_landed(wh, paths, partition, no_build, verbose)
 
 
 @main.command("k8s-audit-webhook")
 @click.option("--host", default=None, help="Address to listen on. Default: kubernetes.audit_webhook.host, else 127.0.0.1.")
 @click.option("--port", default=None, type=int, help="Port. Default: kubernetes.audit_webhook.port, else 8765.")
+@click.option("--insecure-no-auth", is_flag=True,
+              help="Serve without a bearer token: any client that reaches the port may write audit events.")
 @HOME_OPTION
-def k8s_audit_webhook(host: str | None, port: int | None, home: Path | None) -> None:
+def k8s_audit_webhook(host: str | None, port: int | None, insecure_no_auth: bool, home: Path | None) -> None:
     """Serve the Kubernetes audit webhook backend into landing/k8s_audit/<day>/ until interrupted.
 
-    The bearer token is $GPUPOOL_AUDIT_TOKEN (else kubernetes.audit_webhook.token); TLS uses
-    kubernetes.audit_webhook.certfile / keyfile when set.
+    The bearer token is $GPUPOOL_AUDIT_TOKEN (else kubernetes.audit_webhook.token); without one it
+    refuses to start unless --insecure-no-auth. TLS uses kubernetes.audit_webhook.certfile / keyfile
+    when set. See docs/connectors.md for the API server's webhook kubeconfig.
     """
     import os
 
@@ -429,15 +528,26 @@ def k8s_audit_webhook(host: str | None, port: int | None, home: Path | None) -> 
     written = hook.model_fields_set if hook else set()  # keys the file sets, not the model's defaults
     host = host or (hook.host if "host" in written else "127.0.0.1")
     port = port if port is not None else (hook.port if "port" in written else 8765)
-    token = os.environ.get("GPUPOOL_AUDIT_TOKEN") or (hook.token if hook else None)
-    options: dict[str, object] = {}
+    token = (os.environ.get("GPUPOOL_AUDIT_TOKEN") or (hook.token if hook else None) or "").strip() or None
+    if token is None and not insecure_no_auth:
+        raise click.ClickException(
+            "no bearer token for the audit webhook: set $GPUPOOL_AUDIT_TOKEN (or kubernetes.audit_webhook.token: "
+            '"${GPUPOOL_AUDIT_TOKEN}") and put the same token in the API server\'s webhook kubeconfig '
+            "(users[].user.token; see docs/connectors.md), or pass --insecure-no-auth to accept any client"
+        )
+    options: dict[str, object] = {"insecure_no_auth": token is None}
     if hook is not None:
-        options = {"certfile": hook.certfile, "keyfile": hook.keyfile,
-                   "max_body_bytes": int(hook.max_body_mib * 2**20)}
+        options.update(certfile=hook.certfile, keyfile=hook.keyfile,
+                       max_body_bytes=int(hook.max_body_mib * 2**20),
+                       max_item_bytes=int(hook.max_item_mib * 2**20), max_depth=hook.max_depth)
     wh = _warehouse(home)
     scheme = "https" if options.get("certfile") else "http"
-    _step(f"audit webhook on {scheme}://{host}:{port}/ writing to {wh.landing / 'k8s_audit'}"
-          + ("" if token else " (no token: any client may POST; set $GPUPOOL_AUDIT_TOKEN)"))
+    if token is None:
+        rule = "!" * 78
+        click.echo(f"{rule}\n!! INSECURE: the audit webhook runs WITHOUT authentication (--insecure-no-auth).\n"
+                   f"!! Any client that reaches {host}:{port} can write audit events into the warehouse.\n"
+                   f"!! Set $GPUPOOL_AUDIT_TOKEN for anything but a local test.\n{rule}", err=True)
+    _step(f"audit webhook on {scheme}://{host}:{port}/ writing to {wh.landing / 'k8s_audit'}")
     try:
         serve_audit_webhook(wh.landing, host, port, token, **options)
     except OSError as err:
@@ -488,11 +598,17 @@ def recommend(home: Path | None, month: str | None, whatif_top: int) -> None:
 
 @main.command("build")
 @HOME_OPTION
-def build(home: Path | None) -> None:
-    """Rebuild staging, marts and the metrics views from what is loaded."""
+@VERBOSE_OPTION
+def build(home: Path | None, verbose: bool) -> None:
+    """Rebuild staging, marts and the metrics views from what is loaded.
+
+    Exit codes: 0 built; 1 a model failed (the message names it and carries DuckDB's error).
+    """
     from pipelines import runner
 
-    runner.build_models(_warehouse(home), on_step=_step)
+    wh = _warehouse(home)
+    with _step_errors(wh, verbose):
+        runner.build_models(wh, on_step=_step)
 
 
 @main.command("sources")
@@ -580,7 +696,7 @@ def dictionary(check: bool, home: Path | None, out: Path | None) -> None:
     if home is not None:
         if out is None:
             raise click.UsageError("--home needs --out: docs/data-dictionary.md is generated from the yml only")
-        with _warehouse(home).connect(read_only=True) as con:
+        with _warehouse(home).analyst_connect() as con:
             text = dd.render(types=dd.warehouse_types(con))
         out.write_text(text)
         _step(f"wrote {out} (types from {_warehouse(home).db_path})")
@@ -646,7 +762,7 @@ def pack(home: Path | None, month: str, lang: str) -> None:
         raise click.BadParameter(f"{month!r}: expected YYYY-MM", param_hint="--month") from None
     wh = _warehouse(home)
     try:
-        con = wh.connect(read_only=True)
+        con = wh.analyst_connect()
     except FileNotFoundError as err:
         raise click.ClickException(str(err)) from None
     try:

@@ -82,6 +82,8 @@ _CODE_TABLES: dict[str, dict] = {
             "records_quarantined": "input records quarantined (ops.quarantine)",
             "rows_by_table": "JSON object: rows written per raw table", "started_at": "run start, UTC",
             "finished_at": "run end, UTC",
+            "notes": "JSON array: what the parsers noted, each as 'file: note' (e.g. 'empty file', "
+                     "'19 step rows ignored'); null when none",
         },
     },
     "ops.check_results": {

@@ -4,7 +4,12 @@ A view with a `day` column is written Hive-style, one folder per day:
   OUT/<view>/day=YYYY-MM-DD/part-0.parquet
 any other view as one file, OUT/<view>/part-0.parquet. Each view is written to a hidden temporary
 folder beside its target and renamed into place, so a reader never sees half an export and a
-failed view leaves the previous export of it. The warehouse is opened read-only.
+failed view leaves the previous export of it.
+
+The export writes through its own internal connection, never an analyst's SQL: read-only on the
+warehouse and sandboxed like theirs (pipelines/sandbox.py), with OUT as the one folder it may
+write; the COPY statements are built here from validated view names. OUT may not be inside the
+home's landing zone, lake or governance folders, which the pipeline reads as input.
 """
 from __future__ import annotations
 
@@ -47,8 +52,14 @@ def export_views(wh: Warehouse, out: Path, views: list[str] | None = None, first
                  last: dt.date | None = None) -> list[Exported]:
     """Write the views (default: every metrics view) under OUT; --from/--to filter views with a day."""
     out = out.resolve()
+    for inbound in (wh.landing, wh.lake, wh.home / "governance"):
+        if out == inbound or inbound in out.parents:
+            raise ValueError(f"cannot export into {out}: it is inside {inbound}, which the pipeline reads as "
+                             "input; pick a folder outside it (default: HOME/exports)")
+    if not wh.db_path.exists():
+        raise FileNotFoundError(f"no warehouse at {wh.db_path}: run `gpupool demo` or `gpupool ingest` first")
     out.mkdir(parents=True, exist_ok=True)
-    con = wh.connect(read_only=True)
+    con = wh.analyst_connect(writable_dir=out)
     try:
         available = metrics_views(con)
         names = sorted(available) if not views else [v.removeprefix("metrics.") for v in views]

@@ -1,6 +1,18 @@
 """Ingest one (source, day): parse every landing file, validate, quarantine, replace the partition.
 
 Pure of Dagster so the CLI, the assets and the tests share one code path.
+
+Which day a record belongs to: a source's timestamped records (`IngestSource.time_columns`:
+telemetry samples, audit and allocator events, governance decisions) go to the UTC day of their
+own time; records without one (and sources that are snapshots: sacct, Kueue, squeue, the pool
+snapshot) go to the day being ingested. Re-ingesting a day replaces that day's partition; a
+landing file's records on another day are merged into that day's partition per file (the rows
+that came from the same file are replaced), so they never clobber what that day's own ingest
+loaded. In a run over several days, records that fall on a later day of the run are carried to
+it. Quarantined records and ops.ingest_log stay with the day being ingested.
+
+Empty files (no bytes, or only white space) are not parsed: they count as read with no record,
+with the note "empty file", the same in every source.
 """
 from __future__ import annotations
 
@@ -23,32 +35,70 @@ def landing_folder(warehouse: Warehouse, source_name: str, day: dt.date) -> Path
     return warehouse.landing / source_name / day.isoformat()
 
 
+EMPTY_FILE_NOTE = "empty file"
+_EMPTY_PROBE_BYTES = 1 << 16
+
+# Frames of records carried to a later day of the same run: day -> table -> frames.
+Carried = dict[dt.date, dict[str, list[pl.DataFrame]]]
+
+
+def is_empty_file(path: Path) -> bool:
+    """No bytes, or only white space (what a quiet exporter or an empty query leaves)."""
+    size = path.stat().st_size
+    return size == 0 or (size <= _EMPTY_PROBE_BYTES and not path.read_bytes().strip())
+
+
+def ingest_days(
+    warehouse: Warehouse,
+    source_name: str,
+    days: list[dt.date],
+    validate: bool = True,
+    on_file: Callable[[Path], None] | None = None,
+) -> list[IngestReport]:
+    """Ingest several days of one source in order; records of a later day of the run are carried to it."""
+    carried: Carried = {}
+    ordered = sorted(days)
+    return [
+        ingest_partition(warehouse, source_name, day, validate, on_file, carried=carried, run_last=ordered[-1])
+        for day in ordered
+    ]
+
+
 def ingest_partition(
     warehouse: Warehouse,
     source_name: str,
     day: dt.date,
     validate: bool = True,
     on_file: Callable[[Path], None] | None = None,
+    carried: Carried | None = None,
+    run_last: dt.date | None = None,
 ) -> IngestReport:
-    """Parse the day's landing files of one source and replace that source's partition."""
+    """Parse the day's landing files of one source and replace that source's partition (module doc)."""
     src = source(source_name)
     started_at = dt.datetime.now(dt.UTC).replace(tzinfo=None)
     files = src.files_in(landing_folder(warehouse, source_name, day))
     parts: dict[str, list[pl.DataFrame]] = {t: [] for t in src.tables}
     quarantines = [empty_quarantine()]
-    records_read = records_loaded = 0
+    records_read = records_loaded = files_empty = 0
+    notes: list[str] = []
     for path in files:
         if on_file:
             on_file(path)
+        if is_empty_file(path):
+            files_empty += 1
+            notes.append(f"{path.name}: {EMPTY_FILE_NOTE}")
+            continue
         result = src.parse_file(path)
         records_read += result.records_read
         records_loaded += result.records_loaded
         quarantines.append(result.quarantine)
+        notes.extend(f"{path.name}: {note}" for note in result.notes)
         for table in src.tables:
             if table in result.tables:
-                parts[table].append(result.tables[table])
+                parts[table].append(_with_own_day(src, table, result.tables[table], result.untimed.get(table)))
     tables = {
-        t: pl.concat(frames, how="vertical") if frames else contract(t).empty_frame() for t, frames in parts.items()
+        t: pl.concat(frames, how="vertical") if frames else _with_own_day(src, t, contract(t).empty_frame(), None)
+        for t, frames in parts.items()
     }
     parse_quarantined = sum(q.height for q in quarantines)
     validate_rejected = 0
@@ -58,6 +108,20 @@ def ingest_partition(
         quarantines.append(rejected)
         records_loaded -= validate_rejected
     quarantine = pl.concat(quarantines, how="vertical")
+    tables, elsewhere = _split_by_day(src, tables, day)
+    if src.time_columns:
+        warehouse.drop_moved_rows(source_name, day, list(src.time_columns), landing_folder(warehouse, source_name, day))
+    carried = {} if carried is None else carried
+    for table, frames in carried.pop(day, {}).items():
+        tables[table] = pl.concat([tables[table], *frames], how="vertical")
+    for other, other_tables in sorted(elsewhere.items()):
+        rows = max(f.height for f in other_tables.values())
+        if run_last is not None and day < other <= run_last:
+            for table, frame in other_tables.items():
+                carried.setdefault(other, {}).setdefault(table, []).append(frame)
+        else:
+            warehouse.merge_files(source_name, other, other_tables, [str(f) for f in files])
+        notes.append(f"{rows:,} records timestamped {other} went to that day's partition")
     report = warehouse.replace_partition(
         ingest_source=source_name,
         partition_date=day,
@@ -68,8 +132,46 @@ def ingest_partition(
         records_loaded=records_loaded,
         records_quarantined=parse_quarantined + validate_rejected,
         started_at=started_at,
+        notes=notes,
     )
-    return dataclasses.replace(report, validation=outcomes)
+    return dataclasses.replace(report, validation=outcomes, files_empty=files_empty)
+
+
+OWN_DAY = "_own_day"  # bookkeeping column (dropped before writing): the UTC day of the record's own time
+
+
+def _with_own_day(src: IngestSource, table: str, frame: pl.DataFrame, untimed: pl.Series | None) -> pl.DataFrame:
+    """Add OWN_DAY to a table the source times (null where the record has no time of its own)."""
+    column = src.time_columns.get(table)
+    if column is None:
+        return frame
+    own = pl.col(column).dt.date()
+    if untimed is not None and untimed.len() == frame.height:
+        own = pl.when(untimed).then(None).otherwise(own)
+    return frame.with_columns(own.cast(pl.Date).alias(OWN_DAY))
+
+
+def _split_by_day(
+    src: IngestSource, tables: dict[str, pl.DataFrame], day: dt.date
+) -> tuple[dict[str, pl.DataFrame], dict[dt.date, dict[str, pl.DataFrame]]]:
+    """(the rows of `day`, {other day: rows}) by each table's own day (registry's time_columns);
+    rows without a time of their own, and tables without a time column, belong to `day`."""
+    here: dict[str, pl.DataFrame] = {}
+    elsewhere: dict[dt.date, dict[str, pl.DataFrame]] = {}
+    for table, frame in tables.items():
+        if OWN_DAY not in frame.columns:
+            here[table] = frame
+            continue
+        own = pl.col(OWN_DAY)
+        mine = own.is_null() | (own == day)
+        here[table] = frame.filter(mine).drop(OWN_DAY)
+        away = frame.filter(~mine)
+        for (other,), rows in away.partition_by(OWN_DAY, as_dict=True, maintain_order=True).items():
+            elsewhere.setdefault(other, {})[table] = rows.drop(OWN_DAY)
+    for other_tables in elsewhere.values():  # every table of the source, so each is merged per file
+        for table in tables:
+            other_tables.setdefault(table, contract(table).empty_frame())
+    return here, elsewhere
 
 
 def _validate(
@@ -98,14 +200,30 @@ def _validate(
     return kept, bad_rows, located.height + unlocated, outcomes
 
 
+class NothingToRead(ValueError):
+    """None of the files given is one the source reads (by its file name patterns)."""
+
+
+def not_read(source_name: str, path: Path) -> list[Path]:
+    """The files under `path` (itself, when a file) that `source_name` does not read, by name."""
+    src = source(source_name)
+    if path.is_dir():
+        return src.files_not_read(path)
+    return [] if src.reads(path) else [path]
+
+
 def stage_files(warehouse: Warehouse, source_name: str, path: Path, day: dt.date) -> list[Path]:
-    """Copy a file, or a folder's matching files, into the landing zone for (source, day)."""
+    """Copy a file, or a folder's matching files, into the landing zone for (source, day).
+
+    Files the source does not read (see `not_read`) are not staged; NothingToRead when none is left.
+    """
     src = source(source_name)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file or folder")
-    candidates = src.files_in(path) if path.is_dir() else [path]
+    candidates = src.files_in(path) if path.is_dir() else [path] if src.reads(path) else []
     if not candidates:
-        raise ValueError(f"{path}: no files matching {', '.join(src.patterns)} for source {source_name}")
+        what = "no files matching" if path.is_dir() else "not a file name matching"
+        raise NothingToRead(f"{path}: {what} {', '.join(src.patterns)}, the files source {source_name} reads")
     target = landing_folder(warehouse, source_name, day)
     target.mkdir(parents=True, exist_ok=True)
     staged = []

@@ -13,7 +13,19 @@ from pipelines.resources.warehouse import WarehouseResource
 from pipelines.warehouse import Warehouse
 
 # The CLI prints its own progress and errors; Dagster's console log would repeat them with stack traces.
+# Errors whose message already names the input and the cause; others get their class name.
+SELF_EXPLAINING_ERRORS = ("ModelBuildError",)
+
 QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
+
+
+class StepFailed(RuntimeError):
+    """An ingest or build step failed: `str()` is the cause in one line (the failing model and
+    DuckDB's message, say); `detail` is the full error with its stack, for --verbose and logs."""
+
+    def __init__(self, message: str, detail: str = ""):
+        super().__init__(message)
+        self.detail = detail
 
 
 @dataclass(frozen=True)
@@ -77,7 +89,8 @@ def ingest_days(
         outcomes_now = _outcomes(result)
         # A failed blocking check still loaded (and quarantined) the batch: report it, don't crash.
         if not result.success and not any(o.checks_failed for o in outcomes_now):
-            raise RuntimeError(f"ingest of {name} failed: {_failure_message(result)}")
+            message, detail = _failure(result)
+            raise StepFailed(f"ingest of {name} failed: {message}", detail)
         outcomes.extend(outcomes_now)
     return outcomes
 
@@ -92,16 +105,28 @@ def build_models(warehouse: Warehouse, on_step: Callable[[str], None] = lambda _
         raise_on_error=False,
     )
     if not result.success:
-        raise RuntimeError(f"building the models failed: {_failure_message(result)}")
+        message, detail = _failure(result)
+        raise StepFailed(f"building the models failed: {message}", detail)
     return _outcomes(result)
 
 
-def _failure_message(result: dg.ExecuteInProcessResult) -> str:
+def _failure(result: dg.ExecuteInProcessResult) -> tuple[str, str]:
+    """(the cause in words, the full error text). Dagster wraps the op's exception in "Error occurred
+    while executing op ...:" with nothing after the colon; the cause is the op's own exception, the
+    first error of the chain that is not Dagster's (a ModelBuildError names the model and carries
+    DuckDB's message)."""
     for event in result.all_events:
         if event.is_failure and event.step_failure_data and event.step_failure_data.error:
             err = event.step_failure_data.error
-            return f"{event.step_key}: {err.message.strip()}"
+            detail = err.to_string()
+            while err.cause is not None and (err.cls_name or "").startswith("Dagster"):
+                err = err.cause
+            message = err.message.strip()
+            name = (err.cls_name or "").rsplit(".", 1)[-1]
+            if name and name not in SELF_EXPLAINING_ERRORS:
+                message = f"{name}: {message}"
+            return f"{event.step_key}: {message}", detail
     for evaluation in result.get_asset_check_evaluations():
         if not evaluation.passed:
-            return f"blocking check {evaluation.check_name} failed on {evaluation.asset_key.to_user_string()}"
-    return "see the Dagster logs"
+            return f"blocking check {evaluation.check_name} failed on {evaluation.asset_key.to_user_string()}", ""
+    return "see the Dagster logs", ""

@@ -20,6 +20,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
+from pipelines import sandbox
 from pipelines.capacity.store import DDL as RECOMMENDATIONS_DDL
 from pipelines.contracts import contract, contracts
 
@@ -39,8 +40,13 @@ create table if not exists ops.ingest_log (
   records_quarantined BIGINT,
   rows_by_table VARCHAR,
   started_at TIMESTAMP,
-  finished_at TIMESTAMP
+  finished_at TIMESTAMP,
+  notes VARCHAR
 )"""
+# Warehouses made before the notes column get it on their next write.
+INGEST_LOG_MIGRATIONS = ("alter table ops.ingest_log add column if not exists notes VARCHAR",)
+INGEST_LOG_COLUMNS = ("run_id", "ingest_source", "partition_date", "files_read", "records_read", "records_loaded",
+                      "records_quarantined", "rows_by_table", "started_at", "finished_at", "notes")
 
 CHECK_RESULTS_DDL = """
 create table if not exists ops.check_results (
@@ -64,6 +70,9 @@ class IngestReport:
     records_loaded: int
     records_quarantined: int
     rows_by_table: dict[str, int]
+    # what the parsers said about the input ("19 step rows ignored", "empty file"), each prefixed by its file
+    notes: list[str] = field(default_factory=list)
+    files_empty: int = 0
     # per table: the Great Expectations suite's outcome on the parsed batch (before quarantine)
     validation: dict[str, dict] = field(default_factory=dict)
 
@@ -98,6 +107,19 @@ class Warehouse:
             config["temp_directory"] = str(self.home / "tmp")
         return duckdb.connect(str(self.db_path), read_only=read_only, config=config)
 
+    def analyst_connect(self, memory_limit: str | None = None,
+                        writable_dir: Path | None = None) -> duckdb.DuckDBPyConnection:
+        """The analysts' connection (`gpupool sql`, dashboards, review packs, exports, dictionary):
+        read-only, and no file but the warehouse and the lake folders its views read (plus
+        `writable_dir` for the export's own writes). See pipelines/sandbox.py; the pipeline's own
+        readers keep `connect(read_only=True)`."""
+        return sandbox.connect(
+            self.db_path,
+            [self.lake / name for name in LAKE_TABLES],
+            memory_limit=memory_limit or os.environ.get("GPUPOOL_DUCKDB_MEMORY_LIMIT", DEFAULT_MEMORY_LIMIT),
+            writable_dir=writable_dir,
+        )
+
     @contextmanager
     def writer(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """The one writing connection: an exclusive file lock serialises writers across processes."""
@@ -121,6 +143,8 @@ class Warehouse:
                 continue
             con.execute(c.ddl(PARTITION_COLUMNS))
         con.execute(INGEST_LOG_DDL)
+        for statement in INGEST_LOG_MIGRATIONS:
+            con.execute(statement)
         con.execute(CHECK_RESULTS_DDL)
         con.execute(RECOMMENDATIONS_DDL)  # written by the capacity assets, read by the models
         from pipelines.connectors.scrape import SCRAPE_GAPS_DDL  # (that module imports this one)
@@ -185,6 +209,7 @@ class Warehouse:
         records_loaded: int,
         records_quarantined: int | None = None,
         started_at: dt.datetime | None = None,
+        notes: list[str] | None = None,
     ) -> IngestReport:
         """Replace everything one ingest source loaded for one day, atomically per store.
 
@@ -212,7 +237,8 @@ class Warehouse:
                     self._replace_rows(con, contract(name).table, frame, partition_date, ingest_source, ingested_at)
                 self._replace_rows(con, "ops.quarantine", quarantine, partition_date, ingest_source, ingested_at)
                 con.execute(
-                    "insert into ops.ingest_log values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    f"insert into ops.ingest_log ({', '.join(INGEST_LOG_COLUMNS)}) "
+                    f"values ({', '.join('?' for _ in INGEST_LOG_COLUMNS)})",
                     [
                         uuid.uuid4().hex,
                         ingest_source,
@@ -224,6 +250,7 @@ class Warehouse:
                         json.dumps(rows_by_table, sort_keys=True),
                         started_at,
                         ingested_at,
+                        json.dumps(notes) if notes else None,
                     ],
                 )
                 con.execute("commit")
@@ -239,7 +266,90 @@ class Warehouse:
             records_loaded=records_loaded,
             records_quarantined=records_quarantined,
             rows_by_table=rows_by_table,
+            notes=list(notes or []),
         )
+
+    def merge_files(
+        self, ingest_source: str, partition_date: dt.date, tables: dict[str, pl.DataFrame], source_files: list[str]
+    ) -> None:
+        """Replace, in one day's partition, only the rows that came from `source_files`.
+
+        For records that carry their own time on another day than the ingest's: a file of one day
+        adds its records to the other day without disturbing what that day's own ingest loaded.
+        """
+        ingested_at = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+        for name, frame in tables.items():
+            if name in LAKE_TABLES:
+                self._merge_lake_partition(name, partition_date, ingest_source, frame, source_files, ingested_at)
+        with self.writer() as con:
+            con.execute("begin transaction")
+            try:
+                for name, frame in tables.items():
+                    if name in LAKE_TABLES:
+                        continue
+                    table = contract(name).table
+                    con.execute(
+                        f"delete from {table} where partition_date = ? and ingest_source = ? "
+                        "and list_contains(?, source_file)",
+                        [partition_date, ingest_source, source_files],
+                    )
+                    self._insert_rows(con, table, frame, partition_date, ingest_source, ingested_at)
+                con.execute("commit")
+            except Exception:
+                con.execute("rollback")
+                raise
+            self.refresh_lake_views(con)
+
+    def drop_moved_rows(self, ingest_source: str, partition_date: dt.date, tables: list[str], folder: Path) -> None:
+        """Delete, from the other days' partitions, the rows an earlier ingest of `partition_date` moved
+        there (records of that day's landing files timestamped on another day): re-ingesting a day
+        replaces everything its files loaded, wherever it went. Rows are found by source_file, the
+        landing path, between `folder/` and `folder0` (min/max statistics prune the lake's files)."""
+        low, high = f"{folder.as_posix()}/", f"{folder.as_posix()}0"  # '0' follows '/'
+        lake = [t for t in tables if t in LAKE_TABLES]
+        for name in lake:
+            files = [
+                f for f in (self.lake / name).glob(f"date=*/ingest={ingest_source}/part-0.parquet")
+                if f.parent.parent.name != f"date={partition_date.isoformat()}"
+            ]
+            if not files:
+                continue
+            hit = duckdb.sql(
+                "select distinct filename from read_parquet(?, filename = true) where source_file >= ? and source_file < ?",
+                params=[[str(f) for f in files], low, high],
+            ).fetchall()
+            for (filename,) in hit:
+                target = Path(filename)
+                old = pl.read_parquet(target).with_columns(pl.col(pl.Categorical).cast(pl.String))
+                self._write_lake_frame(
+                    target, old.filter(~((pl.col("source_file") >= low) & (pl.col("source_file") < high))))
+        with self.writer() as con:
+            con.execute("begin transaction")
+            try:
+                for name in tables:
+                    if name in LAKE_TABLES:
+                        continue
+                    con.execute(
+                        f"delete from {contract(name).table} where ingest_source = ? and partition_date <> ? "
+                        "and source_file >= ? and source_file < ?",
+                        [ingest_source, partition_date, low, high],
+                    )
+                con.execute("commit")
+            except Exception:
+                con.execute("rollback")
+                raise
+            if lake:
+                self.refresh_lake_views(con)
+
+    def _merge_lake_partition(self, table: str, partition_date: dt.date, ingest_source: str, frame: pl.DataFrame,
+                              source_files: list[str], ingested_at: dt.datetime) -> None:
+        target = self.lake_partition_file(table, partition_date, ingest_source)
+        kept = frame.with_columns(ingested_at=pl.lit(ingested_at, dtype=pl.Datetime("us")))
+        if target.exists():
+            old = pl.read_parquet(target).with_columns(pl.col(pl.Categorical).cast(pl.String))
+            old = old.filter(~pl.col("source_file").is_in(source_files))
+            kept = pl.concat([old, kept.select(old.columns)], how="vertical") if old.height else kept
+        self._write_lake_frame(target, kept)
 
     @staticmethod
     def _replace_rows(
@@ -251,6 +361,17 @@ class Warehouse:
         ingested_at: dt.datetime,
     ) -> None:
         con.execute(f"delete from {table} where partition_date = ? and ingest_source = ?", [partition_date, ingest_source])
+        Warehouse._insert_rows(con, table, frame, partition_date, ingest_source, ingested_at)
+
+    @staticmethod
+    def _insert_rows(
+        con: duckdb.DuckDBPyConnection,
+        table: str,
+        frame: pl.DataFrame,
+        partition_date: dt.date,
+        ingest_source: str,
+        ingested_at: dt.datetime,
+    ) -> None:
         if frame.height == 0:
             return
         batch = frame.with_columns(
@@ -268,6 +389,11 @@ class Warehouse:
         self, table: str, partition_date: dt.date, ingest_source: str, frame: pl.DataFrame, ingested_at: dt.datetime
     ) -> None:
         target = self.lake_partition_file(table, partition_date, ingest_source)
+        self._write_lake_frame(target, frame.with_columns(ingested_at=pl.lit(ingested_at, dtype=pl.Datetime("us"))))
+
+    @staticmethod
+    def _write_lake_frame(target: Path, frame: pl.DataFrame) -> None:
+        """Write beside the old file and rename over it; no rows removes the file."""
         if frame.height == 0:
             target.unlink(missing_ok=True)
             return
@@ -276,9 +402,8 @@ class Warehouse:
         try:
             # Dictionary-encoded strings halve the write time of the highly repetitive label
             # columns; DuckDB reads them back as VARCHAR.
-            frame.with_columns(
-                pl.col(pl.String).cast(pl.Categorical), ingested_at=pl.lit(ingested_at, dtype=pl.Datetime("us"))
-            ).write_parquet(tmp, compression="zstd", statistics=True)
+            frame.with_columns(pl.col(pl.String).cast(pl.Categorical)).write_parquet(
+                tmp, compression="zstd", statistics=True)
             os.replace(tmp, target)
         finally:
             tmp.unlink(missing_ok=True)

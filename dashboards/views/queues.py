@@ -1,7 +1,9 @@
-"""Queues and waiting: wait p50/p95 per queue over time, pending demand by GPU model against free
-capacity, waited GPU-hours by cause, preemptions and requeues. Reads metrics.job_period,
-queue_daily, spec_gaps and wait_causes. Queue rows are the tenant's own for a tenant member
-(filters pin the tenant); pending demand and the pool's wait percentiles are pool-level."""
+"""Queues and waiting: wait p50/p95 per queue over time with the waiting work beside them (jobs
+still waiting and jobs cancelled while queued, with their pending age), pending demand by GPU model
+against free capacity, waited GPU-hours by cause, preemptions and requeues. Reads metrics.job_period,
+queue_daily, spec_gaps and wait_causes. queue_daily has one row per day, queue and tenant (a shared
+queue has one per tenant): queue rows are the tenant's own for a tenant member (filters pin the
+tenant); pending demand and the pool's wait percentiles and waiting work are pool-level."""
 import altair as alt
 import polars as pl
 import streamlit as st
@@ -21,14 +23,17 @@ def headline(f: filters.Filters) -> None:
     clause, params = f.clause(queue="queue")
     counts = data.query("select sum(preemptions) as preemptions, sum(requeues) as requeues "
                         f"from metrics.queue_daily where {where(clause)}", params)
-    cols = st.columns(4)
+    cols = st.columns(6)
     p = pool.row(0, named=True) if pool.height else {}
     wait_p50, wait_p95 = p.get("queue_wait_p50_s"), p.get("queue_wait_p95_s")
     ui.kpi(cols[0], "queue_wait_p50_s", "job_period", None if wait_p50 is None else wait_p50 / 60, " min")
     ui.kpi(cols[1], "queue_wait_p95_s", "job_period", None if wait_p95 is None else wait_p95 / 60, " min")
+    # beside the percentiles, the waiting work they cannot see (PRODUCT.md "Waiting work")
+    ui.kpi(cols[2], "jobs_waiting", "job_period", p.get("jobs_waiting"))
+    ui.kpi(cols[3], "cancelled_while_queued", "job_period", p.get("cancelled_while_queued"))
     c = counts.row(0, named=True)
-    ui.kpi(cols[2], "preemptions", "queue_daily", None if c["preemptions"] is None else int(c["preemptions"]))
-    ui.kpi(cols[3], "requeues", "queue_daily", None if c["requeues"] is None else int(c["requeues"]))
+    ui.kpi(cols[4], "preemptions", "queue_daily", None if c["preemptions"] is None else int(c["preemptions"]))
+    ui.kpi(cols[5], "requeues", "queue_daily", None if c["requeues"] is None else int(c["requeues"]))
     st.caption(t("queues_headline_caption"))
 
 
@@ -40,16 +45,37 @@ def waits(f: filters.Filters) -> None:
     with right:
         ui.definition("queue_wait_p50_s", "queue_daily")
     clause, params = f.clause(queue="queue")
-    daily = data.view("queue_daily", where(clause, "jobs_started > 0"), params, order="day, queue",
-                      columns="day, queue, tenant, jobs_started, queue_wait_p50_s / 60.0 as queue_wait_p50_min, "
+    # a shared queue has a row per tenant: the series is the queue and tenant
+    daily = data.view("queue_daily", where(clause, "jobs_started > 0"), params, order="day, queue, tenant",
+                      columns="day, queue, tenant, queue || ' · ' || coalesce(tenant, '?') as queue_tenant, "
+                              "jobs_started, queue_wait_p50_s / 60.0 as queue_wait_p50_min, "
                               "queue_wait_p95_s / 60.0 as queue_wait_p95_min")
-    if ui.empty(daily, t("no_waits")):
+    if not ui.empty(daily, t("no_waits")):
+        p95, p50 = st.tabs(["p95", "p50"])
+        with p95:
+            ui.line(daily, "day:T", "queue_wait_p95_min:Q", "queue_tenant:N", t("wait_axis_min"))
+        with p50:
+            ui.line(daily, "day:T", "queue_wait_p50_min:Q", "queue_tenant:N", t("wait_axis_min"))
+    waiting_work(clause, params)
+
+
+def waiting_work(clause: str, params: tuple) -> None:
+    """Jobs still waiting at each day's end and jobs cancelled while queued, with their pending age,
+    as metrics.queue_daily has them (ages are not combined across rows here)."""
+    st.markdown(f"**{t('waiting_work')}**")
+    cols = st.columns(2)
+    with cols[0]:
+        ui.definition("waiting_age_p95_s", "queue_daily")
+    with cols[1]:
+        ui.definition("cancelled_pending_age_p95_s", "queue_daily")
+    pending = data.view("queue_daily", where(clause, "jobs_waiting > 0 or cancelled_while_queued > 0"), params,
+                        order="day, queue, tenant",
+                        columns="day, queue, tenant, jobs_waiting, waiting_age_p95_s / 60.0 as waiting_age_p95_min, "
+                                "waiting_age_max_s / 60.0 as waiting_age_max_min, cancelled_while_queued, "
+                                "cancelled_pending_age_p95_s / 60.0 as cancelled_pending_age_p95_min")
+    if ui.empty(pending, t("no_waiting_work")):
         return
-    p95, p50 = st.tabs(["p95", "p50"])
-    with p95:
-        ui.line(daily, "day:T", "queue_wait_p95_min:Q", "queue:N", t("wait_axis_min"))
-    with p50:
-        ui.line(daily, "day:T", "queue_wait_p50_min:Q", "queue:N", t("wait_axis_min"))
+    st.dataframe(pending, width="stretch", hide_index=True)
 
 
 def pending_demand(f: filters.Filters) -> None:

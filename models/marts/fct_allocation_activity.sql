@@ -1,5 +1,7 @@
 -- the telemetry minutes inside each allocation; the equality on (host, gpu, day) keeps the range
--- join to the few allocations a GPU had that day
+-- join to the few allocations a GPU had that day. An allocation's telemetry is the samples taken at
+-- or after its start and before its end: a minute is its own when every sample of the minute is
+-- (the minute it began, sampled before it began, belongs to whoever held the GPU then)
 with segments as (
   select * from marts.fct_allocation_segments where gpu is not null
 ),
@@ -11,6 +13,8 @@ activity as (
     gpu_instance_id,
     activity_date,
     minute_at,
+    first_sampled_at,
+    last_sampled_at,
     activity,
     activity_source,
     fb_used_mib,
@@ -43,6 +47,8 @@ final as (
     and t.gpu_instance_id is not distinct from s.telemetry_instance_id
     and t.minute_at >= date_trunc('minute', s.segment_start_at)
     and t.minute_at < s.segment_end_at
+    and t.first_sampled_at >= s.segment_start_at
+    and t.last_sampled_at < s.segment_end_at
 )
 
 select * from final

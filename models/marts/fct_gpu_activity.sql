@@ -7,6 +7,7 @@ with samples as (
     gpu,
     gpu_instance_id,
     date_trunc('minute', sampled_at) as minute_at,
+    sampled_at,
     gr_engine_active,
     gpu_util_pct,
     fb_used_mib,
@@ -31,6 +32,10 @@ per_minute as (
     gpu,
     gpu_instance_id,
     minute_at,
+    -- when the minute's samples were taken: an allocation owns a minute only when they all fall
+    -- inside it (a sample from the minute it began, taken before it began, is not its own)
+    min(sampled_at) as first_sampled_at,
+    max(sampled_at) as last_sampled_at,
     avg(gr_engine_active) as gr_engine_active,
     avg(gpu_util_pct) as gpu_util_pct,
     max(fb_used_mib) as fb_used_mib,
@@ -60,6 +65,8 @@ final as (
     gpu_instance_id,
     minute_at,
     cast(minute_at as date) as activity_date,
+    first_sampled_at,
+    last_sampled_at,
     least(greatest(coalesce(gr_engine_active, gpu_util_pct / 100.0), 0.0), 1.0) as activity,
     case
       when gr_engine_active is not null then 'gr_engine_active'

@@ -90,7 +90,10 @@ final as (
   from windows w
   join resolved_policy r using (allocation_id)
   join allocations a using (allocation_id)
-  where w.idle_minute_count >= r.window_minutes
+  -- "sustained for window_minutes" is elapsed time inside the allocation, not a count of sampled
+  -- minutes: a window clipped at the allocation's start or end must still span the whole window
+  where epoch(least(w.last_minute_end_at, a.effective_ended_at) - greatest(w.first_minute_at, a.started_at)) / 60.0
+    >= r.window_minutes
 )
 
 select * from final

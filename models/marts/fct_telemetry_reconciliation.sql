@@ -25,6 +25,9 @@ busy_unallocated_minutes as (
     and s.day = b.activity_date
     and b.minute_at >= date_trunc('minute', s.segment_start_at)
     and b.minute_at < s.segment_end_at
+    -- covered when a sample of the minute was taken while the allocation held the GPU
+    and b.last_sampled_at >= s.segment_start_at
+    and b.first_sampled_at < s.segment_end_at
     and (b.gpu_instance_id is null or s.telemetry_instance_id = b.gpu_instance_id)
 ),
 

@@ -26,6 +26,61 @@ tasks as (
   group by 1
 ),
 
+-- percentiles are computed over the month's jobs, never taken from the daily rows (a max or mean
+-- of daily percentiles is not the month's percentile)
+jobs as (
+  select * from marts.dim_jobs
+),
+
+month_ends as (
+  select month, max(day_end_at) as month_end_at from marts.dim_days group by month
+),
+
+waits as (
+  select
+    cast(date_trunc('month', first_started_at) as date) as month,
+    count(*) as jobs_started,
+    quantile_cont(queue_wait_s, 0.5) as queue_wait_p50_s,
+    quantile_cont(queue_wait_s, 0.95) as queue_wait_p95_s
+  from jobs
+  where first_started_at is not null
+  group by 1
+),
+
+run_times as (
+  select
+    cast(date_trunc('month', finished_at) as date) as month,
+    quantile_cont(run_time_s, 0.5) as run_time_p50_s,
+    quantile_cont(run_time_s, 0.95) as run_time_p95_s
+  from jobs
+  where finished_at is not null
+  group by 1
+),
+
+-- waiting work at the month's end (the data's end in the last month): pending age = end - submit
+waiting as (
+  select
+    e.month,
+    count(*) as jobs_waiting,
+    quantile_cont(epoch(e.month_end_at - j.submitted_at), 0.95) as waiting_age_p95_s,
+    max(epoch(e.month_end_at - j.submitted_at)) as waiting_age_max_s
+  from jobs j
+  join month_ends e
+    on j.submitted_at < e.month_end_at
+    and (least(j.first_started_at, j.finished_at) is null or least(j.first_started_at, j.finished_at) > e.month_end_at)
+  group by 1
+),
+
+cancelled_queued as (
+  select
+    cast(date_trunc('month', finished_at) as date) as month,
+    count(*) as cancelled_while_queued,
+    quantile_cont(epoch(finished_at - submitted_at), 0.95) as cancelled_pending_age_p95_s
+  from jobs
+  where first_started_at is null and finished_at is not null and submitted_at is not null
+  group by 1
+),
+
 final as (
   select
     pool.month,
@@ -43,9 +98,23 @@ final as (
     coalesce(tasks.finished_jobs, 0) as finished_jobs,
     coalesce(tasks.failed_jobs, 0) as failed_jobs,
     100.0 * tasks.failed_jobs / nullif(tasks.finished_jobs, 0) as failure_rate_pct,
-    100.0 * tasks.submissions_with_checkpoint_policy / nullif(tasks.submissions, 0) as checkpoint_policy_pct
+    100.0 * tasks.submissions_with_checkpoint_policy / nullif(tasks.submissions, 0) as checkpoint_policy_pct,
+    coalesce(waits.jobs_started, 0) as jobs_started,
+    waits.queue_wait_p50_s,
+    waits.queue_wait_p95_s,
+    run_times.run_time_p50_s,
+    run_times.run_time_p95_s,
+    coalesce(waiting.jobs_waiting, 0) as jobs_waiting,
+    waiting.waiting_age_p95_s,
+    waiting.waiting_age_max_s,
+    coalesce(cancelled_queued.cancelled_while_queued, 0) as cancelled_while_queued,
+    cancelled_queued.cancelled_pending_age_p95_s
   from pool
   left join tasks using (month)
+  left join waits using (month)
+  left join run_times using (month)
+  left join waiting using (month)
+  left join cancelled_queued using (month)
 )
 
 select * from final

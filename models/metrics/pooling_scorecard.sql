@@ -1,5 +1,5 @@
--- The pool scored against the four pooling stages of PRODUCT.md ("The problem"): each stage's
--- inputs read from the metric views over the loaded window, each input scored 0..100 by a straight
+-- The pool scored against the four pooling stages of PRODUCT.md ("The problem"), per UTC calendar
+-- month: each stage's inputs read from the metric views over the month's days, each input scored 0..100 by a straight
 -- line between the thresholds below (at or past `full` 100, at or past `zero` 0), the stage's
 -- score the mean of its inputs' scores. A threshold is an opinion: change it here and in the yml.
 with thresholds as (
@@ -10,7 +10,7 @@ with thresholds as (
     95.0 as idle_visible_full_pct,
     0.0 as rules_zero_pct,             -- shared queues: queues with a quota or a limit
     100.0 as rules_full_pct,
-    14400.0 as wait_p95_zero_s,        -- shared queues: queue wait p95 of the window's jobs (4 h ...
+    14400.0 as wait_p95_zero_s,        -- shared queues: queue wait p95 of the month's jobs (4 h ...
     900.0 as wait_p95_full_s,          -- ... to 15 min)
     20.0 as preempted_zero_pct,        -- shared queues: attempts ended by a preemption, of those admitted
     2.0 as preempted_full_pct,
@@ -20,36 +20,49 @@ with thresholds as (
     70.0 as utilisation_full_pct
 ),
 
-pool as (
-  select * from metrics.pool_period where gpu_model = 'all'
+months as (
+  select * from metrics.pack_month
 ),
 
 daily as (
   select
+    cast(date_trunc('month', day) as date) as month,
     sum(allocated_gpu_hours) as allocated_gpu_hours,
     sum(allocated_gpu_hours_without_telemetry) as allocated_gpu_hours_without_telemetry
   from metrics.pool_daily
+  group by 1
 ),
 
+-- the physical GPUs of the inventory in effect on the month's days, split or not, and whether
+-- they (or any of their MIG instances) sent telemetry that month
 gpus as (
   select
-    host,
-    gpu,
-    bool_or(has_telemetry) as has_telemetry,
-    bool_or(share_mode in ('mig', 'timeslice')) as is_shared
-  from metrics.gpu_inventory
-  where is_in_inventory and gpu is not null
-  group by host, gpu
+    cast(date_trunc('month', c.day) as date) as month,
+    c.host,
+    c.gpu,
+    bool_or(c.share_mode in ('mig', 'timeslice')) as is_shared
+  from marts.fct_capacity_daily c
+  group by all
+),
+
+reporting as (
+  select distinct cast(date_trunc('month', day) as date) as month, host, gpu
+  from marts.fct_gpu_daily
+  where telemetry_minutes > 0
 ),
 
 gpu_counts as (
   select
+    g.month,
     count(*) as physical_gpus,
-    count(*) filter (where has_telemetry) as reporting_gpus,
-    count(*) filter (where is_shared) as shared_gpus
-  from gpus
+    count(r.gpu) as reporting_gpus,
+    count(*) filter (where g.is_shared) as shared_gpus
+  from gpus g
+  left join reporting r on r.month = g.month and r.host = g.host and r.gpu = g.gpu
+  group by g.month
 ),
 
+-- queue rules are a snapshot (the latest): every month reads the same rules
 queue_rules as (
   select
     queue,
@@ -64,14 +77,12 @@ queue_counts as (
 
 queue_activity as (
   select
+    cast(date_trunc('month', day) as date) as month,
     cast(sum(admissions) as bigint) as admissions,
     cast(sum(preemptions) as bigint) as preemptions,
     cast(sum(requeues) as bigint) as requeues
   from metrics.queue_daily
-),
-
-jobs as (
-  select queue_wait_p95_s from metrics.job_period where template = 'all'
+  group by 1
 ),
 
 -- metrics.catalog is written at the end of the build, after the views: looked up by name so the
@@ -83,62 +94,63 @@ catalog as (
 ),
 
 advice as (
-  select count(*) as capacity_recommendations
+  select period_month as month, count(*) as capacity_recommendations
   from metrics.capacity_recommendations
-  where period_month between (select date_trunc('month', first_day) from pool)
-    and (select last_day from pool)
+  group by 1
 ),
 
 enforcement as (
-  select count(*) as applied_enforcement_actions
+  select cast(date_trunc('month', day) as date) as month, count(*) as applied_enforcement_actions
   from metrics.enforcement_actions
   where is_applied and action_kind in ('reclaim', 'preempt', 'remind')
+  group by 1
 ),
 
 ledger as (
-  select count(*) as ledger_entries
+  select cast(date_trunc('month', day) as date) as month, count(*) as ledger_entries
   from metrics.reclaim_ledger
   where record_source = 'audit'
+  group by 1
 ),
 
 inputs as (
   select
-    pool.first_day,
-    pool.last_day,
-    gpu_counts.physical_gpus,
-    gpu_counts.reporting_gpus,
+    m.month,
+    m.first_day,
+    m.last_day,
+    coalesce(gpu_counts.physical_gpus, 0) as physical_gpus,
+    coalesce(gpu_counts.reporting_gpus, 0) as reporting_gpus,
     100.0 * gpu_counts.reporting_gpus / nullif(gpu_counts.physical_gpus, 0) as gpus_reporting_pct,
     daily.allocated_gpu_hours,
     100.0 * (daily.allocated_gpu_hours - coalesce(daily.allocated_gpu_hours_without_telemetry, 0))
       / nullif(daily.allocated_gpu_hours, 0) as idle_visible_share_pct,
-    100.0 * pool.idle_allocated_gpu_hours / nullif(pool.allocated_gpu_hours, 0) as idle_allocated_share_pct,
+    100.0 * m.idle_allocated_gpu_hours / nullif(m.allocated_gpu_hours, 0) as idle_allocated_share_pct,
     queue_counts.queues,
     queue_counts.queues_with_rules,
     100.0 * queue_counts.queues_with_rules / nullif(queue_counts.queues, 0) as queues_with_rules_pct,
-    jobs.queue_wait_p95_s,
-    queue_activity.admissions,
-    queue_activity.preemptions,
-    queue_activity.requeues,
+    m.queue_wait_p95_s,
+    coalesce(queue_activity.admissions, 0) as admissions,
+    coalesce(queue_activity.preemptions, 0) as preemptions,
+    coalesce(queue_activity.requeues, 0) as requeues,
     100.0 * queue_activity.preemptions / nullif(queue_activity.admissions, 0) as preempted_attempts_pct,
-    gpu_counts.shared_gpus,
+    coalesce(gpu_counts.shared_gpus, 0) as shared_gpus,
     100.0 * gpu_counts.shared_gpus / nullif(gpu_counts.physical_gpus, 0) as shared_gpus_pct,
-    pool.utilisation_of_allocated_pct,
+    m.utilisation_of_allocated_pct,
     catalog.catalog_metrics,
-    advice.capacity_recommendations,
-    enforcement.applied_enforcement_actions,
-    ledger.ledger_entries,
-    100.0 * least(ledger.ledger_entries, enforcement.applied_enforcement_actions)
+    coalesce(advice.capacity_recommendations, 0) as capacity_recommendations,
+    coalesce(enforcement.applied_enforcement_actions, 0) as applied_enforcement_actions,
+    coalesce(ledger.ledger_entries, 0) as ledger_entries,
+    100.0 * least(coalesce(ledger.ledger_entries, 0), enforcement.applied_enforcement_actions)
       / nullif(enforcement.applied_enforcement_actions, 0) as ledger_coverage_pct
-  from pool
-  cross join daily
-  cross join gpu_counts
+  from months m
   cross join queue_counts
-  cross join queue_activity
   cross join catalog
-  cross join advice
-  cross join enforcement
-  cross join ledger
-  left join jobs on true
+  left join daily using (month)
+  left join gpu_counts using (month)
+  left join queue_activity using (month)
+  left join advice using (month)
+  left join enforcement using (month)
+  left join ledger using (month)
 ),
 
 -- each input on a straight line from its zero threshold (0) to its full one (100), clamped;
@@ -193,7 +205,7 @@ stages as (
   union all
   select 4, 'resource_operations', 'decisions from data',
     (s_catalog + s_advice + s_ledger) / 3,
-    'one metric catalog built: 0 or 100; capacity advice for the window: 0 or 100; '
+    'one metric catalog built: 0 or 100; capacity advice for the month: 0 or 100; '
       || 'applied reclaims, preemptions and reminders in the reclaim ledger: its share; mean',
     *
   from scored
@@ -201,6 +213,7 @@ stages as (
 
 final as (
   select
+    month,
     stage,
     stage_order,
     criterion,

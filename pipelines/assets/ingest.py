@@ -5,7 +5,7 @@ from collections.abc import Iterator
 import dagster as dg
 
 from pipelines.checks import suite_check_result, suite_check_spec
-from pipelines.ingest import ingest_partition
+from pipelines.ingest import ingest_days
 from pipelines.partitions import daily_partitions
 from pipelines.resources.warehouse import WarehouseResource
 from pipelines.sources.registry import SOURCES, IngestSource
@@ -44,11 +44,11 @@ def _ingest_asset(src: IngestSource) -> dg.AssetsDefinition:
         context: dg.AssetExecutionContext, warehouse: WarehouseResource
     ) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
         wh = warehouse.get()
-        reports = []
-        for partition in context.partition_keys:
-            report = ingest_partition(wh, src.name, dt.date.fromisoformat(partition))
+        reports = ingest_days(wh, src.name, [dt.date.fromisoformat(p) for p in context.partition_keys])
+        for report in reports:
             context.log.info(report.summary())
-            reports.append(report)
+            for note in report.notes:
+                context.log.info(f"{report.partition_date}: {note}")
         rows = "\n".join(
             f"| {r.partition_date} | {r.files_read} | {r.records_read} | {r.records_loaded} | {r.records_quarantined} |"
             for r in reports[-31:]
@@ -60,6 +60,10 @@ def _ingest_asset(src: IngestSource) -> dg.AssetsDefinition:
                 "records_read": sum(r.records_read for r in reports),
                 "records_loaded": sum(r.records_loaded for r in reports),
                 "records_quarantined": sum(r.records_quarantined for r in reports),
+                "files_empty": sum(r.files_empty for r in reports),
+                "notes": dg.MetadataValue.json(
+                    [f"{r.partition_date}: {n}" if len(reports) > 1 else n for r in reports for n in r.notes][:200]
+                ),
                 "partitions": dg.MetadataValue.md(
                     "| day | files | read | loaded | quarantined |\n|---|---|---|---|---|\n" + rows
                 ),

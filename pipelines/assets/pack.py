@@ -22,7 +22,7 @@ def review_pack(context: dg.AssetExecutionContext, config: PackConfig, warehouse
     """The month's review pack: resources, tasks, governance, improvements and the pooling-stage
     scorecard, every number from a metrics view with its catalog definition footnoted."""
     wh = warehouse.get()
-    con = wh.connect(read_only=True)
+    con = wh.analyst_connect()  # read-only, no file but the warehouse and its lake
     try:
         out = build_pack(con, wh.home, dt.date.fromisoformat(context.partition_key), config.lang)
     finally:

@@ -37,7 +37,7 @@ import numpy as np
 import polars as pl
 import requests
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from pipelines.config import ConfigError
 from pipelines.connectors import (
@@ -106,6 +106,16 @@ class DcgmConfig(BaseModel):
     concurrency: int = Field(64, ge=1, le=1024)
     max_body_mib: float = Field(64.0, gt=0)
     ingest_every_rounds: int = Field(40, ge=1)
+    # sent as `Authorization: Bearer` to every target: the allocator's /nodes/<host>/metrics names the
+    # jobs on a GPU (hpc_job) only to an admin or governance_bot token. Write ${GPUPOOL_ALLOCATOR_TOKEN}
+    # (never the token); leave it out for real dcgm-exporters, which need none.
+    bearer_token: str | None = Field(None, repr=False)
+
+    @field_validator("bearer_token", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: object) -> object:
+        # `${GPUPOOL_ALLOCATOR_TOKEN:-}` in the file gives "" when the variable is unset
+        return None if value == "" else value
 
     @model_validator(mode="after")
     def _attempt_fits_the_interval(self) -> DcgmConfig:
@@ -233,6 +243,9 @@ def fetch_target(session: requests.Session, target: Target, config: DcgmConfig, 
         )
     limit = int(config.max_body_mib * 1024 * 1024)
     attempts = 0
+    headers = {"Accept": ACCEPT}
+    if config.bearer_token:
+        headers["Authorization"] = f"Bearer {config.bearer_token}"
 
     def attempt() -> tuple[bytes, str | None]:
         nonlocal attempts
@@ -242,7 +255,7 @@ def fetch_target(session: requests.Session, target: Target, config: DcgmConfig, 
             target.url,
             timeout=(config.connect_timeout_s, config.read_timeout_s),
             stream=True,
-            headers={"Accept": ACCEPT},
+            headers=headers,
         ) as response:
             if response.status_code != 200:
                 head = next(response.iter_content(256), b"").decode("utf-8", errors="replace")

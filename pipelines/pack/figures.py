@@ -44,8 +44,6 @@ class Table:
     chart: tuple[str, str, str] | None = None  # (x, y, mark) for a PNG chart
 
     def params(self, month: dt.date) -> list:
-        if "?" not in self.sql:  # a view over the loaded window (the scorecard)
-            return []
         return [month] if self.monthly else [month, next_month(month)]
 
 
@@ -83,6 +81,15 @@ FIGURES: tuple[Figure, ...] = (
     Figure("submissions", "tasks", "submissions", "pack_month", _pm("submissions"), True),
     Figure("failed_jobs", "tasks", "failed_jobs", "pack_month", _pm("failed_jobs"), True),
     Figure("failure_rate", "tasks", "failure_rate", "pack_month", _pm("failure_rate_pct"), True),
+    # percentiles over the month's jobs, with the waiting work they cannot see beside them
+    Figure("queue_wait_p95", "tasks", "queue_wait_p95", "pack_month", _pm("queue_wait_p95_s"), True),
+    Figure("jobs_waiting", "tasks", "jobs_waiting", "pack_month", _pm("jobs_waiting"), True),
+    Figure("waiting_age_max", "tasks", "waiting_age_max", "pack_month", _pm("waiting_age_max_s"), True),
+    Figure("cancelled_while_queued", "tasks", "cancelled_while_queued", "pack_month",
+           _pm("cancelled_while_queued"), True),
+    Figure("cancelled_pending_age_p95", "tasks", "cancelled_pending_age_p95", "pack_month",
+           _pm("cancelled_pending_age_p95_s"), True),
+    Figure("run_time_p95", "tasks", "run_time_p95", "pack_month", _pm("run_time_p95_s"), True),
     Figure("retries", "tasks", "retries", "task_daily", _sum("retries", "task_daily")),
     Figure("retry_gpu_hours", "tasks", "retry_gpu_hours", "task_daily", _sum("retry_gpu_hours", "task_daily")),
     Figure("checkpoint_policy_coverage", "tasks", "checkpoint_policy_coverage", "pack_month",
@@ -110,12 +117,13 @@ TABLES: tuple[Table, ...] = (
           f"sum(allocated_gpu_hours) as allocated_gpu_hours, max(peak_allocated_gpus) as peak_allocated_gpus "
           f"from metrics.pool_daily where {DAYS} group by gpu_model order by gpu_model",
           ("physical_gpus", "capacity_gpu_hours", "allocated_gpu_hours", "peak_allocated_gpus")),
-    Table("queues", "resources", "queue_daily",
-          f"select queue, tenant, sum(submissions) as submissions, sum(jobs_started) as jobs_started, "
-          f"max(queue_wait_p95_s) as worst_daily_queue_wait_p95_s, sum(preemptions) as preemptions, "
-          f"sum(requeues) as requeues, sum(allocated_gpu_hours) as allocated_gpu_hours "
-          f"from metrics.queue_daily where {DAYS} group by queue, tenant order by queue, tenant",
-          ("submissions", "jobs_started", "queue_wait_p95", "preemptions", "requeues")),
+    # one row per queue and tenant (a shared queue has one per tenant); percentiles over the month's jobs
+    Table("queues", "resources", "queue_month",
+          "select queue, tenant, submissions, jobs_started, queue_wait_p50_s, queue_wait_p95_s, jobs_waiting, "
+          "waiting_age_max_s, cancelled_while_queued, cancelled_pending_age_p95_s, preemptions, requeues, "
+          "allocated_gpu_hours from metrics.queue_month where month = ? order by queue, tenant",
+          ("submissions", "jobs_started", "queue_wait_p50", "queue_wait_p95", "jobs_waiting", "waiting_age_max",
+           "cancelled_while_queued", "cancelled_pending_age_p95", "preemptions", "requeues"), monthly=True),
     Table("quotas", "resources", "tenant_quota",
           f"select tenant, gpu_model, max(quota_gpus) as quota_gpus, sum(quota_gpu_hours) as quota_gpu_hours, "
           f"sum(allocated_gpu_hours) as allocated_gpu_hours, sum(borrowed_gpu_hours) as borrowed_gpu_hours, "
@@ -134,10 +142,10 @@ TABLES: tuple[Table, ...] = (
           f"from metrics.task_daily where {DAYS} group by template order by submissions desc, template",
           ("submissions", "finished_jobs", "failed_jobs", "retries", "retry_gpu_hours",
            "interruptions_without_checkpoint")),
-    Table("run_times", "tasks", "task_daily",
-          f"select day, template, sum(finished_jobs) as finished_jobs, max(run_time_p50_s) as max_tenant_run_time_p50_s "
-          f"from metrics.task_daily where {DAYS} group by day, template order by day, template",
-          ("run_time_p50", "finished_jobs")),
+    Table("run_times", "tasks", "task_month",
+          "select template, finished_jobs, run_time_p50_s, run_time_p95_s from metrics.task_month "
+          "where month = ? order by template = 'all', template",
+          ("run_time_p50", "run_time_p95", "finished_jobs"), monthly=True),
     Table("failure_reasons", "tasks", "failure_reasons",
           f"select failure_reason, sum(failed_jobs) as failed_jobs, sum(allocated_gpu_hours) as allocated_gpu_hours "
           f"from metrics.failure_reasons where {DAYS} group by failure_reason order by failed_jobs desc, failure_reason",
@@ -173,8 +181,9 @@ TABLES: tuple[Table, ...] = (
           "from metrics.capacity_recommendations where period_month = ? order by rank",
           ("capacity_recommendations",), monthly=True),
     Table("pooling_scorecard", "scorecard", "pooling_scorecard",
-          "select stage, criterion, score_pct, first_day, last_day from metrics.pooling_scorecard order by stage_order",
-          ("pooling_stage_score",), chart=("stage", "score_pct", "bar")),
+          "select stage, criterion, score_pct, first_day, last_day from metrics.pooling_scorecard "
+          "where month = ? order by stage_order",
+          ("pooling_stage_score",), monthly=True, chart=("stage", "score_pct", "bar")),
 )
 
 

@@ -19,7 +19,7 @@ from pipelines.policies.inputs import ATTEMPT_KEY, TS, PolicyInputs, findings, h
 
 IDLE_PARAMS = ("activity_threshold", "memory_floor_mib", "spike_max_minutes", "min_coverage")
 WINDOW_SCHEMA: dict[str, pl.DataType] = {
-    "allocation_id": pl.String, "window_start_at": TS, "window_end_at": TS, "span_minutes": pl.Int64,
+    "allocation_id": pl.String, "window_start_at": TS, "window_end_at": TS, "span_minutes": pl.Float64,
     "telemetry_minutes": pl.Int64, "idle_minutes": pl.Int64, "busy_minutes": pl.Int64, "spikes": pl.Int64,
     "missing_minutes": pl.Int64, "mean_activity": pl.Float64, "peak_fb_used_mib": pl.Float64,
     "reaches_end": pl.Boolean,
@@ -32,14 +32,20 @@ def idle_windows(minutes: pl.DataFrame, params: pl.DataFrame, now: dt.datetime) 
 
     `minutes`: MINUTE_SCHEMA rows; `params`: one row per allocation with allocation_id,
     activity_threshold, memory_floor_mib (null: memory not considered), spike_max_minutes,
-    min_coverage and window_minutes. A minute is idle when activity < threshold and, with a memory
+    min_coverage and window_minutes, and optionally started_at and ended_at (the allocation's
+    bounds: a window is clipped to them, since a minute bucket can begin before the allocation
+    did or end after it). A minute is idle when activity < threshold and, with a memory
     floor, framebuffer use is known and below it. A window runs from an idle minute to an idle
     minute; busy or missing runs of at most spike_max_minutes inside it are bridged (and counted
-    in its mean activity); it is kept when it spans at least window_minutes and at least
-    min_coverage of those minutes have telemetry. `reaches_end`: the window is the allocation's
+    in its mean activity); it is kept when it spans at least window_minutes of elapsed time (not
+    a count of sampled minutes; span_minutes is the clipped window's length) and at least
+    min_coverage of its minutes have telemetry. `reaches_end`: the window is the allocation's
     last telemetry and ends within spike_max_minutes of `now`, i.e. the GPU is idle at the data's end.
     """
     key = "allocation_id"
+    for bound in ("started_at", "ended_at"):
+        if bound not in params.columns:
+            params = params.with_columns(pl.lit(None, TS).alias(bound))
     m = (
         minutes.filter(pl.col("minute_at") < now)
         .join(params, on=key, how="inner")
@@ -69,7 +75,8 @@ def idle_windows(minutes: pl.DataFrame, params: pl.DataFrame, now: dt.datetime) 
     windows = (
         m.group_by(key, "run")
         .agg(
-            pl.col("window_minutes", "min_coverage", "spike_max_minutes", "last_minute_at").first(),
+            pl.col("window_minutes", "min_coverage", "spike_max_minutes", "last_minute_at", "started_at",
+                   "ended_at").first(),
             window_start_at=pl.col("minute_at").min(),
             run_last_at=pl.col("minute_at").max(),
             telemetry_minutes=pl.len(),
@@ -79,18 +86,20 @@ def idle_windows(minutes: pl.DataFrame, params: pl.DataFrame, now: dt.datetime) 
             peak_fb_used_mib=pl.col("fb_used_mib").max(),
         )
         .with_columns(
-            window_end_at=pl.col("run_last_at") + _MINUTE,
-            span_minutes=(pl.col("run_last_at") - pl.col("window_start_at")).dt.total_minutes() + 1,
+            bucket_minutes=(pl.col("run_last_at") - pl.col("window_start_at")).dt.total_minutes() + 1,
+            window_start_at=pl.max_horizontal("window_start_at", "started_at"),
+            window_end_at=pl.min_horizontal(pl.col("run_last_at") + _MINUTE, "ended_at"),
         )
         .with_columns(
+            span_minutes=(pl.col("window_end_at") - pl.col("window_start_at")).dt.total_seconds(fractional=True) / 60,
             busy_minutes=pl.col("telemetry_minutes") - pl.col("idle_minutes"),
-            missing_minutes=pl.col("span_minutes") - pl.col("telemetry_minutes"),
+            missing_minutes=pl.col("bucket_minutes") - pl.col("telemetry_minutes"),
             reaches_end=(pl.col("run_last_at") == pl.col("last_minute_at"))
             & ((pl.lit(now, TS) - pl.col("window_end_at")).dt.total_minutes() <= pl.col("spike_max_minutes")),
         )
         .filter(
             (pl.col("span_minutes") >= pl.col("window_minutes"))
-            & (pl.col("telemetry_minutes") >= pl.col("min_coverage") * pl.col("span_minutes"))
+            & (pl.col("telemetry_minutes") >= pl.col("min_coverage") * pl.col("bucket_minutes"))
         )
     )
     return windows.select(pl.col(c).cast(t) for c, t in WINDOW_SCHEMA.items()).sort(key, "window_start_at")
@@ -149,7 +158,7 @@ def _windows_for(inputs: PolicyInputs, catalog: PolicyCatalog, policy: str, now:
             pl.coalesce((pl.col("idle_reminder_s") / 60).ceil(), pl.col(window_param)).alias(window_param)
         )
     allocs = allocs.with_columns(window_minutes=pl.col(window_param))
-    params = allocs.select("allocation_id", *IDLE_PARAMS, "window_minutes")
+    params = allocs.select("allocation_id", *IDLE_PARAMS, "window_minutes", "started_at", "ended_at")
     return idle_windows(inputs.minutes, params, now).join(
         allocs.select("allocation_id", *ATTEMPT_KEY, "host", "gpu", "fraction", "scope", *IDLE_PARAMS,
                       "window_minutes"),

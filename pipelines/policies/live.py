@@ -40,7 +40,8 @@ def recent_samples(landing: Path, now: dt.datetime, lookback: dt.timedelta) -> p
 
 
 def gpu_minutes(samples: pl.DataFrame) -> pl.DataFrame:
-    """One row per (host, gpu, gpu_instance_id, minute_at): activity 0..1 and fb_used_mib."""
+    """One row per (host, gpu, gpu_instance_id, minute_at): activity 0..1, fb_used_mib and when the
+    minute's first and last samples were taken."""
     per_minute = (
         samples.with_columns(pl.col("sampled_at").dt.truncate("1m").alias("minute_at"))
         .group_by("host", "gpu", "gpu_instance_id", "minute_at")
@@ -48,10 +49,12 @@ def gpu_minutes(samples: pl.DataFrame) -> pl.DataFrame:
             pl.col("value").filter(pl.col("metric") == "DCGM_FI_PROF_GR_ENGINE_ACTIVE").mean().alias("gr"),
             pl.col("value").filter(pl.col("metric") == "DCGM_FI_DEV_GPU_UTIL").mean().alias("util"),
             pl.col("value").filter(pl.col("metric") == "DCGM_FI_DEV_FB_USED").max().alias("fb_used_mib"),
+            pl.col("sampled_at").min().alias("first_sampled_at"),
+            pl.col("sampled_at").max().alias("last_sampled_at"),
         )
     )
     return per_minute.select(
-        "host", "gpu", "gpu_instance_id", "minute_at",
+        "host", "gpu", "gpu_instance_id", "minute_at", "first_sampled_at", "last_sampled_at",
         pl.coalesce("gr", pl.col("util") / 100.0).clip(0.0, 1.0).alias("activity"),
         "fb_used_mib",
     ).filter(pl.col("activity").is_not_null())
@@ -100,16 +103,20 @@ def allocations_from_jobs(jobs: list[dict], queues: dict[str, dict] | None = Non
 
 
 def allocation_minutes(allocations: pl.DataFrame, minutes: pl.DataFrame) -> pl.DataFrame:
-    """The minutes frame (MINUTE_SCHEMA): each allocation's GPU minutes from its start on. A MIG
-    allocation reads its instance's series; whole GPUs and time-sliced shares the GPU's."""
+    """The minutes frame (MINUTE_SCHEMA): each allocation's GPU minutes whose samples were all taken
+    at or after its start (and before its end, when it ended), as marts.fct_allocation_activity. A
+    MIG allocation reads its instance's series; whole GPUs and time-sliced shares the GPU's."""
     keyed = allocations.select(
-        "allocation_id", "host", "gpu", "started_at",
+        "allocation_id", "host", "gpu", "started_at", "ended_at",
         pl.when(pl.col("share_mode") == "mig").then(pl.col("gpu_instance_id")).alias("series_instance"),
     )
     return (
         keyed.join(minutes, left_on=["host", "gpu", "series_instance"],
                    right_on=["host", "gpu", "gpu_instance_id"], nulls_equal=True)
-        .filter(pl.col("minute_at") >= pl.col("started_at").dt.truncate("1m"))
+        .filter(
+            (pl.col("first_sampled_at") >= pl.col("started_at"))
+            & (pl.col("ended_at").is_null() | (pl.col("last_sampled_at") < pl.col("ended_at")))
+        )
         .select("allocation_id", "minute_at", "activity", "fb_used_mib")
         .sort("allocation_id", "minute_at")
     )

@@ -23,6 +23,9 @@ class ParseResult:
     records_read: int
     records_loaded: int
     notes: list[str] = field(default_factory=list)
+    # per table, a boolean mask over its rows: True where the row's time is not its own (a DCGM line
+    # without a timestamp, given the scrape time); the ingest puts those rows in the day it loads
+    untimed: dict[str, pl.Series] = field(default_factory=dict)
 
     @property
     def records_quarantined(self) -> int:

@@ -110,7 +110,7 @@ def _parse(source: bytes | Path, source_file: str, scraped_at: dt.datetime | Non
     if scraped is None:
         _require_timestamps(rows, source_file)
     good, duplicates = order_and_dedupe(
-        rows.filter(pl.col("reason").is_null()).select("line_number", "rank", "value", "sampled_at")
+        rows.filter(pl.col("reason").is_null()).select("line_number", "rank", "value", "sampled_at", "no_timestamp")
     )
     bad = pl.concat(
         [
@@ -145,6 +145,7 @@ def samples_result(
         records_read=records_read,
         records_loaded=good.height,
         notes=notes or [],
+        untimed={"dcgm_samples": good.get_column("no_timestamp")} if "no_timestamp" in good.columns else {},
     )
 
 

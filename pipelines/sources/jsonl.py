@@ -72,8 +72,24 @@ def _reject_constant(name: str) -> object:
     raise ValueError(f"{name} is not valid JSON")
 
 
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")
+
+
 def _loads(text: str) -> object:
-    return json.loads(text, parse_constant=_reject_constant)
+    """json.loads, refusing NaN/Infinity, nesting too deep for the parser (RecursionError) and strings
+    with a lone UTF-16 surrogate escape ("\\ud800": not Unicode, no column can hold it) as ValueError."""
+    try:
+        value = json.loads(text, parse_constant=_reject_constant)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+    if _SURROGATE_ESCAPE.search(text):  # a pair is fine; a lone half fails to encode
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise ValueError(f"lone UTF-16 surrogate {error.object[error.start]!r}: not Unicode") from None
+        except RecursionError:
+            raise ValueError("nested too deeply") from None
+    return value
 
 
 def read_lines(data: bytes | str, rejects: Rejects) -> list[tuple[int, str]]:
@@ -135,7 +151,10 @@ def load_json_document(text: str) -> object:
 
 def compact_json(value: object) -> str:
     """Deterministic compact JSON text (sorted keys) for *_json columns."""
-    return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+    try:
+        return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+    except RecursionError:
+        raise RecordError("value nested too deeply to write as JSON") from None
 
 
 _JSON_TYPE_NAMES: dict[type, str] = {
@@ -228,10 +247,9 @@ def parse_rfc3339(text: str, name: str) -> datetime:
     if not _RFC3339.fullmatch(text):
         raise RecordError(f"field '{name}' is {text!r}, expected an RFC 3339 time with Z or an offset")
     try:
-        moment = datetime.fromisoformat(text)
-    except ValueError as error:
+        return datetime.fromisoformat(text).astimezone(UTC).replace(tzinfo=None)
+    except (ValueError, OverflowError) as error:  # OverflowError: year 1 or 9999 moved out of range by the offset
         raise RecordError(f"field '{name}' is {text!r}: {error}") from error
-    return moment.astimezone(UTC).replace(tzinfo=None)
 
 
 def get_time(obj: Mapping[str, object], key: str, *, required: bool = False, where: str = "") -> datetime | None:

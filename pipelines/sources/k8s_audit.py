@@ -12,8 +12,11 @@ sorted keys); decision = the authorization.k8s.io/decision annotation with Kuber
 written as "deny"; reason = the authorization.k8s.io/reason annotation, plus "impersonating
 <user>" when the request was impersonated; response_code = responseStatus.code.
 
-Quarantined: a line that is not JSON or not an object, a kind other than Event/EventList, an
-apiVersion outside audit.k8s.io, a missing auditID, verb or user.username, no usable timestamp.
+Quarantined: a line that is not JSON (nor Unicode, nor shallow enough to parse) or not an object, a
+kind other than Event/EventList, an apiVersion outside audit.k8s.io, a missing auditID, verb or
+user.username, no usable timestamp; and a `RefusedEvent` line (apiVersion gpupool.io/v1), which
+the audit webhook writes in place of an item it could not keep (not Unicode, too deep, too large,
+not JSON), with the webhook's reason and the start of the item as `raw`.
 """
 from __future__ import annotations
 
@@ -40,6 +43,17 @@ QUARANTINE_SOURCE = "k8s_audit"
 DECISION = "authorization.k8s.io/decision"
 REASON = "authorization.k8s.io/reason"
 TIME_FIELDS = ("stageTimestamp", "timestamp", "requestReceivedTimestamp")
+REFUSED_KIND = "RefusedEvent"  # the webhook's stand-in for an item it could not keep
+REFUSED_API_VERSION = "gpupool.io/v1"
+
+
+def refused(value: object) -> bool:
+    """Whether a parsed line is the webhook's stand-in for a refused item."""
+    return (
+        isinstance(value, dict)
+        and value.get("kind") == REFUSED_KIND
+        and value.get("apiVersion") == REFUSED_API_VERSION
+    )
 
 
 def _check_kind(event: dict[str, object], expected: str) -> None:
@@ -121,6 +135,17 @@ def parse_k8s_audit(data: bytes | str, source_file: str) -> ParseResult:
     read = len(rejects)
     audits = Columns(contract("audit_events").schema)
     for record in records:
+        if refused(record.value):
+            read += 1
+            value: dict = record.value  # type: ignore[assignment]
+            reason, raw = value.get("reason"), value.get("raw")
+            rejects.add(
+                record.line_number,
+                f"refused by the audit webhook: {reason if isinstance(reason, str) else 'no reason given'}",
+                raw if isinstance(raw, str) else record.raw,
+                "parse",
+            )
+            continue
         try:
             events = _events(record)
         except RecordError as error:

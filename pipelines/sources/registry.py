@@ -5,8 +5,8 @@ exactly what that source loaded for that day, in every table it writes.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipelines.connectors.slurm import parse_squeue_job_gpus
@@ -31,12 +31,26 @@ class IngestSource:
     tables: tuple[str, ...]  # the first is 1:1 with the parser's records
     parse_bytes: Callable[[bytes, str], ParseResult]
     parse_path: Callable[[Path], ParseResult] | None = None  # for parsers that read the file themselves
+    # table -> the column whose UTC day is the record's own day (pipelines/ingest.py): records
+    # carrying their own time go to that day's partition. Tables not listed (snapshots, such as
+    # sacct's or Kueue's view of jobs as of the query) go to the day being ingested.
+    time_columns: Mapping[str, str] = field(default_factory=dict)
+
+    def reads(self, path: Path) -> bool:
+        """Whether a file of this name is one this source reads (its patterns; hidden files never)."""
+        return not path.name.startswith(".") and any(path.match(pattern) for pattern in self.patterns)
 
     def files_in(self, folder: Path) -> list[Path]:
         if not folder.is_dir():
             return []
         found = {p for pattern in self.patterns for p in folder.glob(pattern) if p.is_file()}
         return sorted(p for p in found if not p.name.startswith("."))
+
+    def files_not_read(self, folder: Path) -> list[Path]:
+        """The folder's visible files this source does not read (for a warning naming them)."""
+        if not folder.is_dir():
+            return []
+        return sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith(".") and not self.reads(p))
 
     def parse_file(self, path: Path) -> ParseResult:
         if self.parse_path is not None:
@@ -55,6 +69,7 @@ SOURCES: dict[str, IngestSource] = {
             # Lines without a timestamp take the file's modification time as the scrape time.
             lambda data, source_file: dcgm_text.parse_dcgm_text(data, source_file),
             parse_path=dcgm_text.parse_dcgm_file,
+            time_columns={"dcgm_samples": "sampled_at"},
         ),
         IngestSource(
             "dcgm_parquet",
@@ -62,6 +77,7 @@ SOURCES: dict[str, IngestSource] = {
             ("*.parquet",),
             ("dcgm_samples",),
             dcgm_parquet.parse_dcgm_parquet,
+            time_columns={"dcgm_samples": "sampled_at"},
         ),
         IngestSource(
             "prometheus",
@@ -69,6 +85,7 @@ SOURCES: dict[str, IngestSource] = {
             ("*.json",),
             ("dcgm_samples",),
             prometheus.parse_query_range,
+            time_columns={"dcgm_samples": "sampled_at"},
         ),
         IngestSource(
             "slurm_sacct",
@@ -97,6 +114,7 @@ SOURCES: dict[str, IngestSource] = {
             ("*.jsonl", "*.log", "*.json"),
             ("audit_events",),
             k8s_audit.parse_k8s_audit,
+            time_columns={"audit_events": "occurred_at"},
         ),
         IngestSource(
             "kueue",
@@ -112,6 +130,7 @@ SOURCES: dict[str, IngestSource] = {
             ("*.jsonl",),
             ("job_events", "job_gpus"),
             allocator_log.parse_event_log,
+            time_columns={"job_events": "occurred_at", "job_gpus": "assigned_at"},
         ),
         IngestSource(
             "allocator_audit",
@@ -119,6 +138,7 @@ SOURCES: dict[str, IngestSource] = {
             ("*.jsonl",),
             ("audit_events",),
             allocator_log.parse_audit_log,
+            time_columns={"audit_events": "occurred_at"},
         ),
         IngestSource(
             "allocator_pool",
@@ -133,6 +153,7 @@ SOURCES: dict[str, IngestSource] = {
             ("*.jsonl",),
             ("governance_actions",),
             governance.parse_governance_log,
+            time_columns={"governance_actions": "occurred_at"},
         ),
     )
 }

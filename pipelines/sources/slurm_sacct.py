@@ -27,9 +27,12 @@ Event semantics (sacct -D lists every attempt of a requeued job as its own row, 
   (a last row that is PREEMPTED gives both `preempt` and `finish`); RUNNING, PENDING, SUSPENDED or
   REQUEUED last rows give no finish;
 - state on submit/admit is PENDING, on start RUNNING, on requeue/preempt/finish the row's state;
-- reason: "cancelled by uid N" (text `CANCELLED by N`) or "cancelled by user X" (JSON
-  kill_request_user), joined with sacct's Reason when that is not None, on the row's
-  requeue/preempt/finish events, or on its last event when it has none (why it is waiting);
+- reason on the row's requeue/preempt/finish events: "cancelled by uid N" (text `CANCELLED by N`)
+  or "cancelled by user X" (JSON kill_request_user), joined with sacct's Reason when that is an
+  end reason (Slurm's FAIL_* reasons: NonZeroExitCode, TimeLimit, OutOfMemory, ...; END_REASONS);
+- sacct's Reason otherwise is a wait cause (BeginTime, JobHeldUser, Priority, Resources,
+  Dependency, ...: the last reason the job was blocked, kept after it ran), never an end reason:
+  it goes on the row's last event before it started (submit or admit; start when neither);
 - tenant = Account, queue = Partition, user_name = User, job_name = JobName, priority,
   gpus_requested (ReqTRES GPUs, else AllocTRES), gpu_model (typed gres, e.g. gres/gpu:a100 → A100),
   share_mode (whole, or mig for a MIG-typed gres such as a100_3g.20gb) and spec_json
@@ -72,6 +75,14 @@ JSON_SOURCE = "slurm_sacct_json"
 REQUIRED_FIELDS = ("JobID", "State", "Submit", "Start", "End")
 UNSET = frozenset({"", "Unknown", "None", "none", "(null)"})
 REQUEUE_STATES = ("REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED")
+# sacct's Reason is "the last reason a job was blocked from running" (sacct(1)), kept after the job
+# ran: a wait cause (Priority, Resources, BeginTime, Dependency, JobHeldUser, QOSMax..., ...). Only
+# Slurm's FAIL_* reasons say why a job ended; those go on the end events, every other on the wait.
+END_REASONS = frozenset({
+    "NonZeroExitCode", "RaisedSignal", "TimeLimit", "OutOfMemory", "NodeDown", "SystemFailure",
+    "JobLaunchFailure", "InactiveLimit", "InvalidAccount", "InvalidQOS", "BadConstraints",
+    "BurstBufferOperationFailure", "DeadLine",
+})
 FINAL_STATES = (
     "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED",
     "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT", "LAUNCH_FAILED",
@@ -311,15 +322,29 @@ def _events_and_gpus(attempts: pl.DataFrame, source_file: str) -> tuple[pl.DataF
         for kind, order, keep, at, event_state in kinds
     ])
     row = ["cluster", "job_id", "attempt"]
-    row_reason = pl.concat_str(["cancelled_by", "sacct_reason"], separator="; ", ignore_nulls=True)
+    is_end_reason = pl.col("sacct_reason").is_in(list(END_REASONS))
+    end_reason = pl.concat_str(
+        ["cancelled_by", pl.when(is_end_reason).then("sacct_reason")], separator="; ", ignore_nulls=True
+    )
+    end_reason = pl.when(end_reason != "").then(end_reason)
+    wait_reason = pl.when(~is_end_reason).then("sacct_reason")
     terminal = pl.col("order") >= 3
-    carries_reason = terminal | (~terminal.any().over(row) & (pl.col("order") == pl.col("order").max().over(row)))
+    before_start = pl.col("order") <= 1
+    last_wait = pl.when(before_start.any().over(row)).then(
+        before_start & (pl.col("order") == pl.col("order").filter(before_start).max().over(row))
+    ).otherwise(pl.col("order") == 2)
+    # a row with no end event (still running or pending) keeps its end reason, if any, on its last event
+    carries_end = terminal | (~terminal.any().over(row) & (pl.col("order") == pl.col("order").max().over(row)))
+    row_reason = pl.concat_str(
+        [pl.when(carries_end).then(end_reason), pl.when(last_wait).then(wait_reason)], separator="; ",
+        ignore_nulls=True,
+    )
     events = events.sort([*row, "order", "event_type"]).with_columns(
         event_id=pl.concat_str(
             [pl.lit("slurm"), "cluster", "job_id", pl.col("attempt").cast(pl.String), "event_type"], separator=":"
         ),
         state=pl.col("event_state"),
-        reason=pl.when(carries_reason).then(pl.when(row_reason != "").then(row_reason)),
+        reason=pl.when(row_reason != "").then(row_reason),
         exit_code=pl.when(pl.col("event_type") == "finish").then(pl.col("exit_code")),
         source=pl.lit(SOURCE),
         source_file=pl.lit(source_file),

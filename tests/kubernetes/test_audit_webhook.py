@@ -123,11 +123,12 @@ def test_bearer_token(webhook, falco_events):
 
 
 def test_health_oversized_body_and_empty_list(warehouse, falco_events):
-    for server in _serve(warehouse.landing, instance="test", max_body_bytes=4096):
+    for server in _serve(warehouse.landing, token=TOKEN, instance="test", max_body_bytes=4096):
         assert requests.get(server.url + "healthz", timeout=10).json() == {"status": "ok"}
-        assert requests.post(server.url, data=_event_list(falco_events), timeout=10).status_code == 413
-        empty = requests.post(server.url, data=_event_list([]), timeout=10)
-        assert empty.status_code == 200 and empty.json() == {"events": 0, "files": {}}
+        oversized = requests.post(server.url, data=_event_list(falco_events), headers=HEADERS, timeout=10)
+        assert oversized.status_code == 413
+        empty = requests.post(server.url, data=_event_list([]), headers=HEADERS, timeout=10)
+        assert empty.status_code == 200 and empty.json() == {"events": 0, "refused": [], "files": {}}
     assert _landed(warehouse) == {}
 
 

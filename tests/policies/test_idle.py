@@ -137,3 +137,14 @@ def test_idle_interactive_reminds_after_the_threshold_and_its_steps_reclaim_late
     assert f["threshold"] == 20
     # training jobs are not interactive sessions
     assert find(inputs([alloc()], activity("a0", idle(90))), at(90), PolicyKind.IDLE_INTERACTIVE) == []
+
+
+def test_window_is_thirty_elapsed_minutes_from_a_mid_minute_start_not_thirty_minute_rows():
+    # The allocation starts at 10:00:30; its first minute row (10:00) holds a sample taken after the
+    # start. 30 idle minute rows (10:00 .. 10:29) span 10:00:30 -> 10:30, 29.5 elapsed minutes: not
+    # the 30-minute window. 31 rows span 30.5 minutes: caught, starting at the allocation's start.
+    start = at(0.5)
+    assert find(inputs([alloc(started_at=start)], activity("a0", idle(30) + busy(10))), at(40), IDLE) == []
+    [f] = find(inputs([alloc(started_at=start)], activity("a0", idle(31) + busy(10))), at(41), IDLE)
+    assert (f["window_start_at"], f["window_end_at"]) == (start, at(31))
+    assert f["gpu_hours"] == pytest.approx(30.5 / 60)

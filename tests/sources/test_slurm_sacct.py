@@ -111,7 +111,9 @@ def test_parsable2_cancelled_by_uid_before_start(parsed: ParseResult) -> None:
         (1, "finish", at("2026-11-01T06:45:00"), "CANCELLED"),
     ]
     finish = parsed.tables["job_events"].filter(pl.col("event_id") == "slurm:pool:1003:1:finish").row(0, named=True)
-    assert finish["reason"] == "cancelled by uid 0; Dependency"
+    assert finish["reason"] == "cancelled by uid 0"  # Dependency was why it waited, not why it ended
+    submit = parsed.tables["job_events"].filter(pl.col("event_id") == "slurm:pool:1003:1:submit").row(0, named=True)
+    assert submit["reason"] == "Dependency"
     assert finish["gpus_requested"] == 8
     assert parsed.tables["job_gpus"].filter(pl.col("job_id") == "1003").is_empty()
 
