@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
+from allocator.inputs import MAX_NAME, has_surrogate
+
 TOKENS_ENV = "GPUPOOL_ALLOCATOR_TOKENS"
 
 
@@ -102,6 +104,10 @@ def parse_tokens(text: str, source: str) -> TokenTable:
         if not isinstance(name, str) or not name:
             raise TokenError(f"{where}: name missing or not a string")
         tenant = entry.get("tenant")
+        for field, value in (("name", name), ("tenant", tenant)):
+            # names are logged with every command and answered: the API's own limits on names apply
+            if isinstance(value, str) and (len(value) > MAX_NAME or has_surrogate(value)):
+                raise TokenError(f"{where}: {field} longer than {MAX_NAME} characters or not valid Unicode")
         if role == Role.TENANT_MEMBER and (not isinstance(tenant, str) or not tenant):
             raise TokenError(f"{where}: a tenant_member needs a tenant")
         if role != Role.TENANT_MEMBER and tenant is not None:

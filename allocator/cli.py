@@ -78,3 +78,30 @@ def serve(
         )
     except (TokenError, PoolError, StoreError) as exc:
         raise click.ClickException(str(exc)) from None
+
+
+@allocator.command("check-store")
+@click.option(
+    "--db",
+    "db_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    required=True,
+    help="SQLite database of the allocator's state.",
+)
+@click.option("--repair", is_flag=True, help="Rewrite what is found escaped (stop the service first).")
+def check_store(db_path: Path, repair: bool) -> None:
+    """List records an earlier version logged that are not clean JSON (a lone surrogate, a NaN);
+    with --repair, rewrite them as the API answers them (docs/allocator.md, "Input limits")."""
+    from allocator import repair as fix
+    from allocator.store import StoreError
+
+    try:
+        found = fix.repair(db_path) if repair else fix.find_unclean(db_path)
+    except StoreError as exc:
+        raise click.ClickException(str(exc)) from None
+    for item in found:
+        click.echo(str(item))
+    verb = "repaired" if repair else "found"
+    click.echo(f"{len(found)} unclean record(s) {verb} in {db_path}" if found else f"{db_path}: clean")
+    if found and not repair:
+        raise SystemExit(1)

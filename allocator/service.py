@@ -207,7 +207,7 @@ JobId = Annotated[str, PathParam(min_length=1, max_length=MAX_NAME)]
 ProposalId = Annotated[str, PathParam(min_length=1, max_length=MAX_NAME)]
 QueueName = Annotated[str, PathParam(min_length=1, max_length=MAX_NAME)]
 HostName = Annotated[str, PathParam(min_length=1, max_length=MAX_NAME)]
-IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", min_length=1, max_length=MAX_NAME)]
+IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=MAX_NAME)]
 Cursor = Annotated[
     int, Query(ge=0, le=MAX_CURSOR, description="the next_cursor of the previous page; 0 for the start")
 ]

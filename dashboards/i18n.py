@@ -214,9 +214,9 @@ STRINGS: dict[str, dict[str, str]] = {
     "no_scorecard": {"en": "No scorecard yet: the warehouse has no pool data, or its models predate catalog 1.3.0 "
                            "(run `gpupool build`).",
                      "zh": "还没有评分：数据仓库中没有资源池数据，或其模型早于指标目录 1.3.0（请运行 `gpupool build`）。"},
-    "scorecard_caption": {"en": "Whole loaded window {first} … {last}. Each input is scored 0–100 between two "
+    "scorecard_caption": {"en": "The month of {first} … {last}. Each input is scored 0–100 between two "
                                 "stated thresholds; a stage's score is the mean (metrics.pooling_scorecard).",
-                          "zh": "整个已加载窗口 {first} … {last}。每项输入按两个给定阈值折算为 0–100 分；"
+                          "zh": "{first} … {last} 所在月份。每项输入按两个给定阈值折算为 0–100 分；"
                                 "阶段得分为其平均值（metrics.pooling_scorecard）。"},
     "stage_project_owned": {"en": "Project-owned: visibility", "zh": "项目独占：可见性"},
     "stage_shared_queues": {"en": "Shared queues: clear rules", "zh": "共享队列：规则清晰"},
@@ -228,15 +228,22 @@ STRINGS: dict[str, dict[str, str]] = {
     "rule": {"en": "Rule", "zh": "规则"},
     "no_data_yet": {"en": "No data yet: the warehouse has no pool days. Run `gpupool demo` or ingest a source.",
                     "zh": "还没有数据：数据仓库中没有资源池日期。请运行 `gpupool demo` 或接入数据源。"},
-    "queues_headline_caption": {"en": "Wait percentiles: the pool's jobs over the whole loaded window "
-                                      "(metrics.job_period). Preemptions and requeues: the period and filters "
-                                      "(metrics.queue_daily).",
-                                "zh": "等待时间分位数：整个已加载窗口内全资源池的作业（metrics.job_period）。"
+    "queues_headline_caption": {"en": "Wait percentiles (jobs that started) and, beside them, jobs still waiting "
+                                      "at the data's end and jobs cancelled while queued: the pool's jobs over the "
+                                      "whole loaded window (metrics.job_period). Preemptions and requeues: the "
+                                      "period and filters (metrics.queue_daily).",
+                                "zh": "等待时间分位数（已启动的作业），以及旁边在数据截止时仍在等待的作业和排队中取消的作业："
+                                      "整个已加载窗口内全资源池的作业（metrics.job_period）。"
                                       "抢占和重新排队：所选时间段和筛选条件（metrics.queue_daily）。"},
     "wait_per_queue": {"en": "Queue wait per queue", "zh": "各队列的排队等待时间"},
     "no_waits": {"en": "No job started in this period and these filters, so there is no wait to show.",
                  "zh": "该时间段和筛选条件下没有作业启动，因此没有等待时间可显示。"},
     "wait_axis_min": {"en": "queue wait (min)", "zh": "排队等待（分钟）"},
+    "waiting_work": {"en": "Waiting work: jobs still waiting at each day's end and jobs cancelled while queued, "
+                           "with their pending age (minutes)",
+                     "zh": "等待中的工作：每天结束时仍在等待的作业和排队中取消的作业，及其等待时长（分钟）"},
+    "no_waiting_work": {"en": "No job was waiting or cancelled while queued in this period and these filters.",
+                        "zh": "该时间段和筛选条件下没有等待中或排队中取消的作业。"},
     "pending_by_model": {"en": "Pending demand by GPU model", "zh": "按 GPU 型号的待调度需求"},
     "no_pending": {"en": "Nothing waited for a GPU in this period: no pending demand.",
                    "zh": "该时间段内没有等待 GPU 的请求：没有待调度需求。"},

@@ -130,7 +130,8 @@ def demo(home: Path | None, days: int, gpus: int | None, start: str, seed: int, 
     from pipelines.summary import print_policy_comparison, print_summary
 
     wh = _warehouse(home)
-    first = dt.date.fromisoformat(start)
+    first = _partition_day(start, "--start")  # the simulated days are ingested into the daily partitions
+    _partition_day((first + dt.timedelta(days=max(days, 1) - 1)).isoformat(), "--start/--days")
     began = time.monotonic()
     _demo_month(wh, days, gpus, seed, first, policies)
     click.echo(f"\nDone in {time.monotonic() - began:.0f} s. Warehouse: {wh.db_path}\n")
@@ -206,13 +207,15 @@ def ingest(source: str, path: Path, home: Path | None, day: str | None, no_build
     partition = _partition_day(day)
     wh = _warehouse(home)
     patterns = ", ".join(ingest_source(source).patterns)
-    for skipped in not_read(source, path):
+    for skipped in not_read(source, path) if path.is_dir() else []:  # a lone file: the error below says it
         click.echo(click.style(f"warning: {skipped}: not read: source {source} reads {patterns}", fg="yellow"),
                    err=True)
     try:
         staged = stage_files(wh, source, path, partition)
     except NothingToRead as err:
         raise ExitError(f"{err}; nothing was ingested", EXIT_NOTHING_READ) from None
+    except OSError as err:
+        raise ExitError(f"staging {path} failed: {err}", EXIT_FAILED) from None
     _step(f"staged {len(staged)} file(s) in {staged[0].parent}")
     with _step_errors(wh, verbose):
         outcomes = runner.ingest_days(wh, [source], partition, partition, on_step=_step)
@@ -273,13 +276,16 @@ def sql(query: str, home: Path | None, fmt: str, limit: int) -> None:
         raise click.ClickException(f"query failed: cannot show the result ({type(err).__name__}: {err})") from None
     finally:
         con.close()
-    if fmt == "csv":
-        sys.stdout.write(frame.write_csv())
-    elif fmt == "json":
-        sys.stdout.write(frame.write_json() + "\n")
-    else:
-        with pl.Config(tbl_rows=limit, tbl_cols=-1, fmt_str_lengths=60, tbl_width_chars=200):
-            click.echo(frame.head(limit))
+    try:
+        if fmt == "csv":
+            sys.stdout.write(frame.write_csv())
+        elif fmt == "json":
+            sys.stdout.write(frame.write_json() + "\n")
+        else:
+            with pl.Config(tbl_rows=limit, tbl_cols=-1, fmt_str_lengths=60, tbl_width_chars=200):
+                click.echo(frame.head(limit))
+    except pl.exceptions.PolarsError as err:  # e.g. nested columns in CSV
+        raise click.ClickException(f"cannot write the result as {fmt}: {err} (try --format json)") from None
 
 
 @main.command()
@@ -539,7 +545,8 @@ def k8s_audit_webhook(host: str | None, port: int | None, insecure_no_auth: bool
     if hook is not None:
         options.update(certfile=hook.certfile, keyfile=hook.keyfile,
                        max_body_bytes=int(hook.max_body_mib * 2**20),
-                       max_item_bytes=int(hook.max_item_mib * 2**20), max_depth=hook.max_depth)
+                       max_item_bytes=int(hook.max_item_mib * 2**20), max_depth=hook.max_depth,
+                       max_items=hook.max_items)
     wh = _warehouse(home)
     scheme = "https" if options.get("certfile") else "http"
     if token is None:

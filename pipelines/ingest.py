@@ -115,13 +115,13 @@ def ingest_partition(
     for table, frames in carried.pop(day, {}).items():
         tables[table] = pl.concat([tables[table], *frames], how="vertical")
     for other, other_tables in sorted(elsewhere.items()):
-        rows = max(f.height for f in other_tables.values())
+        rows = other_tables[src.tables[0]].height  # the first table is 1:1 with the records
         if run_last is not None and day < other <= run_last:
             for table, frame in other_tables.items():
                 carried.setdefault(other, {}).setdefault(table, []).append(frame)
         else:
             warehouse.merge_files(source_name, other, other_tables, [str(f) for f in files])
-        notes.append(f"{rows:,} records timestamped {other} went to that day's partition")
+        notes.append(f"{rows:,} record(s) timestamped {other} went to that day's partition")
     report = warehouse.replace_partition(
         ingest_source=source_name,
         partition_date=day,

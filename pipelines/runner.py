@@ -122,7 +122,10 @@ def _failure(result: dg.ExecuteInProcessResult) -> tuple[str, str]:
             while err.cause is not None and (err.cls_name or "").startswith("Dagster"):
                 err = err.cause
             message = err.message.strip()
-            name = (err.cls_name or "").rsplit(".", 1)[-1]
+            qualified, _, rest = message.partition(": ")  # Dagster keeps "module.Class: message"
+            if rest and qualified.rsplit(".", 1)[-1] == err.cls_name:
+                message = rest
+            name = err.cls_name or ""
             if name and name not in SELF_EXPLAINING_ERRORS:
                 message = f"{name}: {message}"
             return f"{event.step_key}: {message}", detail

@@ -71,8 +71,8 @@ _WHY = {
 }
 _CHANGES = "it would change the warehouse"
 
-_LEADING_NOISE = re.compile(r"\A(?:\s+|--[^\n]*(?:\n|\Z)|/\*.*?\*/)*", re.S)
-_EXPLAIN = re.compile(r"\Aexplain\s+(?:\(\s*[^()]*\)\s*)?(?:analy[sz]e\s+)?", re.I)
+_LEADING_NOISE = re.compile(r"\A(?:\s+|--[^\n]*(?:\n|\Z)|/\*.*?\*/)*", re.DOTALL)
+_EXPLAIN = re.compile(r"\Aexplain\s+(?:\(\s*[^()]*\)\s*)?(?:analy[sz]e\s+)?", re.IGNORECASE)
 
 
 class QueryRefused(ValueError):
@@ -167,13 +167,12 @@ def connect(db_path: str | Path, readable_dirs: Iterable[str | Path] = (), *, me
 def _harden(con: duckdb.DuckDBPyConnection, dirs: Sequence[str], db_path: Path) -> None:
     spill = _folder(Path(f"{db_path}.tmp"))  # DuckDB allows the database's own spill folder itself
     if not _setting(con, "lock_configuration"):
-        try:
-            if dirs:
-                con.execute(f"set allowed_directories = [{', '.join(_quote(d) for d in dirs)}]")
-            con.execute("set enable_external_access = false")
-            con.execute("set lock_configuration = true")
-        except duckdb.InvalidInputException:
-            pass  # another connection of this process locked the shared instance meanwhile: checked below
+        steps = [f"set allowed_directories = [{', '.join(_quote(d) for d in dirs)}]"] if dirs else []
+        for step in [*steps, "set enable_external_access = false", "set lock_configuration = true"]:
+            try:
+                con.execute(step)
+            except duckdb.Error:
+                pass  # another connection of this process got there first (a shared instance): checked below
     allowed = set(_setting(con, "allowed_directories") or [])
     expected = set(dirs) | {spill}
     problems = []

@@ -1,14 +1,23 @@
 """Shared fixtures: a temporary gpupool home and the real-data samples in ../shared."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from pipelines.paths import REPO_ROOT
 from pipelines.warehouse import Warehouse
 
 REAL_DATA = (REPO_ROOT.parent / "shared" / "real-data").resolve()
+
+# Property-based tests: "ci" is reproducible (the same examples every run, no example database);
+# "dev" explores new examples each run and replays failures from .hypothesis/. CI=1 selects "ci";
+# HYPOTHESIS_PROFILE overrides. Tests set their own max_examples.
+settings.register_profile("ci", derandomize=True, database=None, deadline=None, print_blob=True)
+settings.register_profile("dev", deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
 
 
 @pytest.fixture

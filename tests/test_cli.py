@@ -79,11 +79,12 @@ def test_ingest_a_broken_file_quarantines_with_reasons(demo_home, tmp_path):
         'DCGM_FI_DEV_GPU_UTIL{gpu="1",UUID="GPU-2",Hostname="n1"} NaN 1793404800000\n'
         'DCGM_FI_DEV_GPU_UTIL{gpu="2",UUID="GPU-3",Hostname="n1\n'
     )
-    result = gpupool("ingest", "dcgm_text", str(broken), "--date", "2026-11-05", home=home)
+    result = gpupool("ingest", "dcgm_text", str(broken), "--date", "2026-11-05", home=home, check=False)
     assert "3 read, 1 loaded, 2 quarantined" in result.stdout
-    # Two thirds of the batch is bad: the blocking check fails and the models are not rebuilt.
+    # Two thirds of the batch is bad: the blocking check fails, the models are not rebuilt, and cron hears it.
     assert "2 of 3 records quarantined (67%)" in result.stdout
-    assert "models not rebuilt" in result.stdout
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "models not rebuilt" in result.stderr
     reasons = sql_json("select reason from ops.quarantine where source_file like '%broken.prom'", home)
     assert len(reasons) == 2
 

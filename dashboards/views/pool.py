@@ -8,7 +8,7 @@ from dashboards import data, filters, ui
 from dashboards.i18n import t
 
 STAGE_KEYS = ("project_owned", "shared_queues", "elastic_sharing", "resource_operations")
-NOT_INPUTS = {"stage", "stage_order", "criterion", "score_pct", "score_rule", "first_day", "last_day"}
+NOT_INPUTS = {"month", "stage", "stage_order", "criterion", "score_pct", "score_rule", "first_day", "last_day"}
 
 
 def headline(f: filters.Filters) -> None:
@@ -57,10 +57,15 @@ def gpus(f: filters.Filters, user) -> None:
                                                                                  format="%.2f")})
 
 
-def scorecard() -> None:
+def scorecard(f: filters.Filters) -> None:
     st.subheader(t("scorecard"))
     ui.definition("score_pct", "pooling_scorecard")
-    score = data.view("pooling_scorecard", order="stage_order")
+    # the scorecard is per month: the month of the period's last day, else the latest scored month
+    score = data.view("pooling_scorecard",
+                      "month = coalesce((select max(month) from metrics.pooling_scorecard "
+                      "where month <= cast(date_trunc('month', cast(? as date)) as date)), "
+                      "(select max(month) from metrics.pooling_scorecard))",
+                      (f.end,), order="stage_order")
     if ui.empty(score, t("no_scorecard")):
         return
     score = score.with_columns(stage_label=pl.col("stage").replace_strict(
@@ -91,7 +96,7 @@ def draw() -> None:
     headline(f)
     over_time(f)
     gpus(f, user)
-    scorecard()
+    scorecard(f)
 
 
 ui.guarded(draw)

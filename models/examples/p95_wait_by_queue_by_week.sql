@@ -1,6 +1,7 @@
 -- Question: what is the 95th-percentile queue wait (first start - submit) of each queue, week by
--- week? The view carries a daily p95; a week's figure here is the worst day of the week (a true
--- weekly percentile needs the per-job waits: metrics.job_summary.queue_wait_s, also shown).
+-- week? The view carries a daily p95 per queue and tenant (a shared queue has a row per tenant);
+-- worst_daily_p95_wait_min is the worst of those in the week, only a hint: the true weekly
+-- percentile needs the per-job waits (metrics.job_summary.queue_wait_s), weekly_p95_wait_min.
 -- Views: metrics.queue_daily, metrics.job_summary
 -- Columns: week, queue, jobs_started, worst_daily_p95_wait_min, weekly_p95_wait_min
 with daily as (

@@ -9,8 +9,8 @@ written whole or not at all (appended under a file lock, fsynced, truncated back
 the 200, so the API server's retry of a failed batch does not leave half of it twice. 400 for a
 body that is not an EventList, 401 without the bearer token (API server kubeconfig:
 `users[].user.token`; the server refuses to start without one unless `insecure_no_auth`), 411/413
-for a missing or oversized body (an oversized one is read and discarded first, so the client gets
-the answer instead of a reset connection). Items are taken one by one: an event is written as it
+for a missing or oversized body or a batch of over `max_items` (an oversized body is read and
+discarded first, so the client gets the answer instead of a reset connection). Items are taken one by one: an event is written as it
 came (a malformed one is quarantined at ingest, with the reason); an item that cannot be written as
 a line (a lone UTF-16 surrogate or bytes that are not UTF-8, nesting deeper than `max_depth`, over
 `max_item_bytes`, an item that is not JSON, an EventList inside the list) is written as a
@@ -85,6 +85,7 @@ class AuditWebhookConfig(BaseModel):
     max_body_mib: float = Field(64.0, gt=0)
     max_item_mib: float = Field(4.0, gt=0, description="an item over this is refused (quarantined)")
     max_depth: int = Field(128, ge=1, le=512, description="an item nested deeper is refused (quarantined)")
+    max_items: int = Field(10_000, ge=1, description="a batch of more items is answered 413")
 
 
 class KubernetesConfig(KueueMapping):
@@ -380,6 +381,7 @@ def event_day(event: object, default: dt.date) -> dt.date:
 
 MAX_ITEM_BYTES = 4 * 2**20
 MAX_DEPTH = 128
+MAX_ITEMS = 10_000  # per batch (the API server sends 400 by default): bounds what one body can land
 PREVIEW_CHARS = 2000  # the start of a refused item kept as its quarantine raw (the contract cuts raw there)
 DRAIN_LIMIT = 2**30  # an oversized body up to this is read and discarded before the 413; beyond, closed
 
@@ -647,6 +649,15 @@ def check_event_list(body: bytes) -> list:
     return items
 
 
+def _content_length(text: str | None) -> int | None:
+    """The Content-Length header as a number (None when absent or not ASCII digits; a number too long
+    to be real is returned as 2**63 rather than parsed)."""
+    text = (text or "").strip()
+    if not (text.isascii() and text.isdigit()):
+        return None
+    return int(text) if len(text) <= 18 else 2**63
+
+
 class _AuditHandler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive: the API server reuses its connection
     timeout = 120  # seconds a connection may stall mid-request
@@ -680,20 +691,19 @@ class _AuditHandler(http.server.BaseHTTPRequestHandler):
 
     def _post(self) -> None:
         server = self.server
-        length_text = self.headers.get("Content-Length")
+        length = _content_length(self.headers.get("Content-Length"))
         if server.token is not None:
             given = self.headers.get("Authorization", "")
             if not hmac.compare_digest(given.encode(), f"Bearer {server.token}".encode()):
-                self._drain(length_text, server.max_body_bytes)
+                self._drain(length, server.max_body_bytes)
                 self._answer(401, {"error": "missing or wrong bearer token"}, {"WWW-Authenticate": "Bearer"})
                 return
-        if length_text is None or not length_text.isdigit():
+        if length is None:
             self.close_connection = True
             self._answer(411, {"error": "Content-Length is required"})
             return
-        length = int(length_text)
         if length > server.max_body_bytes:
-            self._drain(length_text, DRAIN_LIMIT)
+            self._drain(length, DRAIN_LIMIT)
             self.close_connection = True
             self._answer(
                 413, {"error": f"body of {length} bytes is over the limit of {server.max_body_bytes}"}
@@ -707,6 +717,10 @@ class _AuditHandler(http.server.BaseHTTPRequestHandler):
             events = check_event_list(body)
         except AuditBodyError as error:
             self._answer(400, {"error": str(error)})
+            return
+        if len(events) > server.max_items:
+            self._answer(413, {"error": f"batch of {len(events)} items is over the limit of {server.max_items} "
+                               "(the API server's --audit-webhook-batch-max-size)"})
             return
         try:
             written = server.writer.write(events, dt.datetime.now(dt.UTC).replace(tzinfo=None))
@@ -729,13 +743,13 @@ class _AuditHandler(http.server.BaseHTTPRequestHandler):
             },
         )
 
-    def _drain(self, length_text: str | None, limit: int) -> None:
+    def _drain(self, length: int | None, limit: int) -> None:
         """Read and discard a body of up to limit bytes (so the client reads the answer rather than a
         reset); a longer or unknown one: close the connection after answering."""
-        if not (length_text and length_text.isdigit() and int(length_text) <= limit):
+        if length is None or length > limit:
             self.close_connection = True
             return
-        left = int(length_text)
+        left = length
         while left > 0:
             chunk = self.rfile.read(min(left, 2**20))
             if not chunk:
@@ -768,6 +782,7 @@ class AuditWebhookServer(http.server.ThreadingHTTPServer):
         max_body_bytes: int = 64 * 2**20,
         max_item_bytes: int = MAX_ITEM_BYTES,
         max_depth: int = MAX_DEPTH,
+        max_items: int = MAX_ITEMS,
     ):
         token = (token or "").strip() or None
         if token is None and not insecure_no_auth:
@@ -779,6 +794,7 @@ class AuditWebhookServer(http.server.ThreadingHTTPServer):
         self.writer = AuditWriter(landing, instance, max_item_bytes=max_item_bytes, max_depth=max_depth)
         self.token = token
         self.max_body_bytes = max_body_bytes
+        self.max_items = max_items
         if token is None:
             log.warning("audit webhook WITHOUT authentication: any client that reaches it may POST events")
         if certfile:
@@ -797,7 +813,7 @@ def serve_audit_webhook(
     landing: Path, host: str, port: int, token: str | None = None, **options: object
 ) -> None:
     """Serve the audit webhook until interrupted (options: insecure_no_auth, instance, certfile,
-    keyfile, max_body_bytes, max_item_bytes, max_depth)."""
+    keyfile, max_body_bytes, max_item_bytes, max_depth, max_items)."""
     server = AuditWebhookServer(Path(landing), host, port, token, **options)  # type: ignore[arg-type]
     log.info("audit webhook listening on %s, writing to %s", server.url, Path(landing) / AUDIT_SOURCE)
     try:

@@ -73,6 +73,7 @@ SACCT_FIELDS = (
 )
 OFFLINE_FILES = {"sacct.txt": TEXT_SOURCE, "sacct.json": JSON_SOURCE, "slurmrestd.json": JSON_SOURCE}
 NOTHING_FOUND = 9003  # slurmrestd's error number for a query that matched no job
+MAX_NODE_GPUS = 1024  # GPU (or MIG device) count and index range of one node's gres: more is not a node
 _GRES = re.compile(r"(?P<name>[^:(,]+)(?::(?P<first>[^:(,]+))?(?::(?P<second>[^:(,]+))?\(IDX:(?P<idx>[^)]*)\)")
 
 
@@ -361,12 +362,14 @@ def gres_gpu_indices(entry: str) -> tuple[str | None, int, list[int]] | None:
         first, second = item.group("first"), item.group("second")
         if second is not None:
             item_type, item_count = first, second
-        elif first is not None and first.isdigit():
+        elif first is not None and first.isascii() and first.isdigit():  # isdigit alone accepts '²'
             item_type, item_count = None, first
         else:
             item_type, item_count = first, None
-        if item_count is not None and not item_count.isdigit():
+        if item_count is not None and not (item_count.isascii() and item_count.isdigit()):
             raise RecordError(f"gres_detail {entry!r}: count {item_count!r} is not an integer")
+        if item_count is not None and int(item_count) > MAX_NODE_GPUS:
+            raise RecordError(f"gres_detail {entry!r}: count {item_count} is more than a node holds")
         item_indices = _index_list(item.group("idx"), entry)
         gres_type = gres_type or item_type
         count += int(item_count) if item_count is not None else len(item_indices)
@@ -380,8 +383,10 @@ def _index_list(text: str, entry: str) -> list[int]:
     out = []
     for part in text.split(","):
         low, _, high = part.partition("-")
-        if not low.isdigit() or (high and (not high.isdigit() or int(high) < int(low))):
+        if not part.isascii() or not low.isdigit() or (high and (not high.isdigit() or int(high) < int(low))):
             raise RecordError(f"gres_detail {entry!r}: bad index range {part!r}")
+        if int(high or low) >= MAX_NODE_GPUS:
+            raise RecordError(f"gres_detail {entry!r}: index range {part!r} goes past what a node holds")
         out.extend(range(int(low), int(high or low) + 1))
     return out
 
@@ -434,6 +439,12 @@ def _placements(job: Mapping[str, object]) -> tuple[list[dict], int]:
     if not start:
         raise RecordError(f"job {job_id} is RUNNING without a start_time")
     attempt = (slurm_number(job.get("restart_cnt"), "restart_cnt") or 0) + 1
+    if not 1 <= attempt <= 2**31 - 1:
+        raise RecordError(f"job {job_id}: restart_cnt {attempt - 1} out of range")
+    try:
+        started = dt.datetime.fromtimestamp(start, dt.UTC).replace(tzinfo=None)
+    except (OverflowError, OSError, ValueError) as error:
+        raise RecordError(f"job {job_id}: start_time {start} out of range for a time: {error}") from error
     nodes = job.get("nodes")
     hosts = expand_hostlist(nodes) if isinstance(nodes, str) else []
     detail = job.get("gres_detail") or []
@@ -441,8 +452,7 @@ def _placements(job: Mapping[str, object]) -> tuple[list[dict], int]:
         raise RecordError(f"field 'gres_detail' is {json_type(detail)}, expected a list of strings")
     if detail and len(detail) != len(hosts):
         raise RecordError(f"job {job_id}: {len(detail)} gres_detail entries for {len(hosts)} nodes {nodes!r}")
-    base = {"job_id": job_id, "attempt": attempt,
-            "assigned_at": dt.datetime.fromtimestamp(start, dt.UTC).replace(tzinfo=None)}
+    base = {"job_id": job_id, "attempt": attempt, "assigned_at": started}
     rows, unindexed = [], 0
     for host, entry in zip(hosts, detail, strict=False):
         gpus = gres_gpu_indices(entry)

@@ -58,7 +58,9 @@ FP64_SENTINELS = {
     140737488355331.0: "not permissioned",
 }
 DUPLICATE_REASON = "duplicate sample (same series and timestamp as an earlier record)"
-_MAX_TIMESTAMP_MS = 9_000_000_000_000_000  # keeps ms * 1000 inside Datetime("us")
+# Years 1 to 9999: what a Python datetime holds (Polars' to Python conversion panics outside it).
+_MIN_TIMESTAMP_MS = -62_135_596_800_000  # 0001-01-01T00:00:00Z
+_MAX_TIMESTAMP_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
 
 
 def parse_dcgm_file(path: str | Path, scraped_at: dt.datetime | None = None) -> ParseResult:
@@ -491,7 +493,7 @@ def _reason() -> pl.Expr:
                 value_reason(pl.col("v"), pl.col("value")),
                 pl.when(ts.is_not_null() & ts_ms.is_null())
                 .then(pl.format("timestamp is not an integer (milliseconds): '{}'", ts))
-                .when(ts_ms.abs() > _MAX_TIMESTAMP_MS)
+                .when(~ts_ms.is_between(_MIN_TIMESTAMP_MS, _MAX_TIMESTAMP_MS))
                 .then(pl.format("timestamp out of range: {}", ts)),
             )
         )

@@ -60,6 +60,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import islice
 from pathlib import Path
 
 import polars as pl
@@ -90,6 +91,7 @@ GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"  # GPU feature discovery's node lab
 TEMPLATES = ("training", "inference", "experiment", "interactive")
 DEACTIVATION_REASONS = ("Deactivated", "InactiveWorkload")
 RAW_LIMIT = 2000
+MAX_DEVICES = 1024  # per container: more than any node has
 
 _GPU_FAMILY = re.compile(
     r"gh200|gb200|b200|b100|h200|h100|h800|a800|a100|a40|a30|a16|a10g|a10|l40s|l40|l4|v100|t4|p100|p40|"
@@ -198,12 +200,15 @@ def _time(parent: Mapping, key: str, where: str, *, required: bool = False) -> d
 
 
 def _whole(value: object, name: str) -> int:
-    """A Kubernetes quantity of a device resource: a whole number (`2` or `"2"`)."""
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+    """A Kubernetes quantity of a device resource: a whole number (`2` or `"2"`), at most MAX_DEVICES
+    (no node holds more; a larger count would make as many job_gpus rows)."""
+    if isinstance(value, str) and value.isascii() and value.isdigit():  # isdigit alone accepts '²'
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_DEVICES:
         return value
-    if isinstance(value, str) and value.isdigit():
-        return int(value)
-    raise RecordError(f"resource {name} is {compact_json(value)}, expected a whole number of devices")
+    raise RecordError(
+        f"resource {name} is {compact_json(value)}, expected a whole number of devices (at most {MAX_DEVICES})"
+    )
 
 
 def _conditions(status: Mapping) -> dict[str, Condition]:
@@ -561,6 +566,8 @@ def gpu_request(w: Workload, mapping: KueueMapping) -> dict:
         mode, gpus = "mig", sum(mig.values())
     else:
         mode, gpus, profile = None, 0, None
+    if gpus > 2**31 - 1:
+        raise RecordError(f"GPUs requested ({gpus}) out of range for a 32-bit integer")
     return {
         "gpus_requested": gpus,
         "share_mode": mode,
@@ -836,7 +843,8 @@ def _place(w: Workload, attempt: _Attempt, pods: Sequence[Pod], mapping: KueueMa
         )[:count]
         hosts = [(p.node, p.gpus) for p in chosen]
         if not hosts and assignment and assignment.hosts and attempt.end_at is None:
-            hosts = [(node, ps.gpus) for node, n in assignment.hosts for _ in range(n)][:count]
+            # islice: a domain's count comes from the input and may be huge
+            hosts = list(islice(((node, ps.gpus) for node, n in assignment.hosts for _ in range(n)), count))
         for node, per_pod in hosts:
             for name, n in per_pod.items():
                 flavor = assignment.flavors.get(name) if assignment else None

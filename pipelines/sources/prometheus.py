@@ -21,6 +21,7 @@ from pipelines.sources.dcgm_text import order_and_dedupe, samples_result, value_
 from pipelines.sources.labels import MAPPED_COLUMNS, PAIRS_SCHEMA, escape_label_value, map_labels, with_rank
 
 SOURCE = "prometheus"
+_TIME_RANGE_S = (-62_135_596_800, 253_402_300_799.999)  # years 1 to 9999, as dcgm_text's timestamps
 NAME_LABEL = "__name__"
 
 _RESULT = (
@@ -176,7 +177,7 @@ def _read_response(con: duckdb.DuckDBPyConnection, raw: bytes) -> tuple[dict, st
             format="auto",
             maximum_object_size=len(raw) + 1,
         ).create("response")
-    except duckdb.Error as exc:
+    except (duckdb.Error, UnicodeDecodeError) as exc:  # see _shape_problem for the second
         return {}, _shape_problem(con, raw, exc)
     envelope = con.sql(f"select {', '.join(_ENVELOPE)}, data.resultType from response").fetchall()
     if len(envelope) != 1:
@@ -191,8 +192,11 @@ def _read_response(con: duckdb.DuckDBPyConnection, raw: bytes) -> tuple[dict, st
     return response, None
 
 
-def _shape_problem(con: duckdb.DuckDBPyConnection, raw: bytes, exc: duckdb.Error) -> str:
-    """Why the typed read failed: a failed query, a scalar/string result, or not JSON at all."""
+def _shape_problem(con: duckdb.DuckDBPyConnection, raw: bytes, exc: duckdb.Error | UnicodeDecodeError) -> str:
+    """Why the typed read failed: a failed query, a scalar/string result, or not JSON at all.
+
+    DuckDB quotes the offending JSON in its message, cut to a length that can fall inside a UTF-8
+    character; the Python client then raises UnicodeDecodeError instead of the DuckDB error."""
     try:
         rows = (
             con.read_json(
@@ -204,6 +208,8 @@ def _shape_problem(con: duckdb.DuckDBPyConnection, raw: bytes, exc: duckdb.Error
             .project("status, errorType, error, data.resultType")
             .fetchall()
         )
+    except UnicodeDecodeError:
+        return "not a query response: not JSON, or JSON of another shape (DuckDB's message was unreadable)"
     except duckdb.Error as inner:
         return f"not valid JSON: {_duckdb_message(inner)}"
     if len(rows) == 1:
@@ -212,6 +218,8 @@ def _shape_problem(con: duckdb.DuckDBPyConnection, raw: bytes, exc: duckdb.Error
             return _failure({"status": status, "errorType": error_type, "error": error})
         if result_type not in _SERIES_RESULTS:
             return f"resultType {result_type!r} holds no series (expected matrix or vector)"
+    if isinstance(exc, UnicodeDecodeError):
+        return "unexpected response shape (DuckDB's message was unreadable)"
     return f"unexpected response shape: {_duckdb_message(exc)}"
 
 
@@ -291,5 +299,7 @@ def _reason() -> pl.Expr:
         .then(pl.lit("point is not a [time, value] pair"))
         .when(pl.col("time").is_null() | ~pl.col("time").is_finite())
         .then(pl.format("time is not a number: '{}'", t))
+        .when(~pl.col("time").is_between(*_TIME_RANGE_S))
+        .then(pl.format("time out of range: {}", t))
         .otherwise(value_reason(pl.col("v"), pl.col("value")))
     )

@@ -189,7 +189,10 @@ def _expand_host(item: str, whole: str) -> list[str]:
     out = []
     for part in ranges.split(","):
         low, _, high = part.partition("-")
-        if not low.isdigit() or (high and not high.isdigit()) or (high and int(high) < int(low)):
+        # isascii: str.isdigit() also accepts digits int() refuses, such as '²'
+        if not (low + high).isascii() or not low.isdigit() or (high and not high.isdigit()) or (
+            high and int(high) < int(low)
+        ):
             raise RecordError(f"NodeList {whole!r} has a bad range {part!r}")
         if int(high or low) - int(low) > MAX_HOSTS:
             raise RecordError(f"NodeList {whole!r} expands to more than {MAX_HOSTS} hosts")
@@ -236,7 +239,7 @@ def _tres_text(text: str, name: str) -> list[tuple[str, int]]:
         if not item or not sep:
             raise RecordError(f"{name} {text!r} is not a TRES list (name=count,...)")
         if key == "gres/gpu" or key.startswith("gres/gpu:"):
-            if not value.isdigit():
+            if not (value.isascii() and value.isdigit()):
                 raise RecordError(f"{name} {text!r}: {key} count {value!r} is not an integer")
             pairs.append((key, int(value)))
     return pairs
@@ -280,6 +283,10 @@ def _attempt(
     submit_at, eligible_at, start_at, end_at = times
     tenant, queue, user_name, job_name = names
     gpus = allocated or requested
+    for what, value in (("requested GPUs", requested), ("allocated GPUs", allocated), ("exit code", exit_code)):
+        number = value.count if isinstance(value, _Gpus) else value
+        if number is not None and not -(2**31) <= number <= INT32_MAX:  # INTEGER columns
+            raise RecordError(f"{what} {number} out of range for a 32-bit integer")
     return _Attempt(
         cluster=cluster, job_id=job_id, submit_at=submit_at, eligible_at=eligible_at, start_at=start_at,
         end_at=end_at, state=state, cancelled_by=cancelled_by, sacct_reason=sacct_reason, tenant=tenant,
@@ -455,7 +462,7 @@ def _text_attempt(get: Callable[[str], str | None], cluster: str, line_number: i
         else _duration_s(get("TimelimitRaw") or "", "TimelimitRaw")
     )
     priority_text = get("Priority")
-    if priority_text not in (None, "") and not priority_text.isdigit():
+    if priority_text not in (None, "") and not (priority_text.isascii() and priority_text.isdigit()):
         raise RecordError(f"Priority is {priority_text!r}, expected an integer")
     req_tres, alloc_tres = get("ReqTRES"), get("AllocTRES")
     reason = get("Reason")
@@ -575,7 +582,10 @@ def _epoch(value: object, name: str, *, required: bool = False) -> datetime | No
         return None
     if seconds < 0:
         raise RecordError(f"field '{name}' is {seconds}, expected epoch seconds")
-    return datetime.fromtimestamp(seconds, UTC).replace(tzinfo=None)
+    try:
+        return datetime.fromtimestamp(seconds, UTC).replace(tzinfo=None)
+    except (OverflowError, OSError, ValueError) as error:
+        raise RecordError(f"field '{name}' is {seconds}, out of range for a time: {error}") from error
 
 
 def _json_job_id(job: Mapping[str, object]) -> str:

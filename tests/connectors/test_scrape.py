@@ -463,3 +463,20 @@ def test_the_code_location_loads_with_the_scrape_sensor():
     sensor = project.resolve_sensor_def("dcgm_scrape")
     assert sensor.minimum_interval_seconds == 15
     assert sensor.asset_selection.resolve(project.resolve_asset_graph()) == {dg.AssetKey("raw_dcgm_parquet")}
+
+
+def test_a_configured_bearer_token_is_sent_and_never_shown(loopback):
+    """The allocator's /nodes/<host>/metrics names jobs only to a token (docs/allocator.md)."""
+    seen: list[str | None] = []
+
+    def handler(r):
+        seen.append(r.headers.get("Authorization"))
+        send(r, 200, body_of(HOSTS[0]))
+
+    server = loopback(handler)
+    with_token = DcgmConfig(targets=[f"{server.url}/metrics"], bearer_token="s3cr3t-token-0123456789", **FAST)
+    assert Scraper(with_token).scrape_round(ROUND_AT).targets_ok == 1
+    # `${GPUPOOL_ALLOCATOR_TOKEN:-}` of an unset variable: no header at all
+    assert Scraper(DcgmConfig(targets=[f"{server.url}/metrics"], bearer_token="", **FAST)).scrape_round(ROUND_AT)
+    assert seen == ["Bearer s3cr3t-token-0123456789", None]
+    assert "s3cr3t" not in repr(with_token)

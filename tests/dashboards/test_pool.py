@@ -24,7 +24,9 @@ INPUTS = {
 def scorecard(demo_home):
     con = duckdb.connect(str(demo_home / "warehouse.duckdb"), read_only=True)
     try:
-        cursor = con.execute("select * from metrics.pooling_scorecard order by stage_order")
+        # one row per month and stage: the demo's latest month
+        cursor = con.execute("select * from metrics.pooling_scorecard "
+                             "where month = (select max(month) from metrics.pooling_scorecard) order by stage_order")
         names = [d[0] for d in cursor.description]
         return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
     finally:

@@ -24,7 +24,7 @@ def test_operator_sees_every_queue(dashboard_env):
     at = signed_in("ops", "queues")
     assert errors(at) == []
     assert at.title[0].value == STRINGS["page_queues"]["en"]
-    assert len(at.metric) == 4  # wait p50, wait p95, preemptions, requeues
+    assert len(at.metric) == 6  # wait p50, wait p95, jobs waiting, cancelled while queued, preemptions, requeues
     for key in ("wait_per_queue", "pending_by_model", "wait_by_cause", "preemptions_requeues"):
         assert STRINGS[key]["en"] in subheaders(at)
     assert len(at.get("vega_lite_chart")) >= 2  # waits per queue (p95 and p50 tabs) at least
@@ -38,7 +38,7 @@ def test_tenant_member_sees_only_their_queues(dashboard_env):
     at = signed_in("vic", "queues", tenant="speech")  # the URL cannot widen a member's scope
     assert errors(at) == []
     assert shown(at, "tenant") == {"vision"}
-    assert len(at.metric) == 4  # the pool's wait percentiles are pool-level figures
+    assert len(at.metric) == 6  # the pool's wait percentiles and waiting work are pool-level figures
 
 
 def test_filters_in_the_url(dashboard_env):

@@ -153,8 +153,9 @@ def _loop(tmp_path: Path, mode: Mode) -> Iterator[Loop]:
         time.sleep(0.02)
     url = f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
     warehouse = Warehouse(tmp_path / "gpupool")
+    # the bot's token: the allocator names the jobs on its GPUs (hpc_job) only to an admin or the bot
     scraper = Scraper(DcgmConfig(targets=[f"{url}/nodes/h100-01/metrics"], interval_s=5, connect_timeout_s=1,
-                                 read_timeout_s=2, retries=0))
+                                 read_timeout_s=2, retries=0, bearer_token=BOT))
     outbox = Outbox(tmp_path / "outbox.db", warehouse.landing, writer="sensor")
     loop = Loop(url, store, clock, warehouse, load_catalog().with_mode(mode), outbox, scraper, profiles)
     try:

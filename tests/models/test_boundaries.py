@@ -11,7 +11,20 @@ import datetime as dt
 
 import pytest
 
-from tests.models.builders import at, build, event, gpu, load, one, rows, series, simple_job, submit
+from pipelines.pack.figures import TABLES, table_frame
+from tests.models.builders import (
+    at,
+    build,
+    event,
+    gpu,
+    load,
+    one,
+    placement,
+    rows,
+    series,
+    simple_job,
+    submit,
+)
 
 GR = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 SECONDS = dt.timedelta(seconds=1)
@@ -125,8 +138,6 @@ def test_jobs_still_waiting_and_cancelled_while_queued_are_reported_with_their_p
         submit("j-gave-up", at("10:00")), event("j-gave-up", "finish", at("10:40"), state="CANCELLED"),
         submit("j-waits", at("11:00")),
     ]
-    from tests.models.builders import placement
-
     load(warehouse, gpu_inventory=[gpu("a100-01", 0)], job_events=events,
          job_gpus=[placement("j-ran", 1, "a100-01", 0, at("10:10"))],
          dcgm_samples=series("a100-01", 0, GR, at("10:00"), 120, 0.5))
@@ -168,10 +179,6 @@ def test_month_percentiles_are_over_the_months_jobs_not_the_worst_day(warehouse)
     # The worst daily p95 is 1,000 s; the month's p95 over its 20 jobs is
     # 100 + 0.05 x (1,000 - 100) = 145 s (quantile_cont at 0.95 x 19 = 18.05). Run time likewise:
     # 1,000 + 0.05 x 9,000 = 1,450 s.
-    import datetime as _dt
-
-    from pipelines.pack.figures import TABLES, table_frame
-
     events = _timed_job("slow", at("08:00"), 1000, 10000)
     for i in range(19):
         events += _timed_job(f"quick-{i}", at("08:00", day=2), 100, 1000)
@@ -186,7 +193,7 @@ def test_month_percentiles_are_over_the_months_jobs_not_the_worst_day(warehouse)
     runs = one(con, "select * from metrics.task_month where template = 'all'")
     assert (runs["finished_jobs"], runs["run_time_p95_s"]) == (20, pytest.approx(1450.0))
     tables = {t.key: t for t in TABLES}
-    november = _dt.date(2026, 11, 1)
+    november = dt.date(2026, 11, 1)
     queues = table_frame(con, tables["queues"], november)
     assert queues["queue_wait_p95_s"].to_list() == [pytest.approx(145.0)]
     run_times = table_frame(con, tables["run_times"], november)

@@ -42,7 +42,7 @@ def _packs(home: Path) -> list[dict]:
 def test_every_number_equals_its_metrics_query(pack_home):
     out = pack_home / "packs" / _packs(pack_home)[0]["html"].rsplit("/", 1)[0]
     stored = json.loads((out / "figures.json").read_text())
-    assert stored["catalog_version"] == "1.4.0"
+    assert stored["catalog_version"] == "1.5.0"
     con = duckdb.connect(str(pack_home / "warehouse.duckdb"), read_only=True)
     try:
         for f in FIGURES:
@@ -60,7 +60,7 @@ def test_every_number_equals_its_metrics_query(pack_home):
     finally:
         con.close()
     html = (out / "pack.html").read_text()
-    assert "1.4.0" in html and "n/a" in html  # the previous month is absent in the demo
+    assert "1.5.0" in html and "n/a" in html  # the previous month is absent in the demo
 
 
 def test_pdf_pages_render(pack_home, tmp_path):

@@ -35,7 +35,7 @@ ENVELOPE = '{"kind":"EventList","apiVersion":"audit.k8s.io/v1","metadata":{},"it
 
 def serve(landing: Path, **options) -> Iterator[AuditWebhookServer]:
     server = AuditWebhookServer(landing, "127.0.0.1", 0, **{"token": TOKEN, "instance": "test", **options})
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
         yield server
@@ -137,6 +137,34 @@ def test_an_oversized_body_is_413_not_a_reset_connection(warehouse, events):
     assert ingest_all(warehouse)[:3] == (1, 1, 0)
 
 
+def raw_request(url: str, head: bytes, body: bytes = b"") -> bytes:
+    """Send bytes as they are (requests would fix the headers) and read the status line."""
+    host, port = url.split("//")[1].rstrip("/").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as conn:
+        conn.sendall(head + b"\r\n\r\n" + body)
+        return conn.makefile("rb").readline()
+
+
+@pytest.mark.parametrize(
+    ("length", "status"),
+    [(b"9" * 5000, b"413"), ("\u00b2".encode("latin-1"), b"411"), (b"-1", b"411"), (b"", b"411"), (b"1e3", b"411")],
+    ids=["5000-digits", "superscript-two", "negative", "empty", "exponent"],
+)
+def test_a_hostile_content_length_is_answered(webhook, length, status):
+    head = b"POST / HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + TOKEN.encode() + b"\r\nContent-Length: " + length
+    assert raw_request(webhook.url, head, b"{}").split()[1] == status
+    unauthenticated = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: " + length
+    assert raw_request(webhook.url, unauthenticated, b"{}").split()[1] == b"401"
+
+
+def test_a_batch_of_too_many_items_is_413(warehouse, events):
+    for server in serve(warehouse.landing, max_items=100):
+        response = requests.post(server.url, data=batch(*['"\\ud800"'] * 101), headers=HEADERS, timeout=30)
+        assert response.status_code == 413 and "101 items is over the limit of 100" in response.json()["error"]
+        assert requests.post(server.url, data=batch(*['"\\ud800"'] * 100), headers=HEADERS, timeout=30).ok
+    assert ingest_all(warehouse)[:3] == (100, 0, 100)
+
+
 @pytest.mark.parametrize(
     "body",
     [
@@ -199,7 +227,7 @@ def webhook_command(tmp_path: Path, *args: str) -> list[str]:
 def test_the_command_refuses_to_start_without_a_token(tmp_path):
     result = subprocess.run(
         webhook_command(tmp_path, "--port", str(free_port())),
-        cwd=tmp_path, env=command_env(), capture_output=True, text=True, timeout=60,
+        cwd=tmp_path, env=command_env(), capture_output=True, text=True, timeout=60, check=False,
     )
     assert result.returncode != 0
     assert "no bearer token" in result.stderr
