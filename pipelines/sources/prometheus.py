@@ -295,10 +295,10 @@ def _reason() -> pl.Expr:
         .then(pl.lit("native histogram sample (not a float value)"))
         .when(pl.col("series_error").is_not_null())
         .then(pl.col("series_error"))
-        .when(pl.col("arity") != 2)
+        .when(pl.col("arity").fill_null(0) != 2)  # a null point has no arity
         .then(pl.lit("point is not a [time, value] pair"))
         .when(pl.col("time").is_null() | ~pl.col("time").is_finite())
-        .then(pl.format("time is not a number: '{}'", t))
+        .then(pl.format("time is not a number: '{}'", t.fill_null("null")))  # format(null) is null
         .when(~pl.col("time").is_between(*_TIME_RANGE_S))
         .then(pl.format("time out of range: {}", t))
         .otherwise(value_reason(pl.col("v"), pl.col("value")))
