@@ -54,6 +54,7 @@ ACTOR_ROLES = ("admin", "governance_bot", "tenant_member", "system")
 DECISIONS = ("allow", "deny", "applied", "refused", "already_done", "dry_run", "proposed", "approved")
 ENGINES = ("allocator", "slurm", "kueue")
 
+MAX_REPLICAS = 1024
 _MIG_SLICES = re.compile(r"(\d+)g\.")
 
 
@@ -239,6 +240,8 @@ def _gpu_rows(node: dict[str, object], gpu_obj: object) -> list[dict[str, object
         return [{**base, "fraction": 1.0}]
     if base["share_mode"] == "timeslice":
         replicas = get_int(gpu, "replicas", required=True, minimum=1)
+        if replicas > MAX_REPLICAS:  # one row each: a huge count would hang the parser
+            raise RecordError(f"field 'replicas' is {replicas}, more than {MAX_REPLICAS} time-sliced replicas")
         # replicas share the whole memory: each row carries the parent's memory_mib
         return [{**base, "gpu_instance_id": r, "fraction": 1 / replicas} for r in range(replicas)]
     instances = get(gpu, "instances", "array", required=True)

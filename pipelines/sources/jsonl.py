@@ -9,6 +9,7 @@ the quarantine reason ("field 'attempt' is string, expected integer").
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -72,6 +73,15 @@ def _reject_constant(name: str) -> object:
     raise ValueError(f"{name} is not valid JSON")
 
 
+def _finite_float(text: str) -> float:
+    """A JSON number with a fraction or exponent; one too large for a double (1e400) is refused,
+    not read as infinity."""
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"number {text[:40]} is out of range for a double")
+    return value
+
+
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")
 
 
@@ -79,7 +89,7 @@ def _loads(text: str) -> object:
     """json.loads, refusing NaN/Infinity, nesting too deep for the parser (RecursionError) and strings
     with a lone UTF-16 surrogate escape ("\\ud800": not Unicode, no column can hold it) as ValueError."""
     try:
-        value = json.loads(text, parse_constant=_reject_constant)
+        value = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
     except RecursionError:
         raise ValueError("nested too deeply") from None
     if _SURROGATE_ESCAPE.search(text):  # a pair is fine; a lone half fails to encode
@@ -198,6 +208,8 @@ def get(obj: Mapping[str, object], key: str, kind: str, *, required: bool = Fals
         raise RecordError(f"field '{name}' is {json_type(value)}, expected {kind}")
     if kind == "string" and required and not value.strip():
         raise RecordError(f"field '{name}' is empty")
+    if kind == "number" and isinstance(value, int) and not -(2**1023) < value < 2**1023:  # float() would overflow
+        raise RecordError(f"field '{name}' is {str(value)[:40]}..., out of range for a number")
     return value
 
 

@@ -204,11 +204,11 @@ def _whole(value: object, name: str) -> int:
     (no node holds more; a larger count would make as many job_gpus rows)."""
     if isinstance(value, str) and value.isascii() and value.isdigit():  # isdigit alone accepts '²'
         value = int(value)
-    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_DEVICES:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        if value > MAX_DEVICES:
+            raise RecordError(f"resource {name} is {value}, more devices than a node holds (at most {MAX_DEVICES})")
         return value
-    raise RecordError(
-        f"resource {name} is {compact_json(value)}, expected a whole number of devices (at most {MAX_DEVICES})"
-    )
+    raise RecordError(f"resource {name} is {compact_json(value)}, expected a whole number of devices")
 
 
 def _conditions(status: Mapping) -> dict[str, Condition]:
@@ -403,6 +403,9 @@ def read_workload(item: object, mapping: KueueMapping | None = None) -> Workload
     active = spec.get("active")
     if active is not None and not isinstance(active, bool):
         raise RecordError(f"field 'spec.active' is {json_type(active)}, expected boolean")
+    evictions = max(stat_count, _int(requeue, "count", "status.requeueState.") or 0, 1 if "Evicted" in conditions else 0)
+    if evictions >= 2**31 - 1:  # the current attempt is evictions + 1, an INTEGER column
+        raise RecordError(f"{evictions} evictions: the attempt number is out of range for a 32-bit integer")
     return Workload(
         namespace=_str(meta, "namespace", "metadata.", required=True),
         name=_str(meta, "name", "metadata.", required=True),
@@ -422,11 +425,7 @@ def read_workload(item: object, mapping: KueueMapping | None = None) -> Workload
         cluster_queue=_str(admission, "clusterQueue", "status.admission."),
         assignments=assignments,
         admission_checks=checks,
-        evictions=max(
-            stat_count,
-            _int(requeue, "count", "status.requeueState.") or 0,
-            1 if "Evicted" in conditions else 0,
-        ),
+        evictions=evictions,
         requeue_at=_time(requeue, "requeueAt", "status.requeueState."),
         past_admitted_s=_int(status, "accumulatedPastExexcutionTimeSeconds", "status.") or 0,
         stats_causes=tuple(causes),

@@ -277,7 +277,7 @@ def _point_json() -> pl.Expr:
     """A quarantined point as JSON, in the instant-vector form {"metric": {...}, "value": [t, "v"]}."""
     quoted = pl.concat_str(
         pl.lit('"'), pl.col("v").str.replace_many(["\\", '"'], ["\\\\", '\\"']), pl.lit('"')
-    )
+    ).fill_null("null")
     point = (
         pl.when(pl.col("histogram_json").is_not_null())
         .then(pl.col("histogram_json"))

@@ -718,9 +718,11 @@ def parse_sacct_json(data: bytes | str, source_file: str) -> ParseResult:
 
     meta = doc.get("meta") if isinstance(doc.get("meta"), dict) else {}
     slurm = meta.get("slurm") or meta.get("Slurm") or {}
-    default_cluster = (slurm.get("cluster") if isinstance(slurm, dict) else None) or SOURCE
+    cluster = slurm.get("cluster") if isinstance(slurm, dict) else None
+    default_cluster = cluster if isinstance(cluster, str) and cluster else SOURCE  # a cluster name, or none
     for kind in ("errors", "warnings"):
-        for item in doc.get(kind) or []:
+        reported = doc.get(kind) or []
+        for item in reported if isinstance(reported, list) else [reported]:
             collected.notes.append(f"sacct reported {kind[:-1]}: {compact_json(item)[:300]}")
     collected.read = len(jobs)
     for index, job in enumerate(jobs, start=1):

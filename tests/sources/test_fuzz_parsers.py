@@ -18,14 +18,14 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from expectations.suites import PERCENT_METRICS, RATIO_METRICS
 from pipelines.connectors.slurm import parse_squeue_job_gpus
 from pipelines.contracts import contract
 from pipelines.paths import REPO_ROOT
-from pipelines.sources import allocator_log, dcgm_text, governance, kueue, prometheus, slurm_sacct
+from pipelines.sources import allocator_log, dcgm_text, governance, kueue, labels, prometheus, slurm_sacct
 from pipelines.sources.base import ParseResult
 from pipelines.sources.registry import SOURCES
 from tests.conftest import REAL_DATA
@@ -75,6 +75,7 @@ NASTY_TEXT = [
 ]
 NASTY_BYTES = [t.encode("utf-8", "surrogatepass") for t in NASTY_TEXT] + [
     b"\xff", b"\xc3", b"\xed\xa0\x80", b"\xef\xbb\xbf", b"\x80\x80", b"\xf4\x90\x80\x80",
+    b"1e400", b"-1e400", b"1" + b"0" * 400, b"2147483647", b"4294967296", b"-2147483648",
 ]
 NUMBERS = re.compile(rb"-?\d+(?:\.\d+)?(?:e[+-]?\d+)?")
 
@@ -232,6 +233,14 @@ def check(result: ParseResult, tables: tuple[str, ...], one_row_per_record: bool
         assert result.tables[tables[0]].height == result.records_loaded
 
 
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:  # a lone surrogate
+        return False
+    return True
+
+
 def _nonblank_lines(data: bytes) -> list[bytes]:
     return [
         line.removesuffix(b"\r")
@@ -378,6 +387,27 @@ def test_dcgm_parquet_any_values(data: bytes) -> None:
     check(result, ("dcgm_samples",), one_row_per_record=True)
 
 
+# -- labels.py: the label mapping both exposition parsers share -------------------------------------
+@FUZZ
+@given(st.lists(st.lists(st.tuples(st.sampled_from(LABEL_NAMES) | st.text(max_size=6), label_values), max_size=6),
+                max_size=5))
+def test_label_mapping_any_label_sets(series: list[list[tuple[str, str]]]) -> None:
+    rows = [
+        {"series_id": i, "position": p, "key": k, "value": v, "text": f'{k}="{v}"'}
+        for i, label_set in enumerate(series)
+        for p, (k, v) in enumerate(label_set)
+    ]
+    assume(all(_is_unicode(r["key"]) and _is_unicode(r["value"]) for r in rows))  # Polars strings are UTF-8
+    pairs = pl.DataFrame(rows, schema=labels.PAIRS_SCHEMA)
+    ids = pl.Series("series_id", range(len(series)), dtype=pl.UInt32)
+    out = labels.map_labels(ids, pairs)
+    assert out.get_column("series_id").to_list() == ids.to_list()  # one row per series, in order
+    fine = out.filter(pl.col("label_error").is_null())
+    assert fine.get_column("host").null_count() == 0 and fine.get_column("gpu").null_count() == 0
+    errors = out.get_column("label_error").drop_nulls()
+    assert (errors.str.strip_chars() != "").all()
+
+
 # -- Prometheus query_range / query ---------------------------------------------------------------
 def check_prometheus(data: bytes) -> ParseResult:
     result = prometheus.parse_query_range(data, "fuzz.json")
@@ -474,8 +504,9 @@ def test_parsable2_arbitrary_bytes(data: bytes) -> None:
 
 
 @FUZZ
-@given(mutated(_read(PARSABLE2_SAMPLE)))
+@given(st.sampled_from([PARSABLE2_SAMPLE, *sorted((REAL_DATA / "slurm").glob("*.txt"))]).map(_read).flatmap(mutated))
 def test_parsable2_mutated_sample(data: bytes) -> None:
+    # the fixture is sacct output; the real-data texts (sacct's man page, the TRES examples) are not
     check_parsable2(data)
 
 
@@ -497,7 +528,8 @@ SACCT_FIELDS = {
                           st.sampled_from(["None assigned", "gpu[1-100000000]", "a[1-3][2-4]", *NASTY_TEXT])),
     "ReqTRES": st.one_of(
         st.lists(st.tuples(st.sampled_from(["gres/gpu", "gres/gpu:a100", "gres/gpu:a100_3g.20gb", "cpu",
-                                            "gres/gpu:nvidia_a30_1g.6gb", "gres/gpu:0g.0gb", "mem"]),
+                                            "gres/gpu:nvidia_a30_1g.6gb", "gres/gpu:0g.0gb", "mem",
+                                            "gres/gpumem", "gres/gpuutil", "fs/disk"]),
                            st.integers(0, 2**40).map(str) | st.sampled_from(NASTY_TEXT)),
                  max_size=4).map(lambda pairs: ",".join(f"{k}={v}" for k, v in pairs)),
         st.sampled_from(NASTY_TEXT)),
@@ -830,11 +862,15 @@ def _workload_with_gpus(quantity: object) -> bytes:
     return dump(doc)
 
 
-@pytest.mark.parametrize("quantity", ["²", "99999999999", 2**40])
-def test_kueue_gpu_quantity_not_a_device_count_is_quarantined(quantity: object) -> None:
+@pytest.mark.parametrize(
+    ("quantity", "reason"),
+    [("²", "expected a whole number of devices"), ("99999999999", "more devices than a node holds"),
+     (2**40, "more devices than a node holds")],
+)
+def test_kueue_gpu_quantity_not_a_device_count_is_quarantined(quantity: object, reason: str) -> None:
     result = check_kueue(_workload_with_gpus(quantity))
     assert result.records_read == 1 and result.records_loaded == 0
-    assert "expected a whole number of devices" in result.quarantine.item(0, "reason")
+    assert reason in result.quarantine.item(0, "reason")
 
 
 def test_kueue_topology_domain_count_is_cut_to_the_admitted_count() -> None:
@@ -888,3 +924,67 @@ def test_dcgm_text_timestamp_beyond_year_9999_is_quarantined(ts: str) -> None:
     # loaded before as a sample in year 10000 or later (Polars panics turning it into a datetime)
     result = check_dcgm(f'DCGM_FI_DEV_GPU_UTIL{{gpu="0",Hostname="h"}} 1 {ts}\n'.encode())
     assert result.records_loaded == 0 and result.quarantine.item(0, "reason") == f"timestamp out of range: {ts}"
+
+
+@pytest.mark.parametrize("points", [[[None, "0.0"]], [None], [[1, "1"], None]])
+def test_prometheus_null_time_or_null_point_is_quarantined(points: list) -> None:
+    # a null time made a null reason (format of null is null): the point loaded with no sampled_at
+    doc = {"status": "success", "data": {"resultType": "matrix", "result": [
+        {"metric": {"__name__": "DCGM_FI_DEV_GPU_UTIL", "gpu": "0", "Hostname": "node-1"}, "values": points}]}}
+    result = check_prometheus(dump(doc))
+    assert result.records_read == len(points)
+    assert result.records_loaded == sum(1 for p in points if p and p[0] is not None)
+
+
+def test_pool_snapshot_huge_replica_count_is_quarantined() -> None:
+    # one inventory row per replica: 2**31 - 1 replicas hung the parser (5,000,000 took 13 s)
+    doc = json.loads((FIXTURES / "allocator_pool.json").read_bytes())
+    gpu = next(g for n in doc["nodes"] for g in n["gpus"] if g.get("share_mode") == "timeslice")
+    gpu["replicas"] = 2**31 - 1
+    result = check_pool(dump(doc))
+    assert result.records_read == result.records_loaded + 1
+    assert "more than 1024 time-sliced replicas" in result.quarantine.item(0, "reason")
+
+
+@pytest.mark.parametrize(
+    ("number", "reason"),
+    [("1e400", "invalid JSON: number 1e400 is out of range for a double"),
+     ("-1e400", "invalid JSON: number -1e400 is out of range for a double"),
+     ("1" + "0" * 400, "field 'gpu_hours' is 1000000000000000000000000000000000000000..., out of range for a number")],
+)
+def test_json_number_beyond_a_double_is_quarantined(number: str, reason: str) -> None:
+    # 1e400 was read as infinity and loaded as gpu_hours; 10**400 crashed float() (OverflowError)
+    line = json.dumps({**GOVERNANCE_LINE, "gpu_hours": 0.5}).replace('"gpu_hours": 0.5', f'"gpu_hours": {number}')
+    result = check_jsonl("governance_actions", line.encode() + b"\n")
+    assert result.records_loaded == 0 and result.quarantine.item(0, "reason") == reason
+
+
+def test_pool_snapshot_infinite_quota_is_quarantined() -> None:
+    text = (FIXTURES / "allocator_pool.json").read_text().replace('"A100": 16', '"A100": 1e400', 1)
+    assert "1e400" in text
+    result = check_pool(text.encode())
+    assert result.records_read == 1 and "out of range for a double" in result.quarantine.item(0, "reason")
+
+
+@pytest.mark.parametrize("stats", [{"requeueState": {"count": 2**31 - 1}},
+                                   {"schedulingStats": {"evictions": [{"count": 2**31 - 1}, {"count": 5}]}}])
+def test_kueue_eviction_count_beyond_int32_is_quarantined(stats: dict) -> None:
+    # attempt = evictions + 1 overflowed the INTEGER column: a TypeError for the whole file
+    doc = json.loads(WORKLOADS_SAMPLE.read_bytes())
+    doc["items"] = doc["items"][:1]
+    doc["items"][0]["status"].update(stats)
+    result = check_kueue(dump(doc))
+    assert result.records_read == 1 and "out of range for a 32-bit integer" in result.quarantine.item(0, "reason")
+
+
+@pytest.mark.parametrize(("where", "value"), [("cluster", 5), ("cluster", ["x"]), ("errors", 5)])
+def test_sacct_json_odd_document_fields_do_not_break_the_jobs(where: str, value: object) -> None:
+    # meta.slurm.cluster 5 went into the String cluster column (TypeError); "errors": 5 was iterated
+    doc = json.loads((REAL_DATA / "slurm" / "sacct_json_slurm_23_11_5_mila_SARC.json").read_bytes())
+    if where == "cluster":
+        doc["meta"]["slurm"]["cluster"] = value
+        doc["jobs"][0].pop("cluster", None)
+    else:
+        doc[where] = value
+    result = check_sacct_json(dump(doc))
+    assert result.records_read == result.records_loaded == 1
