@@ -122,8 +122,9 @@ def main() -> None:
               help="Let the idle-reclaim policies (models/policies/policies.yml) act on the simulated pool.")
 @click.option("--baseline/--no-baseline", default=True, show_default=True,
               help="Also run the same month with the policies off (into HOME/baseline) and print the difference.")
+@VERBOSE_OPTION
 def demo(home: Path | None, days: int, gpus: int | None, start: str, seed: int, policies: bool,
-         baseline: bool) -> None:
+         baseline: bool, verbose: bool) -> None:
     """Simulate a month of the default pool on the allocator with the idle-reclaim policies acting on
     it, ingest it through Dagster, build the metrics, print a summary; then the same month with the
     policies off, and what they changed."""
@@ -133,14 +134,16 @@ def demo(home: Path | None, days: int, gpus: int | None, start: str, seed: int, 
     first = _partition_day(start, "--start")  # the simulated days are ingested into the daily partitions
     _partition_day((first + dt.timedelta(days=max(days, 1) - 1)).isoformat(), "--start/--days")
     began = time.monotonic()
-    _demo_month(wh, days, gpus, seed, first, policies)
+    with _step_errors(wh, verbose):
+        _demo_month(wh, days, gpus, seed, first, policies)
     click.echo(f"\nDone in {time.monotonic() - began:.0f} s. Warehouse: {wh.db_path}\n")
     print_summary(wh)
     if baseline and policies:
         off = Warehouse(wh.home / "baseline")
         click.echo("")
         _step("the same month with the idle-reclaim policies off, for comparison")
-        _demo_month(off, days, gpus, seed, first, False)
+        with _step_errors(off, verbose):
+            _demo_month(off, days, gpus, seed, first, False)
         click.echo("")
         print_policy_comparison(wh, off)
     click.echo(

@@ -118,6 +118,8 @@ def _failure(result: dg.ExecuteInProcessResult) -> tuple[str, str]:
     for event in result.all_events:
         if event.is_failure and event.step_failure_data and event.step_failure_data.error:
             err = event.step_failure_data.error
+            if err.cls_name == "DagsterAssetCheckFailedError":
+                break  # the cause is the check's own findings, below
             detail = err.to_string()
             while err.cause is not None and (err.cls_name or "").startswith("Dagster"):
                 err = err.cause
@@ -131,5 +133,8 @@ def _failure(result: dg.ExecuteInProcessResult) -> tuple[str, str]:
             return f"{event.step_key}: {message}", detail
     for evaluation in result.get_asset_check_evaluations():
         if not evaluation.passed:
-            return f"blocking check {evaluation.check_name} failed on {evaluation.asset_key.to_user_string()}", ""
+            examples = getattr(evaluation.metadata.get("examples"), "value", None)
+            found = f": {'; '.join(map(str, examples[:5]))}" if isinstance(examples, list) and examples else ""
+            return (f"blocking check {evaluation.check_name} failed on "
+                    f"{evaluation.asset_key.to_user_string()}{found}"), ""
     return "see the Dagster logs", ""

@@ -93,6 +93,16 @@ final as (
     a.preemptions,
     a.requeues,
     epoch(t.first_started_at - a.submitted_at) as queue_wait_s,
+    -- waiting work (PRODUCT.md "Waiting work"), defined here once: a job waits from its submit until
+    -- it first starts or ends, whichever comes first; one that ended without ever starting was
+    -- cancelled while queued, its pending age = end - submit
+    least(t.first_started_at, a.finished_at) as pending_ended_at,
+    t.first_started_at is null and a.finished_at is not null and a.submitted_at is not null
+      as is_cancelled_while_queued,
+    case
+      when t.first_started_at is null and a.finished_at is not null and a.submitted_at is not null
+        then epoch(a.finished_at - a.submitted_at)
+    end as cancelled_pending_age_s,
     t.run_time_s
   from attributes a
   left join attempt_totals t using (source, job_id)

@@ -13,18 +13,14 @@ aggregated as (
     cast(sum(preemptions) as bigint) as preemptions,
     quantile_cont(queue_wait_s, 0.5) as queue_wait_p50_s,
     quantile_cont(queue_wait_s, 0.95) as queue_wait_p95_s,
-    -- waiting work beside the percentiles: still waiting at the data's end ("now"), or cancelled
-    -- while queued (ended without ever starting); pending age = now or end - submit
-    count(*) filter (where first_started_at is null and finished_at is null and submitted_at is not null)
-      as jobs_waiting,
-    quantile_cont(epoch(as_of_at - submitted_at), 0.95)
-      filter (where first_started_at is null and finished_at is null) as waiting_age_p95_s,
-    max(epoch(as_of_at - submitted_at)) filter (where first_started_at is null and finished_at is null)
-      as waiting_age_max_s,
-    count(*) filter (where first_started_at is null and finished_at is not null and submitted_at is not null)
-      as cancelled_while_queued,
-    quantile_cont(epoch(finished_at - submitted_at), 0.95)
-      filter (where first_started_at is null and finished_at is not null) as cancelled_pending_age_p95_s
+    -- waiting work beside the percentiles (dim_jobs defines it): still waiting at the data's end
+    -- ("now"), or cancelled while queued; pending age = now or end - submit
+    count(*) filter (where pending_ended_at is null and submitted_at is not null) as jobs_waiting,
+    quantile_cont(epoch(as_of_at - submitted_at), 0.95) filter (where pending_ended_at is null)
+      as waiting_age_p95_s,
+    max(epoch(as_of_at - submitted_at)) filter (where pending_ended_at is null) as waiting_age_max_s,
+    count(*) filter (where is_cancelled_while_queued) as cancelled_while_queued,
+    quantile_cont(cancelled_pending_age_s, 0.95) as cancelled_pending_age_p95_s
   from jobs
   cross join (select max(as_of_at) as as_of_at from marts.dim_days)
   group by grouping sets ((template), ())

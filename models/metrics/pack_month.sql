@@ -67,7 +67,7 @@ waiting as (
   from jobs j
   join month_ends e
     on j.submitted_at < e.month_end_at
-    and (least(j.first_started_at, j.finished_at) is null or least(j.first_started_at, j.finished_at) > e.month_end_at)
+    and (j.pending_ended_at is null or j.pending_ended_at > e.month_end_at)
   group by 1
 ),
 
@@ -75,9 +75,9 @@ cancelled_queued as (
   select
     cast(date_trunc('month', finished_at) as date) as month,
     count(*) as cancelled_while_queued,
-    quantile_cont(epoch(finished_at - submitted_at), 0.95) as cancelled_pending_age_p95_s
+    quantile_cont(cancelled_pending_age_s, 0.95) as cancelled_pending_age_p95_s
   from jobs
-  where first_started_at is null and finished_at is not null and submitted_at is not null
+  where is_cancelled_while_queued
   group by 1
 ),
 

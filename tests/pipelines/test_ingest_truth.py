@@ -266,6 +266,17 @@ def test_a_failed_build_prints_the_model_and_duckdbs_message_without_a_traceback
     assert "Stack Trace" in (wh.home / "logs" / "last-error.log").read_text()
 
 
+def test_a_failed_blocking_check_of_the_build_names_what_it_found(tmp_path, monkeypatch):
+    import pipelines.assets.marts as marts
+
+    monkeypatch.setattr(marts, "documentation_gaps", lambda _con: ["marts.dim_jobs.x: documented but not produced"])
+    result = gpupool("build", home=tmp_path / "home")
+    assert result.exit_code == EXIT_FAILED, result.output
+    assert ("blocking check catalog_matches_models failed on warehouse_models: "
+            "marts.dim_jobs.x: documented but not produced") in result.output
+    assert "Traceback" not in result.output
+
+
 def test_a_failed_ingest_step_prints_its_cause(tmp_path, monkeypatch):
     def boom(_data: bytes, source_file: str):
         raise KeyError(f"{Path(source_file).name}: field 'JobID' vanished")
