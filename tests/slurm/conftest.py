@@ -109,7 +109,7 @@ class SlurmCluster:
         return [dict(zip(keys, line.split("|"), strict=True)) for line in out.splitlines() if line]
 
     def wait_accounted(self, job_id: str, check: Callable[[list[dict]], bool], what: str,
-                       timeout_s: float = 20) -> list[dict]:
+                       timeout_s: float = 60) -> list[dict]:
         """Poll sacct: accounting lands a second or two after the fact."""
         rows: list[dict] = []
 
