@@ -12,9 +12,9 @@ import datetime as dt
 import itertools
 import math
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -24,7 +24,10 @@ from allocator.store import permission_record
 from allocator.workload import tenant_users
 
 if TYPE_CHECKING:
-    from allocator.simulator import _Simulation
+    from allocator.engine import Engine
+    from allocator.model import PoolConfig
+    from allocator.records import RecordSink
+    from allocator.workload import Workload
 
 _DAY = dt.timedelta(days=1)
 
@@ -87,11 +90,29 @@ def access_plan(
     return sorted((c for c in changes if c[0] < end), key=lambda c: (c[0], c[2] is not None, c[1]))
 
 
+class Platform(Protocol):
+    """What the platform team needs of the simulation it acts in (allocator.simulator's run):
+    the engine, the pool and workload, the clock, and where audit records go."""
+
+    engine: Engine
+    pool: PoolConfig
+    workload: Workload
+    start: dt.datetime
+    end: dt.datetime
+    days: int
+    tee: RecordSink
+    running: Mapping[str, object]
+
+    def at(self, when: dt.datetime, step: Callable[..., None], *args: object) -> None: ...
+
+    def drain(self, now: dt.datetime) -> None: ...
+
+
 class Admin:
     """The platform team and its bot, acting on the engine's real API: permission changes (written
     like the live store writes them), queue quota changes, a quota proposal and its approval."""
 
-    def __init__(self, sim: _Simulation, activity: AdminActivity, seed: int):
+    def __init__(self, sim: Platform, activity: AdminActivity, seed: int):
         self.sim, self.engine, self.rates, self.seed = sim, sim.engine, activity, seed
         self.known: dict[str, dict] = {}  # principals holding access
         self.commands = itertools.count(1)  # permission changes are numbered like store commands

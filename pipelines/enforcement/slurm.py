@@ -32,19 +32,11 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from allocator.model import Action, ActionKind, ActionResult, Outcome
-from pipelines.connectors.slurm import (
-    Runner,
-    SlurmCommandError,
-    SlurmConfig,
-    gres_gpu_indices,
-    job_id_text,
-    job_state,
-    run_command,
-    slurm_number,
-)
+from pipelines.connectors.slurm import Runner, SlurmCommandError, SlurmConfig, run_command
 from pipelines.enforcement.base import ActionLedger, action_reason, claim_key
 from pipelines.sources.jsonl import RecordError
 from pipelines.sources.slurm_sacct import expand_hostlist
+from pipelines.sources.slurm_squeue import gres_gpu_indices, job_id_text, job_state, slurm_number
 
 UNLIMITED_MINUTES = 0xFFFFFFFE  # Slurm's INFINITE / NO_VAL sentinels start here
 

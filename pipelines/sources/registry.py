@@ -9,7 +9,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipelines.connectors.slurm import parse_squeue_job_gpus
 from pipelines.sources import (
     allocator_log,
     dcgm_parquet,
@@ -21,6 +20,7 @@ from pipelines.sources import (
     slurm_sacct,
 )
 from pipelines.sources.base import ParseResult
+from pipelines.sources.slurm_squeue import parse_squeue_job_gpus
 
 
 @dataclass(frozen=True)

@@ -267,7 +267,7 @@ def test_a_failed_build_prints_the_model_and_duckdbs_message_without_a_traceback
 
 
 def test_a_failed_blocking_check_of_the_build_names_what_it_found(tmp_path, monkeypatch):
-    import pipelines.assets.marts as marts
+    from pipelines.assets import marts
 
     monkeypatch.setattr(marts, "documentation_gaps", lambda _con: ["marts.dim_jobs.x: documented but not produced"])
     result = gpupool("build", home=tmp_path / "home")

@@ -19,13 +19,13 @@ from pipelines.connectors.slurm import (
     SlurmAccounting,
     SlurmConfig,
     land,
-    parse_squeue_job_gpus,
     run_command,
     squeue_command,
 )
 from pipelines.ingest import ingest_partition
 from pipelines.models_runner import build_models
 from pipelines.sources.slurm_sacct import parse_sacct_json, parse_sacct_parsable2
+from pipelines.sources.slurm_squeue import parse_squeue_job_gpus
 from tests.slurm.conftest import REST_URL, STATE, SlurmCluster, slurm
 
 pytestmark = pytest.mark.slow

@@ -37,10 +37,8 @@ from pipelines.connectors.slurm import (
     SlurmConfig,
     SlurmRestError,
     checked,
-    gres_gpu_indices,
     land,
     load_slurm_config,
-    parse_squeue_job_gpus,
     run_command,
     sacct_command,
     snapshot_running_jobs,
@@ -51,6 +49,7 @@ from pipelines.ingest import ingest_partition
 from pipelines.paths import REPO_ROOT
 from pipelines.sources.jsonl import RecordError
 from pipelines.sources.slurm_sacct import REQUIRED_FIELDS, parse_sacct_json
+from pipelines.sources.slurm_squeue import gres_gpu_indices, parse_squeue_job_gpus
 from tests.concurrency import race
 
 FIXTURES = Path(__file__).parent / "fixtures"

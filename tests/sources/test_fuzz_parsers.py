@@ -22,12 +22,12 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from expectations.suites import PERCENT_METRICS, RATIO_METRICS
-from pipelines.connectors.slurm import parse_squeue_job_gpus
 from pipelines.contracts import contract
 from pipelines.paths import REPO_ROOT
 from pipelines.sources import allocator_log, dcgm_text, governance, kueue, labels, prometheus, slurm_sacct
 from pipelines.sources.base import ParseResult
 from pipelines.sources.registry import SOURCES
+from pipelines.sources.slurm_squeue import parse_squeue_job_gpus
 from tests.conftest import REAL_DATA
 
 # FUZZ_EXAMPLES=2000 for a longer hunt; the default keeps the suite well under two minutes.
