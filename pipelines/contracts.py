@@ -1,6 +1,7 @@
 """The raw tables' contracts, read from models/contracts/*.yml (the single definition).
 
 Parsers build frames with `empty_frame`/`conform`; the warehouse creates tables from `ddl`.
+Tables that the code itself appends to (not a source's raw table) have their DDL here too.
 """
 from __future__ import annotations
 
@@ -11,6 +12,18 @@ import polars as pl
 import yaml
 
 from pipelines.paths import CONTRACTS_DIR
+
+# one row per failed scrape of a target in a round: appended by the scraper, read by metrics.scrape_gaps
+SCRAPE_GAPS_DDL = """
+create table if not exists ops.scrape_gaps (
+  target VARCHAR,
+  round_at TIMESTAMP,
+  round_id VARCHAR,
+  error_kind VARCHAR,
+  error VARCHAR,
+  duration_s DOUBLE,
+  attempts INTEGER
+)"""
 
 _POLARS_TYPES: dict[str, pl.DataType] = {
     "VARCHAR": pl.String(),

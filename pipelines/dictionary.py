@@ -175,7 +175,7 @@ def _ddl_columns(ddl: str) -> list[tuple[str, str]]:
 
 def _code_table_ddls() -> dict[str, list[tuple[str, str]]]:
     from pipelines.capacity.store import DDL as RECOMMENDATIONS_DDL
-    from pipelines.connectors.scrape import SCRAPE_GAPS_DDL
+    from pipelines.contracts import SCRAPE_GAPS_DDL
     from pipelines.policies.model import FINDING_SCHEMA
     from pipelines.warehouse import CHECK_RESULTS_DDL, INGEST_LOG_DDL
 

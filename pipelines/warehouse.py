@@ -22,7 +22,7 @@ import polars as pl
 
 from pipelines import sandbox
 from pipelines.capacity.store import DDL as RECOMMENDATIONS_DDL
-from pipelines.contracts import contract, contracts
+from pipelines.contracts import SCRAPE_GAPS_DDL, contract, contracts
 
 DEFAULT_MEMORY_LIMIT = "6GB"
 SCHEMAS = ("raw", "seeds", "staging", "marts", "metrics", "ops", "governance")
@@ -147,8 +147,6 @@ class Warehouse:
             con.execute(statement)
         con.execute(CHECK_RESULTS_DDL)
         con.execute(RECOMMENDATIONS_DDL)  # written by the capacity assets, read by the models
-        from pipelines.connectors.scrape import SCRAPE_GAPS_DDL  # (that module imports this one)
-
         con.execute(SCRAPE_GAPS_DDL)  # appended by the scraper, read by metrics.scrape_gaps
         self.refresh_lake_views(con)
 

@@ -48,7 +48,7 @@ from pipelines.connectors import (
     new_session,
     with_retries,
 )
-from pipelines.contracts import contract
+from pipelines.contracts import SCRAPE_GAPS_DDL, contract
 from pipelines.sources.dcgm_text import parse_dcgm_text
 from pipelines.warehouse import Warehouse
 
@@ -66,16 +66,6 @@ GAP_KINDS = (
     "deadline",
     "error",
 )
-SCRAPE_GAPS_DDL = """
-create table if not exists ops.scrape_gaps (
-  target VARCHAR,
-  round_at TIMESTAMP,
-  round_id VARCHAR,
-  error_kind VARCHAR,
-  error VARCHAR,
-  duration_s DOUBLE,
-  attempts INTEGER
-)"""
 GAPS_SCHEMA = pl.Schema(
     {
         "target": pl.String,
