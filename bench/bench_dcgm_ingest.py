@@ -1,7 +1,7 @@
 """Benchmark: dcgm-exporter text -> parsed -> Parquet partition in the warehouse, in samples/s.
 
 Generates a dcgm-exporter 4.x style exposition file (full H100 label sets as in
-shared/real-data/dcgm-exporter/metrics_sample_h100_k8s_pod_labels_nvidia_aicr.prom, pod labels
+tests/fixtures/real-data/dcgm-exporter/metrics_sample_h100_k8s_pod_labels_nvidia_aicr.prom, pod labels
 on half the GPUs, # HELP/# TYPE per metric, millisecond timestamps; one scrape of every host
 per 15 s round), then times, in one process:
 

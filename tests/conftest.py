@@ -1,4 +1,4 @@
-"""Shared fixtures: a temporary gpupool home and the real-data samples in ../shared."""
+"""Shared fixtures: a temporary gpupool home and the real-data samples in tests/fixtures/real-data."""
 from __future__ import annotations
 
 import os
@@ -7,10 +7,9 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from pipelines.paths import REPO_ROOT
 from pipelines.warehouse import Warehouse
 
-REAL_DATA = (REPO_ROOT.parent / "shared" / "real-data").resolve()
+REAL_DATA = Path(__file__).parent / "fixtures" / "real-data"  # public samples, with their PROVENANCE.md
 
 # Property-based tests: "ci" is reproducible (the same examples every run, no example database);
 # "dev" explores new examples each run and replays failures from .hypothesis/. CI=1 selects "ci";
@@ -23,7 +22,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.enviro
 @pytest.fixture
 def real_data() -> Path:
     if not REAL_DATA.exists():
-        pytest.fail(f"real-data samples not found at {REAL_DATA}: the tests expect ../shared beside the repository")
+        pytest.fail(f"real-data samples not found at {REAL_DATA}")
     return REAL_DATA
 
 

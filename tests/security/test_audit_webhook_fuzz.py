@@ -1,6 +1,6 @@
 """Fuzzing the Kubernetes audit webhook and the k8s_audit parser (issue 11, section 6).
 
-Webhook: batches mixing real events (../shared/real-data/k8s-audit) with hostile items (lone
+Webhook: batches mixing real events (tests/fixtures/real-data/k8s-audit) with hostile items (lone
 surrogates, bytes that are not UTF-8, deep nesting, oversized items), arbitrary JSON and arbitrary
 bytes, posted over loopback HTTP. Whatever is sent: an answer (never a dropped connection), never
 a 5xx; after a 200 every item is one landed line, and the ingest of what landed accounts for every

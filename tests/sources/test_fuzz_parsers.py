@@ -2,7 +2,7 @@
 every record is accounted for (read = loaded + quarantined), every quarantine row says why, and
 what loads satisfies the raw table's contract.
 
-Three kinds of input per parser: arbitrary bytes, mutations of real samples (../shared/real-data,
+Three kinds of input per parser: arbitrary bytes, mutations of real samples (tests/fixtures/real-data,
 and the project's own fixtures where no public sample exists), and structured inputs built from
 the format's grammar. The k8s audit parser is fuzzed elsewhere. Regression tests for the bugs
 these properties found are at the end, as plain tests.
