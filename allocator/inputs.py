@@ -155,7 +155,7 @@ def parse_strict_json(body: bytes) -> Any:
 
 
 def escape_text(text: str) -> str:
-    """A string with every lone surrogate written as the six characters \\udXXX (valid Unicode)."""
+    """A string with every lone surrogate written as its six-character escape, e.g. \\ud800 (valid Unicode)."""
     if not has_surrogate(text):
         return text
     return text.encode("utf-8", "backslashreplace").decode("utf-8")

@@ -32,10 +32,6 @@ jobs as (
   select * from marts.dim_jobs
 ),
 
-month_ends as (
-  select month, max(day_end_at) as month_end_at from marts.dim_days group by month
-),
-
 waits as (
   select
     cast(date_trunc('month', first_started_at) as date) as month,
@@ -60,14 +56,12 @@ run_times as (
 -- waiting work at the month's end (the data's end in the last month): pending age = end - submit
 waiting as (
   select
-    e.month,
+    month,
     count(*) as jobs_waiting,
-    quantile_cont(epoch(e.month_end_at - j.submitted_at), 0.95) as waiting_age_p95_s,
-    max(epoch(e.month_end_at - j.submitted_at)) as waiting_age_max_s
-  from jobs j
-  join month_ends e
-    on j.submitted_at < e.month_end_at
-    and (j.pending_ended_at is null or j.pending_ended_at > e.month_end_at)
+    quantile_cont(pending_age_s, 0.95) as waiting_age_p95_s,
+    max(pending_age_s) as waiting_age_max_s
+  from marts.fct_waiting_jobs
+  where is_month_end
   group by 1
 ),
 

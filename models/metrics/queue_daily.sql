@@ -4,8 +4,8 @@ with jobs as (
   select * from marts.dim_jobs
 ),
 
-days as (
-  select day, day_end_at from marts.dim_days
+waiting_jobs as (
+  select * from marts.fct_waiting_jobs
 ),
 
 attempts as (
@@ -55,17 +55,14 @@ cancelled_queued as (
 -- day): submitted before it, neither started nor ended by it; pending age = day's end - submit
 waiting as (
   select
-    d.day,
-    j.queue,
-    j.tenant,
+    day,
+    queue,
+    tenant,
     count(*) as jobs_waiting,
-    quantile_cont(epoch(d.day_end_at - j.submitted_at), 0.5) as waiting_age_p50_s,
-    quantile_cont(epoch(d.day_end_at - j.submitted_at), 0.95) as waiting_age_p95_s,
-    max(epoch(d.day_end_at - j.submitted_at)) as waiting_age_max_s
-  from jobs j
-  join days d
-    on j.submitted_at < d.day_end_at
-    and (j.pending_ended_at is null or j.pending_ended_at > d.day_end_at)
+    quantile_cont(pending_age_s, 0.5) as waiting_age_p50_s,
+    quantile_cont(pending_age_s, 0.95) as waiting_age_p95_s,
+    max(pending_age_s) as waiting_age_max_s
+  from waiting_jobs
   group by all
 ),
 

@@ -6,7 +6,7 @@ with jobs as (
 ),
 
 month_ends as (
-  select month, min(day) as first_day, max(day) as last_day, max(day_end_at) as month_end_at
+  select month, min(day) as first_day, max(day) as last_day
   from marts.dim_days
   group by month
 ),
@@ -53,16 +53,14 @@ cancelled_queued as (
 -- "now" for a month is its end (the data's end in the last month)
 waiting as (
   select
-    e.month,
-    j.queue,
-    j.tenant,
+    month,
+    queue,
+    tenant,
     count(*) as jobs_waiting,
-    quantile_cont(epoch(e.month_end_at - j.submitted_at), 0.95) as waiting_age_p95_s,
-    max(epoch(e.month_end_at - j.submitted_at)) as waiting_age_max_s
-  from jobs j
-  join month_ends e
-    on j.submitted_at < e.month_end_at
-    and (j.pending_ended_at is null or j.pending_ended_at > e.month_end_at)
+    quantile_cont(pending_age_s, 0.95) as waiting_age_p95_s,
+    max(pending_age_s) as waiting_age_max_s
+  from marts.fct_waiting_jobs
+  where is_month_end
   group by all
 ),
 

@@ -6,9 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import threading
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import requests
@@ -16,26 +14,16 @@ import requests
 from pipelines.connectors.kubernetes import AuditWebhookServer, AuditWriter
 from pipelines.ingest import ingest_partition
 from pipelines.sources.k8s_audit import parse_k8s_audit
+from tests.kubernetes.webhook import running_webhook
 
 TOKEN = "audit-webhook-test-token"
 HEADERS = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
 
 
-def _serve(landing: Path, **options) -> Iterator[AuditWebhookServer]:
-    server = AuditWebhookServer(landing, "127.0.0.1", 0, **options)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
-
-
 @pytest.fixture
 def webhook(warehouse) -> Iterator[AuditWebhookServer]:
-    yield from _serve(warehouse.landing, token=TOKEN, instance="test")
+    with running_webhook(warehouse.landing, TOKEN, instance="test") as server:
+        yield server
 
 
 @pytest.fixture
@@ -123,7 +111,7 @@ def test_bearer_token(webhook, falco_events):
 
 
 def test_health_oversized_body_and_empty_list(warehouse, falco_events):
-    for server in _serve(warehouse.landing, token=TOKEN, instance="test", max_body_bytes=4096):
+    with running_webhook(warehouse.landing, TOKEN, instance="test", max_body_bytes=4096) as server:
         assert requests.get(server.url + "healthz", timeout=10).json() == {"status": "ok"}
         oversized = requests.post(server.url, data=_event_list(falco_events), headers=HEADERS, timeout=10)
         assert oversized.status_code == 413

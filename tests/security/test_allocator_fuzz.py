@@ -103,7 +103,7 @@ def bodies(draw, bases: list[dict]) -> bytes:
                 value[key] = draw(json_values)
             else:
                 value.pop(key, None)
-    # json.dumps writes what the API must refuse: NaN, Infinity, lone surrogates as \udXXX escapes
+    # json.dumps writes what the API must refuse: NaN, Infinity, lone surrogates as escapes such as \ud800
     text = json.dumps(value, allow_nan=True)
     if draw(st.booleans()):  # or the surrogate as (invalid) UTF-8 bytes, not escaped
         return json.dumps(value, allow_nan=True, ensure_ascii=False).encode("utf-8", "surrogatepass")

@@ -19,7 +19,6 @@ import json
 import os
 import shutil
 import tempfile
-import threading
 from pathlib import Path
 
 import polars as pl
@@ -34,6 +33,7 @@ from pipelines.ingest import ingest_partition
 from pipelines.sources.k8s_audit import parse_k8s_audit
 from pipelines.warehouse import Warehouse
 from tests.conftest import REAL_DATA
+from tests.kubernetes.webhook import running_webhook
 
 FUZZ = settings(
     max_examples=int(os.environ.get("FUZZ_EXAMPLES", "50")),
@@ -108,13 +108,8 @@ def warehouse(home: Path) -> Warehouse:
 @pytest.fixture(scope="module")
 def server(home: Path) -> AuditWebhookServer:
     """One server for the module; each example gives it a writer into a fresh home."""
-    server = AuditWebhookServer(home, "127.0.0.1", 0, TOKEN, instance="fuzz", max_body_bytes=MAX_BODY_BYTES)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=5)
+    with running_webhook(home, TOKEN, instance="fuzz", max_body_bytes=MAX_BODY_BYTES) as server:
+        yield server
 
 
 def _fresh(warehouse: Warehouse) -> Warehouse:

@@ -16,7 +16,6 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,27 +26,21 @@ import requests
 from pipelines.connectors.kubernetes import AuditWebhookServer, MissingTokenError
 from pipelines.ingest import ingest_partition
 from pipelines.paths import REPO_ROOT
+from tests.kubernetes.webhook import running_webhook
 
 TOKEN = "audit-webhook-hostile-token"
 HEADERS = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
 ENVELOPE = '{"kind":"EventList","apiVersion":"audit.k8s.io/v1","metadata":{},"items":[%s]}'
 
 
-def serve(landing: Path, **options) -> Iterator[AuditWebhookServer]:
-    server = AuditWebhookServer(landing, "127.0.0.1", 0, **{"token": TOKEN, "instance": "test", **options})
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+def serve(landing: Path, **options):
+    return running_webhook(landing, options.pop("token", TOKEN), **{"instance": "test", **options})
 
 
 @pytest.fixture
 def webhook(warehouse) -> Iterator[AuditWebhookServer]:
-    yield from serve(warehouse.landing, max_item_bytes=64 * 1024)
+    with serve(warehouse.landing, max_item_bytes=64 * 1024) as server:
+        yield server
 
 
 @pytest.fixture
@@ -110,7 +103,7 @@ def test_an_item_nested_100000_deep_is_quarantined_and_the_others_kept(webhook, 
 
 
 def test_an_item_nested_past_the_depth_limit_is_quarantined(warehouse, events):
-    for server in serve(warehouse.landing, max_depth=20):
+    with serve(warehouse.landing, max_depth=20) as server:
         deep = {**events[3], "requestObject": json.loads('{"a":' * 30 + "1" + "}" * 30)}
         post_keeps_good_items(server, warehouse, events, json.dumps(deep), "nested deeper than 20 levels")
 
@@ -126,7 +119,7 @@ def test_an_item_that_is_not_json_is_quarantined_and_the_others_kept(webhook, wa
 
 
 def test_an_oversized_body_is_413_not_a_reset_connection(warehouse, events):
-    for server in serve(warehouse.landing, max_body_bytes=1 * 2**20):
+    with serve(warehouse.landing, max_body_bytes=1 * 2**20) as server:
         body = batch(*[json.dumps({**events[0], "requestObject": {"blob": "x" * 2**20}})] * 8)  # 8 MiB
         response = requests.post(server.url, data=body, headers=HEADERS, timeout=30)
         assert response.status_code == 413
@@ -158,7 +151,7 @@ def test_a_hostile_content_length_is_answered(webhook, length, status):
 
 
 def test_a_batch_of_too_many_items_is_413(warehouse, events):
-    for server in serve(warehouse.landing, max_items=100):
+    with serve(warehouse.landing, max_items=100) as server:
         response = requests.post(server.url, data=batch(*['"\\ud800"'] * 101), headers=HEADERS, timeout=30)
         assert response.status_code == 413 and "101 items is over the limit of 100" in response.json()["error"]
         assert requests.post(server.url, data=batch(*['"\\ud800"'] * 100), headers=HEADERS, timeout=30).ok
