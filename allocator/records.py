@@ -143,7 +143,8 @@ def dumps(record: dict) -> str:
 
 
 class MemorySink:
-    """Keeps every record in order: `events` and `audits`."""
+    """Keeps every record in order: `events` and `audits`. `drain()` hands them over and starts
+    afresh (the store holds a command's records so until they are committed)."""
 
     def __init__(self) -> None:
         self.events: list[dict] = []
@@ -154,6 +155,11 @@ class MemorySink:
 
     def audit(self, record: dict) -> None:
         self.audits.append(record)
+
+    def drain(self) -> tuple[list[dict], list[dict]]:
+        events, audits = self.events, self.audits
+        self.events, self.audits = [], []
+        return events, audits
 
     def events_jsonl(self) -> str:
         return "".join(dumps(r) + "\n" for r in self.events)

@@ -42,7 +42,7 @@ from allocator.model import (
     ShareMode,
     Template,
 )
-from allocator.records import audit_record, rfc3339
+from allocator.records import MemorySink, audit_record, rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -255,25 +255,6 @@ def apply_command(engine: Engine, kind: str, payload: dict, actor: str, now: dt.
     raise ValueError(f"unknown command kind {kind!r}")
 
 
-class _Capture:
-    """The engine's sink: holds the records of the command being applied until they are committed."""
-
-    def __init__(self) -> None:
-        self.events: list[dict] = []
-        self.audits: list[dict] = []
-
-    def event(self, record: dict) -> None:
-        self.events.append(record)
-
-    def audit(self, record: dict) -> None:
-        self.audits.append(record)
-
-    def drain(self) -> tuple[list[dict], list[dict]]:
-        events, audits = self.events, self.audits
-        self.events, self.audits = [], []
-        return events, audits
-
-
 def permission_record(
     action: str, principal: dict, now: dt.datetime, command_seq: int, index: int, actor: str
 ) -> dict:
@@ -318,7 +299,7 @@ class Store:
         self.lock = threading.RLock()
         self.replay_divergences = 0  # commands whose replay produced other records than were logged
         self.replayed_commands = 0
-        self._sink = _Capture()
+        self._sink = MemorySink()  # holds the records of the command being applied until they are committed
         self._last_now: dt.datetime | None = None
         self._last_seq = 0
         self._snapshot_seq = 0

@@ -16,7 +16,8 @@ import statistics
 import time
 from pathlib import Path
 
-from pipelines.capacity.replay import _load_demand, observed, replay
+from pipelines.capacity.demand import load_demand
+from pipelines.capacity.replay import observed, replay
 from pipelines.warehouse import Warehouse
 
 
@@ -30,7 +31,7 @@ def main() -> None:
 
     con = Warehouse(args.home).connect(read_only=True)
     began = time.perf_counter()
-    demand = _load_demand(con, args.month, args.days)
+    demand = load_demand(con, args.month, args.days)
     load_s = time.perf_counter() - began
     seen = observed(con, demand.start, demand.days)
     con.close()

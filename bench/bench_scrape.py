@@ -9,8 +9,8 @@ simulated exporter, and answers every GET with its node's pre-rendered dcgm-expo
 text per host), over HTTP/1.1 keep-alive as dcgm-exporter does. This process scrapes every
 target once per round with the pipeline's scraper (`pipelines.connectors.scrape.Scraper`: one
 Session, a thread pool, the parser over all bodies at once) and writes the round's Parquet file
-into a temporary landing zone, as the sensor does. The first round opens the connections and is
-reported apart; the next `--rounds` are timed. It prints per round the fetch, parse and write
+into a temporary landing zone and its gaps into ops.scrape_gaps, as the sensor does. The first
+round opens the connections and is reported apart; the next `--rounds` are timed. It prints per round the fetch, parse and write
 times, the median round, rounds/s and samples/s, and checks every round against the target:
 every exporter answered and every sample loaded, the round well under the 15 s interval. Both
 the server and the scraper run on this machine's cores; the exporters of a real fleet do not.
@@ -93,6 +93,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from pipelines.connectors.scrape import DcgmConfig, Scraper, write_round
+    from pipelines.ingest import record_scrape_gaps
     from pipelines.warehouse import Warehouse
 
     ctx = mp.get_context("spawn")
@@ -116,7 +117,8 @@ def main() -> None:
                 began = time.perf_counter()
                 scrape = scraper.scrape_round(RENDERED_AT + dt.timedelta(seconds=SCRAPE_INTERVAL_S * n))
                 written = time.perf_counter()
-                write_round(warehouse, scrape)
+                write_round(warehouse.landing, scrape)
+                record_scrape_gaps(warehouse, scrape.gaps)
                 ended = time.perf_counter()
                 rows.append((scrape, ended - began, ended - written))
         scraper.close()

@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from allocator.simulator import simulate
+from allocator.sim.simulator import simulate
 
 
 def main() -> None:

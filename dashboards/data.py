@@ -1,24 +1,33 @@
-"""The dashboards' only door to the warehouse: read-only, cached queries on the `metrics` views.
+"""The dashboards' only door to the warehouse: read-only, cached queries on the `metrics` views, and on
+the two tables of configuration the pipeline keeps for them (governance.policy_exemptions, loaded by
+every model build, and ops.review_packs, one row per pack built).
 
 Connections come from the analysts' factory (Warehouse.analyst_connect, pipelines/sandbox.py): they
 read the warehouse and the lake its views read, and no other file; queries pass the read-only
 statement allow-list first.
 
-Pages never open DuckDB themselves and never compute a metric: they ask for rows of a metric view
-(filtered, already aggregated by its model) and draw them. Connections are read-only and short;
+Pages never open DuckDB themselves, write no query and never compute a metric: they ask for rows of
+a metric view (`view`, with a filter's WHERE fragment) or call one of the named queries below (a
+view's rows summed over the filters, a filter's choices, the exemptions, the packs), then draw
+them. WHERE fragments and their parameters come from dashboards/filters.py (Filters.clause, where).
+Connections are read-only and short;
 DuckDB refuses a read-only open while the pipeline's writer holds the file, so an open is retried
 for a few seconds (the writer's transactions are short) before the page says the warehouse is busy.
 """
 from __future__ import annotations
 
+import datetime as dt
+import json
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import duckdb
 import polars as pl
 import streamlit as st
 
+from pipelines.contracts import EXEMPTIONS_CHECK, EXEMPTIONS_TABLE, REVIEW_PACKS_TABLE
 from pipelines.paths import default_home
 from pipelines.sandbox import check_read_only
 from pipelines.warehouse import Warehouse
@@ -105,3 +114,225 @@ def bounds() -> tuple | None:
     """First and last day with pool data (metrics.pool_daily), or None when the warehouse is empty."""
     row = query("select min(day) as first, max(day) as last from metrics.pool_daily").row(0)
     return None if row[0] is None else row
+
+
+# -- filters' choices --------------------------------------------------------------------------------
+def tenants() -> list[str]:
+    """Every tenant with a queue (metrics.queue_rules)."""
+    return [v for v in query("select distinct tenant from metrics.queue_rules order by 1")[:, 0].to_list()
+            if v is not None]
+
+
+def queues(tenant: str | None) -> list[str]:
+    """Every queue (of `tenant`, when given) in metrics.queue_rules."""
+    rows = query("select distinct queue from metrics.queue_rules where ? is null or tenant = ? order by 1",
+                 (tenant, tenant))[:, 0].to_list()
+    return [q for q in rows if q]
+
+
+def gpu_models() -> list[str]:
+    """Every GPU model of the inventory (metrics.gpu_inventory)."""
+    return [v for v in query("select distinct gpu_model from metrics.gpu_inventory order by 1")[:, 0].to_list()
+            if v is not None]
+
+
+# -- Pool ----------------------------------------------------------------------------------------------
+def scorecard(end) -> pl.DataFrame:
+    """metrics.pooling_scorecard of the month of `end`, else of the latest scored month, by stage."""
+    return view("pooling_scorecard",
+                "month = coalesce((select max(month) from metrics.pooling_scorecard "
+                "where month <= cast(date_trunc('month', cast(? as date)) as date)), "
+                "(select max(month) from metrics.pooling_scorecard))",
+                (end,), order="stage_order")
+
+
+# -- Queues --------------------------------------------------------------------------------------------
+def queue_interruptions(where: str, params: tuple) -> pl.DataFrame:
+    """Preemptions and requeues of metrics.queue_daily summed over the rows `where` selects (one row)."""
+    return query("select sum(preemptions) as preemptions, sum(requeues) as requeues "
+                 f"from metrics.queue_daily where {where}", params)
+
+
+def queue_interruptions_daily(where: str, params: tuple) -> pl.DataFrame:
+    """Preemptions and requeues of metrics.queue_daily per day."""
+    return query("select day, sum(preemptions) as preemptions, sum(requeues) as requeues "
+                 f"from metrics.queue_daily where {where} group by day order by day", params)
+
+
+def queue_interruptions_per_queue(where: str, params: tuple) -> pl.DataFrame:
+    """Admissions, preemptions and requeues of metrics.queue_daily per queue and tenant, most preempted first."""
+    return query("select queue, tenant, sum(admissions) as admissions, sum(preemptions) as preemptions, "
+                 "sum(requeues) as requeues from metrics.queue_daily "
+                 f"where {where} group by queue, tenant order by preemptions desc, queue", params)
+
+
+def waited_by_cause(where: str, params: tuple) -> pl.DataFrame:
+    """Waited GPU-hours of metrics.wait_causes per day and cause."""
+    return query("select day, cause, sum(waited_gpu_hours) as waited_gpu_hours from metrics.wait_causes "
+                 f"where {where} group by day, cause order by day, cause", params)
+
+
+# -- Tenants -------------------------------------------------------------------------------------------
+COST_MONTHS = "month between date_trunc('month', cast(? as date)) and ?"  # the months a period touches
+
+
+def tenant_costs(start, end, where: str, params: tuple) -> pl.DataFrame:
+    """metrics.cost_attribution's rows (`where` selects tenants) of the months from `start`'s to `end`."""
+    return view("cost_attribution", f"({COST_MONTHS}) and ({where or 'true'})", (start, end, *params),
+                order="month, tenant",
+                columns="month, tenant, allocated_gpu_hours, allocated_cost_usd, shared_unallocated_cost_usd, "
+                        "total_cost_usd, cost_share_pct, unpriced_gpu_hours")
+
+
+def pool_costs(start, end) -> pl.DataFrame:
+    """The pool's total cost and capacity per month from `start`'s month to `end` (metrics.cost_attribution
+    repeats them on every tenant's row: one value per month)."""
+    return query("select month, any_value(pool_total_cost_usd) as pool_total_cost_usd, "
+                 "any_value(pool_capacity_gpu_hours) as pool_capacity_gpu_hours "
+                 f"from metrics.cost_attribution where {COST_MONTHS} group by month order by month", (start, end))
+
+
+def pool_task_mix(start, end) -> pl.DataFrame:
+    """Submissions and allocated GPU-hours of metrics.task_daily per day and template, all tenants."""
+    return query("select day, template, sum(submissions) as submissions, "
+                 "sum(allocated_gpu_hours) as allocated_gpu_hours from metrics.task_daily "
+                 "where cast(day as date) between ? and ? group by day, template order by day, template",
+                 (start, end))
+
+
+# -- Idle and reclaim ----------------------------------------------------------------------------------
+def idle_by_tenant(where: str, params: tuple) -> pl.DataFrame:
+    """Idle allocated GPU-hours of metrics.tenant_daily per day and tenant."""
+    return query("select day, tenant, sum(idle_allocated_gpu_hours) as idle_allocated_gpu_hours "
+                 f"from metrics.tenant_daily where {where} group by day, tenant order by day, tenant", params)
+
+
+def governance_steps_daily(where: str, params: tuple) -> pl.DataFrame:
+    """Governance steps of metrics.governance_actions per day and outcome."""
+    return query("select day, outcome, sum(actions) as actions from metrics.governance_actions "
+                 f"where {where} group by day, outcome order by day", params)
+
+
+def governance_steps_by_policy(where: str, params: tuple) -> pl.DataFrame:
+    """Governance steps of metrics.governance_actions per policy, mode and outcome, with their counts."""
+    return query(
+        "select policy, mode, outcome, sum(actions) as actions, sum(applied) as applied, sum(refused) as refused, "
+        "sum(exempt) as exempt, sum(rate_limited) as rate_limited, sum(shadow) as shadow, "
+        "sum(recommended) as recommended, sum(dropped) as dropped, sum(queued) as queued "
+        f"from metrics.governance_actions where {where} group by all order by policy, mode, outcome", params)
+
+
+def action_kinds() -> list[str]:
+    """Every action kind in metrics.enforcement_actions."""
+    return query("select distinct action_kind from metrics.enforcement_actions order by 1")[:, 0].to_list()
+
+
+def reclaimed_daily(where: str, params: tuple) -> pl.DataFrame:
+    """Recovered and reused GPU-hours of the reclaims in metrics.reclaim_ledger per day."""
+    return query(
+        "select day, sum(recovered_gpu_hours) as recovered_gpu_hours, sum(reused_gpu_hours) as reused_gpu_hours "
+        f"from metrics.reclaim_ledger where ({where}) and reclaimed_at is not null group by day order by day",
+        params)
+
+
+# -- Jobs ----------------------------------------------------------------------------------------------
+def failure_reasons_top(where: str, params: tuple, limit: int) -> pl.DataFrame:
+    """The `limit` failure reasons of metrics.failure_reasons with the most failed jobs."""
+    return query(
+        "select failure_reason, final_state, sum(failed_jobs) as failed_jobs, "
+        "sum(allocated_gpu_hours) as allocated_gpu_hours from metrics.failure_reasons "
+        f"where {where} group by failure_reason, final_state order by failed_jobs desc limit {int(limit)}", params)
+
+
+def failed_gpu_hours_daily(where: str, params: tuple) -> pl.DataFrame:
+    """GPU-hours of failed jobs (metrics.failure_reasons) per day and final state."""
+    return query(
+        "select day, final_state, sum(allocated_gpu_hours) as allocated_gpu_hours from metrics.failure_reasons "
+        f"where {where} group by day, final_state order by day", params)
+
+
+def retries_daily(where: str, params: tuple) -> pl.DataFrame:
+    """Retries and the GPU-hours they burned (metrics.task_daily) per day and template."""
+    return query(
+        "select day, template, sum(retries) as retries, sum(retry_gpu_hours) as retry_gpu_hours, "
+        "sum(interrupted_gpu_hours) as interrupted_gpu_hours from metrics.task_daily "
+        f"where {where} group by day, template order by day, template", params)
+
+
+def rightsizable_daily(where: str, params: tuple) -> pl.DataFrame:
+    """Rightsizable GPU-hours of metrics.spec_gaps per day and GPU model."""
+    return query("select day, gpu_model, sum(rightsizable_gpu_hours) as rightsizable_gpu_hours "
+                 f"from metrics.spec_gaps where {where} group by day, gpu_model order by day", params)
+
+
+def rightsizable_shapes(where: str, params: tuple) -> pl.DataFrame:
+    """The request shapes of metrics.spec_gaps with rightsizable attempts, most GPU-hours first."""
+    return query(
+        "select gpu_model, share_mode, mig_profile, gpus_requested, sum(attempts_measured) as attempts_measured, "
+        "sum(rightsizable_attempts) as rightsizable_attempts, sum(rightsizable_to_mig_slice) as to_mig_slice, "
+        "sum(rightsizable_to_smaller_model) as to_smaller_model, sum(rightsizable_to_fewer_gpus) as to_fewer_gpus, "
+        "sum(rightsizable_gpu_hours) as rightsizable_gpu_hours from metrics.spec_gaps "
+        f"where {where} group by all having sum(rightsizable_attempts) > 0 order by rightsizable_gpu_hours desc",
+        params)
+
+
+# -- Capacity ------------------------------------------------------------------------------------------
+def recommendation_months() -> pl.DataFrame:
+    """The months with capacity recommendations, newest first."""
+    return query("select distinct period_month from metrics.capacity_recommendations order by 1 desc")
+
+
+# -- Audit ---------------------------------------------------------------------------------------------
+AUDIT_SEARCHED = ("actor", "actor_role", "action", "object_kind", "object_namespace", "object_name", "reason",
+                  "decision", "request_id")
+
+
+def audit_records_known() -> int:
+    """How many records metrics.audit_events holds in all."""
+    return query("select count(*) from metrics.audit_events").item()
+
+
+def audit_records(where: str, params: tuple, *, namespace: str | None, category: str | None, search: str,
+                  columns: Sequence[str], limit: int) -> tuple[int, pl.DataFrame]:
+    """(how many records of metrics.audit_events match, the latest `limit` of them): `where` and, when
+    given, the object's namespace, the category and a text searched for in AUDIT_SEARCHED (any case)."""
+    if namespace:
+        where += " and object_namespace = ?"
+        params += (namespace,)
+    if category:
+        where += " and category = ?"
+        params += (category,)
+    if search.strip():
+        where += f" and concat_ws(' ', {', '.join(AUDIT_SEARCHED)}) ilike ?"
+        params += (f"%{search.strip()}%",)
+    total = query(f"select count(*) from metrics.audit_events where {where}", params).item()
+    rows = query(f"select {', '.join(columns)} from metrics.audit_events "
+                 f"where {where} order by occurred_at desc, audit_id limit {int(limit)}", params)
+    return total, rows
+
+
+# -- configuration the pipeline loads: exemptions, packs -------------------------------------------------
+def exemptions(now: dt.datetime | None = None) -> pl.DataFrame:
+    """Every policy exemption the last model build loaded (governance.policy_exemptions), the latest
+    expiry first, with whether it has expired and the days left against `now` (default: the clock,
+    UTC): presentation of the entries' expiry, not a metric."""
+    rows = query("select tenant, policy, queue, job_id, reason, granted_by, expires_at "
+                 f"from {EXEMPTIONS_TABLE} order by expires_at desc, tenant, policy, queue, job_id")
+    now = now or dt.datetime.now(dt.UTC).replace(tzinfo=None)
+    return rows.with_columns(
+        is_expired=pl.col("expires_at") <= now,
+        days_left=((pl.col("expires_at") - now).dt.total_seconds().clip(lower_bound=0) / 86400).round(1))
+
+
+def exemptions_problem() -> str | None:
+    """Why the exemptions file did not load at the last build (the rows shown are the last loaded),
+    from its check in metrics.check_results; None when it loaded."""
+    rows = query("select metadata_json from metrics.check_results where check_name = ? and is_failed",
+                 (EXEMPTIONS_CHECK,))
+    return json.loads(rows.item()).get("error") if rows.height else None
+
+
+def review_packs() -> pl.DataFrame:
+    """Every review pack built (ops.review_packs), newest first; paths are relative to the home."""
+    return query("select month, version, lang, catalog_version, built_at, html_path, pdf_path "
+                 f"from {REVIEW_PACKS_TABLE} order by built_at desc, version desc")

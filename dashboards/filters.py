@@ -1,8 +1,11 @@
-"""Filters for period, tenant, queue and GPU model, kept in the URL (st.query_params) so a view can
-be shared: `?from=2026-11-01&to=2026-11-30&tenant=vision&queue=vision-train&model=H100&lang=zh`."""
+"""Filters kept in the URL (st.query_params) so a view can be shared: the sidebar's period, tenant,
+queue and GPU model (`?from=2026-11-01&to=2026-11-30&tenant=vision&queue=vision-train&model=H100&lang=zh`),
+a page's search box beside a single choice (`?q=reclaim&category=enforcement`), and the WHERE
+fragments the data.py queries take."""
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import streamlit as st
@@ -37,15 +40,16 @@ class Filters:
         return " and ".join(parts), tuple(params)
 
 
+def where(*fragments: str) -> str:
+    """The non-empty fragments joined with `and` ("true" when none)."""
+    return " and ".join(f"({x})" for x in fragments if x) or "true"
+
+
 def _param_date(name: str, default: dt.date) -> dt.date:
     try:
         return dt.date.fromisoformat(st.query_params.get(name, ""))
     except ValueError:
         return default
-
-
-def _options(sql: str) -> list[str]:
-    return [v for v in data.query(sql)[:, 0].to_list() if v is not None]
 
 
 def sidebar(user: User, *, tenant: bool = True, queue: bool = True, gpu_model: bool = True) -> Filters:
@@ -74,14 +78,33 @@ def sidebar(user: User, *, tenant: bool = True, queue: bool = True, gpu_model: b
     pinned = tenant_scope(user)
     chosen_tenant = pinned
     if tenant and pinned is None:
-        chosen_tenant = choose("tenant", t("tenant"), _options("select distinct tenant from metrics.queue_rules order by 1"))
+        chosen_tenant = choose("tenant", t("tenant"), data.tenants())
     elif pinned is not None:
         st.sidebar.caption(t("tenant_scope", tenant=pinned))
     chosen_queue = None
     if queue:
-        queues = data.query("select distinct queue from metrics.queue_rules where ? is null or tenant = ? order by 1",
-                            (pinned, pinned))[:, 0].to_list()
-        chosen_queue = choose("queue", t("queue"), [q for q in queues if q])
-    chosen_model = choose("model", t("gpu_model"), _options(
-        "select distinct gpu_model from metrics.gpu_inventory order by 1")) if gpu_model else None
+        chosen_queue = choose("queue", t("queue"), data.queues(pinned))
+    chosen_model = choose("model", t("gpu_model"), data.gpu_models()) if gpu_model else None
     return Filters(start, end, chosen_tenant, chosen_queue, chosen_model)
+
+
+def _keep(name: str, value: str) -> None:
+    if value:
+        st.query_params[name] = value
+    else:
+        st.query_params.pop(name, None)
+
+
+def search_and_choice(search_label: str, choice_label: str, choices: Sequence[str], *, param: str, key: str,
+                      choice_label_of: Callable[[str], str]) -> tuple[str, str | None]:
+    """A search box (`?q=`) beside one choice among `choices` (`?<param>=`; none: all), both kept in
+    the URL; returns the stripped search text and the choice (None: all)."""
+    search, pick = st.columns([3, 1])
+    query = search.text_input(search_label, st.query_params.get("q", ""), key="f_q").strip()
+    _keep("q", query)
+    current = st.query_params.get(param)
+    options = ["", *choices]
+    chosen = pick.selectbox(choice_label, options, index=options.index(current) if current in options else 0,
+                            format_func=lambda c: choice_label_of(c) if c else t("all"), key=key)
+    _keep(param, chosen)
+    return query, chosen or None

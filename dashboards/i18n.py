@@ -75,11 +75,15 @@ STRINGS: dict[str, dict[str, str]] = {
     "no_reclaims": {"en": "No reclaim or preemption was applied in this period.", "zh": "该时间段内没有执行回收或抢占。"},
     "ledger_rows": {"en": "Ledger rows (latest {n})", "zh": "台账明细（最近 {n} 行）"},
     "exemptions": {"en": "Exemptions", "zh": "豁免"},
-    "exemptions_source": {"en": "From the policy catalog's exemptions file (models/policies/exemptions.yml or "
-                                "gpupool.yml governance.exemptions), read live: it is configuration, not warehouse data.",
-                          "zh": "来自策略目录的豁免文件（models/policies/exemptions.yml 或 gpupool.yml 的 "
-                                "governance.exemptions），实时读取：它是配置，而非数据仓库中的数据。"},
-    "exemptions_unreadable": {"en": "The exemptions file cannot be read:", "zh": "无法读取豁免文件："},
+    "exemptions_source": {"en": "The policy catalog's exemptions file (models/policies/exemptions.yml or "
+                                "gpupool.yml governance.exemptions) as the last model build loaded it "
+                                "(governance.policy_exemptions); expiry read against the clock.",
+                          "zh": "策略目录的豁免文件（models/policies/exemptions.yml 或 gpupool.yml 的 "
+                                "governance.exemptions），为最近一次模型构建所加载的内容（governance.policy_exemptions）；"
+                                "是否过期按当前时间判断。"},
+    "exemptions_unreadable": {"en": "The exemptions file could not be read at the last build; the exemptions "
+                                    "loaded before are shown:",
+                              "zh": "最近一次构建时无法读取豁免文件；下面显示的是此前加载的豁免："},
     "no_exemptions": {"en": "No exemptions are configured for this scope.", "zh": "该范围内没有配置豁免。"},
     "expired": {"en": "Expired", "zh": "已过期"},
     "days_left": {"en": "Days left", "zh": "剩余天数"},

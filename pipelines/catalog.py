@@ -1,7 +1,8 @@
-"""The metric catalog (models/metrics.yml) and the models' sidecar documentation, as dataclasses.
+"""The metric catalog (models/catalog/) and the models' sidecar documentation, as dataclasses.
 
 The catalog names every metric once: its group, labels in English and Chinese, formula, unit,
-grain and the metrics view column that holds it. Each SQL model has a sidecar `<name>.yml` that
+grain and the metrics view column that holds it. It is one catalog in several files: version.yml
+(the catalog version) and one `<group>.yml` per group, read in GROUPS order. Each SQL model has a sidecar `<name>.yml` that
 states its grain and describes every column; `documentation_gaps` compares them with the built
 warehouse so an undocumented column fails a test or an asset check.
 """
@@ -16,7 +17,8 @@ import yaml
 
 from pipelines.paths import MODELS_DIR
 
-GROUPS = ("resource", "task", "governance")
+CATALOG_DIR = MODELS_DIR / "catalog"
+GROUPS = ("resource", "task", "governance")  # also the catalog's files, <group>.yml, in this order
 METRIC_TYPES = ("simple", "ratio", "derived")
 MODEL_LAYERS = ("staging", "marts", "metrics")
 _VERSION = re.compile(r"^\d+\.\d+\.\d+$")
@@ -136,31 +138,55 @@ def _metric(where: str, entry: dict) -> Metric:
     )
 
 
-def load_catalog(path: Path = MODELS_DIR / "metrics.yml") -> Catalog:
-    """Read and validate the metric catalog."""
-    doc = yaml.safe_load(path.read_text())
-    version = str(doc.get("version", ""))
+def _catalog_file(path: Path, keys: set[str]) -> dict:
+    if not path.exists():
+        raise CatalogError(f"{path}: catalog file missing")
+    doc = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(doc, dict):
+        raise CatalogError(f"{path}: expected a mapping")
+    unknown = sorted(set(doc) - keys)
+    if unknown:
+        raise CatalogError(f"{path}: unknown keys {unknown}")
+    return doc
+
+
+def load_catalog(catalog_dir: Path = CATALOG_DIR) -> Catalog:
+    """Read and validate the metric catalog: version.yml, then each group's file."""
+    catalog_dir = Path(catalog_dir)
+    expected = {"version.yml", *(f"{g}.yml" for g in GROUPS)}
+    stray = sorted(p.name for p in catalog_dir.glob("*.yml") if p.name not in expected)
+    if stray:
+        raise CatalogError(f"{catalog_dir}: {stray} are not catalog files (version.yml and one <group>.yml "
+                           f"per group of {GROUPS})")
+    version_path = catalog_dir / "version.yml"
+    version = str(_catalog_file(version_path, {"version"}).get("version", ""))
     if not _VERSION.match(version):
-        raise CatalogError(f"{path}: top-level version {version!r} is not MAJOR.MINOR.PATCH")
-    metrics = tuple(
-        _metric(f"{path.name}: metric #{i + 1} ({entry.get('name', '?')})", entry)
-        for i, entry in enumerate(doc.get("metrics") or [])
-    )
+        raise CatalogError(f"{version_path}: version {version!r} is not MAJOR.MINOR.PATCH")
+    metrics: list[Metric] = []
+    unavailable: list[Unavailable] = []
+    for group in GROUPS:
+        path = catalog_dir / f"{group}.yml"
+        doc = _catalog_file(path, {"metrics", "unavailable"})
+        for i, entry in enumerate(doc.get("metrics") or []):
+            where = f"{path.name}: metric #{i + 1} ({entry.get('name', '?')})"
+            metrics.append(_metric(where, entry))
+            if metrics[-1].group != group:
+                raise CatalogError(f"{where}: group {metrics[-1].group!r} belongs in {metrics[-1].group}.yml")
+        for i, entry in enumerate(doc.get("unavailable") or []):
+            where = f"{path.name}: unavailable #{i + 1}"
+            unavailable.append(Unavailable(
+                **{k: _text(where, entry, k) for k in ("name", "group", "label_en", "label_zh", "reason")}
+            ))
+            if unavailable[-1].group != group:
+                raise CatalogError(f"{where}: group {unavailable[-1].group!r} belongs in {unavailable[-1].group}.yml")
     if not metrics:
-        raise CatalogError(f"{path}: no metrics")
+        raise CatalogError(f"{catalog_dir}: no metrics")
     seen: set[str] = set()
     for m in metrics:
         if m.name in seen:
-            raise CatalogError(f"{path}: metric {m.name!r} is defined twice")
+            raise CatalogError(f"{catalog_dir}: metric {m.name!r} is defined twice")
         seen.add(m.name)
-    unavailable = tuple(
-        Unavailable(
-            **{k: _text(f"{path.name}: unavailable #{i + 1}", entry, k)
-               for k in ("name", "group", "label_en", "label_zh", "reason")}
-        )
-        for i, entry in enumerate(doc.get("unavailable") or [])
-    )
-    return Catalog(version=version, metrics=metrics, unavailable=unavailable)
+    return Catalog(version=version, metrics=tuple(metrics), unavailable=tuple(unavailable))
 
 
 def load_model_doc(sidecar: Path, layer: str) -> ModelDoc:

@@ -1,11 +1,20 @@
-"""The raw tables' contracts, read from models/contracts/*.yml (the single definition).
+"""Every table's DDL and the vocabularies the parts share: the single definition.
 
-Parsers build frames with `empty_frame`/`conform`; the warehouse creates tables from `ddl`.
-Tables that the code itself appends to (not a source's raw table) have their DDL here too.
+- Raw tables: their contracts, read from models/contracts/*.yml. Parsers build frames with
+  `empty_frame`/`conform`; the warehouse creates the tables from `ddl`.
+- The decision log's vocabulary (`gpupool.governance/v1`): policy kinds, modes, step actions and
+  decision statuses, shared by the policies, the reclaim loop and the log's parser.
+- Policy findings' frame schema (FINDING_SCHEMA).
+- The tables the code writes itself (ops.*, governance.*): their DDL and documentation, one
+  `CodeTable` each in TABLES (add a new one with `register` at the end of this module).
+
+`all_ddl()` is what `Warehouse.ensure_schema` runs.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from enum import StrEnum
 from functools import cache
 
 import polars as pl
@@ -13,17 +22,9 @@ import yaml
 
 from pipelines.paths import CONTRACTS_DIR
 
-# one row per failed scrape of a target in a round: appended by the scraper, read by metrics.scrape_gaps
-SCRAPE_GAPS_DDL = """
-create table if not exists ops.scrape_gaps (
-  target VARCHAR,
-  round_at TIMESTAMP,
-  round_id VARCHAR,
-  error_kind VARCHAR,
-  error VARCHAR,
-  duration_s DOUBLE,
-  attempts INTEGER
-)"""
+LAKE_TABLES = ("dcgm_samples",)  # raw tables kept as Parquet, exposed by a view
+# columns the warehouse adds to every raw table
+PARTITION_COLUMNS = ",\n  partition_date DATE,\n  ingest_source VARCHAR,\n  ingested_at TIMESTAMP"
 
 _POLARS_TYPES: dict[str, pl.DataType] = {
     "VARCHAR": pl.String(),
@@ -104,3 +105,326 @@ def contracts() -> dict[str, Contract]:
 
 def contract(name: str) -> Contract:
     return contracts()[name]
+
+
+# -- the decision log's vocabulary (gpupool.governance/v1) ----------------------------------------
+# One line per decision and per answer in landing/governance_actions/<day>/<writer>.jsonl.
+DECISION_SCHEMA_NAME = "gpupool.governance/v1"
+
+
+class PolicyKind(StrEnum):
+    IDLE_ALLOCATION = "idle_allocation"
+    ZOMBIE = "zombie"
+    IDLE_INTERACTIVE = "idle_interactive"
+    OVERRUN = "overrun"
+    OVERSIZED = "oversized"
+    RETRY_STORM = "retry_storm"
+    TEMPLATE_BREACH = "template_breach"
+
+
+class Mode(StrEnum):
+    SHADOW = "shadow"  # record what would be done; nothing reaches the engine
+    ENFORCE = "enforce"
+
+
+class StepAction(StrEnum):
+    REMIND = "remind"
+    RECLAIM = "reclaim"
+    PREEMPT = "preempt"
+    CAP_RUNTIME = "cap_runtime"
+    RECOMMEND = "recommend"  # recorded advice (right-size); never sent to an engine
+
+
+class DecisionStatus(StrEnum):
+    SHADOW = "shadow"  # shadow mode: recorded, not sent
+    EXEMPT = "exempt"  # matched an exemption or a protected template
+    RATE_LIMITED = "rate_limited"  # deferred: over the hourly reclaim limit; tried again later
+    QUEUED = "queued"  # in the outbox, not yet answered
+    ANSWERED = "answered"  # the engine answered (outcome says how)
+    RECOMMENDED = "recommended"  # a recommend step: advice recorded
+    DROPPED = "dropped"  # the finding no longer holds (job ended, busy again) before the step was due
+
+
+# -- policy findings -------------------------------------------------------------------------------
+# One row per finding: a job attempt caught by one policy version over one evidence window.
+FINDING_SCHEMA: dict[str, pl.DataType] = {
+    "finding_id": pl.String,  # finding_key(...)
+    "policy": pl.String,
+    "policy_version": pl.String,
+    "kind": pl.String,  # PolicyKind
+    "scope": pl.String,  # Rule.scope the parameters came from
+    "source": pl.String,  # engine holding the work: allocator | slurm | kueue
+    "job_id": pl.String,
+    "attempt": pl.Int64,
+    "tenant": pl.String,
+    "queue": pl.String,
+    "template": pl.String,
+    "user_name": pl.String,
+    "gpu_model": pl.String,
+    "window_start_at": pl.Datetime("us"),  # evidence window, UTC naive
+    "window_end_at": pl.Datetime("us"),
+    "detected_at": pl.Datetime("us"),  # when the rule's threshold was crossed
+    "gpus_flagged": pl.Int64,  # GPUs (allocations) the finding covers
+    "gpus_held": pl.Int64,  # GPUs the attempt holds
+    "gpu_hours": pl.Float64,  # wasted GPU-hours in the evidence window (x fraction)
+    "metric": pl.String,  # what was measured, e.g. "activity", "runtime_s", "failed_attempts"
+    "observed": pl.Float64,  # its value over the window
+    "threshold": pl.Float64,  # the rule's threshold for it
+    "is_ongoing": pl.Boolean,  # the attempt still runs and the condition still holds at the data's end
+    "recommendation": pl.String,  # e.g. "1 x 3g.40gb instead of 8 x H100"; null when none
+    "evidence": pl.String,  # JSON object of numbers: per-GPU windows, spikes ignored, ...
+}
+
+_DUCK_TYPES = {pl.String: "VARCHAR", pl.Int64: "BIGINT", pl.Float64: "DOUBLE", pl.Boolean: "BOOLEAN"}
+
+
+def _duck_type(dtype: pl.DataType) -> str:
+    if isinstance(dtype, pl.Datetime):
+        return "TIMESTAMP"
+    return _DUCK_TYPES[dtype]
+
+
+# -- the tables the code writes itself -------------------------------------------------------------
+_DDL_COLUMN = re.compile(r"^\s*([a-z_][a-z0-9_]*)\s+([A-Za-z]+)", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class CodeTable:
+    """A table the code writes itself (not a source's raw table): its DDL and what it holds."""
+
+    table: str  # schema-qualified, e.g. ops.ingest_log
+    ddl: str
+    grain: str
+    description: str
+    descriptions: dict[str, str]  # column -> description
+    migrations: tuple[str, ...] = ()  # run after the DDL: columns added since the table's first version
+    on_demand: bool = False  # created by its writer at first write, not by ensure_schema
+
+    @property
+    def columns(self) -> list[tuple[str, str]]:
+        """(name, type) of each column, in DDL order."""
+        body = self.ddl[self.ddl.index("(") + 1: self.ddl.rindex(")")]
+        return [(m.group(1), m.group(2).upper()) for m in _DDL_COLUMN.finditer(body)]
+
+
+TABLES: dict[str, CodeTable] = {}  # by table, in registration order
+
+
+def register(table: CodeTable) -> CodeTable:
+    TABLES[table.table] = table
+    return table
+
+
+def all_ddl() -> list[str]:
+    """The statements that create every table the warehouse holds up front: raw contracts (but the
+    lake's), then the code's tables with their migrations."""
+    out = [c.ddl(PARTITION_COLUMNS) for name, c in contracts().items() if name not in LAKE_TABLES]
+    for t in TABLES.values():
+        if not t.on_demand:
+            out += [t.ddl, *t.migrations]
+    return out
+
+
+# Written by Warehouse.replace_partition.
+INGEST_LOG_DDL = """
+create table if not exists ops.ingest_log (
+  run_id VARCHAR,
+  ingest_source VARCHAR,
+  partition_date DATE,
+  files_read INTEGER,
+  records_read BIGINT,
+  records_loaded BIGINT,
+  records_quarantined BIGINT,
+  rows_by_table VARCHAR,
+  started_at TIMESTAMP,
+  finished_at TIMESTAMP,
+  notes VARCHAR
+)"""
+INGEST_LOG_COLUMNS = ("run_id", "ingest_source", "partition_date", "files_read", "records_read", "records_loaded",
+                      "records_quarantined", "rows_by_table", "started_at", "finished_at", "notes")
+register(CodeTable(
+    "ops.ingest_log", INGEST_LOG_DDL, grain="one row per ingest run of a source for a day",
+    description="Every ingest: files and records read, loaded and quarantined (read = loaded + quarantined).",
+    descriptions={
+        "run_id": "ingest run id", "ingest_source": "ingest source", "partition_date": "UTC day ingested",
+        "files_read": "files read", "records_read": "input records read", "records_loaded": "records loaded",
+        "records_quarantined": "input records quarantined (ops.quarantine)",
+        "rows_by_table": "JSON object: rows written per raw table", "started_at": "run start, UTC",
+        "finished_at": "run end, UTC",
+        "notes": "JSON array: what the parsers noted, each as 'file: note' (e.g. 'empty file', "
+                 "'19 step rows ignored'); null when none",
+    },
+    # Warehouses made before the notes column get it on their next write.
+    migrations=("alter table ops.ingest_log add column if not exists notes VARCHAR",),
+))
+
+# Written by Warehouse.record_check.
+CHECK_RESULTS_DDL = """
+create table if not exists ops.check_results (
+  check_name VARCHAR,
+  asset VARCHAR,
+  partition_date DATE,
+  passed BOOLEAN,
+  severity VARCHAR,
+  unexpected_count BIGINT,
+  metadata_json VARCHAR,
+  checked_at TIMESTAMP
+)"""
+register(CodeTable(
+    "ops.check_results", CHECK_RESULTS_DDL, grain="one row per check per asset per day (the latest result)",
+    description="Asset checks (Great Expectations suites, SQL checks) as last run.",
+    descriptions={
+        "check_name": "check", "asset": "asset checked", "partition_date": "UTC day checked (null: not partitioned)",
+        "passed": "whether it passed", "severity": "ERROR | WARN", "unexpected_count": "rows that failed",
+        "metadata_json": "JSON: the check's metadata (examples, counts)", "checked_at": "when it ran, UTC",
+    },
+))
+
+# Written by pipelines/capacity/store.py (one month replaced per run); read by metrics.capacity_recommendations.
+RECOMMENDATIONS_TABLE = "governance.capacity_recommendations"
+RECOMMENDATIONS_DDL = f"""create table if not exists {RECOMMENDATIONS_TABLE} (
+  recommendation_id VARCHAR,
+  period_month DATE,
+  recommended_at TIMESTAMP,
+  rank INTEGER,
+  kind VARCHAR,
+  gpu_model VARCHAR,
+  tenant VARCHAR,
+  queue VARCHAR,
+  target VARCHAR,
+  recommendation VARCHAR,
+  recommendation_zh VARCHAR,
+  quantity DOUBLE,
+  unit VARCHAR,
+  wait_cause VARCHAR,
+  confidence VARCHAR,
+  confidence_score DOUBLE,
+  impact_gpu_hours DOUBLE,
+  evidence_json VARCHAR,
+  whatif_json VARCHAR,
+  rules_version VARCHAR
+)"""
+register(CodeTable(
+    RECOMMENDATIONS_TABLE, RECOMMENDATIONS_DDL, grain="one row per recommendation per month",
+    description="Capacity recommendations of each month with their evidence (`gpupool recommend`).",
+    descriptions={
+        "recommendation_id": "recommendation id", "period_month": "first day of the month advised on",
+        "recommended_at": "when it was made, UTC", "rank": "rank in the month (1 = most impact)",
+        "kind": "rule kind (add capacity, move quota, rightsize, ...)", "gpu_model": "GPU model concerned",
+        "tenant": "tenant concerned", "queue": "queue concerned", "target": "what the change applies to",
+        "recommendation": "the advice, English", "recommendation_zh": "the advice, Chinese",
+        "quantity": "how much to change", "unit": "unit of quantity", "wait_cause": "wait cause it answers",
+        "confidence": "low | medium | high", "confidence_score": "confidence, 0..1",
+        "impact_gpu_hours": "GPU-hours of waiting or idling it addresses",
+        "evidence_json": "JSON: the metric values behind it", "whatif_json": "JSON: what-if replay result, if run",
+        "rules_version": "version of models/capacity/rules.yml used",
+    },
+))
+
+# A scrape round's gaps as a frame: ops.scrape_gaps' columns, as the scraper builds them.
+GAPS_SCHEMA = pl.Schema({
+    "target": pl.String, "round_at": pl.Datetime("us"), "round_id": pl.String, "error_kind": pl.String,
+    "error": pl.String, "duration_s": pl.Float64, "attempts": pl.Int32,
+})
+
+# Appended by ingest.record_scrape_gaps after each scrape round (one row per failed scrape of a target);
+# read by metrics.scrape_gaps.
+SCRAPE_GAPS_DDL = """
+create table if not exists ops.scrape_gaps (
+  target VARCHAR,
+  round_at TIMESTAMP,
+  round_id VARCHAR,
+  error_kind VARCHAR,
+  error VARCHAR,
+  duration_s DOUBLE,
+  attempts INTEGER
+)"""
+register(CodeTable(
+    "ops.scrape_gaps", SCRAPE_GAPS_DDL, grain="one row per failed scrape of a target in a round",
+    description="DCGM exporter scrapes that failed after their retries: the gaps in live telemetry.",
+    descriptions={
+        "target": "exporter URL", "round_at": "scrape round time, UTC", "round_id": "scrape round id",
+        "error_kind": "timeout | http | connection | parse", "error": "the error, in words",
+        "duration_s": "seconds spent on the target", "attempts": "attempts made",
+    },
+))
+
+# Written by the daily policy_findings asset (pipelines/assets/reclaim.py), which creates it on its
+# first run: FINDING_SCHEMA's columns between the day and the catalog version.
+FINDINGS_TABLE = "governance.policy_findings"
+FINDINGS_DDL = (
+    f"create table if not exists {FINDINGS_TABLE} (\n  partition_date DATE,\n"
+    + "".join(f"  {name} {_duck_type(t)},\n" for name, t in FINDING_SCHEMA.items())
+    + "  catalog_version VARCHAR,\n  evaluated_at TIMESTAMP\n)"
+)
+register(CodeTable(
+    FINDINGS_TABLE, FINDINGS_DDL, on_demand=True,
+    grain="one row per finding per day (a job attempt caught by one policy version over one evidence window)",
+    description="Daily idle-reclaim policy findings (oversized, retry storm, template breach).",
+    descriptions={
+        "partition_date": "UTC day evaluated", "finding_id": "deterministic finding key", "policy": "policy name",
+        "policy_version": "policy version", "kind": "policy kind", "scope": "rule scope the parameters came from",
+        "source": "engine holding the work: allocator | slurm | kueue", "job_id": "job id", "attempt": "attempt",
+        "tenant": "tenant", "queue": "queue", "template": "job template", "user_name": "user",
+        "gpu_model": "GPU model", "window_start_at": "evidence window start, UTC",
+        "window_end_at": "evidence window end, UTC", "detected_at": "when the threshold was crossed, UTC",
+        "gpus_flagged": "GPUs (allocations) the finding covers", "gpus_held": "GPUs the attempt holds",
+        "gpu_hours": "wasted GPU-hours in the evidence window", "metric": "what was measured",
+        "observed": "its value over the window", "threshold": "the rule's threshold",
+        "is_ongoing": "the attempt still runs and the condition holds at the data's end",
+        "recommendation": "suggested request, if any", "evidence": "JSON: the numbers behind the finding",
+        "catalog_version": "policy catalog version", "evaluated_at": "when evaluated, UTC",
+    },
+))
+
+# Replaced by every model build (pipelines/assets/marts.py load_exemptions) from the policy catalog's
+# exemptions file; read by the dashboards' Idle page. Expiry is read against the clock there.
+EXEMPTIONS_TABLE = "governance.policy_exemptions"
+EXEMPTIONS_CHECK = "policy_exemptions_valid"  # its load's outcome in ops.check_results
+EXEMPTIONS_DDL = f"""
+create table if not exists {EXEMPTIONS_TABLE} (
+  tenant VARCHAR,
+  policy VARCHAR,
+  queue VARCHAR,
+  job_id VARCHAR,
+  reason VARCHAR,
+  granted_by VARCHAR,
+  expires_at TIMESTAMP,
+  loaded_at TIMESTAMP
+)"""
+register(CodeTable(
+    EXEMPTIONS_TABLE, EXEMPTIONS_DDL, grain="one row per exemption (allow-list entry) of the file last loaded",
+    description="The governance exemptions (models/policies/exemptions.yml or gpupool.yml's governance.exemptions) "
+                "as the last model build loaded them; an invalid file keeps the rows loaded before.",
+    descriptions={
+        "tenant": "tenant exempted", "policy": "policy exempted from (null: every policy)",
+        "queue": "queue exempted (null: every queue)", "job_id": "job exempted (null: every job)",
+        "reason": "why", "granted_by": "who granted it", "expires_at": "when it expires, UTC",
+        "loaded_at": "when the build loaded it, UTC",
+    },
+))
+
+# Appended by pipelines/pack/store.py, one row per pack built; read by the dashboards' Review packs page.
+REVIEW_PACKS_TABLE = "ops.review_packs"
+REVIEW_PACKS_DDL = f"""
+create table if not exists {REVIEW_PACKS_TABLE} (
+  month DATE,
+  version VARCHAR,
+  lang VARCHAR,
+  catalog_version VARCHAR,
+  built_at TIMESTAMP,
+  html_path VARCHAR,
+  pdf_path VARCHAR,
+  build_seconds DOUBLE
+)"""
+register(CodeTable(
+    REVIEW_PACKS_TABLE, REVIEW_PACKS_DDL, grain="one row per review pack built",
+    description="The monthly review packs built (`gpupool pack`, the review_pack asset), kept under "
+                "<home>/packs/YYYY-MM/<version>/.",
+    descriptions={
+        "month": "first day of the month the pack reports on", "version": "the pack's version folder",
+        "lang": "language: en | zh", "catalog_version": "metric catalog version of its numbers",
+        "built_at": "when it was built, UTC", "html_path": "its HTML, relative to the gpupool home",
+        "pdf_path": "its PDF, relative to the gpupool home", "build_seconds": "seconds the build took",
+    },
+))

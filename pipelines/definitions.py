@@ -1,43 +1,39 @@
-"""The gpupool code location: only assembles Definitions."""
+"""The gpupool code location: merges each domain's Definitions and binds the shared resources.
+
+Each module of pipelines/assets/ is a domain (its assets, checks, jobs, schedules and sensors) and
+ends with its own `defs`. Modules are imported whole: one Definitions at this module's scope only.
+"""
+import os
+
 import dagster as dg
 
-from pipelines.assets.capacity import capacity_job, capacity_recommendations, capacity_schedule
-from pipelines.assets.connectors import (
-    connector_assets,
-    land_connectors_job,
-    land_connectors_schedule,
-    slurm_gpu_snapshot_sensor,
-)
-from pipelines.assets.ingest import ingest_assets
-from pipelines.assets.marts import catalog_matches_models, ingest_accounting_balanced, warehouse_models
-from pipelines.assets.pack import pack_job, pack_schedule, review_pack
-from pipelines.assets.reclaim import (
-    idle_reclaim_sensor,
-    policy_findings,
-    policy_findings_job,
-    policy_findings_schedule,
-)
-from pipelines.assets.scrape import dcgm_scrape_sensor
-from pipelines.connectors.kubernetes import KueueState
-from pipelines.connectors.slurm import SlurmAccounting
+from pipelines.assets import capacity, connectors, ingest, marts, pack, reclaim, scrape
 from pipelines.resources.governance import GovernanceResource
+from pipelines.resources.kueue import KueueState
+from pipelines.resources.slurm import SlurmAccounting
 from pipelines.resources.telemetry import DcgmScrapeResource
 from pipelines.resources.warehouse import WarehouseResource
-from pipelines.schedules import ingest_job, ingest_schedule, models_job, models_schedule
 
-defs = dg.Definitions(
-    assets=[*connector_assets, *ingest_assets, warehouse_models, policy_findings, capacity_recommendations,
-            review_pack],
-    asset_checks=[ingest_accounting_balanced, catalog_matches_models],
-    jobs=[land_connectors_job, ingest_job, models_job, policy_findings_job, capacity_job, pack_job],
-    schedules=[land_connectors_schedule, ingest_schedule, models_schedule, policy_findings_schedule,
-               capacity_schedule, pack_schedule],
-    sensors=[dcgm_scrape_sensor, slurm_gpu_snapshot_sensor, idle_reclaim_sensor],
-    resources={
-        "warehouse": WarehouseResource(),
-        "telemetry": DcgmScrapeResource(),
-        "slurm": SlurmAccounting(),
-        "kueue": KueueState(),
-        "governance": GovernanceResource(),
-    },
+
+def from_env(name: str) -> str:
+    """`dg.EnvVar(name)` when the variable is set, so the UI shows where the value comes from; else ""
+    and the resource's own default applies (dagster fails a run whose EnvVar is unset)."""
+    return dg.EnvVar(name) if name in os.environ else ""
+
+
+defs = dg.Definitions.merge(
+    connectors.defs,
+    ingest.defs,
+    scrape.defs,
+    marts.defs,
+    reclaim.defs,
+    capacity.defs,
+    pack.defs,
+    dg.Definitions(resources={
+        "warehouse": WarehouseResource(home=from_env("GPUPOOL_HOME")),
+        "telemetry": DcgmScrapeResource(config_file=from_env("GPUPOOL_CONFIG")),
+        "slurm": SlurmAccounting(config_file=from_env("GPUPOOL_CONFIG")),
+        "kueue": KueueState(config_file=from_env("GPUPOOL_CONFIG")),
+        "governance": GovernanceResource(config_file=from_env("GPUPOOL_CONFIG")),
+    }),
 )

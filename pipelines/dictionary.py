@@ -3,8 +3,8 @@
 Both are generated from files only, so CI can check them without a warehouse:
   - raw tables and ops.quarantine: the contracts (models/contracts/*.yml);
   - seeds, staging, marts, metrics: the models' sidecars (models/<layer>/<name>.yml);
-  - metrics views: also the catalog metrics (models/metrics.yml) each one carries;
-  - the ops and governance tables the code creates: their DDL, described here.
+  - metrics views: also the catalog metrics (models/catalog/) each one carries;
+  - the ops and governance tables the code creates: their DDL and descriptions (pipelines/contracts.py).
 Every schema, table and column comes out in a fixed order. With a built warehouse the column types
 come from its information_schema; without one, from the sidecars where they state them.
 
@@ -15,15 +15,13 @@ from __future__ import annotations
 
 import difflib
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
-import polars as pl
 
 from pipelines.catalog import Catalog, load_catalog, load_model_docs
-from pipelines.contracts import contracts
+from pipelines.contracts import TABLES, contracts
 from pipelines.paths import MODELS_DIR, REPO_ROOT
 
 DICTIONARY_PATH = REPO_ROOT / "docs" / "data-dictionary.md"
@@ -35,12 +33,12 @@ SCHEMA_PURPOSE = {
     "staging": "One view per raw table: re-deliveries deduplicated, values normalised.",
     "seeds": "Reference data an operator edits (models/seeds/*.csv).",
     "raw": "What ingestion loaded, per the contracts in models/contracts/.",
-    "ops": "Ingestion bookkeeping and data quality.",
-    "governance": "What the pipelines decide and keep: policy findings, capacity recommendations.",
+    "ops": "Ingestion bookkeeping, data quality, scrape gaps and the review packs built.",
+    "governance": "What the pipelines decide and keep: policy findings, capacity recommendations, the exemptions in force.",
 }
 UNDESCRIBED = "(undescribed)"
 
-# Columns the warehouse adds to every raw table (pipelines.warehouse.PARTITION_COLUMNS).
+# Columns the warehouse adds to every raw table (pipelines.contracts.PARTITION_COLUMNS).
 _PARTITION_COLUMNS = (
     ("partition_date", "DATE", "UTC day of the ingest partition the row was loaded into"),
     ("ingest_source", "VARCHAR", "ingest source that loaded the row (e.g. allocator_log, dcgm_text)"),
@@ -71,79 +69,11 @@ class Relation:
         return f"{self.schema}.{self.name}"
 
 
-# -- the tables the code creates (not models, not contracts) -------------------------------------
-_CODE_TABLES: dict[str, dict] = {
-    "ops.ingest_log": {
-        "source": "pipelines/warehouse.py", "grain": "one row per ingest run of a source for a day",
-        "description": "Every ingest: files and records read, loaded and quarantined (read = loaded + quarantined).",
-        "columns": {
-            "run_id": "ingest run id", "ingest_source": "ingest source", "partition_date": "UTC day ingested",
-            "files_read": "files read", "records_read": "input records read", "records_loaded": "records loaded",
-            "records_quarantined": "input records quarantined (ops.quarantine)",
-            "rows_by_table": "JSON object: rows written per raw table", "started_at": "run start, UTC",
-            "finished_at": "run end, UTC",
-            "notes": "JSON array: what the parsers noted, each as 'file: note' (e.g. 'empty file', "
-                     "'19 step rows ignored'); null when none",
-        },
-    },
-    "ops.check_results": {
-        "source": "pipelines/warehouse.py", "grain": "one row per check per asset per day (the latest result)",
-        "description": "Asset checks (Great Expectations suites, SQL checks) as last run.",
-        "columns": {
-            "check_name": "check", "asset": "asset checked", "partition_date": "UTC day checked (null: not partitioned)",
-            "passed": "whether it passed", "severity": "ERROR | WARN", "unexpected_count": "rows that failed",
-            "metadata_json": "JSON: the check's metadata (examples, counts)", "checked_at": "when it ran, UTC",
-        },
-    },
-    "ops.scrape_gaps": {
-        "source": "pipelines/connectors/scrape.py", "grain": "one row per failed scrape of a target in a round",
-        "description": "DCGM exporter scrapes that failed after their retries: the gaps in live telemetry.",
-        "columns": {
-            "target": "exporter URL", "round_at": "scrape round time, UTC", "round_id": "scrape round id",
-            "error_kind": "timeout | http | connection | parse", "error": "the error, in words",
-            "duration_s": "seconds spent on the target", "attempts": "attempts made",
-        },
-    },
-    "governance.capacity_recommendations": {
-        "source": "pipelines/capacity/store.py", "grain": "one row per recommendation per month",
-        "description": "Capacity recommendations of each month with their evidence (`gpupool recommend`).",
-        "columns": {
-            "recommendation_id": "recommendation id", "period_month": "first day of the month advised on",
-            "recommended_at": "when it was made, UTC", "rank": "rank in the month (1 = most impact)",
-            "kind": "rule kind (add capacity, move quota, rightsize, ...)", "gpu_model": "GPU model concerned",
-            "tenant": "tenant concerned", "queue": "queue concerned", "target": "what the change applies to",
-            "recommendation": "the advice, English", "recommendation_zh": "the advice, Chinese",
-            "quantity": "how much to change", "unit": "unit of quantity", "wait_cause": "wait cause it answers",
-            "confidence": "low | medium | high", "confidence_score": "confidence, 0..1",
-            "impact_gpu_hours": "GPU-hours of waiting or idling it addresses",
-            "evidence_json": "JSON: the metric values behind it", "whatif_json": "JSON: what-if replay result, if run",
-            "rules_version": "version of models/capacity/rules.yml used",
-        },
-    },
-    "governance.policy_findings": {
-        "source": "pipelines/assets/reclaim.py", "grain": "one row per finding per day (a job attempt caught by "
-        "one policy version over one evidence window)",
-        "description": "Daily idle-reclaim policy findings (oversized, retry storm, template breach).",
-        "columns": {
-            "partition_date": "UTC day evaluated", "finding_id": "deterministic finding key", "policy": "policy name",
-            "policy_version": "policy version", "kind": "policy kind", "scope": "rule scope the parameters came from",
-            "source": "engine holding the work: allocator | slurm | kueue", "job_id": "job id", "attempt": "attempt",
-            "tenant": "tenant", "queue": "queue", "template": "job template", "user_name": "user",
-            "gpu_model": "GPU model", "window_start_at": "evidence window start, UTC",
-            "window_end_at": "evidence window end, UTC", "detected_at": "when the threshold was crossed, UTC",
-            "gpus_flagged": "GPUs (allocations) the finding covers", "gpus_held": "GPUs the attempt holds",
-            "gpu_hours": "wasted GPU-hours in the evidence window", "metric": "what was measured",
-            "observed": "its value over the window", "threshold": "the rule's threshold",
-            "is_ongoing": "the attempt still runs and the condition holds at the data's end",
-            "recommendation": "suggested request, if any", "evidence": "JSON: the numbers behind the finding",
-            "catalog_version": "policy catalog version", "evaluated_at": "when evaluated, UTC",
-        },
-    },
-}
+# -- the tables the model build writes from the catalog ----------------------------------------------
 _CATALOG_TABLES: dict[str, dict] = {
     "metrics.catalog": {
         "grain": "one row per metric of the catalog",
-        "description": "models/metrics.yml as a table (written by the model build).",
+        "description": "The metric catalog (models/catalog/*.yml) as a table (written by the model build).",
         "columns": (
             ("metric_name", "VARCHAR", "metric name"), ("metric_group", "VARCHAR", "resource | task | governance"),
             ("label_en", "VARCHAR", "English label"), ("label_zh", "VARCHAR", "Chinese label"),
@@ -165,34 +95,6 @@ _CATALOG_TABLES: dict[str, dict] = {
         ),
     },
 }
-_DDL_COLUMN = re.compile(r"^\s*([a-z_][a-z0-9_]*)\s+([A-Za-z]+)", re.MULTILINE)
-
-
-def _ddl_columns(ddl: str) -> list[tuple[str, str]]:
-    body = ddl[ddl.index("(") + 1: ddl.rindex(")")]
-    return [(m.group(1), m.group(2).upper()) for m in _DDL_COLUMN.finditer(body)]
-
-
-def _code_table_ddls() -> dict[str, list[tuple[str, str]]]:
-    from pipelines.capacity.store import DDL as RECOMMENDATIONS_DDL
-    from pipelines.contracts import SCRAPE_GAPS_DDL
-    from pipelines.policies.model import FINDING_SCHEMA
-    from pipelines.warehouse import CHECK_RESULTS_DDL, INGEST_LOG_DDL
-
-    def duck(dtype: pl.DataType) -> str:
-        if isinstance(dtype, pl.Datetime):
-            return "TIMESTAMP"
-        return {pl.String: "VARCHAR", pl.Int64: "BIGINT", pl.Float64: "DOUBLE", pl.Boolean: "BOOLEAN"}[dtype]
-
-    findings = [("partition_date", "DATE"), *((n, duck(t)) for n, t in FINDING_SCHEMA.items()),
-                ("catalog_version", "VARCHAR"), ("evaluated_at", "TIMESTAMP")]
-    return {
-        "ops.ingest_log": _ddl_columns(INGEST_LOG_DDL),
-        "ops.check_results": _ddl_columns(CHECK_RESULTS_DDL),
-        "ops.scrape_gaps": _ddl_columns(SCRAPE_GAPS_DDL),
-        "governance.capacity_recommendations": _ddl_columns(RECOMMENDATIONS_DDL),
-        "governance.policy_findings": findings,
-    }
 
 
 # -- collecting ------------------------------------------------------------------------------------
@@ -223,12 +125,11 @@ def relations(models_dir: Path = MODELS_DIR) -> list[Relation]:
         schema, name = qualified.split(".", 1)
         out.append(Relation(schema, name, "table", spec["grain"], spec["description"],
                             tuple(Col(*c) for c in spec["columns"]), "pipelines/models_runner.py"))
-    for qualified, cols in _code_table_ddls().items():
-        schema, name = qualified.split(".", 1)
-        spec = _CODE_TABLES[qualified]
-        described = spec["columns"]
-        out.append(Relation(schema, name, "table", spec["grain"], spec["description"],
-                            tuple(Col(n, t, described.get(n, UNDESCRIBED)) for n, t in cols), spec["source"]))
+    for t in TABLES.values():
+        schema, name = t.table.split(".", 1)
+        out.append(Relation(schema, name, "table", t.grain, t.description,
+                            tuple(Col(n, typ, t.descriptions.get(n, UNDESCRIBED)) for n, typ in t.columns),
+                            "pipelines/contracts.py"))
     order = {s: i for i, s in enumerate(SCHEMA_ORDER)}
     return sorted(out, key=lambda r: (order.get(r.schema, len(order)), r.schema, r.name))
 
@@ -247,7 +148,7 @@ def _cell(text: str) -> str:
 def render(catalog: Catalog | None = None, types: dict[tuple[str, str, str], str] | None = None,
            models_dir: Path = MODELS_DIR) -> str:
     """The dictionary as Markdown. Deterministic: the same files give the same text."""
-    catalog = catalog or load_catalog(models_dir / "metrics.yml")
+    catalog = catalog or load_catalog(models_dir / "catalog")
     rels = relations(models_dir)
     carried: dict[str, list[tuple[str, object]]] = {}
     for m in catalog.metrics:
@@ -256,7 +157,7 @@ def render(catalog: Catalog | None = None, types: dict[tuple[str, str, str], str
     lines = [
         "# Data dictionary",
         "",
-        ("<!-- Generated by `gpupool dictionary` from models/metrics.yml, the models' sidecars "
+        ("<!-- Generated by `gpupool dictionary` from the catalog (models/catalog/), the models' sidecars "
         "(models/<layer>/<name>.yml), the contracts (models/contracts/*.yml) and pipelines/dictionary.py. "
         "Do not edit: change those and regenerate; `gpupool dictionary --check` (run in the tests) fails "
         "when this file is stale. -->"),
@@ -360,7 +261,7 @@ def snapshot_problems(committed: dict, current: dict) -> list[str]:
                            + (", order changed" if not gone and not added else "") + ")")
     if changes and committed.get("catalog_version") == current["catalog_version"]:
         return [(f"the metrics views changed but the catalog version is still {current['catalog_version']}: "
-                "bump `version` in models/metrics.yml (and say why in its header), then run "
+                "bump `version` in models/catalog/version.yml (and say why in its header), then run "
                 "`gpupool dictionary` to regenerate models/metrics_schema.json"), *changes]
     return [(f"models/metrics_schema.json is for catalog {committed.get('catalog_version')}, the catalog is "
             f"{current['catalog_version']}: run `gpupool dictionary` to regenerate it"), *changes]
@@ -373,5 +274,5 @@ class Outputs:
 
 
 def generate(models_dir: Path = MODELS_DIR) -> Outputs:
-    catalog = load_catalog(models_dir / "metrics.yml")
+    catalog = load_catalog(models_dir / "catalog")
     return Outputs(render(catalog, None, models_dir), render_snapshot(snapshot(catalog.version, models_dir)))

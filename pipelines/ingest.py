@@ -13,6 +13,9 @@ it. Quarantined records and ops.ingest_log stay with the day being ingested.
 
 Empty files (no bytes, or only white space) are not parsed: they count as read with no record,
 with the note "empty file", the same in every source.
+
+`record_scrape_gaps` appends a scrape round's gaps to ops.scrape_gaps (the scraper lands samples
+only; its callers record the gaps).
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ from pathlib import Path
 import polars as pl
 
 from expectations.validate import split_valid
-from pipelines.contracts import contract
+from pipelines.contracts import GAPS_SCHEMA, SCRAPE_GAPS_DDL, contract
 from pipelines.sources.base import empty_quarantine
 from pipelines.sources.registry import IngestSource, source
 from pipelines.warehouse import IngestReport, Warehouse
@@ -232,3 +235,18 @@ def stage_files(warehouse: Warehouse, source_name: str, path: Path, day: dt.date
         shutil.copy2(file, dest)
         staged.append(dest)
     return staged
+
+
+def record_scrape_gaps(warehouse: Warehouse, gaps: pl.DataFrame) -> None:
+    """Append a scrape round's gap rows (`ScrapeRound.gaps`) to ops.scrape_gaps through the
+    warehouse's one writer."""
+    if gaps.height == 0:
+        return
+    with warehouse.writer() as con:
+        con.execute("create schema if not exists ops")
+        con.execute(SCRAPE_GAPS_DDL)
+        con.register("_gpupool_gaps", gaps.match_to_schema(GAPS_SCHEMA).to_arrow())
+        try:
+            con.execute("insert into ops.scrape_gaps by name select * from _gpupool_gaps")
+        finally:
+            con.unregister("_gpupool_gaps")

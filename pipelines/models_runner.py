@@ -284,7 +284,7 @@ def build_models(
     `on_progress(name, i, n)` is called before each step (1-based i of n steps).
     """
     models_dir = Path(models_dir)
-    catalog = load_catalog(models_dir / "metrics.yml")
+    catalog = load_catalog(models_dir / "catalog")
     seeds = sorted((models_dir / "seeds").glob("*.csv"))
     models = discover_models(models_dir)
     for m in models:

@@ -21,44 +21,10 @@ import duckdb
 import polars as pl
 
 from pipelines import sandbox
-from pipelines.capacity.store import DDL as RECOMMENDATIONS_DDL
-from pipelines.contracts import SCRAPE_GAPS_DDL, contract, contracts
+from pipelines.contracts import INGEST_LOG_COLUMNS, LAKE_TABLES, all_ddl, contract
 
 DEFAULT_MEMORY_LIMIT = "6GB"
 SCHEMAS = ("raw", "seeds", "staging", "marts", "metrics", "ops", "governance")
-LAKE_TABLES = ("dcgm_samples",)  # raw tables kept as Parquet, exposed by a view
-PARTITION_COLUMNS = ",\n  partition_date DATE,\n  ingest_source VARCHAR,\n  ingested_at TIMESTAMP"
-
-INGEST_LOG_DDL = """
-create table if not exists ops.ingest_log (
-  run_id VARCHAR,
-  ingest_source VARCHAR,
-  partition_date DATE,
-  files_read INTEGER,
-  records_read BIGINT,
-  records_loaded BIGINT,
-  records_quarantined BIGINT,
-  rows_by_table VARCHAR,
-  started_at TIMESTAMP,
-  finished_at TIMESTAMP,
-  notes VARCHAR
-)"""
-# Warehouses made before the notes column get it on their next write.
-INGEST_LOG_MIGRATIONS = ("alter table ops.ingest_log add column if not exists notes VARCHAR",)
-INGEST_LOG_COLUMNS = ("run_id", "ingest_source", "partition_date", "files_read", "records_read", "records_loaded",
-                      "records_quarantined", "rows_by_table", "started_at", "finished_at", "notes")
-
-CHECK_RESULTS_DDL = """
-create table if not exists ops.check_results (
-  check_name VARCHAR,
-  asset VARCHAR,
-  partition_date DATE,
-  passed BOOLEAN,
-  severity VARCHAR,
-  unexpected_count BIGINT,
-  metadata_json VARCHAR,
-  checked_at TIMESTAMP
-)"""
 
 
 @dataclass(frozen=True)
@@ -138,16 +104,8 @@ class Warehouse:
     def ensure_schema(self, con: duckdb.DuckDBPyConnection) -> None:
         for schema in SCHEMAS:
             con.execute(f"create schema if not exists {schema}")
-        for name, c in contracts().items():
-            if name in LAKE_TABLES:
-                continue
-            con.execute(c.ddl(PARTITION_COLUMNS))
-        con.execute(INGEST_LOG_DDL)
-        for statement in INGEST_LOG_MIGRATIONS:
+        for statement in all_ddl():  # every table's DDL lives in pipelines/contracts.py
             con.execute(statement)
-        con.execute(CHECK_RESULTS_DDL)
-        con.execute(RECOMMENDATIONS_DDL)  # written by the capacity assets, read by the models
-        con.execute(SCRAPE_GAPS_DDL)  # appended by the scraper, read by metrics.scrape_gaps
         self.refresh_lake_views(con)
 
     def refresh_lake_views(self, con: duckdb.DuckDBPyConnection) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from allocator.simulator import simulate
+from allocator.sim.simulator import simulate
 
 GPUPOOL = [sys.executable, "-m", "pipelines.cli"]
 

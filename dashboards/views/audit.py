@@ -17,8 +17,6 @@ CATEGORIES = ("permission_change", "quota_change", "approval", "enforcement", "q
               "read", "other")
 COUNTS = ("permission_changes", "quota_changes", "approvals", "enforcement_actions", "denied_requests")
 CHARTED = COUNTS[:-1]  # categories add up per day; denied requests cut across them
-SEARCHED = ("actor", "actor_role", "action", "object_kind", "object_namespace", "object_name", "reason", "decision",
-            "request_id")
 SHOWN = ["occurred_at", "source", "category", "action", "actor", "actor_role", "object_kind", "object_namespace",
          "object_name", "decision", "is_denied", "reason", "audit_id"]
 
@@ -42,19 +40,8 @@ def counts(f: filters.Filters) -> None:
 def records(user, f: filters.Filters, query: str, category: str | None) -> None:
     st.subheader(t("a_records"))
     where, params = f.clause(tenant=None)
-    scope = tenant_scope(user) or f.tenant
-    if scope:
-        where += " and object_namespace = ?"
-        params += (scope,)
-    if category:
-        where += " and category = ?"
-        params += (category,)
-    if query.strip():
-        where += f" and concat_ws(' ', {', '.join(SEARCHED)}) ilike ?"
-        params += (f"%{query.strip()}%",)
-    total = data.query(f"select count(*) from metrics.audit_events where {where}", params).item()
-    rows = data.query(f"select {', '.join([*SHOWN, 'before_json', 'after_json'])} from metrics.audit_events "
-                      f"where {where} order by occurred_at desc, audit_id limit {ROW_LIMIT}", params)
+    total, rows = data.audit_records(where, params, namespace=tenant_scope(user) or f.tenant, category=category,
+                                     search=query, columns=[*SHOWN, "before_json", "after_json"], limit=ROW_LIMIT)
     if ui.empty(rows, t("a_no_records")):
         return
     st.caption(t("showing_rows", shown=rows.height, total=total) + " " + t("a_detail"))
@@ -75,27 +62,14 @@ def draw() -> None:
     f = filters.sidebar(user, tenant=True, queue=False, gpu_model=False)
     if tenant_scope(user) is not None:
         st.caption(t("a_scope"))
-    known = data.query("select count(*) from metrics.audit_events").item()
-    if known == 0:
+    if data.audit_records_known() == 0:
         st.info(t("a_no_audit"))
         return
     if user.is_operator:
         counts(f)
-    search, pick = st.columns([3, 1])
-    query = search.text_input(t("a_search"), st.query_params.get("q", ""), key="f_q").strip()
-    if query:
-        st.query_params["q"] = query
-    else:
-        st.query_params.pop("q", None)
-    current = st.query_params.get("category")
-    choices = ["", *CATEGORIES]
-    category = pick.selectbox(t("a_category"), choices, index=choices.index(current) if current in choices else 0,
-                              format_func=lambda c: t(f"cat_{c}") if c else t("all"), key="a_category")
-    if category:
-        st.query_params["category"] = category
-    else:
-        st.query_params.pop("category", None)
-    records(user, f, query, category or None)
+    query, category = filters.search_and_choice(t("a_search"), t("a_category"), CATEGORIES, param="category",
+                                                key="a_category", choice_label_of=lambda c: t(f"cat_{c}"))
+    records(user, f, query, category)
 
 
 ui.guarded(draw)

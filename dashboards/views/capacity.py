@@ -14,10 +14,6 @@ from dashboards.i18n import lang, t
 CONFIDENCE_COLORS = {"high": "#2e7d32", "medium": "#f9a825", "low": "#c62828"}
 
 
-def where(*fragments: str) -> str:
-    return " and ".join(f"({x})" for x in fragments if x)
-
-
 def _figures(text: str | None) -> pl.DataFrame:
     """A JSON object of figures as rows (name, value); lists are joined, nested objects flattened."""
     rows: list[dict] = []
@@ -50,14 +46,14 @@ def _whatif(text: str) -> pl.DataFrame:
 def recommendations(f: filters.Filters) -> None:
     st.subheader(t("recommendations"))
     ui.definition("recommendation", "capacity_recommendations")
-    months = data.query("select distinct period_month from metrics.capacity_recommendations order by 1 desc")
+    months = data.recommendation_months()
     if ui.empty(months, t("no_recommendations")):
         return
     month = st.selectbox(t("month"), months[:, 0].to_list(), format_func=lambda d: d.strftime("%Y-%m"),
                          key="cap_month")
     # quota advice names tenants: a tenant member sees the pool-wide advice and the advice about their tenant
     scope = "tenant is null or tenant = ? or json_extract_string(evidence_json, '$.donor_tenant') = ?"
-    clause, params = where("period_month = ?", "? is null or gpu_model is null or gpu_model = ?",
+    clause, params = filters.where("period_month = ?", "? is null or gpu_model is null or gpu_model = ?",
                            f"? is null or {scope}"), (month, f.gpu_model, f.gpu_model, f.tenant, f.tenant, f.tenant)
     recs = data.view("capacity_recommendations", clause, params, order="rank")
     if ui.empty(recs, t("no_recommendations")):
@@ -100,7 +96,7 @@ def headroom(f: filters.Filters) -> None:
     st.subheader(t("headroom"))
     ui.definition("headroom_at_p95_gpus", "capacity_headroom")
     model, model_params = "? is null or gpu_model = ?", (f.gpu_model, f.gpu_model)
-    period = data.view("capacity_headroom", where("window_kind = 'period'", "queue = 'all'", model), model_params,
+    period = data.view("capacity_headroom", filters.where("window_kind = 'period'", "queue = 'all'", model), model_params,
                        order="gpu_model")
     if ui.empty(period, t("no_headroom")):
         return
@@ -120,14 +116,14 @@ def headroom(f: filters.Filters) -> None:
                                "utilisation_at_p95_pct", "p95_demand_gpus", "mean_pending_gpus"),
                  width="stretch", hide_index=True)
 
-    weeks = data.view("capacity_headroom", where("window_kind = 'week'", "queue = 'all'", model), model_params,
+    weeks = data.view("capacity_headroom", filters.where("window_kind = 'week'", "queue = 'all'", model), model_params,
                       order="gpu_model, weeks_before_end desc",
                       columns="gpu_model, window_start_at, headroom_at_p95_gpus, is_complete_week")
     if not weeks.is_empty():
         st.markdown(f"**{ui.metric_label('headroom_at_p95_gpus', 'capacity_headroom')}** · {t('per_week')}")
         ui.line(weeks, "window_start_at:T", "headroom_at_p95_gpus:Q", "gpu_model:N", "GPUs")
 
-    clause = where("window_kind = 'period'", "queue <> 'all'", model, "? is null or tenant = ?")
+    clause = filters.where("window_kind = 'period'", "queue <> 'all'", model, "? is null or tenant = ?")
     queues = data.view("capacity_headroom", clause, (*model_params, f.tenant, f.tenant), order="gpu_model, queue",
                        columns="gpu_model, queue, tenant, quota_gpus, peak_allocated_gpus, p95_allocated_gpus, "
                                "quota_headroom_at_peak_gpus, quota_headroom_at_p95_gpus, quota_usage_at_p95_pct")

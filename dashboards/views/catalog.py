@@ -1,11 +1,11 @@
 """Metric catalog: every metric's definition, formula, unit, grain, the view and column that hold it,
-and its labels in English and Chinese (metrics.catalog, built from models/metrics.yml), searchable and
+and its labels in English and Chinese (metrics.catalog, built from models/catalog/), searchable and
 grouped (resource, task, governance). The search and the group are kept in the URL
 (`?q=wait&group=resource`)."""
 import polars as pl
 import streamlit as st
 
-from dashboards import data, ui
+from dashboards import data, filters, ui
 from dashboards.i18n import lang, t
 
 GROUPS = ("resource", "task", "governance")
@@ -69,21 +69,9 @@ def draw() -> None:
     if ui.empty(catalog, t("c_no_catalog")):
         return
     st.caption(t("c_version", version=catalog["catalog_version"][0], count=catalog.height))
-    search, pick = st.columns([3, 1])
-    query = search.text_input(t("c_search"), st.query_params.get("q", ""), key="f_q").strip()
-    if query:
-        st.query_params["q"] = query
-    else:
-        st.query_params.pop("q", None)
-    current = st.query_params.get("group")
-    choices = ["", *GROUPS]
-    group = pick.selectbox(t("c_group"), choices, index=choices.index(current) if current in choices else 0,
-                           format_func=lambda g: t(f"group_{g}") if g else t("all"), key="c_group")
-    if group:
-        st.query_params["group"] = group
-    else:
-        st.query_params.pop("group", None)
-    rows = matching(catalog, query, group or None)
+    query, group = filters.search_and_choice(t("c_search"), t("c_group"), GROUPS, param="group", key="c_group",
+                                             choice_label_of=lambda g: t(f"group_{g}"))
+    rows = matching(catalog, query, group)
     if ui.empty(rows, t("c_no_match")):
         return
     for g in GROUPS:

@@ -2,26 +2,22 @@
 governance steps and enforcement actions with their states, the reclaim ledger (GPU-hours
 recovered and reused, false positives, users who released after a reminder) and the exemptions
 with their expiry. Reads metrics.idle_allocations, tenant_daily, governance_actions,
-enforcement_actions, reclaim_ledger and governance_period; exemptions come from the policy
-catalog's file (dashboards/policies.py: they are configuration, not warehouse data)."""
+enforcement_actions, reclaim_ledger and governance_period; the exemptions as the last model build
+loaded them (governance.policy_exemptions, data.exemptions)."""
 import polars as pl
 import streamlit as st
 
-from dashboards import data, filters, policies, ui
+from dashboards import data, filters, ui
 from dashboards.i18n import t
 
 ROWS = 200  # longest tables are cut to the latest / largest rows
-
-
-def where(*fragments: str) -> str:
-    return " and ".join(f"({x})" for x in fragments if x)
 
 
 def idle_now(f: filters.Filters) -> None:
     st.subheader(t("idle_now"))
     ui.definition("idle_gpu_hours", "idle_allocations")
     clause, params = f.clause(day=None, queue="queue", gpu_model="gpu_model")
-    rows = data.view("idle_allocations", where("is_ongoing", clause), params, order="idle_gpu_hours desc",
+    rows = data.view("idle_allocations", filters.where("is_ongoing", clause), params, order="idle_gpu_hours desc",
                      columns="job_id, tenant, queue, template, user_name, host, gpu, gpu_instance_id, gpu_model, "
                              "fraction, window_start_at, idle_minutes, idle_gpu_hours, mean_activity, peak_fb_used_mib, "
                              "policy_scope, activity_threshold, window_minutes, memory_floor_mib")
@@ -38,8 +34,7 @@ def idle_period(f: filters.Filters) -> None:
     st.subheader(ui.metric_label("idle_allocated_gpu_hours", "tenant_daily"))
     ui.definition("idle_allocated_gpu_hours", "tenant_daily")
     clause, params = f.clause(gpu_model="gpu_model")
-    daily = data.query("select day, tenant, sum(idle_allocated_gpu_hours) as idle_allocated_gpu_hours "
-                       f"from metrics.tenant_daily where {clause} group by day, tenant order by day, tenant", params)
+    daily = data.idle_by_tenant(clause, params)
     if not ui.empty(daily):
         ui.bars(daily, "day:T", "idle_allocated_gpu_hours:Q", "tenant:N", "GPU-h")
     clause, params = f.clause(day="window_start_at", queue="queue", gpu_model="gpu_model")
@@ -56,24 +51,19 @@ def actions(f: filters.Filters) -> None:
     st.subheader(t("governance_steps"))
     ui.definition("actions", "governance_actions")
     clause, params = f.clause()
-    by_day = data.query("select day, outcome, sum(actions) as actions from metrics.governance_actions "
-                        f"where {clause} group by day, outcome order by day", params)
+    by_day = data.governance_steps_daily(clause, params)
     if ui.empty(by_day, t("no_governance")):
         return
     ui.bars(by_day, "day:T", "actions:Q", "outcome:N", t("steps_axis"))
-    by_policy = data.query(
-        "select policy, mode, outcome, sum(actions) as actions, sum(applied) as applied, sum(refused) as refused, "
-        "sum(exempt) as exempt, sum(rate_limited) as rate_limited, sum(shadow) as shadow, "
-        "sum(recommended) as recommended, sum(dropped) as dropped, sum(queued) as queued "
-        f"from metrics.governance_actions where {clause} group by all order by policy, mode, outcome", params)
+    by_policy = data.governance_steps_by_policy(clause, params)
     st.dataframe(by_policy, width="stretch", hide_index=True)
 
     st.subheader(t("enforcement_actions"))
-    kinds = data.query("select distinct action_kind from metrics.enforcement_actions order by 1")[:, 0].to_list()
+    kinds = data.action_kinds()
     kind = st.selectbox(t("action_kind"), [t("all"), *kinds], key="idle_action_kind")
     clause, params = f.clause(tenant="object_namespace")
     if kind != t("all"):
-        clause, params = where(clause, "action_kind = ?"), (*params, kind)
+        clause, params = filters.where(clause, "action_kind = ?"), (*params, kind)
     latest = data.view("enforcement_actions", clause, params, order=f"occurred_at desc limit {ROWS}",
                        columns="occurred_at, action_kind, decision, object_namespace as tenant, object_name, job_id, "
                                "policy, reason, gpus_released, recovered_gpu_hours, reused_gpu_hours, "
@@ -104,10 +94,7 @@ def ledger(f: filters.Filters) -> None:
             ui.definition("false_positive_rate_pct", "governance_period")
 
     clause, params = f.clause(queue="queue", gpu_model="gpu_model")
-    daily = data.query(
-        "select day, sum(recovered_gpu_hours) as recovered_gpu_hours, sum(reused_gpu_hours) as reused_gpu_hours "
-        f"from metrics.reclaim_ledger where {where(clause, 'reclaimed_at is not null')} group by day order by day",
-        params)
+    daily = data.reclaimed_daily(clause, params)
     if ui.empty(daily, t("no_reclaims")):
         return
     long = daily.unpivot(index="day", variable_name="measure", value_name="gpu_hours").with_columns(
@@ -125,11 +112,10 @@ def ledger(f: filters.Filters) -> None:
 def exemptions(f: filters.Filters) -> None:
     st.subheader(t("exemptions"))
     st.caption(t("exemptions_source"))
-    try:
-        rows = policies.exemptions()
-    except policies.ExemptionsUnreadable as exc:
-        st.warning(f"{t('exemptions_unreadable')} {exc}")
-        return
+    problem = data.exemptions_problem()
+    if problem:
+        st.warning(f"{t('exemptions_unreadable')} {problem}")
+    rows = data.exemptions()
     if f.tenant:
         rows = rows.filter(pl.col("tenant") == f.tenant)
     if ui.empty(rows, t("no_exemptions")):

@@ -11,10 +11,6 @@ ROWS = 200
 TOP_REASONS = 15
 
 
-def where(*fragments: str) -> str:
-    return " and ".join(f"({x})" for x in fragments if x)
-
-
 def headline() -> None:
     period = data.view("job_period", "template = 'all'")
     if period.is_empty():
@@ -33,10 +29,7 @@ def failures(f: filters.Filters) -> None:
     st.subheader(t("failures_by_reason"))
     ui.definition("failed_jobs", "failure_reasons")
     clause, params = f.clause()
-    reasons = data.query(
-        "select failure_reason, final_state, sum(failed_jobs) as failed_jobs, "
-        "sum(allocated_gpu_hours) as allocated_gpu_hours from metrics.failure_reasons "
-        f"where {clause} group by failure_reason, final_state order by failed_jobs desc limit {TOP_REASONS}", params)
+    reasons = data.failure_reasons_top(clause, params, TOP_REASONS)
     if ui.empty(reasons, t("no_failures")):
         return
     st.caption(t("top_reasons", n=TOP_REASONS))
@@ -46,9 +39,7 @@ def failures(f: filters.Filters) -> None:
         color=alt.Color("final_state:N", title=None),
         tooltip=["failure_reason", "final_state", "failed_jobs", "allocated_gpu_hours"])
     st.altair_chart(chart, width="stretch")
-    by_day = data.query(
-        "select day, final_state, sum(allocated_gpu_hours) as allocated_gpu_hours from metrics.failure_reasons "
-        f"where {clause} group by day, final_state order by day", params)
+    by_day = data.failed_gpu_hours_daily(clause, params)
     st.markdown(f"**{t('failed_gpu_hours')}**")
     ui.bars(by_day, "day:T", "allocated_gpu_hours:Q", "final_state:N", "GPU-h")
 
@@ -57,15 +48,12 @@ def retries(f: filters.Filters) -> None:
     st.subheader(ui.metric_label("retry_gpu_hours", "task_daily"))
     ui.definition("retry_gpu_hours", "task_daily")
     clause, params = f.clause()
-    daily = data.query(
-        "select day, template, sum(retries) as retries, sum(retry_gpu_hours) as retry_gpu_hours, "
-        "sum(interrupted_gpu_hours) as interrupted_gpu_hours from metrics.task_daily "
-        f"where {clause} group by day, template order by day, template", params)
+    daily = data.retries_daily(clause, params)
     if ui.empty(daily):
         return
     ui.bars(daily, "day:T", "retry_gpu_hours:Q", "template:N", "GPU-h")
     clause, params = f.clause(day="submitted_at", queue="queue", gpu_model="gpu_model")
-    top = data.view("job_summary", where(clause, "retries > 0"), params, order=f"retry_gpu_hours desc limit {ROWS}",
+    top = data.view("job_summary", filters.where(clause, "retries > 0"), params, order=f"retry_gpu_hours desc limit {ROWS}",
                     columns="job_id, tenant, queue, template, user_name, job_name, gpu_model, gpus_requested, status, "
                             "attempts, retries, preemptions, requeues, failure_reason, allocated_gpu_hours, "
                             "retry_gpu_hours, interrupted_gpu_hours, submitted_at")
@@ -78,15 +66,13 @@ def overruns(f: filters.Filters) -> None:
     st.subheader(t("past_declared_time"))
     ui.definition("run_time_s", "job_summary")
     clause, params = f.clause()
-    steps = data.query(
-        "select day, outcome, sum(actions) as actions from metrics.governance_actions "
-        f"where {where(clause, 'policy = ?')} group by day, outcome order by day", (*params, "overrun"))
+    steps = data.governance_steps_daily(filters.where(clause, "policy = ?"), (*params, "overrun"))
     if not steps.is_empty():
         st.markdown(f"**{t('overrun_steps')}**")
         ui.bars(steps, "day:T", "actions:Q", "outcome:N", t("steps_axis"))
     clause, params = f.clause(day="submitted_at", queue="queue", gpu_model="gpu_model")
     late = data.view(
-        "job_summary", where(clause, "run_time_s > coalesce(expected_runtime_s, time_limit_s)"), params,
+        "job_summary", filters.where(clause, "run_time_s > coalesce(expected_runtime_s, time_limit_s)"), params,
         order=f"submitted_at desc limit {ROWS}",
         columns="job_id, tenant, queue, template, user_name, job_name, gpu_model, gpus_held, status, "
                 "expected_runtime_s, time_limit_s, run_time_s, allocated_gpu_hours, utilisation_of_allocated_pct, "
@@ -102,19 +88,12 @@ def oversized(f: filters.Filters) -> None:
     st.subheader(t("oversized_requests"))
     ui.definition("rightsizable_gpu_hours", "spec_gaps")
     clause, params = f.clause(tenant=None, gpu_model="gpu_model")
-    daily = data.query("select day, gpu_model, sum(rightsizable_gpu_hours) as rightsizable_gpu_hours "
-                       f"from metrics.spec_gaps where {clause} group by day, gpu_model order by day", params)
+    daily = data.rightsizable_daily(clause, params)
     if ui.empty(daily):
         return
     st.caption(t("pool_level_only"))
     ui.bars(daily, "day:T", "rightsizable_gpu_hours:Q", "gpu_model:N", "GPU-h")
-    shapes = data.query(
-        "select gpu_model, share_mode, mig_profile, gpus_requested, sum(attempts_measured) as attempts_measured, "
-        "sum(rightsizable_attempts) as rightsizable_attempts, sum(rightsizable_to_mig_slice) as to_mig_slice, "
-        "sum(rightsizable_to_smaller_model) as to_smaller_model, sum(rightsizable_to_fewer_gpus) as to_fewer_gpus, "
-        "sum(rightsizable_gpu_hours) as rightsizable_gpu_hours from metrics.spec_gaps "
-        f"where {clause} group by all having sum(rightsizable_attempts) > 0 order by rightsizable_gpu_hours desc",
-        params)
+    shapes = data.rightsizable_shapes(clause, params)
     st.dataframe(shapes, width="stretch", hide_index=True)
 
 

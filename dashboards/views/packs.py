@@ -1,10 +1,9 @@
-"""Monthly review packs: every pack kept under <home>/packs (newest first), with its PDF and HTML
+"""Monthly review packs: every pack built (ops.review_packs, newest first), with its PDF and HTML
 to open or download. Packs are pool-level documents for management: operators only."""
 import streamlit as st
 
 from dashboards import data, ui
 from dashboards.i18n import t
-from pipelines.pack.store import packs_dir, read_index
 
 
 def draw() -> None:
@@ -13,22 +12,23 @@ def draw() -> None:
     if not user.is_operator:
         st.info(t("packs_operators_only"))
         return
-    packs = list(reversed(read_index(data.home())))
-    if not packs:
+    packs = data.review_packs()
+    if packs.is_empty():
         st.info(t("no_packs"))
         return
-    root = packs_dir(data.home())
-    for i, pack in enumerate(packs):
+    home = data.home()
+    for i, pack in enumerate(packs.iter_rows(named=True)):
+        month = f"{pack['month']:%Y-%m}"
         with st.container(border=True):
             cols = st.columns([3, 2, 2, 2])
-            cols[0].markdown(f"**{pack['month']}** · {pack['lang']} · {pack['version']}")
-            cols[0].caption(f"{pack['created_at']} · catalog {pack['catalog_version']}")
+            cols[0].markdown(f"**{month}** · {pack['lang']} · {pack['version']}")
+            cols[0].caption(f"{pack['built_at']:%Y-%m-%dT%H:%M:%S} UTC · catalog {pack['catalog_version']}")
             for col, kind, mime in ((cols[1], "pdf", "application/pdf"), (cols[2], "html", "text/html")):
-                path = root / pack[kind]
+                path = home / pack[f"{kind}_path"]
                 if path.exists():
-                    col.download_button(kind.upper(), path.read_bytes(), file_name=f"pack-{pack['month']}.{kind}",
+                    col.download_button(kind.upper(), path.read_bytes(), file_name=f"pack-{month}.{kind}",
                                         mime=mime, key=f"{kind}-{i}")
-            cols[3].code(str(root / pack["pdf"]), language=None)
+            cols[3].code(str(home / pack["pdf_path"]), language=None)
 
 
 ui.guarded(draw)

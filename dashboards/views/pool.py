@@ -61,11 +61,7 @@ def scorecard(f: filters.Filters) -> None:
     st.subheader(t("scorecard"))
     ui.definition("score_pct", "pooling_scorecard")
     # the scorecard is per month: the month of the period's last day, else the latest scored month
-    score = data.view("pooling_scorecard",
-                      "month = coalesce((select max(month) from metrics.pooling_scorecard "
-                      "where month <= cast(date_trunc('month', cast(? as date)) as date)), "
-                      "(select max(month) from metrics.pooling_scorecard))",
-                      (f.end,), order="stage_order")
+    score = data.scorecard(f.end)
     if ui.empty(score, t("no_scorecard")):
         return
     score = score.with_columns(stage_label=pl.col("stage").replace_strict(

@@ -14,15 +14,10 @@ from dashboards.i18n import t
 GAP_ROWS = 50  # the spec-gap table shows the largest gaps only
 
 
-def where(*fragments: str) -> str:
-    return " and ".join(f"({x})" for x in fragments if x) or "true"
-
-
 def headline(f: filters.Filters) -> None:
     pool = data.view("job_period", "template = 'all'")
     clause, params = f.clause(queue="queue")
-    counts = data.query("select sum(preemptions) as preemptions, sum(requeues) as requeues "
-                        f"from metrics.queue_daily where {where(clause)}", params)
+    counts = data.queue_interruptions(filters.where(clause), params)
     cols = st.columns(6)
     p = pool.row(0, named=True) if pool.height else {}
     wait_p50, wait_p95 = p.get("queue_wait_p50_s"), p.get("queue_wait_p95_s")
@@ -46,7 +41,7 @@ def waits(f: filters.Filters) -> None:
         ui.definition("queue_wait_p50_s", "queue_daily")
     clause, params = f.clause(queue="queue")
     # a shared queue has a row per tenant: the series is the queue and tenant
-    daily = data.view("queue_daily", where(clause, "jobs_started > 0"), params, order="day, queue, tenant",
+    daily = data.view("queue_daily", filters.where(clause, "jobs_started > 0"), params, order="day, queue, tenant",
                       columns="day, queue, tenant, queue || ' · ' || coalesce(tenant, '?') as queue_tenant, "
                               "jobs_started, queue_wait_p50_s / 60.0 as queue_wait_p50_min, "
                               "queue_wait_p95_s / 60.0 as queue_wait_p95_min")
@@ -68,7 +63,7 @@ def waiting_work(clause: str, params: tuple) -> None:
         ui.definition("waiting_age_p95_s", "queue_daily")
     with cols[1]:
         ui.definition("cancelled_pending_age_p95_s", "queue_daily")
-    pending = data.view("queue_daily", where(clause, "jobs_waiting > 0 or cancelled_while_queued > 0"), params,
+    pending = data.view("queue_daily", filters.where(clause, "jobs_waiting > 0 or cancelled_while_queued > 0"), params,
                         order="day, queue, tenant",
                         columns="day, queue, tenant, jobs_waiting, waiting_age_p95_s / 60.0 as waiting_age_p95_min, "
                                 "waiting_age_max_s / 60.0 as waiting_age_max_min, cancelled_while_queued, "
@@ -83,7 +78,7 @@ def pending_demand(f: filters.Filters) -> None:
     ui.definition("pending_gpus_avg", "spec_gaps")
     ui.definition("gap_gpus_peak_hour", "spec_gaps")
     clause, params = f.clause(tenant=None, gpu_model="gpu_model")
-    demand = data.view("spec_gaps", where(clause, "pending_gpus_avg > 0"), params, order="day, gpu_model",
+    demand = data.view("spec_gaps", filters.where(clause, "pending_gpus_avg > 0"), params, order="day, gpu_model",
                        columns="day, gpu_model, coalesce(mig_profile, share_mode) as shape, gpus_requested, "
                                "pending_gpus_avg")
     if ui.empty(demand, t("no_pending")):
@@ -96,7 +91,7 @@ def pending_demand(f: filters.Filters) -> None:
         tooltip=["day:T", "gpu_model:N", "shape:N", "gpus_requested:Q", "pending_gpus_avg:Q"],
     )
     st.altair_chart(chart, width="stretch")
-    gaps = data.view("spec_gaps", where(clause, "gap_gpus_peak_hour > 0"), params,
+    gaps = data.view("spec_gaps", filters.where(clause, "gap_gpus_peak_hour > 0"), params,
                      order=f"gap_gpus_peak_hour desc, day limit {GAP_ROWS}",
                      columns="day, gpu_model, share_mode, mig_profile, gpus_requested, pending_gpus_peak_hour, "
                              "free_gpus_at_peak_hour, gap_gpus_peak_hour, peak_hour_at, waited_gpu_hours, "
@@ -110,8 +105,7 @@ def causes(f: filters.Filters) -> None:
     st.subheader(t("wait_by_cause"))
     ui.definition("waited_gpu_hours", "wait_causes")
     clause, params = f.clause(queue="queue", gpu_model="gpu_model")
-    by_cause = data.query("select day, cause, sum(waited_gpu_hours) as waited_gpu_hours from metrics.wait_causes "
-                          f"where {where(clause)} group by day, cause order by day, cause", params)
+    by_cause = data.waited_by_cause(filters.where(clause), params)
     if ui.empty(by_cause, t("no_wait_causes")):
         return
     ui.bars(by_cause, "day:T", "waited_gpu_hours:Q", "cause:N", "GPU-h")
@@ -121,16 +115,13 @@ def interruptions(f: filters.Filters) -> None:
     st.subheader(t("preemptions_requeues"))
     ui.definition("preemptions", "queue_daily")
     clause, params = f.clause(queue="queue")
-    daily = data.query("select day, sum(preemptions) as preemptions, sum(requeues) as requeues "
-                       f"from metrics.queue_daily where {where(clause)} group by day order by day", params)
+    daily = data.queue_interruptions_daily(filters.where(clause), params)
     long = daily.unpivot(index="day", on=["preemptions", "requeues"], variable_name="kind", value_name="attempts") \
         .filter(pl.col("attempts") > 0)
     if ui.empty(long, t("no_interruptions")):
         return
     ui.bars(long, "day:T", "attempts:Q", "kind:N", t("attempts_axis"))
-    per_queue = data.query("select queue, tenant, sum(admissions) as admissions, sum(preemptions) as preemptions, "
-                           "sum(requeues) as requeues from metrics.queue_daily "
-                           f"where {where(clause)} group by queue, tenant order by preemptions desc, queue", params)
+    per_queue = data.queue_interruptions_per_queue(filters.where(clause), params)
     st.dataframe(per_queue, width="stretch", hide_index=True)
 
 

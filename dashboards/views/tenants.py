@@ -11,10 +11,6 @@ from dashboards import data, filters, ui
 from dashboards.i18n import t
 
 
-def where(*fragments: str) -> str:
-    return " and ".join(f"({x})" for x in fragments if x) or "true"
-
-
 def quota(f: filters.Filters) -> None:
     st.subheader(t("quota_usage"))
     left, right = st.columns(2)
@@ -23,7 +19,7 @@ def quota(f: filters.Filters) -> None:
     with right:
         ui.definition("borrowed_gpu_hours", "tenant_quota")
     clause, params = f.clause(gpu_model="gpu_model")
-    daily = data.view("tenant_quota", where(clause, "quota_gpu_hours > 0"), params, order="day, tenant, gpu_model",
+    daily = data.view("tenant_quota", filters.where(clause, "quota_gpu_hours > 0"), params, order="day, tenant, gpu_model",
                       columns="day, tenant, gpu_model, tenant || ' · ' || gpu_model as tenant_model, quota_gpus, "
                               "quota_gpu_hours, allocated_gpu_hours, quota_usage_pct, borrowed_gpu_hours, "
                               "unused_quota_gpu_hours")
@@ -68,16 +64,10 @@ def costs(f: filters.Filters, operator: bool) -> None:
         ui.definition("total_cost_usd", "cost_attribution")
     with right:
         ui.definition("pool_total_cost_usd", "cost_attribution")
-    months = "month between date_trunc('month', cast(? as date)) and ?"
-    bounds = (f.start, f.end)
     clause, params = f.clause(day=None)
-    rows = data.view("cost_attribution", where(months, clause), bounds + params, order="month, tenant",
-                     columns="month, tenant, allocated_gpu_hours, allocated_cost_usd, shared_unallocated_cost_usd, "
-                             "total_cost_usd, cost_share_pct, unpriced_gpu_hours")
+    rows = data.tenant_costs(f.start, f.end, clause, params)
     # the pool total is a pool-level figure: one value per month, the same on every tenant's row
-    pool = data.query("select month, any_value(pool_total_cost_usd) as pool_total_cost_usd, "
-                      "any_value(pool_capacity_gpu_hours) as pool_capacity_gpu_hours "
-                      f"from metrics.cost_attribution where {months} group by month order by month", bounds)
+    pool = data.pool_costs(f.start, f.end)
     if ui.empty(pool, t("no_costs")):
         return
     latest = pool.tail(3)  # the latest months' pool totals as headline numbers
@@ -105,10 +95,7 @@ def task_mix(f: filters.Filters) -> None:
     st.subheader(t("task_mix"))
     ui.definition("submissions_share_pct", "task_daily")
     # the pool's mix (all tenants, no names: a pool-level figure), then the chosen / own tenant's
-    pool = data.query("select day, template, sum(submissions) as submissions, "
-                      "sum(allocated_gpu_hours) as allocated_gpu_hours from metrics.task_daily "
-                      "where cast(day as date) between ? and ? group by day, template order by day, template",
-                      (f.start, f.end))
+    pool = data.pool_task_mix(f.start, f.end)
     if ui.empty(pool, t("no_jobs")):
         return
     scopes = [(t("pool"), pool)]

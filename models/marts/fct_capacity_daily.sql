@@ -7,19 +7,9 @@ inventory as (
   select * from staging.stg_pool__gpu_inventory
 ),
 
-snapshots as (
-  select distinct source, snapshot_at from inventory
-),
-
--- each day uses the latest snapshot taken before the day ends; days before the first snapshot use the first
+-- the snapshot in effect each day, per source: the latest taken before the day ends, else the first
 snapshot_for_day as (
-  select
-    d.day,
-    s.source,
-    coalesce(max(s.snapshot_at) filter (where s.snapshot_at < d.day_end_at), min(s.snapshot_at)) as snapshot_at
-  from days d
-  cross join snapshots s
-  group by d.day, s.source
+  select day, source, snapshot_at from marts.dim_snapshots_in_effect where snapshot_table = 'gpu_inventory'
 ),
 
 physical_gpus as (

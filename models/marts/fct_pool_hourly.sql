@@ -1,7 +1,7 @@
 -- the pool hour by hour: GPUs held, active, waiting, quota and capacity per GPU model, for each
--- queue and for the model as a whole. Held GPUs are a step function (a sweep over allocation
--- starts and ends, like fct_allocation_levels) cut at the hours, so an hour knows both its
--- GPU-hours and its peak; in-quota and borrowed GPU-hours are taken moment by moment.
+-- queue and for the model as a whole. Held GPUs are the step function of fct_allocation_steps
+-- cut at the hours, so an hour knows both its GPU-hours and its peak; in-quota and borrowed
+-- GPU-hours are taken moment by moment.
 with days as (
   select * from marts.dim_days
 ),
@@ -56,38 +56,11 @@ weeks as (
   from hour_weeks
 ),
 
--- GPUs held: +fraction at a start, -fraction at an end, per queue and for the whole model
-changes as (
-  select 'queue' as level_scope, queue, gpu_model, started_at as changed_at, fraction as delta from allocations
-  union all
-  select 'queue', queue, gpu_model, effective_ended_at, -fraction from allocations
-  union all
-  select 'pool', null, gpu_model, started_at, fraction from allocations
-  union all
-  select 'pool', null, gpu_model, effective_ended_at, -fraction from allocations
-),
-
-net_changes as (
-  select level_scope, queue, gpu_model, changed_at, sum(delta) as delta
-  from changes
-  group by level_scope, queue, gpu_model, changed_at
-),
-
-levels as (
-  select
-    level_scope,
-    queue,
-    gpu_model,
-    changed_at as level_start_at,
-    lead(changed_at) over w as level_end_at,
-    -- rounding absorbs float residue from sums of sevenths
-    round(sum(delta) over (w rows between unbounded preceding and current row), 9) as allocated_gpus
-  from net_changes
-  window w as (partition by level_scope, queue, gpu_model order by changed_at)
-),
-
+-- GPUs held per queue and for the whole model
 held_levels as (
-  select * from levels where level_end_at is not null and allocated_gpus > 0
+  select level_scope, queue, gpu_model, level_start_at, level_end_at, allocated_gpus
+  from marts.fct_allocation_steps
+  where level_scope in ('queue', 'pool')
 ),
 
 -- each level cut at the hours it overlaps

@@ -1,18 +1,21 @@
-"""Capacity recommendations per month: rules over the month's metric views, the top ones tested by
-the what-if replay, written to governance.capacity_recommendations (pipelines/capacity/)."""
+"""The capacity domain: recommendations per month (rules over the month's metric views, the top
+ones tested by the what-if replay, written to governance.capacity_recommendations by
+pipelines/capacity/), the `capacity_monthly` job and its schedule."""
 
 import datetime as dt
 
 import dagster as dg
+from pydantic import Field
 
 from pipelines.assets.marts import warehouse_models
 from pipelines.capacity.run import recommend_month
 from pipelines.partitions import monthly_partitions
 from pipelines.resources.warehouse import WarehouseResource
+from pipelines.schedules import last_month
 
 
 class CapacityConfig(dg.Config):
-    whatif_top: int = 1  # recommendations tested by a replay (each replay ~1-2 min for a month)
+    whatif_top: int = Field(1, description="recommendations tested by a what-if replay (each ~1-2 min for a month)")
 
 
 @dg.asset(
@@ -50,6 +53,7 @@ capacity_job = dg.define_asset_job("capacity_monthly", selection=[capacity_recom
              default_status=dg.DefaultScheduleStatus.STOPPED)
 def capacity_schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
     """On the 1st of each month, the month that just ended."""
-    scheduled = context.scheduled_execution_time.date()
-    previous = (scheduled.replace(day=1) - dt.timedelta(days=1)).replace(day=1)
-    return dg.RunRequest(partition_key=previous.isoformat())
+    return dg.RunRequest(partition_key=last_month(context))
+
+
+defs = dg.Definitions(assets=[capacity_recommendations], jobs=[capacity_job], schedules=[capacity_schedule])

@@ -1,4 +1,4 @@
-"""Connector assets: land a day from the live Slurm and Kueue into the landing zone.
+"""The connectors domain: land a day from the live Slurm and Kueue into the landing zone.
 
 `slurm_accounting_landing` and `kueue_workloads_landing` (group `connectors`, daily partitions)
 write what the ingest assets `raw_slurm_sacct`/`raw_slurm_sacct_json` and `raw_kueue` read; the
@@ -23,10 +23,12 @@ from pydantic import BaseModel
 from pipelines.assets.ingest import asset_name
 from pipelines.config import ConfigError, config_path, section
 from pipelines.connectors.kubernetes import SECTION as KUBERNETES_SECTION
-from pipelines.connectors.kubernetes import KubernetesConfig, KueueState
+from pipelines.connectors.kubernetes import KubernetesConfig
 from pipelines.connectors.slurm import SECTION as SLURM_SECTION
-from pipelines.connectors.slurm import SQUEUE_SOURCE, SlurmAccounting, SlurmConfig, snapshot_running_jobs
+from pipelines.connectors.slurm import SQUEUE_SOURCE, SlurmConfig, snapshot_running_jobs
 from pipelines.partitions import daily_partitions
+from pipelines.resources.kueue import KueueState
+from pipelines.resources.slurm import SlurmAccounting
 from pipelines.resources.warehouse import WarehouseResource
 from pipelines.schedules import yesterday
 
@@ -85,8 +87,8 @@ def slurm_accounting_landing(
 ) -> dg.MaterializeResult:
     if not slurm.offline_dir:
         require_section(SLURM_SECTION, SlurmConfig, slurm.config_file)
-    wh = warehouse.get()
-    return _landed(context, lambda day: slurm.land_day(wh, day))
+    landing = warehouse.get().landing
+    return _landed(context, lambda day: slurm.land_day(landing, day))
 
 
 @dg.asset(
@@ -104,8 +106,8 @@ def kueue_workloads_landing(
 ) -> dg.MaterializeResult:
     if not kueue.offline_dir:
         require_section(KUBERNETES_SECTION, KubernetesConfig, kueue.config_file)
-    wh = warehouse.get()
-    return _landed(context, lambda day: kueue.land(wh, day))
+    landing = warehouse.get().landing
+    return _landed(context, lambda day: kueue.land(landing, day))
 
 
 connector_assets = [slurm_accounting_landing, kueue_workloads_landing]
@@ -194,7 +196,7 @@ def build_slurm_snapshot_sensor(
                 skip_reason=f"{path}: no `slurm` section (see gpupool.example.yml)", cursor=context.cursor
             )
         now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
-        landed = snapshot_running_jobs(warehouse.get(), now, settings)
+        landed = snapshot_running_jobs(warehouse.get().landing, now, settings)
         cursor, ingests = advance_snapshot(SnapshotCursor.parse(context.cursor), now, ingest_every_ticks)
         context.log.info(f"squeue snapshot written to {landed}")
         runs = [dg.RunRequest(run_key=key, partition_key=day, tags={TRIGGER_TAG: name}) for day, key in ingests]
@@ -206,3 +208,11 @@ def build_slurm_snapshot_sensor(
 
 
 slurm_gpu_snapshot_sensor = build_slurm_snapshot_sensor()
+
+
+defs = dg.Definitions(
+    assets=connector_assets,
+    jobs=[land_connectors_job],
+    schedules=[land_connectors_schedule],
+    sensors=[slurm_gpu_snapshot_sensor],
+)

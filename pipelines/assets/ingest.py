@@ -1,4 +1,5 @@
-"""Ingest assets: one daily-partitioned asset per ingest source."""
+"""The ingest domain: one daily-partitioned asset per ingest source (each with its expectations
+check), the `ingest_daily` job and its schedule."""
 import datetime as dt
 from collections.abc import Iterator
 
@@ -8,6 +9,7 @@ from pipelines.checks import suite_check_result, suite_check_spec
 from pipelines.ingest import ingest_days
 from pipelines.partitions import daily_partitions
 from pipelines.resources.warehouse import WarehouseResource
+from pipelines.schedules import yesterday
 from pipelines.sources.registry import SOURCES, IngestSource
 
 # Lineage only: the connector asset that fills a source's landing folder (pipelines.assets.connectors).
@@ -75,3 +77,20 @@ def _ingest_asset(src: IngestSource) -> dg.AssetsDefinition:
 
 
 ingest_assets = [_ingest_asset(src) for src in SOURCES.values()]
+
+ingest_job = dg.define_asset_job(
+    "ingest_daily",
+    selection=dg.AssetSelection.groups("ingest"),
+    partitions_def=daily_partitions,
+    description="Ingest one day of every source from the landing zone.",
+)
+
+
+@dg.schedule(job=ingest_job, cron_schedule="20 0 * * *", execution_timezone="UTC",
+             description="Ingests yesterday (UTC) of every source at 00:20 UTC.")
+def ingest_schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
+    day = yesterday(context)
+    return dg.RunRequest(run_key=f"ingest_daily:{day}", partition_key=day)
+
+
+defs = dg.Definitions(assets=ingest_assets, jobs=[ingest_job], schedules=[ingest_schedule])

@@ -1,11 +1,22 @@
-"""The SQL models: staging views, mart tables and the metrics views, built from models/."""
+"""The marts domain: the SQL models (staging views, mart tables and the metrics views, built from
+models/), their checks, the `build_models` job and its schedule; and the policy exemptions, loaded
+with every build so that the dashboards read them from the warehouse."""
+
+import datetime as dt
 
 import dagster as dg
 
 from pipelines.assets.ingest import ingest_assets
 from pipelines.catalog import documentation_gaps, load_catalog, missing_metric_columns
+from pipelines.config import ConfigError
+from pipelines.contracts import EXEMPTIONS_TABLE
 from pipelines.models_runner import build_models
+from pipelines.policies.catalog import CatalogError
+from pipelines.policies.catalog import load_catalog as load_policy_catalog
 from pipelines.resources.warehouse import WarehouseResource
+from pipelines.warehouse import Warehouse
+
+EXEMPTIONS_CHECK = "policy_exemptions_valid"
 
 
 @dg.asset(
@@ -15,19 +26,45 @@ from pipelines.resources.warehouse import WarehouseResource
     deps=ingest_assets,
 )
 def warehouse_models(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
-    """Builds every model in models/ (seeds, staging, marts, metrics) and the metric catalog.
+    """Builds every model in models/ (seeds, staging, marts, metrics) and the metric catalog, then
+    loads the policy exemptions (load_exemptions).
 
     The `metrics` schema it produces is the only place dashboards, packs and SQL users read numbers.
     """
     wh = warehouse.get()
     with wh.writer() as con:
         builds = build_models(con, on_progress=lambda name, i, n: context.log.info(f"[{i}/{n}] {name}"))
+    problem = load_exemptions(wh)
+    if problem:
+        context.log.warning(f"policy exemptions not loaded, the last loaded are kept: {problem}")
     table = "| model | kind | rows | seconds |\n|---|---|---|---|\n" + "\n".join(
         f"| {b.name} | {b.kind} | {b.rows if b.rows is not None else ''} | {b.seconds:.2f} |" for b in builds
     )
     return dg.MaterializeResult(
         metadata={"models_built": len(builds), "models": dg.MetadataValue.md(table)}
     )
+
+
+def load_exemptions(wh: Warehouse) -> str | None:
+    """Replace governance.policy_exemptions with the policy catalog's exemptions (the file gpupool.yml's
+    governance.exemptions names, else models/policies/exemptions.yml), validated as the governance
+    tick reads them, and record the outcome as the check policy_exemptions_valid. An invalid file
+    keeps the rows last loaded; returns why it is invalid (None: loaded)."""
+    try:
+        entries = load_policy_catalog().exemptions
+    except (CatalogError, ConfigError) as exc:
+        wh.record_check(EXEMPTIONS_CHECK, "warehouse_models", None, False, "WARN", 1, {"error": str(exc)})
+        return str(exc)
+    loaded_at = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+    rows = [[e.tenant, e.policy, e.queue, e.job_id, e.reason, e.granted_by, e.expires_at, loaded_at] for e in entries]
+    with wh.writer() as con:
+        con.execute("begin transaction")
+        con.execute(f"delete from {EXEMPTIONS_TABLE}")
+        if rows:
+            con.executemany(f"insert into {EXEMPTIONS_TABLE} values (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        con.execute("commit")
+    wh.record_check(EXEMPTIONS_CHECK, "warehouse_models", None, True, "WARN", 0, {"exemptions": len(rows)})
+    return None
 
 
 @dg.asset_check(asset=warehouse_models, name="ingest_accounting_balanced", blocking=False)
@@ -69,3 +106,20 @@ def catalog_matches_models(warehouse: WarehouseResource) -> dg.AssetCheckResult:
         severity=dg.AssetCheckSeverity.ERROR,
         metadata={"problems": len(problems), "examples": dg.MetadataValue.json(problems[:20])},
     )
+
+
+models_job = dg.define_asset_job(
+    "build_models",
+    selection=dg.AssetSelection.groups("marts"),
+    description="Rebuild staging, marts and the metrics views.",
+)
+
+# Once yesterday is in (ingest_daily, 00:20), the models.
+models_schedule = dg.ScheduleDefinition(job=models_job, cron_schedule="50 0 * * *", execution_timezone="UTC")
+
+defs = dg.Definitions(
+    assets=[warehouse_models],
+    asset_checks=[ingest_accounting_balanced, catalog_matches_models],
+    jobs=[models_job],
+    schedules=[models_schedule],
+)

@@ -1,19 +1,22 @@
-"""The monthly review pack (pipelines/pack/): HTML, PDF, PNG charts and a CSV/Parquet appendix of a
-month, from the metrics views, kept under <home>/packs/YYYY-MM/<version>/."""
+"""The pack domain: the monthly review pack (pipelines/pack/: HTML, PDF, PNG charts and a CSV/Parquet
+appendix of a month, from the metrics views, kept under <home>/packs/YYYY-MM/<version>/ and listed in
+ops.review_packs), the `review_pack_monthly` job and its schedule."""
 
 import datetime as dt
 
 import dagster as dg
+from pydantic import Field
 
 from pipelines.assets.capacity import capacity_recommendations
 from pipelines.assets.marts import warehouse_models
 from pipelines.pack.build import build_pack
 from pipelines.partitions import monthly_partitions
 from pipelines.resources.warehouse import WarehouseResource
+from pipelines.schedules import last_month
 
 
 class PackConfig(dg.Config):
-    lang: str = "en"  # en | zh
+    lang: str = Field("en", description="the pack's language: en or zh")
 
 
 @dg.asset(name="review_pack", group_name="pack", kinds={"duckdb", "polars"}, partitions_def=monthly_partitions,
@@ -21,12 +24,7 @@ class PackConfig(dg.Config):
 def review_pack(context: dg.AssetExecutionContext, config: PackConfig, warehouse: WarehouseResource) -> dg.MaterializeResult:
     """The month's review pack: resources, tasks, governance, improvements and the pooling-stage
     scorecard, every number from a metrics view with its catalog definition footnoted."""
-    wh = warehouse.get()
-    con = wh.analyst_connect()  # read-only, no file but the warehouse and its lake
-    try:
-        out = build_pack(con, wh.home, dt.date.fromisoformat(context.partition_key), config.lang)
-    finally:
-        con.close()
+    out = build_pack(warehouse.get(), dt.date.fromisoformat(context.partition_key), config.lang)
     return dg.MaterializeResult(metadata={"folder": str(out), "pdf": dg.MetadataValue.path(str(out / "pack.pdf"))})
 
 
@@ -37,6 +35,7 @@ pack_job = dg.define_asset_job("review_pack_monthly", selection=[review_pack], p
              default_status=dg.DefaultScheduleStatus.STOPPED)
 def pack_schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
     """On the 1st of each month (after the capacity advice), the month that just ended."""
-    scheduled = context.scheduled_execution_time.date()
-    previous = (scheduled.replace(day=1) - dt.timedelta(days=1)).replace(day=1)
-    return dg.RunRequest(partition_key=previous.isoformat())
+    return dg.RunRequest(partition_key=last_month(context))
+
+
+defs = dg.Definitions(assets=[review_pack], jobs=[pack_job], schedules=[pack_schedule])

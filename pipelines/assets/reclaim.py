@@ -1,6 +1,7 @@
-"""Idle-reclaim in Dagster: the every-minute `idle_reclaim` sensor and the daily `policy_findings` record.
+"""The reclaim domain (governance): the every-minute `idle_reclaim` sensor and the daily
+`policy_findings` record.
 
-- `idle_reclaim_sensor` runs one `governance_tick` (pipelines/policies/tick.py) per minute against the
+- `idle_reclaim_sensor` runs one `governance_tick` (pipelines/governance/tick.py) per minute against the
   allocator named in gpupool.yml: fresh scrape rounds in, decisions and actions out. It requests
   no runs; its tick message is the tick's summary. It starts STOPPED: turn it on in the UI (or
   `dagster sensor start idle_reclaim`) once the policies' modes are what you want.
@@ -21,12 +22,12 @@ import polars as pl
 
 from pipelines.assets.marts import warehouse_models
 from pipelines.connectors.scrape import utc_naive
+from pipelines.contracts import FINDING_SCHEMA, FINDINGS_DDL, FINDINGS_TABLE, PolicyKind
+from pipelines.governance.outbox import Outbox
 from pipelines.partitions import daily_partitions
 from pipelines.policies.catalog import PolicyCatalog
 from pipelines.policies.evaluate import evaluate
 from pipelines.policies.inputs import inputs_from_warehouse
-from pipelines.policies.model import FINDING_SCHEMA, PolicyKind
-from pipelines.policies.outbox import Outbox
 from pipelines.policies.planner import plan
 from pipelines.resources.governance import GovernanceResource
 from pipelines.resources.warehouse import WarehouseResource
@@ -35,23 +36,7 @@ from pipelines.warehouse import Warehouse
 
 SENSOR_NAME = "idle_reclaim"
 DAILY_KINDS = (PolicyKind.OVERSIZED, PolicyKind.RETRY_STORM, PolicyKind.TEMPLATE_BREACH)
-FINDINGS_TABLE = "governance.policy_findings"
 DAILY_WRITER = "daily"
-
-_DUCK_TYPES = {pl.String: "VARCHAR", pl.Int64: "BIGINT", pl.Float64: "DOUBLE", pl.Boolean: "BOOLEAN"}
-
-
-def _duck_type(dtype: pl.DataType) -> str:
-    if isinstance(dtype, pl.Datetime):
-        return "TIMESTAMP"
-    return _DUCK_TYPES[dtype]
-
-
-FINDINGS_DDL = (
-    f"create table if not exists {FINDINGS_TABLE} (\n  partition_date DATE,\n"
-    + "".join(f"  {name} {_duck_type(t)},\n" for name, t in FINDING_SCHEMA.items())
-    + "  catalog_version VARCHAR,\n  evaluated_at TIMESTAMP\n)"
-)
 
 
 # -- the sensor ------------------------------------------------------------------------------------
@@ -178,3 +163,11 @@ policy_findings_job = dg.define_asset_job(
 def policy_findings_schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
     day = yesterday(context)
     return dg.RunRequest(run_key=f"policy_findings:{day}", partition_key=day)
+
+
+defs = dg.Definitions(
+    assets=[policy_findings],
+    jobs=[policy_findings_job],
+    schedules=[policy_findings_schedule],
+    sensors=[idle_reclaim_sensor],
+)

@@ -1,4 +1,5 @@
-"""The dcgm-exporter scrape sensor: one scrape round per tick, and the day's re-ingest now and then.
+"""The scrape domain: the dcgm-exporter scrape sensor, one scrape round per tick, and the day's
+re-ingest now and then.
 
 Dagster's sensor daemon evaluates sensors in a loop of at least 5 s (dagster 1.13,
 `_daemon/sensor.py`), so a sensor can tick every 15 s, which a cron schedule (one minute at
@@ -27,6 +28,7 @@ import dagster as dg
 from pipelines.assets.ingest import asset_name
 from pipelines.config import section
 from pipelines.connectors.scrape import LANDING_SOURCE, DcgmConfig, ScrapeRound, utc_naive, write_round
+from pipelines.ingest import record_scrape_gaps
 from pipelines.resources.telemetry import TelemetrySource
 from pipelines.resources.warehouse import WarehouseResource
 
@@ -117,7 +119,9 @@ def build_scrape_sensor(
             return dg.SensorResult(
                 skip_reason=f"no targets to scrape ({telemetry.describe()})", cursor=context.cursor
             )
-        path = write_round(warehouse.get(), scrape)
+        wh = warehouse.get()
+        path = write_round(wh.landing, scrape)
+        record_scrape_gaps(wh, scrape.gaps)
         cursor, ingests = advance(ScrapeCursor.parse(context.cursor), scrape, every)
         context.log.info(f"{scrape.summary()}; written to {path}" if path else scrape.summary())
         runs = [
@@ -131,3 +135,6 @@ def build_scrape_sensor(
 
 
 dcgm_scrape_sensor = build_scrape_sensor()
+
+
+defs = dg.Definitions(sensors=[dcgm_scrape_sensor])

@@ -1,6 +1,6 @@
 """governance.capacity_recommendations: the recommendations of each month, kept as rows with their
-evidence. One writer per month: a run replaces that month's rows (delete then insert, one
-transaction); metrics.capacity_recommendations reads it."""
+evidence (the table's DDL: pipelines/contracts.py). One writer per month: a run replaces that
+month's rows (delete then insert, one transaction); metrics.capacity_recommendations reads it."""
 from __future__ import annotations
 
 import datetime as dt
@@ -10,30 +10,7 @@ from dataclasses import asdict, dataclass, field
 
 import duckdb
 
-TABLE = "governance.capacity_recommendations"
-
-DDL = f"""create table if not exists {TABLE} (
-  recommendation_id VARCHAR,
-  period_month DATE,
-  recommended_at TIMESTAMP,
-  rank INTEGER,
-  kind VARCHAR,
-  gpu_model VARCHAR,
-  tenant VARCHAR,
-  queue VARCHAR,
-  target VARCHAR,
-  recommendation VARCHAR,
-  recommendation_zh VARCHAR,
-  quantity DOUBLE,
-  unit VARCHAR,
-  wait_cause VARCHAR,
-  confidence VARCHAR,
-  confidence_score DOUBLE,
-  impact_gpu_hours DOUBLE,
-  evidence_json VARCHAR,
-  whatif_json VARCHAR,
-  rules_version VARCHAR
-)"""
+from pipelines.contracts import RECOMMENDATIONS_DDL, RECOMMENDATIONS_TABLE
 
 
 @dataclass(frozen=True)
@@ -75,12 +52,12 @@ def write_month(con: duckdb.DuckDBPyConnection, month: dt.date, recommendations:
          None if r.whatif is None else json.dumps(r.whatif, sort_keys=True, default=str), rules_version)
         for rank, r in enumerate(recommendations, start=1)
     ]
-    con.execute(DDL)
+    con.execute(RECOMMENDATIONS_DDL)
     con.execute("begin transaction")
     try:
-        con.execute(f"delete from {TABLE} where period_month = ?", [month])
+        con.execute(f"delete from {RECOMMENDATIONS_TABLE} where period_month = ?", [month])
         if rows:
-            con.executemany(f"insert into {TABLE} values ({', '.join('?' * 20)})", rows)
+            con.executemany(f"insert into {RECOMMENDATIONS_TABLE} values ({', '.join('?' * 20)})", rows)
         con.execute("commit")
     except BaseException:
         con.execute("rollback")

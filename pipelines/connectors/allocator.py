@@ -28,7 +28,7 @@ import requests
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from pipelines.config import section
-from pipelines.connectors import HttpStatusError, RetryPolicy, new_session, with_retries
+from pipelines.connectors.http import HttpStatusError, RetryPolicy, new_session, with_retries
 from pipelines.sources.jsonl import RecordError, parse_rfc3339
 
 SECTION = "allocator"

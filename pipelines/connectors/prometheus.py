@@ -40,8 +40,7 @@ from pathlib import Path
 import requests
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from pipelines.connectors import HttpStatusError, RetryPolicy, describe, new_session, with_retries
-from pipelines.warehouse import IngestReport, Warehouse
+from pipelines.connectors.http import HttpStatusError, RetryPolicy, describe, new_session, with_retries
 
 LANDING_SOURCE = "prometheus"
 DAY_S = 86_400
@@ -268,32 +267,29 @@ class BackfillReport:
     bytes_written: int = 0
     empty_blocks: int = 0
     days: list[dt.date] = field(default_factory=list)
-    ingested: list[IngestReport] = field(default_factory=list)
 
     def summary(self) -> str:
-        text = (
+        return (
             f"prometheus backfill {self.start:%Y-%m-%d %H:%M:%S} .. {self.end:%Y-%m-%d %H:%M:%S} step {self.step_s} s: "
             f"{len(self.metrics)} metrics, {self.requests} requests, {self.files_written} files "
             f"({self.bytes_written / 1e6:.1f} MB, {self.files_replaced} replaced, {self.empty_blocks} empty blocks) "
             f"over {len(self.days)} days"
         )
-        loaded = sum(r.records_loaded for r in self.ingested)
-        return text + (f"; ingested {loaded} samples" if self.ingested else "")
 
 
 def backfill_prometheus(
-    warehouse: Warehouse,
+    landing: Path,
     start: dt.datetime,
     end: dt.datetime,
     config: PrometheusConfig,
     *,
     now: dt.datetime | None = None,
-    ingest: bool = False,
     log: Callable[[str], None] | None = None,
     client: PrometheusClient | None = None,
 ) -> BackfillReport:
-    """Fetch DCGM series for [start, end) into landing/prometheus/<day>/ (see the module's
-    docstring); with `ingest`, then ingest every day touched. Times are UTC (naive = UTC)."""
+    """Fetch DCGM series for [start, end) into <landing>/prometheus/<day>/ (see the module's
+    docstring); `report.days` are the days touched, for the caller to ingest. Times are UTC
+    (naive = UTC)."""
     begin, finish = epoch_s(start), epoch_s(end, up=True)
     if finish <= begin:
         raise ValueError(f"backfill window {start} .. {end}: end must be after start")
@@ -321,7 +317,7 @@ def backfill_prometheus(
                 if not parts:
                     report.empty_blocks += 1
                     continue
-                written, replaced = _replace_block(warehouse.landing, metric, a, b, step, parts)
+                written, replaced = _replace_block(Path(landing), metric, a, b, step, parts)
                 report.files_written += len(written)
                 report.files_replaced += replaced
                 report.bytes_written += sum(len(body) for _, _, body in parts)
@@ -332,13 +328,6 @@ def backfill_prometheus(
         report.requests = client.requests
         if own_client:
             client.close()
-    if ingest:
-        from pipelines.ingest import ingest_partition  # imports Great Expectations: only when asked
-
-        for day in report.days:
-            result = ingest_partition(warehouse, LANDING_SOURCE, day)
-            say(result.summary())
-            report.ingested.append(result)
     return report
 
 

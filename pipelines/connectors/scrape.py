@@ -9,7 +9,8 @@ samples are written as one Parquet file in the raw.dcgm_samples contract to
 `landing/dcgm_parquet/<day>/scrape-<HHMMSS>-<round id>.parquet` (temp file, then rename), so the
 `dcgm_parquet` ingest of that day reads every round.
 
-A target that yields nothing usable is a gap, appended to `ops.scrape_gaps` with its error:
+A target that yields nothing usable is a gap, a row of the round's `gaps` with its error (the
+caller appends them to `ops.scrape_gaps` with `pipelines.ingest.record_scrape_gaps`):
 down (connection refused or reset), timeout (connect, read, or the body not complete within the
 read timeout), http_status (anything but 200), truncated (Content-Length or chunked body cut
 short), too_large, garbage (not text, or every sample line quarantined), empty (no sample line),
@@ -32,7 +33,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import duckdb
 import numpy as np
 import polars as pl
 import requests
@@ -40,7 +40,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from pipelines.config import ConfigError
-from pipelines.connectors import (
+from pipelines.connectors.http import (
     HttpStatusError,
     RetryPolicy,
     describe,
@@ -48,9 +48,8 @@ from pipelines.connectors import (
     new_session,
     with_retries,
 )
-from pipelines.contracts import SCRAPE_GAPS_DDL, contract
+from pipelines.contracts import GAPS_SCHEMA, contract
 from pipelines.sources.dcgm_text import parse_dcgm_text
-from pipelines.warehouse import Warehouse
 
 LANDING_SOURCE = "dcgm_parquet"
 ACCEPT = "text/plain;version=0.0.4;q=1,*/*;q=0.1"
@@ -65,17 +64,6 @@ GAP_KINDS = (
     "partial",
     "deadline",
     "error",
-)
-GAPS_SCHEMA = pl.Schema(
-    {
-        "target": pl.String,
-        "round_at": pl.Datetime("us"),
-        "round_id": pl.String,
-        "error_kind": pl.String,
-        "error": pl.String,
-        "duration_s": pl.Float64,
-        "attempts": pl.Int32,
-    }
 )
 _ERROR_TEXT_LIMIT = 500
 _CHUNK = 64 * 1024
@@ -510,40 +498,17 @@ def shared_scraper(config: DcgmConfig) -> Scraper:
 
 
 # -- writing -----------------------------------------------------------------------------------
-def round_path(warehouse: Warehouse, scrape: ScrapeRound) -> Path:
+def round_path(landing: Path, scrape: ScrapeRound) -> Path:
     day = scrape.round_at.date().isoformat()
-    return (
-        warehouse.landing
-        / LANDING_SOURCE
-        / day
-        / f"scrape-{scrape.round_at:%H%M%S}-{scrape.round_id}.parquet"
-    )
+    return Path(landing) / LANDING_SOURCE / day / f"scrape-{scrape.round_at:%H%M%S}-{scrape.round_id}.parquet"
 
 
-def ensure_scrape_gaps(con: duckdb.DuckDBPyConnection) -> None:
-    con.execute("create schema if not exists ops")
-    con.execute(SCRAPE_GAPS_DDL)
-
-
-def record_gaps(warehouse: Warehouse, gaps: pl.DataFrame) -> None:
-    """Append gap rows to ops.scrape_gaps through the warehouse's one writer."""
-    if gaps.height == 0:
-        return
-    with warehouse.writer() as con:
-        ensure_scrape_gaps(con)
-        con.register("_gpupool_gaps", gaps.match_to_schema(GAPS_SCHEMA).to_arrow())
-        try:
-            con.execute("insert into ops.scrape_gaps by name select * from _gpupool_gaps")
-        finally:
-            con.unregister("_gpupool_gaps")
-
-
-def write_round(warehouse: Warehouse, scrape: ScrapeRound) -> Path | None:
-    """The round's samples as one Parquet file in the landing zone (None when it has none), and
-    its gaps in ops.scrape_gaps. The file appears whole or not at all (temp file, rename)."""
+def write_round(landing: Path, scrape: ScrapeRound) -> Path | None:
+    """The round's samples as one Parquet file under `landing` (None when it has none); the file
+    appears whole or not at all (temp file, rename). Its gaps are the caller's to record."""
     path = None
     if scrape.samples.height:
-        path = round_path(warehouse, scrape)
+        path = round_path(landing, scrape)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
         try:
@@ -551,5 +516,4 @@ def write_round(warehouse: Warehouse, scrape: ScrapeRound) -> Path | None:
             os.replace(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)
-    record_gaps(warehouse, scrape.gaps)
     return path

@@ -10,8 +10,8 @@ running in the day (`-S day 00:00 -E next day 00:00`, every attempt of a requeue
   slurmrestd serves only rest_auth/local on a unix socket (as an ordinary user, behind socat for
   HTTP); with a jwt build, set `restd_user` and `restd_token` (`${SLURM_JWT}`).
 Landing the same day again replaces its files (a later fetch knows more: jobs that ended since).
-`SlurmAccounting` is the Dagster resource: live (subprocess / slurmrestd) or offline (recorded
-outputs in a folder).
+`LiveAccounting` asks Slurm (subprocess / slurmrestd), `OfflineAccounting` reads recorded outputs
+in a folder; the Dagster resource that picks one is `pipelines.resources.slurm.SlurmAccounting`.
 
 GPU indices. sacct never carries them: its TRES say how many GPUs, not which. Two ways exist:
 1. `squeue --json` (slurmctld's view, running jobs only) lists `gres_detail` per node, e.g.
@@ -39,14 +39,12 @@ from pathlib import Path
 from typing import Literal, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-import dagster as dg
 import requests
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from pipelines.config import section
-from pipelines.connectors import HttpStatusError, RetryPolicy, new_session, with_retries
+from pipelines.connectors.http import HttpStatusError, RetryPolicy, new_session, with_retries
 from pipelines.sources.slurm_squeue import SOURCE as SQUEUE_SOURCE
-from pipelines.warehouse import Warehouse
 
 SECTION = "slurm"
 TEXT_SOURCE = "slurm_sacct"
@@ -275,42 +273,18 @@ class OfflineAccounting:
         return out
 
 
-def land(warehouse: Warehouse, day: dt.date, deliveries: Sequence[Delivery]) -> list[Path]:
-    """Write each delivery to landing/<source>/<day>/<filename>, atomically (temp file, rename),
+def land(landing: Path, day: dt.date, deliveries: Sequence[Delivery]) -> list[Path]:
+    """Write each delivery to <landing>/<source>/<day>/<filename>, atomically (temp file, rename),
     so an ingest never reads half a file."""
     paths = []
     for delivery in deliveries:
-        target = warehouse.landing / delivery.source / day.isoformat() / delivery.filename
+        target = Path(landing) / delivery.source / day.isoformat() / delivery.filename
         target.parent.mkdir(parents=True, exist_ok=True)
         temp = target.with_name(f".{delivery.filename}.partial")
         temp.write_bytes(delivery.data)
         os.replace(temp, target)
         paths.append(target)
     return paths
-
-
-class SlurmAccounting(dg.ConfigurableResource):
-    """Slurm accounting for a day, into the landing zone.
-
-    Live (default): sacct on this host and/or slurmrestd, per the `slurm:` section of the
-    configuration file (`config_file`, else $GPUPOOL_CONFIG, else ./gpupool.yml; defaults without
-    one). Offline: `offline_dir` holds recorded outputs, `<offline_dir>/<day>/sacct.txt`,
-    `sacct.json`, `slurmrestd.json`.
-    """
-
-    offline_dir: str = ""
-    config_file: str = ""
-
-    def settings(self) -> SlurmConfig:
-        return load_slurm_config(Path(self.config_file) if self.config_file else None)
-
-    def client(self) -> AccountingClient:
-        if self.offline_dir:
-            return OfflineAccounting(Path(self.offline_dir))
-        return LiveAccounting(self.settings())
-
-    def land_day(self, warehouse: Warehouse, day: dt.date) -> list[Path]:
-        return land(warehouse, day, self.client().fetch(day))
 
 
 # --- GPU indices of running jobs ------------------------------------------------------------
@@ -320,11 +294,11 @@ def squeue_command(config: SlurmConfig) -> list[str]:
     return [config.squeue, "--json", "--states=RUNNING"]
 
 
-def snapshot_running_jobs(warehouse: Warehouse, now: dt.datetime, config: SlurmConfig | None = None,
+def snapshot_running_jobs(landing: Path, now: dt.datetime, config: SlurmConfig | None = None,
                           run: Runner = run_command) -> Path:
     """Land `squeue --json` (running jobs with their GPU indices) as
-    landing/slurm_squeue/<day>/squeue-<HHMMSS>.json, for `pipelines.sources.slurm_squeue`."""
+    <landing>/slurm_squeue/<day>/squeue-<HHMMSS>.json, for `pipelines.sources.slurm_squeue`."""
     config = config or SlurmConfig()
     data = checked(run(squeue_command(config), config.command_timeout_s))
     delivery = Delivery(SQUEUE_SOURCE, f"squeue-{now:%H%M%S}.json", data)
-    return land(warehouse, now.date(), [delivery])[0]
+    return land(landing, now.date(), [delivery])[0]

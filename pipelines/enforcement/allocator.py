@@ -21,8 +21,8 @@ import datetime as dt
 import requests
 
 from allocator.model import Action, ActionKind, ActionResult, Outcome
-from pipelines.connectors import describe, new_session
 from pipelines.connectors.allocator import AllocatorConfig, check_auth
+from pipelines.connectors.http import describe, new_session
 
 
 class DeliveryError(Exception):

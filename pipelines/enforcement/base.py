@@ -121,6 +121,32 @@ class ActionLedger:
             effects=first.get("effects", {}),
         )
 
+    def answered_before(self, action: Action, now: dt.datetime, object_kind: str) -> ActionResult | None:
+        """The start of an engine's apply, under the key's lock: for a key already used, its answer again
+        (`already_done`), or a refusal when it was used for another action or target, audited as every
+        answer is; None when the key is new."""
+        kind = ActionKind(action.kind)
+        previous = self.previous(action)
+        if previous is None:
+            return None
+        if (previous.kind, previous.target) != (kind, action.target):
+            previous = ActionResult(
+                action.idempotency_key, kind, action.target, Outcome.REFUSED,
+                f"idempotency key {action.idempotency_key} was used for {previous.kind.value} on "
+                f"{previous.target}")
+        self.record(action, previous, now, object_kind)
+        return previous
+
+    def answer(self, action: Action, now: dt.datetime, outcome: Outcome, reason: str, effects: dict, *,
+               object_kind: str = "job", before: dict | None = None, after: dict | None = None,
+               proposal_id: str | None = None) -> ActionResult:
+        """An engine's answer, audited: the proposal id only when proposed, `after` only when it took effect."""
+        result = ActionResult(action.idempotency_key, ActionKind(action.kind), action.target, outcome, reason,
+                              proposal_id if outcome == Outcome.PROPOSED else None, effects)
+        self.record(action, result, now, object_kind, before=before,
+                    after=after if outcome in (Outcome.APPLIED, Outcome.PROPOSED) else None)
+        return result
+
     def record(self, action: Action, result: ActionResult, now: dt.datetime, object_kind: str = "job",
                before: dict | None = None, after: dict | None = None) -> None:
         """Audit every answer; remember the key only when the action took effect (applied or proposed),

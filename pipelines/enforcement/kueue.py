@@ -56,11 +56,12 @@ from allocator.model import Action, ActionKind, ActionResult, Outcome
 from pipelines.connectors.kubernetes import KubernetesConfig, api_client
 from pipelines.enforcement.base import ActionLedger, action_reason, claim_key
 from pipelines.sources.jsonl import RecordError
-from pipelines.sources.kueue import (
+from pipelines.sources.kueue_objects import (
     DEACTIVATION_REASONS,
     GPU_PRODUCT_LABEL,
     GROUP,
     Workload,
+    flavor_model,
     gpu_model_from,
     gpu_request,
     read_workload,
@@ -134,20 +135,9 @@ class KueueEnforcer:
     # --- the interface ----------------------------------------------------------------------
 
     def apply(self, action: Action, now: dt.datetime) -> ActionResult:
-        kind = ActionKind(action.kind)
         with claim_key(self.lock_dir, action.idempotency_key):
-            previous = self.ledger.previous(action)
+            previous = self.ledger.answered_before(action, now, _object_kind(ActionKind(action.kind)))
             if previous is not None:
-                if (previous.kind, previous.target) != (kind, action.target):
-                    previous = ActionResult(
-                        action.idempotency_key,
-                        kind,
-                        action.target,
-                        Outcome.REFUSED,
-                        f"idempotency key {action.idempotency_key} was used for {previous.kind.value} on "
-                        f"{previous.target}",
-                    )
-                self.ledger.record(action, previous, now, _object_kind(kind))
                 return previous
             for tries_left in (1, 0):
                 plan = self._plan(action, now)
@@ -169,24 +159,17 @@ class KueueEnforcer:
                 elif action.dry_run:
                     reason = f"dry run: {reason}"
                 break
-            result = ActionResult(
-                action.idempotency_key,
-                kind,
-                action.target,
+            return self.ledger.answer(
+                action,
+                now,
                 outcome,
                 reason,
-                plan.proposal_id if outcome == Outcome.PROPOSED else None,
                 effects,
-            )
-            self.ledger.record(
-                action,
-                result,
-                now,
-                plan.object_kind,
+                object_kind=plan.object_kind,
                 before=plan.before,
-                after=plan.after if outcome in (Outcome.APPLIED, Outcome.PROPOSED) else None,
+                after=plan.after,
+                proposal_id=plan.proposal_id,
             )
-            return result
 
     # --- deciding ---------------------------------------------------------------------------
 
@@ -600,7 +583,7 @@ class KueueEnforcer:
         return out
 
     def _flavor_model(self, flavor: str) -> str | None:
-        model = self.config.flavor_gpu_models.get(flavor) or gpu_model_from(flavor)
+        model = flavor_model(flavor, self.config)
         if model:
             return model.upper()
         try:  # the ResourceFlavor's nodes say which GPU (GPU feature discovery's product label)
@@ -608,7 +591,6 @@ class KueueEnforcer:
         except (LookupError, RecordError, *CONNECTION_ERRORS):
             return None
         return gpu_model_from(str(labels.get(GPU_PRODUCT_LABEL) or ""))
-
 
 
 def _object_kind(kind: ActionKind) -> str:

@@ -122,16 +122,9 @@ class SlurmEnforcer:
     # --- the interface ----------------------------------------------------------------------
 
     def apply(self, action: Action, now: dt.datetime) -> ActionResult:
-        kind = ActionKind(action.kind)
         with claim_key(self.lock_dir, action.idempotency_key):
-            previous = self.ledger.previous(action)
+            previous = self.ledger.answered_before(action, now, _object_kind(ActionKind(action.kind)))
             if previous is not None:
-                if (previous.kind, previous.target) != (kind, action.target):
-                    previous = ActionResult(
-                        action.idempotency_key, kind, action.target, Outcome.REFUSED,
-                        f"idempotency key {action.idempotency_key} was used for {previous.kind.value} on "
-                        f"{previous.target}")
-                self.ledger.record(action, previous, now, _object_kind(kind))
                 return previous
             plan = self._plan(action, now)
             outcome, reason = plan.outcome, plan.reason
@@ -146,11 +139,8 @@ class SlurmEnforcer:
                     outcome, reason, effects = Outcome.REFUSED, failure, {"command": command}
             elif action.dry_run:
                 reason = f"dry run: {reason}"
-            result = ActionResult(action.idempotency_key, kind, action.target, outcome, reason,
-                                  plan.proposal_id if outcome == Outcome.PROPOSED else None, effects)
-            self.ledger.record(action, result, now, plan.object_kind, before=plan.before,
-                               after=plan.after if outcome in (Outcome.APPLIED, Outcome.PROPOSED) else None)
-            return result
+            return self.ledger.answer(action, now, outcome, reason, effects, object_kind=plan.object_kind,
+                                      before=plan.before, after=plan.after, proposal_id=plan.proposal_id)
 
     # --- deciding ---------------------------------------------------------------------------
 

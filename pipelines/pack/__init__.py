@@ -1,2 +1,2 @@
 """The monthly review pack: figures from the metric views (figures.py), HTML/PDF/PNG charts
-(render.py), packs kept per month and version with an index (store.py)."""
+(render.py), packs kept per month and version, indexed in ops.review_packs (store.py)."""

@@ -1,11 +1,29 @@
 """Packs kept under <home>/packs/<YYYY-MM>/<version>/, never overwritten: a new build gets a new
-version folder (a UTC timestamp, suffixed when two land in the same second), listed in
-<home>/packs/index.json (newest last)."""
+version folder (a UTC timestamp, suffixed when two land in the same second). The index of packs
+built is the warehouse table ops.review_packs (one row per pack, DDL in pipelines/contracts.py),
+which the dashboards' Review packs page reads."""
 from __future__ import annotations
 
 import datetime as dt
-import json
+from dataclasses import astuple, dataclass
 from pathlib import Path
+
+from pipelines.contracts import REVIEW_PACKS_TABLE
+from pipelines.warehouse import Warehouse
+
+
+@dataclass(frozen=True)
+class PackRecord:
+    """One pack built: a row of ops.review_packs (in its column order)."""
+
+    month: dt.date  # first day of the month
+    version: str  # the version folder's name
+    lang: str
+    catalog_version: str
+    built_at: dt.datetime  # UTC, naive
+    html_path: str  # relative to the gpupool home: packs/<YYYY-MM>/<version>/pack.html
+    pdf_path: str
+    build_seconds: float
 
 
 def packs_dir(home: Path) -> Path:
@@ -27,14 +45,7 @@ def new_version_dir(home: Path, month: dt.date, lang: str) -> Path:
     raise FileExistsError(f"{base}: no free version folder for {stamp}")
 
 
-def read_index(home: Path) -> list[dict]:
-    path = packs_dir(home) / "index.json"
-    return json.loads(path.read_text()) if path.exists() else []
-
-
-def add_to_index(home: Path, entry: dict) -> None:
-    entries = read_index(home) + [entry]
-    path = packs_dir(home) / "index.json"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(entries, indent=2, default=str))
-    tmp.replace(path)
+def record_pack(warehouse: Warehouse, pack: PackRecord) -> None:
+    """Add the pack to the index (ops.review_packs)."""
+    with warehouse.writer() as con:
+        con.execute(f"insert into {REVIEW_PACKS_TABLE} values (?, ?, ?, ?, ?, ?, ?, ?)", list(astuple(pack)))

@@ -20,8 +20,9 @@ import yaml
 from pydantic import BaseModel
 
 from pipelines.config import config_path, section
+from pipelines.contracts import Mode, PolicyKind, StepAction
 from pipelines.paths import MODELS_DIR
-from pipelines.policies.model import Exemption, Mode, PolicyKind, RateLimits, Rule, Step, StepAction
+from pipelines.policies.model import Exemption, RateLimits, Rule, Step
 
 DEFAULT_POLICIES = MODELS_DIR / "policies" / "policies.yml"
 EXEMPTIONS_NAME = "exemptions.yml"

@@ -7,10 +7,11 @@ from collections.abc import Callable, Iterable
 
 import polars as pl
 
+from pipelines.contracts import FINDING_SCHEMA, PolicyKind
 from pipelines.policies import idle, jobs
 from pipelines.policies.catalog import PolicyCatalog
 from pipelines.policies.inputs import PolicyInputs
-from pipelines.policies.model import FINDING_SCHEMA, PolicyKind, empty_findings
+from pipelines.policies.model import empty_findings
 
 PolicyFunction = Callable[[PolicyInputs, PolicyCatalog, str, dt.datetime], pl.DataFrame]
 

@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 import duckdb
 import polars as pl
 
+from pipelines.contracts import FINDING_SCHEMA
 from pipelines.policies.catalog import PolicyCatalog
-from pipelines.policies.model import FINDING_SCHEMA, Rule
+from pipelines.policies.model import Rule
 
 TS = pl.Datetime("us")
 ALLOCATION_SCHEMA: dict[str, pl.DataType] = {

@@ -31,17 +31,8 @@ from typing import Any, Protocol
 import polars as pl
 
 from allocator.records import rfc3339
-from pipelines.policies.model import (
-    DecisionStatus,
-    Mode,
-    PlannedAction,
-    PolicyKind,
-    RateLimits,
-    Rule,
-    Step,
-    StepAction,
-    action_key,
-)
+from pipelines.contracts import DecisionStatus, Mode, PolicyKind, StepAction
+from pipelines.policies.model import PlannedAction, RateLimits, Rule, Step, action_key
 
 # Actions that take GPUs away or end work: exemptions and the rate limit apply to them.
 ENFORCING = frozenset({StepAction.RECLAIM, StepAction.PREEMPT, StepAction.CAP_RUNTIME})

@@ -17,28 +17,19 @@ Relative paths are read from the configuration file's folder.
 from __future__ import annotations
 
 import datetime as dt
-import logging
 from pathlib import Path
 
 import dagster as dg
 from pydantic import BaseModel, ConfigDict, Field
 
 from pipelines.config import ConfigError, config_path, section
-from pipelines.connectors.allocator import AllocatorClient, AllocatorConfig, load_allocator_config
-from pipelines.connectors.kubernetes import KubernetesConfig
-from pipelines.connectors.slurm import SlurmConfig
-from pipelines.enforcement.allocator import AllocatorEnforcer
-from pipelines.enforcement.base import ActionLedger, Enforcer
-from pipelines.enforcement.kueue import KueueEnforcer
-from pipelines.enforcement.slurm import SlurmEnforcer
+from pipelines.connectors.allocator import AllocatorConfig, load_allocator_config
+from pipelines.governance.factory import run_governance_tick
+from pipelines.governance.tick import TickReport
 from pipelines.policies.catalog import DEFAULT_POLICIES, EXEMPTIONS_NAME, PolicyCatalog, load_catalog
-from pipelines.policies.outbox import Outbox
-from pipelines.policies.tick import TickReport, governance_tick
 from pipelines.warehouse import Warehouse
 
-log = logging.getLogger(__name__)
 OUTBOX_NAME = Path("governance") / "outbox.db"
-WRITER = "sensor"
 
 
 class GovernanceSettings(BaseModel):
@@ -55,7 +46,10 @@ class GovernanceResource(dg.ConfigurableResource):
     """Idle-reclaim's catalog, outbox and allocator connection. `config_file` defaults to
     $GPUPOOL_CONFIG, else ./gpupool.yml."""
 
-    config_file: str = ""
+    config_file: str = Field("", description=(
+        "The connector configuration (gpupool.yml). Empty: $GPUPOOL_CONFIG, else ./gpupool.yml; the code "
+        "location binds it to EnvVar GPUPOOL_CONFIG when that is set. Secrets stay in the environment, "
+        "named in the file as ${VAR}."))
 
     def _path(self) -> Path:
         return Path(self.config_file) if self.config_file else config_path()
@@ -89,33 +83,9 @@ class GovernanceResource(dg.ConfigurableResource):
         minutes = self.settings().lookback_minutes
         return None if minutes is None else dt.timedelta(minutes=minutes)
 
-    def enforcers(self, warehouse: Warehouse, config: AllocatorConfig) -> dict[str, Enforcer]:
-        """The built-in allocator's, plus Slurm's and Kueue's when gpupool.yml configures them: actions
-        on work those engines hold (findings of the daily record) go through the same interface."""
-        out: dict[str, Enforcer] = {"allocator": AllocatorEnforcer.from_config(config)}
-        ledgers = self.outbox_path(warehouse).parent
-        slurm = section("slurm", SlurmConfig, self._path())
-        if slurm is not None:
-            out["slurm"] = SlurmEnforcer(ActionLedger(ledgers / "slurm-ledger.db", warehouse.landing, "slurm"), slurm)
-        kubernetes = section("kubernetes", KubernetesConfig, self._path())
-        if kubernetes is not None:
-            try:
-                out["kueue"] = KueueEnforcer(ActionLedger(ledgers / "kueue-ledger.db", warehouse.landing, "kueue"),
-                                             kubernetes)
-            except Exception as exc:  # noqa: BLE001 - no API client: Kueue's actions wait, the others go
-                log.warning("Kueue enforcement unavailable (%s); its actions stay queued in the outbox", exc)
-        return out
-
     def tick(self, warehouse: Warehouse, now: dt.datetime) -> TickReport:
-        """One governance tick with these settings (the sensor's body)."""
-        config = self.allocator()
-        outbox = Outbox(self.outbox_path(warehouse), warehouse.landing, writer=WRITER)
-        try:
-            return governance_tick(
-                now, landing=warehouse.landing, catalog=self.catalog(), outbox=outbox,
-                client=AllocatorClient.from_config(config), enforcers=self.enforcers(warehouse, config),
-                lookback=self.lookback(),
-            )
-        finally:
-            outbox.close()
-
+        """One governance tick with these settings (the sensor's body), wired by pipelines/governance/factory.py."""
+        return run_governance_tick(
+            now, config_file=self._path(), allocator=self.allocator(), landing=warehouse.landing,
+            catalog=self.catalog(), outbox_path=self.outbox_path(warehouse), lookback=self.lookback(),
+        )

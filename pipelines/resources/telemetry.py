@@ -13,6 +13,7 @@ import datetime as dt
 from pathlib import Path
 
 import dagster as dg
+from pydantic import Field
 
 from pipelines.config import section
 from pipelines.connectors.scrape import DcgmConfig, ScrapeRound, assemble_round, read_folder, shared_scraper
@@ -35,7 +36,10 @@ class DcgmScrapeResource(TelemetrySource):
     round has no targets.
     """
 
-    config_file: str = ""
+    config_file: str = Field("", description=(
+        "The connector configuration (gpupool.yml). Empty: $GPUPOOL_CONFIG, else ./gpupool.yml; the code "
+        "location binds it to EnvVar GPUPOOL_CONFIG when that is set. Secrets stay in the environment, "
+        "named in the file as ${VAR}."))
 
     def settings(self) -> DcgmConfig | None:
         return section("dcgm", DcgmConfig, Path(self.config_file) if self.config_file else None)
@@ -56,7 +60,7 @@ class DcgmScrapeResource(TelemetrySource):
 class ExpositionFolderResource(TelemetrySource):
     """Offline: the exposition files (*.prom, *.txt, *.metrics) of `folder`, one target each."""
 
-    folder: str
+    folder: str = Field(description="The folder of exposition files (*.prom, *.txt, *.metrics), one target each.")
 
     def scrape_round(self, round_at: dt.datetime) -> ScrapeRound:
         return assemble_round(read_folder(self.folder), round_at)

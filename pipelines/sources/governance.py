@@ -7,8 +7,7 @@ the wrong type or outside its values is quarantined with the reason; unknown fie
 """
 from __future__ import annotations
 
-from pipelines.contracts import contract
-from pipelines.policies.model import DECISION_SCHEMA_NAME, DecisionStatus, Mode, PolicyKind, StepAction
+from pipelines.contracts import DECISION_SCHEMA_NAME, DecisionStatus, Mode, PolicyKind, StepAction, contract
 from pipelines.sources.base import ParseResult
 from pipelines.sources.jsonl import (
     JsonRecord,

@@ -60,8 +60,8 @@ def test_a_request_that_breaks_a_rule_is_refused_with_the_rule_name(rule: str, s
     assert sink.events == [] and engine.jobs == {}
 
 
-def test_every_rule_of_the_engine_docstring_is_exercised() -> None:
-    import allocator.engine as module
+def test_every_rule_of_the_admission_docstring_is_exercised() -> None:
+    import allocator.admission as module
 
     documented = {part.strip("` ") for line in module.__doc__.splitlines() if line.startswith("| `")
                   for part in line.split("|")[1].split("/")}

@@ -9,11 +9,11 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from allocator.admin import GOVERNANCE_BOT, OUTGOING_ADMIN, access_plan
 from allocator.pool import default_pool, pool_capacity
-from allocator.simulator import scale_pool, simulate
+from allocator.sim.admin import GOVERNANCE_BOT, OUTGOING_ADMIN, access_plan
+from allocator.sim.simulator import scale_pool, simulate
+from allocator.sim.workload import PER_JOB_WASTE, Waste, tenant_users
 from allocator.telemetry import GPU_UTIL, GR_ENGINE_ACTIVE, IDLE_ACTIVITY
-from allocator.workload import PER_JOB_WASTE, Waste, tenant_users
 from pipelines.sources.allocator_log import parse_audit_log, parse_event_log, parse_pool_snapshot
 from pipelines.sources.dcgm_parquet import parse_dcgm_parquet
 

@@ -12,8 +12,8 @@ from allocator.engine import Engine
 from allocator.model import JobState, ShareMode, Template
 from allocator.pool import default_pool
 from allocator.records import MemorySink
-from allocator.simulator import scale_pool
-from allocator.workload import CALIBRATION, PER_JOB_WASTE, Waste, generate_workload
+from allocator.sim.simulator import scale_pool
+from allocator.sim.workload import CALIBRATION, PER_JOB_WASTE, Waste, generate_workload
 
 START = dt.datetime(2026, 11, 2)  # a Monday
 

@@ -10,7 +10,8 @@ import json
 import pytest
 
 from pipelines.capacity.recommend import load_rules, recommend, whatif_change
-from pipelines.capacity.store import TABLE, write_month
+from pipelines.capacity.store import write_month
+from pipelines.contracts import RECOMMENDATIONS_TABLE
 from tests.models.builders import at, build, event, gpu, load, placement, quota, submit
 
 MONTH = dt.date(2026, 11, 1)
@@ -102,7 +103,7 @@ def test_recommendations_are_ranked_stored_and_replaced_per_month(con, rules, wa
         assert write_month(w, MONTH, found, "test", dt.datetime(2026, 12, 1)) == len(found)
         assert write_month(w, MONTH, found[:1], "test", dt.datetime(2026, 12, 2)) == 1
     with warehouse.connect(read_only=True) as r:
-        stored = r.execute(f"select rank, kind, target, evidence_json, confidence from {TABLE}").fetchall()
+        stored = r.execute(f"select rank, kind, target, evidence_json, confidence from {RECOMMENDATIONS_TABLE}").fetchall()
         view = r.execute("select count(*) from metrics.capacity_recommendations").fetchone()[0]
     assert len(stored) == 1 and view == 1
     assert stored[0][:3] == (1, found[0].kind, found[0].target)

@@ -7,10 +7,10 @@ import pytest
 
 from allocator.model import JobState
 from allocator.pool import default_pool, pool_capacity
+from pipelines.capacity.demand import load_demand
 from pipelines.capacity.replay import (
     Change,
     WhatIfResult,
-    _load_demand,
     changed_catalog,
     changed_pool,
     observed,
@@ -32,7 +32,7 @@ def con(home: Path):
 
 @pytest.fixture(scope="module")
 def demand(con):
-    return _load_demand(con, None, None)
+    return load_demand(con)
 
 
 @pytest.fixture(scope="module")

@@ -92,6 +92,15 @@ def send(
     request.wfile.write(body)
 
 
+def backfill_and_ingest(warehouse, start, end, config, **options):
+    """What `gpupool backfill prometheus` does: land the window, then ingest each day it touched."""
+    from pipelines.connectors.prometheus import LANDING_SOURCE, backfill_prometheus
+    from pipelines.ingest import ingest_partition
+
+    report = backfill_prometheus(warehouse.landing, start, end, config, **options)
+    return report, [ingest_partition(warehouse, LANDING_SOURCE, day) for day in report.days]
+
+
 @pytest.fixture
 def loopback() -> Iterator[Callable[[Handler], LoopbackServer]]:
     """Start loopback servers (`loopback(handler)`); every one is stopped after the test."""

@@ -24,7 +24,7 @@ from pipelines.connectors.prometheus import (
     epoch_s,
     plan_blocks,
 )
-from tests.connectors.conftest import send
+from tests.connectors.conftest import backfill_and_ingest, send
 
 DAY1 = dt.datetime(2026, 3, 1)
 DATA_END = DAY1 + dt.timedelta(days=1, hours=12)  # data until day 2, 12:00 ("now")
@@ -232,7 +232,7 @@ def test_backfill_chunks_under_the_point_limit_and_the_numbers_land(fake_prometh
     fake, url = fake_prometheus()
     config = PrometheusConfig(url=url, max_points_per_series=500)
     window = (DAY1 + dt.timedelta(hours=18), DAY1 + dt.timedelta(days=1, hours=6))
-    report = backfill_prometheus(warehouse, *window, config, now=DATA_END, ingest=True)
+    report, ingested = backfill_and_ingest(warehouse, *window, config, now=DATA_END)
 
     assert report.step_s == 15 and report.metrics == [
         "DCGM_FI_DEV_FB_USED",
@@ -256,16 +256,14 @@ def test_backfill_chunks_under_the_point_limit_and_the_numbers_land(fake_prometh
         .select(expected.columns)
         .equals(expected.sort(key).with_columns(pl.col("gpu").cast(pl.Int32)))
     )
-    assert sum(r.records_quarantined for r in report.ingested) == 0
+    assert sum(r.records_quarantined for r in ingested) == 0
 
 
 @pytest.mark.parametrize(("limit", "error"), [({"max_points": 200}, "400"), ({"max_samples": 1_000}, "422")])
 def test_a_refused_block_is_halved_until_prometheus_accepts(fake_prometheus, warehouse, limit, error):
     fake, url = fake_prometheus(**limit)
     config = PrometheusConfig(url=url, metrics=["DCGM_FI_DEV_POWER_USAGE"], step_s=60)
-    report = backfill_prometheus(
-        warehouse, DAY1, DAY1 + dt.timedelta(hours=6), config, now=DATA_END, ingest=True
-    )
+    report, _ = backfill_and_ingest(warehouse, DAY1, DAY1 + dt.timedelta(hours=6), config, now=DATA_END)
     queries = fake.query_ranges()
     assert len(queries) > 1 and report.files_written > 1  # the day block came back refused and was cut
     got = loaded(warehouse)
@@ -280,13 +278,13 @@ def test_rerun_is_idempotent_and_another_step_replaces_the_files(fake_prometheus
     config = PrometheusConfig(url=url, metrics=["DCGM_FI_DEV_GPU_UTIL"])
     window = (DAY1 + dt.timedelta(hours=1), DAY1 + dt.timedelta(hours=2))
     folder = warehouse.landing / "prometheus" / DAY1.date().isoformat()
-    first = backfill_prometheus(warehouse, *window, config, now=DATA_END)
+    first = backfill_prometheus(warehouse.landing, *window, config, now=DATA_END)
     names = sorted(p.name for p in folder.iterdir())
-    again = backfill_prometheus(warehouse, *window, config, now=DATA_END)
+    again = backfill_prometheus(warehouse.landing, *window, config, now=DATA_END)
     assert (
         sorted(p.name for p in folder.iterdir()) == names and again.files_replaced == first.files_written == 1
     )
-    coarse = backfill_prometheus(warehouse, *window, config.model_copy(update={"step_s": 300}), now=DATA_END)
+    coarse = backfill_prometheus(warehouse.landing, *window, config.model_copy(update={"step_s": 300}), now=DATA_END)
     assert coarse.files_replaced == 1
     assert [p.name for p in folder.iterdir()] == [
         f"prom-DCGM_FI_DEV_GPU_UTIL-{epoch_s(DAY1)}-{epoch_s(DAY1) + DAY_S}-s300.json"
@@ -307,18 +305,18 @@ def test_token_from_the_environment_retries_on_503_and_refusals_are_not_retried(
     monkeypatch.setenv("PROM_TOKEN", "s3cret-token")
     config = section("prometheus", PrometheusConfig, path)
     window = (DAY1, DAY1 + dt.timedelta(hours=1))
-    report = backfill_prometheus(warehouse, *window, config, now=DATA_END)
+    report = backfill_prometheus(warehouse.landing, *window, config, now=DATA_END)
     assert report.files_written == 1 and len(fake.query_ranges()) == 3  # two 503s, then the answer
 
     fake.requests.clear()
     wrong = config.model_copy(update={"bearer_token": "wrong-token"})
     with pytest.raises(PrometheusError, match=r"/api/v1/series: HTTP 401"):
-        backfill_prometheus(warehouse, *window, wrong, now=DATA_END)
+        backfill_prometheus(warehouse.landing, *window, wrong, now=DATA_END)
     assert len(fake.requests) == 1
 
     fake.fail_first = 5
     with pytest.raises(PrometheusError, match=r"HTTP 503"):
-        backfill_prometheus(warehouse, *window, config, now=DATA_END)
+        backfill_prometheus(warehouse.landing, *window, config, now=DATA_END)
 
 
 def test_basic_auth_and_a_selector(fake_prometheus, warehouse):
@@ -327,9 +325,7 @@ def test_basic_auth_and_a_selector(fake_prometheus, warehouse):
     config = PrometheusConfig(
         url=url, username="grafana", password="pa55word", selector='job="dcgm"', step_s=3600
     )
-    report = backfill_prometheus(
-        warehouse, DAY1, DAY1 + dt.timedelta(days=1), config, now=DATA_END, ingest=True
-    )
+    report, _ = backfill_and_ingest(warehouse, DAY1, DAY1 + dt.timedelta(days=1), config, now=DATA_END)
     assert report.metrics == ["DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_POWER_USAGE"]
     assert all(q["query"].endswith('{job="dcgm"}') for q in fake.query_ranges())
     assert "elsewhere" not in loaded(warehouse).get_column("host").to_list()
@@ -357,7 +353,7 @@ def test_relabelled_series_map_exported_pod_and_namespace(fake_prometheus, wareh
         if "gpu" in s
     ]
     config = PrometheusConfig(url=url, metrics=["DCGM_FI_DEV_GPU_UTIL"], step_s=3600)
-    backfill_prometheus(warehouse, DAY1, DAY1 + dt.timedelta(hours=3), config, now=DATA_END, ingest=True)
+    backfill_and_ingest(warehouse, DAY1, DAY1 + dt.timedelta(hours=3), config, now=DATA_END)
     got = loaded(warehouse)
     assert got.height == 6 * 24
     assert set(got.select("k8s_pod", "k8s_namespace").unique().iter_rows()) == {

@@ -25,12 +25,12 @@ import polars as pl
 import pytest
 import requests
 
-from pipelines.connectors.prometheus import PrometheusConfig, backfill_prometheus
+from pipelines.connectors.prometheus import PrometheusConfig
 from pipelines.paths import REPO_ROOT
 from pipelines.sources.dcgm_text import parse_dcgm_text
 from pipelines.warehouse import Warehouse
 from tests.allocator.test_live_scrape import JOBS
-from tests.connectors.conftest import LoopbackServer, free_port, send
+from tests.connectors.conftest import LoopbackServer, backfill_and_ingest, free_port, send
 
 pytestmark = pytest.mark.slow
 
@@ -238,8 +238,8 @@ def test_backfill_from_a_real_prometheus_matches_what_the_exporters_served(
             start = min(t for t, _, _ in proxy.served)
             end = utcnow()
             warehouse = Warehouse(tmp_path / "gpupool")
-            report = backfill_prometheus(
-                warehouse, start, end, PrometheusConfig(url=prom, scrape_interval_s=1), ingest=True
+            report, ingested = backfill_and_ingest(
+                warehouse, start, end, PrometheusConfig(url=prom, scrape_interval_s=1)
             )
             served = served_samples(proxy)
     finally:
@@ -247,7 +247,7 @@ def test_backfill_from_a_real_prometheus_matches_what_the_exporters_served(
 
     assert report.step_s == 1
     assert report.metrics == sorted(served.get_column("metric").unique().to_list())
-    assert sum(r.records_quarantined for r in report.ingested) == 0
+    assert sum(r.records_quarantined for r in ingested) == 0
     with warehouse.connect() as con:
         backfilled = con.sql(
             f"select {', '.join(KEY)}, sampled_at, value, k8s_pod, k8s_namespace, extra_labels from raw.dcgm_samples"

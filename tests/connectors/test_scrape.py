@@ -21,19 +21,19 @@ from allocator.pool import default_pool
 from allocator.telemetry import render_node_metrics
 from pipelines.assets.scrape import ScrapeCursor, advance, build_scrape_sensor
 from pipelines.config import ConfigError
-from pipelines.connectors import RetryPolicy, with_retries
+from pipelines.connectors.http import RetryPolicy, with_retries
 from pipelines.connectors.scrape import (
-    GAPS_SCHEMA,
     DcgmConfig,
     Scraper,
     Target,
     assemble_round,
     load_file_sd,
-    record_gaps,
     round_path,
     targets_of,
     write_round,
 )
+from pipelines.contracts import GAPS_SCHEMA
+from pipelines.ingest import record_scrape_gaps
 from pipelines.resources.telemetry import DcgmScrapeResource, ExpositionFolderResource
 from pipelines.resources.warehouse import WarehouseResource
 from pipelines.sources.dcgm_text import parse_dcgm_text
@@ -319,9 +319,12 @@ def test_a_round_lands_as_parquet_the_ingest_reads_and_gaps_in_the_warehouse(fle
     urls, _ = fleet
     scraper = Scraper(DcgmConfig(targets=list(urls.values()), **FAST))
     rounds = [scraper.scrape_round(ROUND_AT + dt.timedelta(seconds=15 * i)) for i in range(2)]
-    paths = [write_round(warehouse, r) for r in rounds]
+    paths = []
+    for r in rounds:
+        paths.append(write_round(warehouse.landing, r))
+        record_scrape_gaps(warehouse, r.gaps)
     scraper.close()
-    assert paths == [round_path(warehouse, r) for r in rounds]
+    assert paths == [round_path(warehouse.landing, r) for r in rounds]
     assert paths[0].parent == warehouse.landing / "dcgm_parquet" / "2026-03-02"
     assert paths[0].name == f"scrape-103015-{rounds[0].round_id}.parquet"
     assert not list(paths[0].parent.glob(".*"))  # no temp files left
@@ -344,7 +347,7 @@ def test_a_round_lands_as_parquet_the_ingest_reads_and_gaps_in_the_warehouse(fle
 
 def test_gaps_append_and_a_round_without_samples_writes_no_file(warehouse):
     empty = assemble_round([], ROUND_AT)
-    assert write_round(warehouse, empty) is None
+    assert write_round(warehouse.landing, empty) is None
     gap = pl.DataFrame(
         [
             {
@@ -359,8 +362,8 @@ def test_gaps_append_and_a_round_without_samples_writes_no_file(warehouse):
         ],
         schema=GAPS_SCHEMA,
     )
-    record_gaps(warehouse, gap)
-    record_gaps(warehouse, gap.with_columns(round_id=pl.lit("r2")))
+    record_scrape_gaps(warehouse, gap)
+    record_scrape_gaps(warehouse, gap.with_columns(round_id=pl.lit("r2")))
     with warehouse.connect() as con:
         assert con.sql("select round_id from ops.scrape_gaps order by round_id").fetchall() == [
             ("r1",),
@@ -454,11 +457,6 @@ def test_sensor_offline_folder_and_no_targets(tmp_path, warehouse):
 def test_the_code_location_loads_with_the_scrape_sensor():
     from pipelines.definitions import defs as project
 
-    if not any(s.name == "dcgm_scrape" for s in project.sensors or []):  # until definitions.py wires it
-        project = dg.Definitions.merge(
-            project,
-            dg.Definitions(sensors=[build_scrape_sensor()], resources={"telemetry": DcgmScrapeResource()}),
-        )
     dg.Definitions.validate_loadable(project)
     sensor = project.resolve_sensor_def("dcgm_scrape")
     assert sensor.minimum_interval_seconds == 15

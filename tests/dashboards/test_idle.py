@@ -1,15 +1,17 @@
 """The Idle and reclaim page: idle allocations with their evidence, governance steps and
-enforcement actions, the reclaim ledger and the exemptions, for an operator and a tenant member."""
+enforcement actions, the reclaim ledger and the exemptions (loaded by the model build), for an
+operator and a tenant member."""
 from __future__ import annotations
 
 import datetime as dt
 
 import polars as pl
-import pytest
 import streamlit as st
 
-from dashboards import policies
+from dashboards import data
 from dashboards.i18n import STRINGS
+from pipelines.assets.marts import load_exemptions
+from pipelines.warehouse import Warehouse
 from tests.dashboards.conftest import errors, frames, signed_in, tenants_shown
 
 
@@ -71,7 +73,7 @@ def test_no_warehouse_says_so(dashboard_env, monkeypatch, tmp_path):
     assert any(STRINGS["no_warehouse"]["en"] in w.value for w in at.warning)
 
 
-def test_exemptions_with_their_expiry(tmp_path, monkeypatch):
+def test_exemptions_come_from_the_build_with_their_expiry(dashboard_env, tmp_path, monkeypatch, fresh_cache):
     (tmp_path / "exemptions.yml").write_text(
         "exemptions:\n"
         "  - {tenant: vision, policy: idle-allocation, reason: demo, granted_by: oncall,"
@@ -79,15 +81,25 @@ def test_exemptions_with_their_expiry(tmp_path, monkeypatch):
         "  - {tenant: nlp, reason: old, granted_by: oncall, expires_at: '2026-01-01T00:00:00Z'}\n")
     (tmp_path / "gpupool.yml").write_text("governance:\n  exemptions: exemptions.yml\n")
     monkeypatch.setenv("GPUPOOL_CONFIG", str(tmp_path / "gpupool.yml"))
-    policies.exemptions.clear()
-    rows = policies.exemptions(dt.datetime(2026, 12, 1))
-    assert rows["tenant"].to_list() == ["vision", "nlp"]  # latest expiry first
-    assert rows["is_expired"].to_list() == [False, True]
-    assert rows["days_left"].to_list() == [30.0, 0.0]
-    assert rows.schema["expires_at"] == pl.Datetime("us")
+    wh = Warehouse(dashboard_env)
+    try:
+        assert load_exemptions(wh) is None
+        rows = data.exemptions(dt.datetime(2026, 12, 1))
+        assert rows["tenant"].to_list() == ["vision", "nlp"]  # latest expiry first
+        assert rows["is_expired"].to_list() == [False, True]
+        assert rows["days_left"].to_list() == [30.0, 0.0]
+        assert rows.schema["expires_at"] == pl.Datetime("us")
+        assert data.exemptions_problem() is None
 
-    (tmp_path / "exemptions.yml").write_text("exemptions:\n  - {tenant: vision, reason: x, granted_by: y}\n")
-    policies.exemptions.clear()
-    with pytest.raises(policies.ExemptionsUnreadable, match="expires_at"):
-        policies.exemptions(dt.datetime(2026, 12, 1))
-    policies.exemptions.clear()
+        # an invalid file keeps the exemptions loaded before, and the page says why
+        (tmp_path / "exemptions.yml").write_text("exemptions:\n  - {tenant: vision, reason: x, granted_by: y}\n")
+        assert "expires_at" in load_exemptions(wh)
+        st.cache_data.clear()
+        assert "expires_at" in data.exemptions_problem()
+        assert data.exemptions(dt.datetime(2026, 12, 1))["tenant"].to_list() == ["vision", "nlp"]
+        at = signed_in("ops", "idle")
+        assert errors(at) == []
+        assert any(STRINGS["exemptions_unreadable"]["en"] in w.value for w in at.warning)
+    finally:
+        monkeypatch.delenv("GPUPOOL_CONFIG")
+        assert load_exemptions(wh) is None  # the shipped file again, for the other tests

@@ -1,5 +1,5 @@
-"""The review packs page: operators see every kept pack with its files; tenant members and an
-empty pack folder get a message that says why."""
+"""The review packs page: operators see every pack built (ops.review_packs) with its files; tenant
+members and a warehouse with no pack yet get a message that says why."""
 from __future__ import annotations
 
 import subprocess
@@ -16,7 +16,7 @@ def test_no_pack_yet_says_how_to_make_one(dashboard_env):
     assert any("gpupool pack" in i.value for i in at.info)
 
 
-def test_operators_see_the_packs_and_tenant_members_do_not(dashboard_env, tmp_path):
+def test_operators_see_the_packs_and_tenant_members_do_not(dashboard_env, fresh_cache):
     gpupool = Path(sys.executable).parent / "gpupool"
     subprocess.run([str(gpupool), "pack", "--month", "2026-11", "--home", str(dashboard_env)], check=True,
                    capture_output=True, timeout=300)

@@ -22,17 +22,9 @@ from allocator.auth import parse_tokens
 from allocator.pool import parse_pool
 from allocator.service import create_app
 from allocator.store import Store
+from pipelines.contracts import FINDING_SCHEMA, Mode, PolicyKind, StepAction
 from pipelines.policies.catalog import Policy, PolicyCatalog
-from pipelines.policies.model import (
-    FINDING_SCHEMA,
-    Exemption,
-    Mode,
-    PolicyKind,
-    RateLimits,
-    Step,
-    StepAction,
-    finding_key,
-)
+from pipelines.policies.model import Exemption, RateLimits, Step, finding_key
 from tests.allocator.test_service import ADMIN, BOT, INFERENCE, POOL_DOC, TOKENS, TRAINING, VISION
 
 T0 = dt.datetime(2026, 11, 2, 9, 0, 0)

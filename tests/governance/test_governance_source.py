@@ -8,8 +8,8 @@ import polars as pl
 import pytest
 
 from allocator.model import Action, ActionResult, Outcome
+from pipelines.governance.outbox import Outbox
 from pipelines.ingest import ingest_partition
-from pipelines.policies.outbox import Outbox
 from pipelines.policies.planner import plan
 from pipelines.sources.governance import parse_governance_log
 from pipelines.sources.registry import SOURCES

@@ -1,4 +1,4 @@
-"""The sensor's live minutes (pipelines/policies/live.py) equal the warehouse's (marts.fct_allocation_activity).
+"""The sensor's live minutes (pipelines/governance/live.py) equal the warehouse's (marts.fct_allocation_activity).
 
 The same DCGM samples go through live.gpu_minutes -> allocation_minutes and, as raw rows, through the
 model build; an allocation's minutes must match: activity (GR engine active, else GPU util / 100,
@@ -11,7 +11,7 @@ import datetime as dt
 import polars as pl
 import pytest
 
-from pipelines.policies.live import allocation_minutes, allocations_from_jobs, gpu_minutes
+from pipelines.governance.live import allocation_minutes, allocations_from_jobs, gpu_minutes
 from tests.models.builders import at, build, gpu, load, quota, simple_job
 
 GR, UTIL, FB = "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED"

@@ -34,16 +34,16 @@ from allocator.pool import parse_pool
 from allocator.service import create_app
 from allocator.store import Store
 from allocator.telemetry import ActivityProfile
-from pipelines.connectors import RetryPolicy
 from pipelines.connectors.allocator import AllocatorClient
+from pipelines.connectors.http import RetryPolicy
 from pipelines.connectors.scrape import DcgmConfig, Scraper, write_round
+from pipelines.contracts import Mode
 from pipelines.enforcement.allocator import AllocatorEnforcer
-from pipelines.ingest import ingest_partition
+from pipelines.governance.outbox import Outbox
+from pipelines.governance.tick import TickReport, governance_tick
+from pipelines.ingest import ingest_partition, record_scrape_gaps
 from pipelines.models_runner import build_models
 from pipelines.policies.catalog import PolicyCatalog, load_catalog
-from pipelines.policies.model import Mode
-from pipelines.policies.outbox import Outbox
-from pipelines.policies.tick import TickReport, governance_tick
 from pipelines.warehouse import Warehouse
 
 T0 = dt.datetime(2026, 11, 2, 9, 0, 0)
@@ -115,7 +115,9 @@ class Loop:
         """Virtual minute m: the clock, the engine's timers, one scrape round, one governance tick."""
         self.clock.now = T0 + dt.timedelta(minutes=m)
         self.store.tick(self.clock.now)
-        write_round(self.warehouse, self.scraper.scrape_round(self.clock.now))
+        scrape = self.scraper.scrape_round(self.clock.now)
+        write_round(self.warehouse.landing, scrape)
+        record_scrape_gaps(self.warehouse, scrape.gaps)
         if not tick:
             return None
         report = governance_tick(

@@ -13,9 +13,9 @@ import pytest
 import requests
 
 from allocator.model import Action, ActionResult, Outcome
+from pipelines.contracts import DecisionStatus
 from pipelines.enforcement.allocator import AllocatorEnforcer
-from pipelines.policies.model import DecisionStatus
-from pipelines.policies.outbox import CLAIM_TTL, Outbox
+from pipelines.governance.outbox import CLAIM_TTL, Outbox
 from pipelines.policies.planner import plan
 from tests.governance.conftest import ADMIN, BOT, GRACE_S, T0, TRAINING, at, catalog, finding, findings
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 
-from pipelines.policies.model import DecisionStatus, Exemption, Mode, RateLimits, StepAction, action_key
+from pipelines.contracts import DecisionStatus, Mode, StepAction
+from pipelines.policies.model import Exemption, RateLimits, action_key
 from pipelines.policies.planner import MemoryHistory, plan
 from tests.governance.conftest import GRACE_S, T0, at, catalog, finding, findings
 

@@ -8,12 +8,13 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from pipelines.assets.reclaim import FINDINGS_TABLE, idle_reclaim_sensor, record_day
+from pipelines.assets.reclaim import idle_reclaim_sensor, record_day
 from pipelines.connectors.allocator import AllocatorClient
+from pipelines.contracts import FINDINGS_TABLE, Mode
+from pipelines.governance.factory import build_enforcers
+from pipelines.governance.outbox import Outbox
+from pipelines.governance.tick import default_lookback, governance_tick, recent_progress
 from pipelines.policies.catalog import load_catalog
-from pipelines.policies.model import Mode
-from pipelines.policies.outbox import Outbox
-from pipelines.policies.tick import default_lookback, governance_tick, recent_progress
 from pipelines.resources.governance import GovernanceResource
 from pipelines.resources.warehouse import WarehouseResource
 from pipelines.warehouse import Warehouse
@@ -51,7 +52,7 @@ def test_a_tick_against_the_live_allocator_and_one_it_cannot_reach(allocator, tm
         assert "1 running jobs; findings: none; decisions: none" in str(report)
         assert (tmp_path / "landing/allocator_events/2026-11-02/api.jsonl").exists()
 
-        from pipelines.connectors import RetryPolicy
+        from pipelines.connectors.http import RetryPolicy
 
         down = governance_tick(T0, landing=tmp_path / "landing", catalog=load_catalog(), outbox=outbox,
                                client=AllocatorClient("http://127.0.0.1:9", BOT, retry=RetryPolicy(retries=0)),
@@ -100,9 +101,10 @@ def test_slurm_and_kueue_enforcers_join_when_the_config_names_those_engines(tmp_
     config.write_text(allocator)
     governance = GovernanceResource(config_file=str(config))
     warehouse = Warehouse(tmp_path / "home")
-    assert set(governance.enforcers(warehouse, governance.allocator())) == {"allocator"}
+    landing, ledgers = warehouse.landing, governance.outbox_path(warehouse).parent
+    assert set(build_enforcers(config, governance.allocator(), landing, ledgers)) == {"allocator"}
     config.write_text(allocator + "slurm:\n  sacct: sacct\n")
-    enforcers = governance.enforcers(warehouse, governance.allocator())
+    enforcers = build_enforcers(config, governance.allocator(), landing, ledgers)
     assert set(enforcers) == {"allocator", "slurm"} and enforcers["slurm"].engine == "slurm"
 
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 import requests
 
-from pipelines.connectors.kubernetes import AuditWebhookServer, AuditWriter
+from pipelines.connectors.k8s_audit import AuditWebhookServer, AuditWriter
 from pipelines.ingest import ingest_partition
 from pipelines.sources.k8s_audit import parse_k8s_audit
 from tests.kubernetes.webhook import running_webhook

@@ -17,18 +17,12 @@ from types import SimpleNamespace
 import polars as pl
 import pytest
 
-from pipelines.connectors.kubernetes import (
-    KubernetesConfig,
-    KueueClient,
-    KueueState,
-    Snapshot,
-    api_client,
-    land_snapshot,
-    load_kubernetes_config,
-    merge_workloads,
-)
+from pipelines.connectors.kubernetes import KubernetesConfig, api_client, load_kubernetes_config
+from pipelines.connectors.kueue import KueueClient, Snapshot, land_snapshot, merge_workloads
 from pipelines.ingest import ingest_partition
-from pipelines.sources.kueue import KueueMapping, attempt_state, parse_kueue_file, parse_kueue_workloads
+from pipelines.resources.kueue import KueueState
+from pipelines.sources.kueue import parse_kueue_file, parse_kueue_workloads
+from pipelines.sources.kueue_objects import KueueMapping, attempt_state
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MAPPING = KueueMapping(flavor_gpu_models={"tas-flavor": "H100"})
@@ -534,9 +528,9 @@ def test_offline_resource_lands_a_recording_that_ingests(tmp_path, warehouse, mo
     monkeypatch.setenv("GPUPOOL_CONFIG", str(config_file))
 
     resource = KueueState(offline_dir=str(tmp_path / "recorded"))
-    assert [p.name for p in resource.land(warehouse, day)] == ["workloads.json", "pods.json"]
+    assert [p.name for p in resource.land(warehouse.landing, day)] == ["workloads.json", "pods.json"]
     with pytest.raises(FileNotFoundError, match="no recorded Kueue Workloads for 2024-03-22"):
-        resource.land(warehouse, day + dt.timedelta(days=1))
+        resource.land(warehouse.landing, day + dt.timedelta(days=1))
 
     report = ingest_partition(warehouse, "kueue", day)
     assert (report.files_read, report.records_read, report.records_loaded, report.records_quarantined) == (

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from pipelines.connectors.kubernetes import AuditWebhookServer
+from pipelines.connectors.k8s_audit import AuditWebhookServer
 
 
 @contextmanager

@@ -15,6 +15,7 @@ from typing import Any
 import duckdb
 import polars as pl
 
+from pipelines.catalog import GROUPS
 from pipelines.contracts import contract
 from pipelines.models_runner import build_models
 from pipelines.paths import MODELS_DIR
@@ -120,6 +121,15 @@ def load(warehouse: Warehouse, ingest: str = "test", day: dt.date = DAY1, **tabl
     }
     n = sum(f.height for f in frames.values())
     warehouse.replace_partition(ingest, day, frames, empty_quarantine(), files_read=1, records_read=n, records_loaded=n)
+
+
+def write_catalog(catalog_dir: Path, entries: str, group: str = "task", version: str = "1.0.0") -> Path:
+    """A catalog folder: version.yml, and one file per group with `entries` (YAML list items) in group's."""
+    catalog_dir.mkdir(parents=True, exist_ok=True)
+    (catalog_dir / "version.yml").write_text(f"version: {version}\n")
+    for g in GROUPS:
+        (catalog_dir / f"{g}.yml").write_text("metrics:\n" + (entries if g == group else ""))
+    return catalog_dir
 
 
 def build(warehouse: Warehouse, models_dir: Path = MODELS_DIR) -> duckdb.DuckDBPyConnection:

@@ -13,6 +13,38 @@ def _jobs(*jobs):
     return [e for j in jobs for e in j[0]], [p for j in jobs for p in j[1]]
 
 
+def test_the_shared_steps_and_snapshots_the_marts_read(warehouse):
+    # a: 1 GPU 00:00-21:00, b: 2 GPUs 05:00-06:30, c: 1 GPU 06:00-07:00 (tenant vision, queue vision-train).
+    # Quota snapshots at 00:00 and 12:00: the day takes the 12:00 one, the latest before it ends.
+    a = simple_job("a", "a100-01", 0, at("00:00"), at("21:00"))
+    b = simple_job("b", "a100-01", 1, at("05:00"), at("06:30"))
+    b[1].append(placement("b", 1, "a100-01", 2, at("05:00")))
+    c = simple_job("c", "a100-01", 3, at("06:00"), at("07:00"))
+    events, placements = _jobs(a, b, c)
+    load(
+        warehouse,
+        gpu_inventory=[gpu("a100-01", i) for i in range(4)],
+        queue_quotas=[quota("vision-train", "vision", "A100", 2),
+                      quota("vision-train", "vision", "A100", 3, snapshot_at=at("12:00"))],
+        job_events=events,
+        job_gpus=placements,
+    )
+    con = build(warehouse)
+
+    steps = [(at("00:00"), at("05:00"), 1.0), (at("05:00"), at("06:00"), 3.0), (at("06:00"), at("06:30"), 4.0),
+             (at("06:30"), at("07:00"), 2.0), (at("07:00"), at("21:00"), 1.0)]
+    for scope, tenant, queue in (("tenant", "vision", None), ("queue", None, "vision-train"), ("pool", None, None)):
+        got = rows(con, "select tenant, queue, level_start_at, level_end_at, allocated_gpus from marts.fct_allocation_steps "
+                        "where level_scope = ? and gpu_model = 'A100' order by level_start_at", [scope])
+        assert [(r["tenant"], r["queue"]) for r in got] == [(tenant, queue)] * len(steps), scope
+        assert [(r["level_start_at"], r["level_end_at"], r["allocated_gpus"]) for r in got] == steps, scope
+
+    in_effect = rows(con, "select snapshot_table, snapshot_at from marts.dim_snapshots_in_effect order by 1")
+    assert [(r["snapshot_table"], r["snapshot_at"]) for r in in_effect] == [
+        ("gpu_inventory", at("00:00")), ("queue_quotas", at("12:00"))]
+    assert one(con, "select quota_gpus from marts.fct_quota_daily")["quota_gpus"] == pytest.approx(3.0)
+
+
 def test_peak_p95_and_headroom_on_a_constructed_day(warehouse):
     # 4 A100s; the data runs 00:00-21:00 (21 hours). Queue vision-train, quota 2.
     #   a: 1 GPU 00:00-21:00; b: 2 GPUs 05:00-06:30; c: 1 GPU 06:00-07:00

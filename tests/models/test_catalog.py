@@ -6,7 +6,7 @@ import re
 import pytest
 
 from pipelines.catalog import GROUPS, documentation_gaps, load_catalog, missing_metric_columns
-from tests.models.builders import build, gpu, load
+from tests.models.builders import build, gpu, load, write_catalog
 
 CJK = re.compile(r"[\u4e00-\u9fff]")
 
@@ -61,20 +61,37 @@ def test_product_metrics_are_all_in_the_catalog():
         assert names <= present, f"{group}: missing {sorted(names - present)}"
 
 
+ENTRY = (
+    "  - {name: n, group: GROUP, label_en: N, label_zh: 数量, description: d, type: simple, grain: g,"
+    " unit: u, formula: f, source_fields: [x], view: metrics.m, column: n, version: 1.0.0}\n"
+)
+
+
 def test_malformed_catalog_entries_are_rejected(tmp_path):
     from pipelines.catalog import CatalogError
 
-    path = tmp_path / "metrics.yml"
-    path.write_text(
-        "version: 1.0.0\nmetrics:\n"
-        "  - {name: n, group: money, label_en: N, label_zh: 数量, description: d, type: simple, grain: g,"
-        " unit: u, formula: f, source_fields: [x], view: metrics.m, column: n, version: 1.0.0}\n"
-    )
+    folder = tmp_path / "catalog"
     with pytest.raises(CatalogError, match="group 'money'"):
-        load_catalog(path)
-    path.write_text(path.read_text().replace("money", "task").replace("label_zh: 数量", "label_zh: ''"))
+        load_catalog(write_catalog(folder, ENTRY.replace("GROUP", "money")))
     with pytest.raises(CatalogError, match="label_zh is missing or empty"):
-        load_catalog(path)
+        load_catalog(write_catalog(folder, ENTRY.replace("GROUP", "task").replace("label_zh: 数量", "label_zh: ''")))
+    with pytest.raises(CatalogError, match=r"task\.yml: metric #1 \(n\): group 'resource' belongs in resource\.yml"):
+        load_catalog(write_catalog(folder, ENTRY.replace("GROUP", "resource")))
+
+
+def test_the_catalog_is_its_version_file_and_one_file_per_group(tmp_path):
+    from pipelines.catalog import CatalogError
+
+    folder = write_catalog(tmp_path / "catalog", ENTRY.replace("GROUP", "task"), version="2.1.0")
+    catalog = load_catalog(folder)
+    assert (catalog.version, [m.name for m in catalog.by_group("task")]) == ("2.1.0", ["n"])
+    (folder / "money.yml").write_text("metrics: []\n")
+    with pytest.raises(CatalogError, match=r"\['money\.yml'\] are not catalog files"):
+        load_catalog(folder)
+    (folder / "money.yml").unlink()
+    (folder / "governance.yml").unlink()
+    with pytest.raises(CatalogError, match=r"governance\.yml: catalog file missing"):
+        load_catalog(folder)
 
 
 def test_idle_policy_seed_has_exactly_one_default_row(built):

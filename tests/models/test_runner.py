@@ -11,7 +11,7 @@ import pytest
 from pipelines.catalog import load_catalog
 from pipelines.models_runner import ModelBuildError, build_models, discover_models, references
 from pipelines.paths import MODELS_DIR
-from tests.models.builders import build, gpu, load, one
+from tests.models.builders import build, gpu, load, one, write_catalog
 
 
 def write_model(models: Path, layer: str, name: str, sql: str, columns: list[str], build: str = "") -> None:
@@ -31,10 +31,10 @@ def tiny_models(tmp_path: Path) -> Path:
     (models / "seeds").mkdir(parents=True)
     for f in (MODELS_DIR / "seeds").iterdir():
         shutil.copy(f, models / "seeds" / f.name)
-    (models / "metrics.yml").write_text(
-        "version: 1.0.0\nmetrics:\n"
+    write_catalog(
+        models / "catalog",
         "  - {name: n, group: task, label_en: N, label_zh: 数量, description: d, type: simple, grain: g,"
-        " unit: u, formula: f, source_fields: [x], view: metrics.m, column: n, version: 1.0.0}\n"
+        " unit: u, formula: f, source_fields: [x], view: metrics.m, column: n, version: 1.0.0}\n",
     )
     return models
 

@@ -15,7 +15,6 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from pipelines.pack.figures import FIGURES, TABLES, figure_value, previous_month, table_frame
-from pipelines.pack.store import read_index
 from tests.components import require_component
 
 pytestmark = pytest.mark.slow
@@ -36,11 +35,17 @@ def pack_home(tmp_path_factory) -> Path:
 
 
 def _packs(home: Path) -> list[dict]:
-    return [e for e in read_index(home) if e["month"] == "2026-11"]
+    """The month's packs as ops.review_packs lists them, oldest first."""
+    con = duckdb.connect(str(home / "warehouse.duckdb"), read_only=True)
+    try:
+        return con.sql("select * from ops.review_packs where month = ? order by built_at, version",
+                       params=[MONTH]).pl().to_dicts()
+    finally:
+        con.close()
 
 
 def test_every_number_equals_its_metrics_query(pack_home):
-    out = pack_home / "packs" / _packs(pack_home)[0]["html"].rsplit("/", 1)[0]
+    out = (pack_home / _packs(pack_home)[0]["html_path"]).parent
     stored = json.loads((out / "figures.json").read_text())
     assert stored["catalog_version"] == "1.5.0"
     con = duckdb.connect(str(pack_home / "warehouse.duckdb"), read_only=True)
@@ -64,7 +69,7 @@ def test_every_number_equals_its_metrics_query(pack_home):
 
 
 def test_pdf_pages_render(pack_home, tmp_path):
-    out = pack_home / "packs" / _packs(pack_home)[0]["pdf"]
+    out = pack_home / _packs(pack_home)[0]["pdf_path"]
     assert out.stat().st_size > 10_000
     require_component("pdftoppm (poppler-utils)", shutil.which("pdftoppm") is not None, "scripts/components.sh")
     subprocess.run(["pdftoppm", "-r", "40", "-png", str(out), str(tmp_path / "page")], check=True)
@@ -78,5 +83,6 @@ def test_second_build_keeps_the_first_and_chinese(pack_home):
     after = _packs(pack_home)
     assert len(after) == len(first) + 1
     for entry in after:
-        assert (pack_home / "packs" / entry["pdf"]).exists()
-    assert "GPU资源池月度报告" in (pack_home / "packs" / after[-1]["html"]).read_text()
+        assert (pack_home / entry["pdf_path"]).exists()
+    assert after[-1]["lang"] == "zh" and after[-1]["catalog_version"] == "1.5.0"
+    assert "GPU资源池月度报告" in (pack_home / after[-1]["html_path"]).read_text()

@@ -19,8 +19,8 @@ from pipelines.assets.connectors import (
 )
 from pipelines.assets.ingest import ingest_assets
 from pipelines.cli import main
-from pipelines.connectors.kubernetes import KueueState
-from pipelines.connectors.slurm import SlurmAccounting
+from pipelines.resources.kueue import KueueState
+from pipelines.resources.slurm import SlurmAccounting
 from pipelines.resources.warehouse import WarehouseResource
 from pipelines.warehouse import Warehouse
 

@@ -5,7 +5,7 @@ import sys
 
 import dagster as dg
 
-from pipelines.definitions import defs
+from pipelines.definitions import defs, from_env
 from pipelines.sources.registry import SOURCES
 
 
@@ -51,7 +51,7 @@ def test_schedules_and_jobs_are_defined():
 
 
 def test_the_daily_ingest_schedule_targets_the_day_that_just_ended():
-    from pipelines.schedules import ingest_schedule
+    from pipelines.assets.ingest import ingest_schedule
 
     context = dg.build_schedule_context(scheduled_execution_time=dt.datetime(2026, 11, 29, 0, 20, tzinfo=dt.UTC))
     request = ingest_schedule(context)
@@ -70,3 +70,20 @@ def test_the_monthly_pack_schedule_targets_the_month_that_just_ended():
 
     context = dg.build_schedule_context(scheduled_execution_time=dt.datetime(2026, 12, 1, 4, 0, tzinfo=dt.UTC))
     assert pack_schedule(context).partition_key == "2026-11-01"
+
+
+def test_settings_from_the_environment_are_bound_only_when_set(monkeypatch):
+    """An unset EnvVar fails a run's config in dagster, so the zero-config default stays the resource's own."""
+    monkeypatch.delenv("GPUPOOL_HOME", raising=False)
+    assert from_env("GPUPOOL_HOME") == ""
+    monkeypatch.setenv("GPUPOOL_HOME", "/srv/gpupool")
+    bound = from_env("GPUPOOL_HOME")
+    assert isinstance(bound, dg.EnvVar) and bound.env_var_name == "GPUPOOL_HOME"
+
+
+def test_every_resource_setting_is_described_for_the_ui():
+    for key, resource in defs.resources.items():
+        fields = resource.get_resource_definition().config_schema.config_type.fields
+        assert fields, key
+        for name, field in fields.items():
+            assert field.description, f"{key}.{name}"

@@ -16,7 +16,8 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
-from pipelines.cli import EXIT_BLOCKED, EXIT_FAILED, EXIT_NOTHING_READ, EXIT_USAGE, main
+from pipelines.cli import main
+from pipelines.cli.common import EXIT_BLOCKED, EXIT_FAILED, EXIT_NOTHING_READ, EXIT_USAGE
 from pipelines.ingest import ingest_days, ingest_partition, stage_files
 from pipelines.partitions import FIRST_DAY
 from pipelines.sources.registry import SOURCES

@@ -10,10 +10,10 @@ from typing import Any
 import polars as pl
 import yaml
 
+from pipelines.contracts import PolicyKind
 from pipelines.policies.catalog import DEFAULT_POLICIES, PolicyCatalog, load_catalog
 from pipelines.policies.evaluate import evaluate
 from pipelines.policies.inputs import PolicyInputs
-from pipelines.policies.model import PolicyKind
 
 T0 = dt.datetime(2026, 11, 1, 10, 0)
 

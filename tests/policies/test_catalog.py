@@ -8,9 +8,9 @@ import datetime as dt
 import pytest
 import yaml
 
+from pipelines.contracts import Mode, PolicyKind, StepAction
 from pipelines.paths import MODELS_DIR
 from pipelines.policies.catalog import DEFAULT_POLICIES, CatalogError, load_catalog
-from pipelines.policies.model import Mode, PolicyKind, StepAction
 from tests.policies.frames import catalog_with
 
 NOW = dt.datetime(2026, 11, 1, 12, 0)

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.policies.model import PolicyKind, finding_key
+from pipelines.contracts import PolicyKind
+from pipelines.policies.model import finding_key
 from tests.policies.frames import T0, activity, alloc, at, busy, catalog_with, find, idle, inputs
 
 IDLE = PolicyKind.IDLE_ALLOCATION

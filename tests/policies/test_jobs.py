@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.policies.model import PolicyKind
+from pipelines.contracts import PolicyKind
 from tests.policies.frames import T0, activity, alloc, at, busy, find, idle, inputs
 
 

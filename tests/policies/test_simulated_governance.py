@@ -9,10 +9,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from allocator.simulator import simulate
+from allocator.sim.simulator import simulate
+from pipelines.contracts import Mode
+from pipelines.governance.simulated import SimulatedGovernance
 from pipelines.policies.catalog import load_catalog
-from pipelines.policies.model import Mode
-from pipelines.policies.simulated import SimulatedGovernance
 from pipelines.sources.allocator_log import parse_audit_log, parse_event_log
 from pipelines.sources.dcgm_parquet import parse_dcgm_parquet
 

@@ -5,10 +5,11 @@ import datetime as dt
 
 import pytest
 
+from pipelines.contracts import FINDING_SCHEMA
 from pipelines.policies.catalog import load_catalog
 from pipelines.policies.evaluate import evaluate
 from pipelines.policies.inputs import inputs_from_warehouse
-from pipelines.policies.model import FINDING_SCHEMA, LIVE_KINDS
+from pipelines.policies.model import LIVE_KINDS
 from tests.models.builders import at, build, event, gpu, load, placement, quota, series, simple_job, submit
 
 GR = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"

@@ -27,7 +27,7 @@ import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipelines.connectors.kubernetes import AuditWebhookServer, AuditWriter
+from pipelines.connectors.k8s_audit import AuditWebhookServer, AuditWriter
 from pipelines.contracts import contract
 from pipelines.ingest import ingest_partition
 from pipelines.sources.k8s_audit import parse_k8s_audit

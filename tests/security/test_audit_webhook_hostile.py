@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from pipelines.connectors.kubernetes import AuditWebhookServer, MissingTokenError
+from pipelines.connectors.k8s_audit import AuditWebhookServer, MissingTokenError
 from pipelines.ingest import ingest_partition
 from pipelines.paths import REPO_ROOT
 from tests.kubernetes.webhook import running_webhook

@@ -16,7 +16,6 @@ import requests
 
 from pipelines.connectors.slurm import (
     LiveAccounting,
-    SlurmAccounting,
     SlurmConfig,
     land,
     run_command,
@@ -24,6 +23,7 @@ from pipelines.connectors.slurm import (
 )
 from pipelines.ingest import ingest_partition
 from pipelines.models_runner import build_models
+from pipelines.resources.slurm import SlurmAccounting
 from pipelines.sources.slurm_sacct import parse_sacct_json, parse_sacct_parsable2
 from pipelines.sources.slurm_squeue import parse_squeue_job_gpus
 from tests.slurm.conftest import REST_URL, STATE, SlurmCluster, slurm
@@ -86,7 +86,7 @@ def test_the_cluster_has_eight_gpus_and_two_partitions(slurm_cluster):
 def test_sacct_ingest_shows_the_preemption_the_requeue_and_the_cancel(scenario, warehouse, tmp_path):
     config_file = tmp_path / "gpupool.yml"
     config_file.write_text("slurm:\n  accounting: [sacct, sacct_json]\n  command_timeout_s: 20\n")
-    landed = SlurmAccounting(config_file=str(config_file)).land_day(warehouse, scenario.day)
+    landed = SlurmAccounting(config_file=str(config_file)).land_day(warehouse.landing, scenario.day)
     assert sorted(p.relative_to(warehouse.landing).as_posix() for p in landed) == [
         f"slurm_sacct/{scenario.day}/sacct.txt", f"slurm_sacct_json/{scenario.day}/sacct.json"]
 
@@ -158,8 +158,8 @@ def test_running_jobs_gpu_indices_match_the_dcgm_exporter_job_mapping(scenario):
 def test_the_day_lands_again_with_what_changed(scenario, warehouse):
     """A second fetch of the day replaces its files (the ingest then replaces the partition)."""
     config = SlurmConfig(accounting=["sacct"])
-    first = land(warehouse, scenario.day, LiveAccounting(config).fetch(scenario.day))
-    second = land(warehouse, scenario.day, LiveAccounting(config).fetch(scenario.day))
+    first = land(warehouse.landing, scenario.day, LiveAccounting(config).fetch(scenario.day))
+    second = land(warehouse.landing, scenario.day, LiveAccounting(config).fetch(scenario.day))
     assert first == second
     assert [p.name for p in first[0].parent.iterdir()] == ["sacct.txt"]
     assert scenario.x in first[0].read_text()

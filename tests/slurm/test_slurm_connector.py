@@ -26,13 +26,12 @@ import yaml
 
 from allocator.model import Action, ActionKind, Outcome
 from pipelines.config import ConfigError
-from pipelines.connectors import HttpStatusError
+from pipelines.connectors.http import HttpStatusError
 from pipelines.connectors.slurm import (
     SACCT_FIELDS,
     CommandResult,
     LiveAccounting,
     OfflineAccounting,
-    SlurmAccounting,
     SlurmCommandError,
     SlurmConfig,
     SlurmRestError,
@@ -47,6 +46,7 @@ from pipelines.enforcement.base import ActionLedger
 from pipelines.enforcement.slurm import SlurmEnforcer
 from pipelines.ingest import ingest_partition
 from pipelines.paths import REPO_ROOT
+from pipelines.resources.slurm import SlurmAccounting
 from pipelines.sources.jsonl import RecordError
 from pipelines.sources.slurm_sacct import REQUIRED_FIELDS, parse_sacct_json
 from pipelines.sources.slurm_squeue import gres_gpu_indices, parse_squeue_job_gpus
@@ -113,7 +113,7 @@ def test_commands_run_in_utc_and_failures_name_the_command():
 
 def test_recorded_sacct_lands_and_ingests_as_preempt_requeue_and_cancel(warehouse):
     fake = FakeSlurm({"sacct": lambda argv: ok(recorded("sacct.json" if "--json" in argv else "sacct.txt"))})
-    paths = land(warehouse, DAY, LiveAccounting(SlurmConfig(), run=fake).fetch(DAY))
+    paths = land(warehouse.landing, DAY, LiveAccounting(SlurmConfig(), run=fake).fetch(DAY))
     assert [p.relative_to(warehouse.landing).as_posix() for p in paths] == [
         "slurm_sacct/2026-11-29/sacct.txt", "slurm_sacct_json/2026-11-29/sacct.json"]
     assert paths[0].read_bytes() == recorded("sacct.txt")  # landed as Slurm wrote it
@@ -138,7 +138,7 @@ def test_recorded_sacct_lands_and_ingests_as_preempt_requeue_and_cancel(warehous
 def test_a_failing_sacct_lands_nothing_and_says_why(warehouse):
     fake = FakeSlurm({"sacct": fail("sacct: error: Problem talking to the database: Connection refused")})
     with pytest.raises(SlurmCommandError, match=r"^sacct --duplicates .*exit 1: sacct: error: Problem talking"):
-        land(warehouse, DAY, LiveAccounting(SlurmConfig(), run=fake).fetch(DAY))
+        land(warehouse.landing, DAY, LiveAccounting(SlurmConfig(), run=fake).fetch(DAY))
     assert not warehouse.landing.exists()
 
 
@@ -214,7 +214,7 @@ def test_offline_accounting_lands_recorded_files(warehouse, tmp_path):
     recorded_dir.mkdir(parents=True)
     (recorded_dir / "sacct.txt").write_bytes(recorded("sacct.txt"))
     (recorded_dir / "slurmrestd.json").write_bytes(recorded("slurmrestd-jobs.json"))
-    paths = SlurmAccounting(offline_dir=str(tmp_path / "recorded")).land_day(warehouse, DAY)
+    paths = SlurmAccounting(offline_dir=str(tmp_path / "recorded")).land_day(warehouse.landing, DAY)
     assert sorted(p.relative_to(warehouse.landing).as_posix() for p in paths) == [
         "slurm_sacct/2026-11-29/sacct.txt", "slurm_sacct_json/2026-11-29/slurmrestd.json"]
     with pytest.raises(FileNotFoundError, match="no recorded Slurm accounting for 2026-11-30"):
@@ -307,7 +307,7 @@ def test_squeue_records_that_cannot_be_read_are_quarantined():
 
 def test_a_snapshot_lands_squeue_output_for_the_day(warehouse):
     fake = FakeSlurm({"squeue": ok(recorded("squeue.json"))})
-    path = snapshot_running_jobs(warehouse, NOW, run=fake)
+    path = snapshot_running_jobs(warehouse.landing, NOW, run=fake)
     assert path.relative_to(warehouse.landing).as_posix() == "slurm_squeue/2026-11-29/squeue-155400.json"
     assert fake.calls == [("squeue", "--json", "--states=RUNNING")]
 

@@ -31,7 +31,7 @@ def test_changed_columns_without_a_version_bump_say_to_bump_it() -> None:
     changed = json.loads(json.dumps(current))
     changed["views"]["metrics.pool_daily"] = [*changed["views"]["metrics.pool_daily"], "gone_column"]
     problems = dd.snapshot_problems(changed, current)
-    assert problems and "bump `version` in models/metrics.yml" in problems[0]
+    assert problems and "bump `version` in models/catalog/version.yml" in problems[0]
     assert any("metrics.pool_daily" in p and "gone_column" in p for p in problems)
 
 

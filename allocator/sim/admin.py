@@ -3,8 +3,8 @@
 Permission grants and revokes (written as the live store writes them), queue quota changes, a
 quota proposal and its approval, and an operator's overnight idle sweep that the engine refuses
 (production inference is exempt from reclaim). Idle-reclaim itself is not here: the pipeline's
-policies act on the simulated pool through `allocator.simulator.Governance`
-(`pipelines.policies.simulated`), so `gpupool demo` can compare a month with and without them.
+policies act on the simulated pool through `allocator.sim.simulator.Governance`
+(`pipelines.governance.simulated`), so `gpupool demo` can compare a month with and without them.
 """
 from __future__ import annotations
 
@@ -20,14 +20,13 @@ import numpy as np
 
 from allocator.model import Action, ActionKind, ActionResult, JobState, Outcome, Template
 from allocator.pool import pool_capacity
+from allocator.sim.workload import Workload, tenant_users
 from allocator.store import permission_record
-from allocator.workload import tenant_users
 
 if TYPE_CHECKING:
     from allocator.engine import Engine
     from allocator.model import PoolConfig
     from allocator.records import RecordSink
-    from allocator.workload import Workload
 
 _DAY = dt.timedelta(days=1)
 
@@ -91,7 +90,7 @@ def access_plan(
 
 
 class Platform(Protocol):
-    """What the platform team needs of the simulation it acts in (allocator.simulator's run):
+    """What the platform team needs of the simulation it acts in (allocator.sim.simulator's run):
     the engine, the pool and workload, the clock, and where audit records go."""
 
     engine: Engine

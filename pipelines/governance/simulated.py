@@ -1,6 +1,6 @@
 """The pipeline's live policies acting on the simulated pool, in virtual time.
 
-`SimulatedGovernance` plugs into `allocator.simulator.simulate(governance=...)`. It does what the
+`SimulatedGovernance` plugs into `allocator.sim.simulator.simulate(governance=...)`. It does what the
 `idle_reclaim` sensor does against a live allocator — the same frames, `evaluate`, `plan`, the
 outbox and its decision log — with two differences that keep a month fast and exact:
 
@@ -27,16 +27,17 @@ from pathlib import Path
 import polars as pl
 
 from allocator.model import Action, ActionResult, Job
-from allocator.simulator import SimulatedPool
+from allocator.sim.simulator import SimulatedPool
 from allocator.store import job_view
 from allocator.telemetry import ActivityProfile
+from pipelines.contracts import PolicyKind
 from pipelines.enforcement.allocator import DeliveryError
+from pipelines.governance.live import allocations_from_jobs
+from pipelines.governance.outbox import Outbox
 from pipelines.policies.catalog import PolicyCatalog
 from pipelines.policies.evaluate import evaluate
 from pipelines.policies.inputs import PolicyInputs
-from pipelines.policies.live import allocations_from_jobs
-from pipelines.policies.model import PolicyKind, empty_findings
-from pipelines.policies.outbox import Outbox
+from pipelines.policies.model import empty_findings
 from pipelines.policies.planner import plan
 
 WRITER = "simulated"

@@ -37,17 +37,11 @@ from pathlib import Path
 
 from allocator.model import Action, ActionKind, ActionResult
 from allocator.records import rfc3339
-from pipelines.connectors import RetryPolicy
+from pipelines.connectors.http import RetryPolicy
+from pipelines.contracts import DECISION_SCHEMA_NAME, DecisionStatus, Mode, PolicyKind, StepAction
 from pipelines.enforcement.allocator import DeliveryError
 from pipelines.enforcement.base import Enforcer
-from pipelines.policies.model import (
-    DECISION_SCHEMA_NAME,
-    DecisionStatus,
-    Mode,
-    PlannedAction,
-    PolicyKind,
-    StepAction,
-)
+from pipelines.policies.model import PlannedAction
 from pipelines.policies.planner import RATE_LIMITED_ACTIONS, DeliveredStep
 
 SOURCE = "governance_actions"

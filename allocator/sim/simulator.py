@@ -17,10 +17,10 @@ a `start` opens the attempt's telemetry and plans how it ends; `preempt`, `reque
 close it. At each midnight it writes the day's telemetry and drops the attempts that are over,
 so memory holds one day, not the month. Nothing reads a clock: the same seed writes the same bytes.
 
-A platform team acts too (`allocator.admin.AdminActivity`): permission grants and revokes
+A platform team acts too (`allocator.sim.admin.AdminActivity`): permission grants and revokes
 (written as the live store writes them), quota changes, a quota proposal and its approval, all
 through the engine's API, so the audit log holds the engine's own records. Idle-reclaim comes from
-outside: a `Governance` (the pipeline's policies, `pipelines.policies.simulated`) sees each attempt
+outside: a `Governance` (the pipeline's policies, `pipelines.governance.simulated`) sees each attempt
 start, reads its telemetry as the exporter would serve it, and acts through the same engine API.
 """
 
@@ -39,7 +39,6 @@ from typing import Protocol
 import numpy as np
 
 from allocator import records
-from allocator.admin import ADMIN_ACTIVITY, Admin, AdminActivity
 from allocator.engine import Engine
 from allocator.model import (
     FINAL_FAILURES,
@@ -53,6 +52,16 @@ from allocator.model import (
     ShareMode,
 )
 from allocator.pool import default_pool, pool_capacity, validate_pool
+from allocator.sim.admin import ADMIN_ACTIVITY, Admin, AdminActivity
+from allocator.sim.workload import (
+    CALIBRATION,
+    Calibration,
+    PlannedJob,
+    RogueProcess,
+    Waste,
+    Workload,
+    generate_workload,
+)
 from allocator.telemetry import (
     IDLE_ACTIVITY,
     IDLE_WINDOW_S,
@@ -63,15 +72,6 @@ from allocator.telemetry import (
     _grid,
     _idle_run_mask,
     epoch_seconds,
-)
-from allocator.workload import (
-    CALIBRATION,
-    Calibration,
-    PlannedJob,
-    RogueProcess,
-    Waste,
-    Workload,
-    generate_workload,
 )
 
 DEFAULT_START = dt.date(2026, 11, 1)
@@ -152,7 +152,7 @@ def _split_host(host: str) -> tuple[str, int]:
 
 
 class Governance(Protocol):
-    """Policies acting on the simulated pool in virtual time (`pipelines.policies.simulated`)."""
+    """Policies acting on the simulated pool in virtual time (`pipelines.governance.simulated`)."""
 
     def attach(self, pool: SimulatedPool) -> None:
         """Called once before the run."""

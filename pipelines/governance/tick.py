@@ -7,7 +7,7 @@ A tick, at `now` (UTC, naive):
    engine's answers to earlier actions come back into the warehouse this way, closing the loop;
 2. lists the running jobs and the queues through the API;
 3. builds the policies' inputs from the freshest data there is: the scrape rounds the
-   `dcgm_scrape` sensor landed in the last `lookback` (pipelines/policies/live.py: samples ->
+   `dcgm_scrape` sensor landed in the last `lookback` (pipelines/governance/live.py: samples ->
    per-GPU minutes -> per-allocation minutes), the running jobs' allocations, and their progress
    signals (every event of the attempt in the pulled log, and the attempt's start);
 4. evaluates the live kinds (idle allocation, zombie, idle interactive, overrun);
@@ -34,13 +34,14 @@ from typing import Protocol
 import polars as pl
 
 from pipelines.connectors.allocator import LANDING
+from pipelines.contracts import PolicyKind
 from pipelines.enforcement.base import Enforcer
+from pipelines.governance.live import allocation_minutes, allocations_from_jobs, gpu_minutes, recent_samples
+from pipelines.governance.outbox import DeliveryReport, Outbox
 from pipelines.policies.catalog import PolicyCatalog
 from pipelines.policies.evaluate import evaluate
 from pipelines.policies.inputs import PROGRESS_SCHEMA, PolicyInputs
-from pipelines.policies.live import allocation_minutes, allocations_from_jobs, gpu_minutes, recent_samples
-from pipelines.policies.model import LIVE_KINDS, PolicyKind, empty_findings
-from pipelines.policies.outbox import DeliveryReport, Outbox
+from pipelines.policies.model import LIVE_KINDS, empty_findings
 from pipelines.policies.planner import OPEN_FINDING_LOOKBACK, plan
 
 # The longest live window the default catalog reads is zombie's 120 minutes; a catalog with longer

@@ -1,0 +1,21 @@
+"""The gpupool command line: the root group `main` (the `gpupool` entry point) and its commands, one
+module per command group."""
+from __future__ import annotations
+
+import click
+
+from allocator.cli import allocator as allocator_group
+from pipelines.cli import capacity, dashboard, data, demo, ingest, land, pack
+
+
+@click.group()
+def main() -> None:
+    """gpupool: operations and governance for a shared GPU pool."""
+
+
+for command in (
+    demo.demo, demo.simulate, ingest.ingest, ingest.build, ingest.sources, data.sql, data.export,
+    data.dictionary, capacity.whatif, capacity.recommend, land.backfill, land.land, land.k8s_audit_webhook,
+    dashboard.dashboard, pack.pack, allocator_group,
+):
+    main.add_command(command)

@@ -1,0 +1,4 @@
+"""`python -m pipelines.cli`."""
+from pipelines.cli import main
+
+main()

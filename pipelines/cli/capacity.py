@@ -1,0 +1,98 @@
+"""`gpupool whatif` and `recommend`: replay a month with a change, and the capacity recommendations."""
+from __future__ import annotations
+
+import datetime as dt
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+import click
+
+from pipelines.cli.common import HOME_OPTION, day_progress, step, warehouse
+
+
+@click.command()
+@HOME_OPTION
+@click.option("--month", default=None, help="Month to replay, YYYY-MM. Default: the month of the latest submission.")
+@click.option("--days", default=None, type=int, help="Replay only the month's first N days.")
+@click.option("--add-nodes", "add_nodes", multiple=True, metavar="MODEL=N",
+              help="Add N nodes of a GPU model (copies of one of its nodes); negative removes. Repeatable.")
+@click.option("--quota", "quotas", multiple=True, metavar="QUEUE:MODEL=N",
+              help="Set a queue's quota for a GPU model, in GPUs. Repeatable.")
+@click.option("--idle-window", "idle_window", default=None, type=int,
+              help="Idle-allocation policy window, minutes (turns the policies on if the month had none).")
+@click.option("--idle-threshold", "idle_threshold", default=None, type=float,
+              help="Idle-allocation policy activity threshold, 0..1.")
+@click.option("--policies/--no-policies", default=None,
+              help="Replay with the idle-reclaim policies on or off. Default: as in the observed month.")
+def whatif(home: Path | None, month: str | None, days: int | None, add_nodes: tuple[str, ...],
+           quotas: tuple[str, ...], idle_window: int | None, idle_threshold: float | None,
+           policies: bool | None) -> None:
+    """Replay a month's demand from the warehouse through the allocator, as observed and with a change;
+    print wait p50/p95, utilisation and idle GPU-hours next to the observed month (docs/whatif.md)."""
+    from pipelines.capacity.replay import Change
+    from pipelines.capacity.replay import whatif as run_whatif
+
+    try:
+        change = Change.parse(add_nodes, quotas, idle_window, idle_threshold)
+    except ValueError as error:
+        raise click.UsageError(str(error)) from None
+    wh = warehouse(home)
+    if not wh.db_path.exists():
+        raise click.ClickException(f"{wh.db_path}: no warehouse; run `gpupool demo` or ingest a month first")
+    began = time.monotonic()
+    with ExitStack() as stack:
+        bar: list = []
+
+        def progress(done: int, total: int, day: dt.date) -> None:
+            if not bar:  # the month's length is known once its demand is read
+                bar.append(stack.enter_context(day_progress("replaying days (baseline)", total)))
+            bar[0](done, total, day)
+
+        try:
+            result = run_whatif(wh.home, change, month=month, days=days, policies=policies, on_step=step,
+                                on_progress=progress)
+        except ValueError as error:
+            raise click.ClickException(str(error)) from None
+    click.echo(f"\n{result.month_start:%Y-%m-%d}, {result.days} days, replayed in {time.monotonic() - began:.0f} s\n")
+    click.echo(result.table())
+
+
+@click.command()
+@HOME_OPTION
+@click.option("--month", default=None, help="Month of data, YYYY-MM (default: the last month loaded).")
+@click.option("--whatif-top", default=1, show_default=True,
+              help="Test this many of the top recommendations with the what-if replay (0: none; ~2 min each).")
+def recommend(home: Path | None, month: str | None, whatif_top: int) -> None:
+    """Capacity recommendations for a month, from the metric views, with their evidence and confidence;
+    the top ones replayed through the allocator with the change. Written to
+    governance.capacity_recommendations and listed by metrics.capacity_recommendations (docs/capacity.md)."""
+    from pipelines.capacity.run import recommend_month
+
+    wh = warehouse(home)
+    if month is None:
+        with wh.connect(read_only=True) as con:
+            last = con.execute("select max(day) from metrics.pool_daily").fetchone()[0]
+        if last is None:
+            raise click.ClickException("no data in the warehouse: run `gpupool demo` or ingest a month first")
+        first = last.replace(day=1)
+    else:
+        try:
+            first = dt.datetime.strptime(month, "%Y-%m").date()
+        except ValueError:
+            raise click.ClickException(f"--month {month!r}: expected YYYY-MM, e.g. 2026-11") from None
+    outcome = recommend_month(wh, first, whatif_top=whatif_top, on_step=step)
+    click.echo(click.style(f"\nCapacity recommendations for {first:%Y-%m} (rules {outcome.rules_version})", bold=True))
+    if not outcome.recommendations:
+        click.echo("  none: no rule found enough evidence this month (thresholds in models/capacity/rules.yml)")
+    for rank, rec in enumerate(outcome.recommendations, start=1):
+        click.echo(f"  {rank}. [{rec.kind}, {rec.confidence} confidence {rec.confidence_score:.2f}] {rec.recommendation}")
+        if rec.whatif:
+            w = rec.whatif
+            key = next(k for k in w if k.startswith("wait_p95_") and k.endswith("_min") and k != "wait_p95_min")
+            click.echo(f"     what-if ({w['change']}): {key.removeprefix('wait_p95_').removesuffix('_min')} wait p95 "
+                       f"{w[key]['baseline']:,.0f} -> {w[key]['changed']:,.0f} min, pool utilisation "
+                       f"{w['pool_utilisation_pct']['baseline']:.1f}% -> {w['pool_utilisation_pct']['changed']:.1f}%, "
+                       f"{'confirms' if w['confirms'] else 'does not confirm'} the advice")
+    click.echo("\nStored in governance.capacity_recommendations; "
+               "`gpupool sql \"select * from metrics.capacity_recommendations\"`.")

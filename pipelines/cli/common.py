@@ -1,0 +1,111 @@
+"""What every command shares: the --home and --verbose options, the exit codes and their error, the
+step printer, the --date check, the days' progress bar, and turning a failed step into its one-line
+cause."""
+from __future__ import annotations
+
+import datetime as dt
+from contextlib import contextmanager
+from pathlib import Path
+
+import click
+
+from pipelines.paths import default_home
+from pipelines.warehouse import Warehouse
+
+HOME_OPTION = click.option(
+    "--home",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="gpupool home (warehouse, lake, landing). Default: $GPUPOOL_HOME or ./.gpupool",
+)
+
+
+def warehouse(home: Path | None) -> Warehouse:
+    return Warehouse(home or default_home())
+
+
+def step(message: str) -> None:
+    click.echo(click.style("▸ ", fg="cyan") + message)
+
+
+# Exit codes of ingest, build and land (docs/operators.md, "Exit codes"), for cron and CI.
+EXIT_OK = 0
+EXIT_FAILED = 1  # a step failed: the message carries the cause (a failing model and DuckDB's words, ...)
+EXIT_USAGE = 2  # bad arguments (click's own code): a malformed or out-of-range --date, an unknown source
+EXIT_BLOCKED = 3  # the batch was loaded but failed its blocking data-quality check; models not rebuilt
+EXIT_NOTHING_READ = 4  # no file the source reads: nothing was ingested
+
+
+class ExitError(click.ClickException):
+    """A failure with its own exit code; click prints "Error: <message>" on stderr, no traceback."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_FAILED):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+VERBOSE_OPTION = click.option("--verbose", is_flag=True, help="On a failure, also print the full error with its traceback.")
+
+
+def partition_day(day: str | None, param: str = "--date") -> dt.date:
+    """The UTC day of --date (default today), or a usage error naming the limit of the partitions."""
+    from pipelines.partitions import check_day
+
+    try:
+        partition = dt.date.fromisoformat(day) if day else dt.datetime.now(dt.UTC).date()
+    except ValueError:
+        raise click.BadParameter(f"{day!r} is not a date YYYY-MM-DD", param_hint=param) from None
+    try:
+        check_day(partition)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint=param) from None
+    return partition
+
+
+@contextmanager
+def step_errors(wh: Warehouse, verbose: bool):
+    """Turn a failed ingest or build step into its cause on one line and exit 1; the full error goes to
+    HOME/logs/last-error.log (and to stderr with --verbose)."""
+    from pipelines.runner import StepFailed
+
+    try:
+        yield
+    except StepFailed as err:
+        log = wh.home / "logs" / "last-error.log"
+        hint = ""
+        if err.detail:
+            try:
+                log.parent.mkdir(parents=True, exist_ok=True)
+                log.write_text(f"{dt.datetime.now(dt.UTC):%Y-%m-%dT%H:%M:%SZ} {err}\n\n{err.detail}")
+                hint = f"\n(full error in {log}; --verbose prints it)"
+            except OSError:
+                pass
+            if verbose:
+                click.echo(err.detail, err=True)
+        raise ExitError(f"{err}{hint}", EXIT_FAILED) from None
+
+
+def print_outcomes(outcomes: list, name_assets: bool) -> None:
+    """Counts, parser notes and failed checks of each ingest asset."""
+    for o in outcomes:
+        m = o.metadata
+        label = f"{o.asset}: " if name_assets else ""
+        click.echo(
+            f"    {label}{m.get('records_read', 0):,} read, {m.get('records_loaded', 0):,} loaded, "
+            f"{m.get('records_quarantined', 0):,} quarantined"
+        )
+        for note in m.get("notes") or []:
+            click.echo(f"      note: {note}")
+        if o.checks_failed:
+            click.echo(click.style(f"    checks failed: {', '.join(o.checks_failed)}", fg="red"))
+        for problem in o.check_problems:
+            click.echo(click.style(f"      {problem}", fg="red"))
+
+
+
+@contextmanager
+def day_progress(verb: str, days: int):
+    """A progress bar over simulated days (one line when the output is not a terminal)."""
+    with click.progressbar(length=days, label=f"  {verb}", show_pos=True, width=30) as bar:
+        yield lambda _done, _total, _day: bar.update(1)
+

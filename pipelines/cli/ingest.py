@@ -1,0 +1,102 @@
+"""`gpupool ingest`, `build` and `sources`: load files into the warehouse and rebuild its models."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from pipelines.cli.common import (
+    EXIT_BLOCKED,
+    EXIT_FAILED,
+    EXIT_NOTHING_READ,
+    HOME_OPTION,
+    VERBOSE_OPTION,
+    ExitError,
+    partition_day,
+    print_outcomes,
+    step,
+    step_errors,
+    warehouse,
+)
+from pipelines.sources.registry import SOURCES
+
+
+@click.command()
+@click.argument("source", type=click.Choice(sorted(SOURCES)))
+@click.argument("path", type=click.Path(exists=True, path_type=Path))
+@HOME_OPTION
+@click.option("--date", "day", default=None,
+              help="Partition day (UTC) for records without their own timestamp. Default: today.")
+@click.option("--no-build", is_flag=True, help="Do not rebuild the models afterwards.")
+@VERBOSE_OPTION
+def ingest(source: str, path: Path, home: Path | None, day: str | None, no_build: bool, verbose: bool) -> None:
+    """Load a file (or a folder of files) of SOURCE into the warehouse.
+
+    The files are copied to the landing zone under the day's folder and the day's partition of
+    SOURCE is re-ingested, replacing what was there. Records that carry their own time (samples,
+    audit and allocator events) go to the partition of their own UTC day.
+
+    Exit codes: 0 done; 1 a step failed; 2 bad arguments; 3 the batch failed its blocking
+    data-quality check (models not rebuilt); 4 no file the source reads (docs/operators.md).
+    """
+    from pipelines import runner
+    from pipelines.ingest import NothingToRead, not_read, stage_files
+    from pipelines.sources.registry import source as ingest_source
+
+    partition = partition_day(day)
+    wh = warehouse(home)
+    patterns = ", ".join(ingest_source(source).patterns)
+    for skipped in not_read(source, path) if path.is_dir() else []:  # a lone file: the error below says it
+        click.echo(click.style(f"warning: {skipped}: not read: source {source} reads {patterns}", fg="yellow"),
+                   err=True)
+    try:
+        staged = stage_files(wh, source, path, partition)
+    except NothingToRead as err:
+        raise ExitError(f"{err}; nothing was ingested", EXIT_NOTHING_READ) from None
+    except OSError as err:
+        raise ExitError(f"staging {path} failed: {err}", EXIT_FAILED) from None
+    step(f"staged {len(staged)} file(s) in {staged[0].parent}")
+    with step_errors(wh, verbose):
+        outcomes = runner.ingest_days(wh, [source], partition, partition, on_step=step)
+    print_outcomes(outcomes, name_assets=False)
+    with wh.connect(read_only=True) as con:
+        reasons = con.execute(
+            "select reason, count(*) from ops.quarantine where ingest_source = ? and partition_date = ? "
+            "group by reason order by 2 desc limit 10",
+            [source, partition],
+        ).fetchall()
+    for reason, n in reasons:
+        click.echo(f"      quarantined {n:>6,}: {reason}")
+    if not any(o.metadata.get("files_read") for o in outcomes):
+        raise ExitError(f"no file of {staged[0].parent} was read (source {source} reads {patterns})",
+                        EXIT_NOTHING_READ)
+    if any(o.checks_failed for o in outcomes):
+        raise ExitError(
+            f"the batch of {source} for {partition} failed its blocking data-quality check: models not rebuilt. "
+            "Fix the input and ingest again, or run `gpupool build` to rebuild anyway (bad records stay in "
+            "ops.quarantine).", EXIT_BLOCKED)
+    if not no_build:
+        with step_errors(wh, verbose):
+            runner.build_models(wh, on_step=step)
+
+
+@click.command("build")
+@HOME_OPTION
+@VERBOSE_OPTION
+def build(home: Path | None, verbose: bool) -> None:
+    """Rebuild staging, marts and the metrics views from what is loaded.
+
+    Exit codes: 0 built; 1 a model failed (the message names it and carries DuckDB's error).
+    """
+    from pipelines import runner
+
+    wh = warehouse(home)
+    with step_errors(wh, verbose):
+        runner.build_models(wh, on_step=step)
+
+
+@click.command("sources")
+def sources() -> None:
+    """List the ingest sources and the files each reads."""
+    for src in SOURCES.values():
+        click.echo(f"{src.name:<18} {', '.join(src.patterns):<28} {src.description}")

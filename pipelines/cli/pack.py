@@ -1,0 +1,30 @@
+"""`gpupool pack`: build the monthly review pack."""
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import click
+
+from pipelines.cli.common import HOME_OPTION, step, warehouse
+
+
+@click.command()
+@HOME_OPTION
+@click.option("--month", required=True, help="Month of the pack, YYYY-MM.")
+@click.option("--lang", type=click.Choice(["en", "zh"]), default="en", show_default=True, help="Language of the pack.")
+def pack(home: Path | None, month: str, lang: str) -> None:
+    """The monthly review pack (HTML, PDF, PNG charts, CSV/Parquet appendix) from the metrics views,
+    kept under <home>/packs/YYYY-MM/<version>/ and listed in the warehouse's ops.review_packs (docs/pack.md)."""
+    from pipelines.pack.build import build_pack
+
+    try:
+        first = dt.datetime.strptime(month, "%Y-%m").date()
+    except ValueError:
+        raise click.BadParameter(f"{month!r}: expected YYYY-MM", param_hint="--month") from None
+    try:
+        out = build_pack(warehouse(home), first, lang)
+    except FileNotFoundError as err:
+        raise click.ClickException(str(err)) from None
+    step(f"review pack {month} ({lang}) in {out}")
+    click.echo(f"  {out / 'pack.html'}\n  {out / 'pack.pdf'}")

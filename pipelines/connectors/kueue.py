@@ -1,0 +1,209 @@
+"""Kueue Workload state into the landing zone.
+
+`KueueClient` lists Workloads through the official client
+(`CustomObjectsApi.list_cluster_custom_object("kueue.x-k8s.io", <version>, "workloads")`, or per
+configured namespace, paged) and the Pods Kueue started (label `kueue.x-k8s.io/podset`, for their
+nodes); `RecordedKueue` reads the same two documents recorded in a folder. `land_snapshot` merges a
+snapshot into the day's `landing/kueue/<day>/workloads.json` (one copy of each Workload per
+attempt-state seen that day, the latest; see `pipelines.sources.kueue_objects.attempt_state`) and
+`pods.json` (each pod once, its latest copy), so a Workload that ends and is deleted between two
+snapshots keeps what an earlier one saw. The Dagster resource is `pipelines.resources.kueue.KueueState`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fcntl
+import json
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import kubernetes.client as k8s
+
+from pipelines.connectors.kubernetes import KubernetesAnswerError, KubernetesConfig, api_client
+from pipelines.sources.kueue_objects import GROUP, attempt_state
+
+KUEUE_SOURCE = "kueue"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A WorkloadList and a PodList, as the API returned them."""
+
+    workloads: dict
+    pods: dict | None
+
+
+class KueueSource(Protocol):
+    def snapshot(self, day: dt.date) -> Snapshot: ...
+
+
+class KueueClient:
+    """Live: Workloads and Kueue's pods through the official client (CustomObjectsApi, CoreV1Api)."""
+
+    def __init__(self, config: KubernetesConfig, custom: k8s.CustomObjectsApi, core: k8s.CoreV1Api):
+        self.config = config
+        self.custom = custom
+        self.core = core
+
+    @classmethod
+    def from_config(cls, config: KubernetesConfig) -> KueueClient:
+        client = api_client(config)
+        return cls(config, k8s.CustomObjectsApi(client), k8s.CoreV1Api(client))
+
+    def snapshot(self, day: dt.date) -> Snapshot:
+        return Snapshot(self.workloads(), self.pods())
+
+    def workloads(self) -> dict:
+        """The WorkloadList of the cluster (or of the configured namespaces), every page."""
+        cfg = self.config
+
+        def page(namespace: str | None, token: str | None) -> dict:
+            kwargs = {"limit": cfg.page_size, "_request_timeout": cfg.request_timeout_s}
+            if token:
+                kwargs["_continue"] = token
+            if namespace is None:
+                return self.custom.list_cluster_custom_object(GROUP, cfg.kueue_version, "workloads", **kwargs)
+            return self.custom.list_namespaced_custom_object(
+                GROUP, cfg.kueue_version, namespace, "workloads", **kwargs
+            )
+
+        return _all_pages(page, cfg.namespaces, "WorkloadList", f"{GROUP}/{cfg.kueue_version}")
+
+    def pods(self) -> dict:
+        """The PodList of the pods Kueue started (by label), as JSON."""
+        cfg = self.config
+
+        def page(namespace: str | None, token: str | None) -> dict:
+            kwargs = {
+                "label_selector": cfg.pod_label_selector,
+                "limit": cfg.page_size,
+                "_request_timeout": cfg.request_timeout_s,
+                "_preload_content": False,
+            }
+            if token:
+                kwargs["_continue"] = token
+            if namespace is None:
+                response = self.core.list_pod_for_all_namespaces(**kwargs)
+            else:
+                response = self.core.list_namespaced_pod(namespace, **kwargs)
+            return json.loads(response.data)  # the API's own JSON, not the client's Python models
+
+        return _all_pages(page, cfg.namespaces, "PodList", "v1")
+
+
+def _all_pages(
+    page: Callable[[str | None, str | None], dict], namespaces: list[str], kind: str, api_version: str
+) -> dict:
+    items: list = []
+    metadata: dict = {}
+    for namespace in namespaces or [None]:
+        token = None
+        while True:
+            doc = page(namespace, token)
+            if not isinstance(doc, dict) or not isinstance(doc.get("items"), list):
+                where = namespace or "all namespaces"
+                raise KubernetesAnswerError(f"listing {kind} in {where}: the answer has no 'items' list")
+            items += doc["items"]
+            metadata = metadata or {k: v for k, v in (doc.get("metadata") or {}).items() if k != "continue"}
+            token = (doc.get("metadata") or {}).get("continue")
+            if not token:
+                break
+    return {"apiVersion": api_version, "kind": kind, "metadata": metadata, "items": items}
+
+
+class RecordedKueue:
+    """Offline: `<folder>/<day>/workloads.json` (a WorkloadList) and, optionally, `pods.json` (a PodList)."""
+
+    def __init__(self, folder: Path):
+        self.folder = Path(folder)
+
+    def snapshot(self, day: dt.date) -> Snapshot:
+        day_dir = self.folder / day.isoformat()
+        workloads = day_dir / "workloads.json"
+        if not workloads.is_file():
+            raise FileNotFoundError(f"{workloads}: no recorded Kueue Workloads for {day}")
+        pods = day_dir / "pods.json"
+        return Snapshot(_read_json(workloads), _read_json(pods) if pods.is_file() else None)
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        doc = json.loads(path.read_bytes())
+    except ValueError as error:
+        raise KubernetesAnswerError(f"{path}: not JSON: {error}") from None
+    if not isinstance(doc, dict):
+        raise KubernetesAnswerError(f"{path}: expected a JSON object (a List)")
+    return doc
+
+
+def merge_workloads(existing: dict | None, new: dict) -> dict:
+    """The day's WorkloadList after a snapshot: one copy per (uid, evictions, evicted now), the latest;
+    copies in the order their states were first seen; unreadable items kept (ingest quarantines them)."""
+    merged: dict[object, dict] = {}
+    for doc in (existing, new):
+        for item in (doc or {}).get("items") or []:
+            uid, evictions, evicted = attempt_state(item)
+            key = (uid, evictions, evicted) if uid else ("unreadable", json.dumps(item, sort_keys=True))
+            merged[key] = item  # replacing keeps the first-seen position
+    base = new if new.get("kind") == "WorkloadList" else (existing or new)
+    return {
+        "apiVersion": base.get("apiVersion"),
+        "kind": "WorkloadList",
+        "metadata": new.get("metadata") or {},
+        "items": list(merged.values()),
+    }
+
+
+def merge_pods(existing: dict | None, new: dict | None) -> dict | None:
+    """The day's PodList: each pod (by uid) once, its latest copy."""
+    if new is None:
+        return existing
+    merged: dict[str, dict] = {}
+    for doc in (existing, new):
+        for item in (doc or {}).get("items") or []:
+            uid = ((item or {}).get("metadata") or {}).get("uid") if isinstance(item, dict) else None
+            merged[str(uid) if uid else json.dumps(item, sort_keys=True)] = item
+    return {
+        "apiVersion": "v1",
+        "kind": "PodList",
+        "metadata": new.get("metadata") or {},
+        "items": list(merged.values()),
+    }
+
+
+@contextmanager
+def _folder_lock(folder: Path) -> Iterator[None]:
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _write_atomic(path: Path, doc: dict) -> None:
+    temp = path.with_name(f".{path.name}.partial")
+    temp.write_text(json.dumps(doc, separators=(",", ":")) + "\n", encoding="utf-8")
+    os.replace(temp, path)
+
+
+def land_snapshot(landing: Path, day: dt.date, snapshot: Snapshot) -> list[Path]:
+    """Merge a snapshot into landing/kueue/<day>/workloads.json and pods.json (atomic replace, locked)."""
+    folder = Path(landing) / KUEUE_SOURCE / day.isoformat()
+    with _folder_lock(folder):
+        workloads_path, pods_path = folder / "workloads.json", folder / "pods.json"
+        old = _read_json(workloads_path) if workloads_path.is_file() else None
+        _write_atomic(workloads_path, merge_workloads(old, snapshot.workloads))
+        paths = [workloads_path]
+        pods = merge_pods(_read_json(pods_path) if pods_path.is_file() else None, snapshot.pods)
+        if pods is not None:
+            _write_atomic(pods_path, pods)
+            paths.append(pods_path)
+    return paths
+

@@ -1,0 +1,54 @@
+"""The reclaim loop wired from gpupool.yml: the enforcers of the engines it names, the outbox, and
+one governance tick with them (what the `idle_reclaim` sensor runs through GovernanceResource)."""
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from pathlib import Path
+
+from pipelines.config import section
+from pipelines.connectors.allocator import AllocatorClient, AllocatorConfig
+from pipelines.connectors.kubernetes import KubernetesConfig
+from pipelines.connectors.slurm import SlurmConfig
+from pipelines.enforcement.allocator import AllocatorEnforcer
+from pipelines.enforcement.base import ActionLedger, Enforcer
+from pipelines.enforcement.kueue import KueueEnforcer
+from pipelines.enforcement.slurm import SlurmEnforcer
+from pipelines.governance.outbox import Outbox
+from pipelines.governance.tick import TickReport, governance_tick
+from pipelines.policies.catalog import PolicyCatalog
+
+log = logging.getLogger(__name__)
+SENSOR_WRITER = "sensor"
+
+
+def build_enforcers(config_file: Path, allocator: AllocatorConfig, landing: Path,
+                    ledgers: Path) -> dict[str, Enforcer]:
+    """The built-in allocator's, plus Slurm's and Kueue's when `config_file` configures them: actions
+    on work those engines hold (findings of the daily record) go through the same interface. Their
+    ledgers live in `ledgers` (the outbox's folder)."""
+    out: dict[str, Enforcer] = {"allocator": AllocatorEnforcer.from_config(allocator)}
+    slurm = section("slurm", SlurmConfig, config_file)
+    if slurm is not None:
+        out["slurm"] = SlurmEnforcer(ActionLedger(ledgers / "slurm-ledger.db", landing, "slurm"), slurm)
+    kubernetes = section("kubernetes", KubernetesConfig, config_file)
+    if kubernetes is not None:
+        try:
+            out["kueue"] = KueueEnforcer(ActionLedger(ledgers / "kueue-ledger.db", landing, "kueue"), kubernetes)
+        except Exception as exc:  # noqa: BLE001 - no API client: Kueue's actions wait, the others go
+            log.warning("Kueue enforcement unavailable (%s); its actions stay queued in the outbox", exc)
+    return out
+
+
+def run_governance_tick(now: dt.datetime, *, config_file: Path, allocator: AllocatorConfig, landing: Path,
+                        catalog: PolicyCatalog, outbox_path: Path, lookback: dt.timedelta | None) -> TickReport:
+    """One governance tick at `now`: the outbox at `outbox_path` (writer `sensor`), the allocator's
+    client and every configured enforcer, closed again after."""
+    outbox = Outbox(outbox_path, landing, writer=SENSOR_WRITER)
+    try:
+        return governance_tick(
+            now, landing=landing, catalog=catalog, outbox=outbox, client=AllocatorClient.from_config(allocator),
+            enforcers=build_enforcers(config_file, allocator, landing, outbox_path.parent), lookback=lookback,
+        )
+    finally:
+        outbox.close()

@@ -1,0 +1,48 @@
+"""Slurm accounting as a Dagster resource: live (sacct / slurmrestd) or offline (recorded outputs)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import dagster as dg
+from pydantic import Field
+
+from pipelines.connectors.slurm import (
+    AccountingClient,
+    LiveAccounting,
+    OfflineAccounting,
+    SlurmConfig,
+    land,
+    load_slurm_config,
+)
+
+
+class SlurmAccounting(dg.ConfigurableResource):
+    """Slurm accounting for a day, into the landing zone.
+
+    Live (default): sacct on this host and/or slurmrestd, per the `slurm:` section of the
+    configuration file (`config_file`, else $GPUPOOL_CONFIG, else ./gpupool.yml; defaults without
+    one). Offline: `offline_dir` holds recorded outputs, `<offline_dir>/<day>/sacct.txt`,
+    `sacct.json`, `slurmrestd.json`.
+    """
+
+    offline_dir: str = Field("", description=(
+        "Recorded outputs to read instead of the live cluster (<dir>/<day>/sacct.txt, sacct.json, "
+        "slurmrestd.json). Empty: live."))
+    config_file: str = Field("", description=(
+        "The connector configuration (gpupool.yml). Empty: $GPUPOOL_CONFIG, else ./gpupool.yml; the code "
+        "location binds it to EnvVar GPUPOOL_CONFIG when that is set. Secrets stay in the environment, "
+        "named in the file as ${VAR}."))
+
+    def settings(self) -> SlurmConfig:
+        return load_slurm_config(Path(self.config_file) if self.config_file else None)
+
+    def client(self) -> AccountingClient:
+        if self.offline_dir:
+            return OfflineAccounting(Path(self.offline_dir))
+        return LiveAccounting(self.settings())
+
+    def land_day(self, landing: Path, day: dt.date) -> list[Path]:
+        """Fetch the day and write it under `landing` (the warehouse's landing zone)."""
+        return land(landing, day, self.client().fetch(day))
