@@ -8,6 +8,8 @@ with fit as (
   from metrics.quota_fit
 ),
 
+-- need and idle quota are differences of float sums: below 1e-9 GPU-hours they are rounding residue, not
+-- an hour of need or of idle quota (counting them made matched_hours depend on summation order)
 hourly as (
   select
     tenant,
@@ -25,14 +27,14 @@ starved as (
   select h.tenant, h.gpu_model, h.hour_at, h.hour_hours, h.need_gpu_hours
   from hourly h
   join fit f using (tenant, gpu_model)
-  where f.is_starved and h.need_gpu_hours > 0
+  where f.is_starved and h.need_gpu_hours > 1e-9
 ),
 
 donors as (
   select h.tenant, h.gpu_model, h.hour_at, h.idle_quota_gpu_hours
   from hourly h
   join fit f using (tenant, gpu_model)
-  where f.is_donor and h.idle_quota_gpu_hours > 0
+  where f.is_donor and h.idle_quota_gpu_hours > 1e-9
 ),
 
 starved_totals as (
