@@ -3,7 +3,7 @@
 -- or after its start and before its end: a minute is its own when every sample of the minute is
 -- (the minute it began, sampled before it began, belongs to whoever held the GPU then)
 with segments as (
-  select * from marts.fct_allocation_segments where gpu is not null
+  select * from {{ ref('fct_allocation_segments') }} where gpu is not null
 ),
 
 activity as (
@@ -23,7 +23,7 @@ activity as (
     k8s_pod,
     hpc_jobs,
     k8s_pods
-  from marts.fct_gpu_activity
+  from {{ ref('fct_gpu_activity') }}
 ),
 
 final as (

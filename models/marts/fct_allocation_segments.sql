@@ -8,12 +8,12 @@ with allocations as (
     fraction,
     started_at,
     effective_ended_at
-  from marts.fct_allocations
+  from {{ ref('fct_allocations') }}
   where effective_ended_at > started_at
 ),
 
 days as (
-  select day, day_start_at from marts.dim_days
+  select day, day_start_at from {{ ref('dim_days') }}
 ),
 
 final as (

@@ -15,12 +15,12 @@ with activity as (
     pcie_rx_bytes,
     nvlink_tx_bytes,
     nvlink_rx_bytes
-  from marts.fct_gpu_activity
+  from {{ ref('fct_gpu_activity') }}
 ),
 
 gpus as (
   select host, gpu, max(gpu_model) as gpu_model
-  from marts.dim_gpus
+  from {{ ref('dim_gpus') }}
   group by host, gpu
 ),
 

@@ -1,31 +1,31 @@
 -- pending demand per GPU model and request size against the model's free capacity, per UTC day,
 -- and the attempts of that size whose measured use fits a smaller request
 with causes as (
-  select * from marts.fct_wait_causes
+  select * from {{ ref('fct_wait_causes') }}
 ),
 
 segments as (
-  select * from marts.fct_pool_free_segments
+  select * from {{ ref('fct_pool_free_segments') }}
 ),
 
 usage as (
-  select * from marts.fct_allocation_usage
+  select * from {{ ref('fct_allocation_usage') }}
 ),
 
 jobs as (
-  select * from marts.dim_jobs
+  select * from {{ ref('dim_jobs') }}
 ),
 
 gpus as (
-  select * from marts.dim_gpus
+  select * from {{ ref('dim_gpus') }}
 ),
 
 gpu_models as (
-  select * from seeds.gpu_models
+  select * from {{ ref('gpu_models') }}
 ),
 
 days as (
-  select * from marts.dim_days
+  select * from {{ ref('dim_days') }}
 ),
 
 as_of as (
