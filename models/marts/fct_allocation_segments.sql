@@ -1,4 +1,6 @@
 -- an allocation crossing midnight counts in both days: cut it at each UTC midnight
+-- (event_time: a day-by-day model reads only the batch's day)
+{{ config(event_time='day') }}
 with allocations as (
   select
     allocation_id,
