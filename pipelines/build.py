@@ -12,8 +12,8 @@ Microbatch models (marts.fct_gpu_activity and the marts built from it day by day
 --event-time-start/--event-time-end, never dbt's default of every day from their `begin` or of
 today only: on a full refresh, or when one of them does not exist yet, the UTC days of
 raw.dcgm_samples' sampled_at;
-otherwise the days whose lake partitions (lake/dcgm_samples/date=D/) changed since the last
-successful build, or the last day of data when none did.
+otherwise the days of every partition ingested since the last successful build began (ops.ingest_log,
+any source: a re-ingested old day rebuilds that day), or the last day of data when none was.
 """
 from __future__ import annotations
 
@@ -37,7 +37,6 @@ Step = Callable[[str], None]
 
 _MANIFESTS: dict[Path, tuple[int, Manifest]] = {}  # project -> (its latest file change, manifest)
 _LAST_BUILD = "last-build"  # under <home>/dbt/: its mtime is when the last successful build started
-_SAMPLES_LAKE = "dcgm_samples"
 
 
 class BuildError(RuntimeError):
@@ -196,12 +195,11 @@ def _event_time_window(con: duckdb.DuckDBPyConnection, warehouse: Warehouse, mic
     stamp = warehouse.home / "dbt" / _LAST_BUILD
     if full_refresh or not set(microbatch) <= tables or not stamp.exists():
         return first, last + dt.timedelta(days=1)
-    since = stamp.stat().st_mtime
-    changed = sorted(
-        dt.date.fromisoformat(d.name.removeprefix("date="))
-        for d in (warehouse.lake / _SAMPLES_LAKE).glob("date=*")
-        if d.stat().st_mtime >= since or any(f.stat().st_mtime >= since for f in d.glob("ingest=*"))
-    )
-    if not changed:
+    since = dt.datetime.fromtimestamp(stamp.stat().st_mtime, dt.UTC).replace(tzinfo=None)
+    # every source's partitions ingested (or re-ingested) since the last successful build began
+    changed_first, changed_last = con.execute(
+        "select min(partition_date), max(partition_date) from ops.ingest_log where finished_at >= ?", [since]
+    ).fetchone()
+    if changed_first is None:
         return last, last + dt.timedelta(days=1)
-    return changed[0], changed[-1] + dt.timedelta(days=1)
+    return changed_first, changed_last + dt.timedelta(days=1)
