@@ -1,10 +1,18 @@
-"""The metric catalog (models/catalog/) and the models' sidecar documentation, as dataclasses.
+"""The metric catalog (models/catalog/) and the models' documentation (dbt properties), as dataclasses.
 
 The catalog names every metric once: its group, labels in English and Chinese, formula, unit,
 grain and the metrics view column that holds it. It is one catalog in several files: version.yml
-(the catalog version) and one `<group>.yml` per group, read in GROUPS order. Each SQL model has a sidecar `<name>.yml` that
-states its grain and describes every column; `documentation_gaps` compares them with the built
-warehouse so an undocumented column fails a test or an asset check.
+(the catalog version) and one `<group>.yml` per group, read in GROUPS order.
+
+The models are documented in dbt's properties files, one per layer (models/<layer>/_models.yml,
+models/seeds/_seeds.yml): each model's description, `config.meta.grain` and every column. They are
+read here as YAML, not through `dbt parse`: the same files dbt reads, in milliseconds, with no
+profile, packages or warehouse (tests/models/test_catalog.py checks that dbt's manifest agrees).
+A column carrying a catalog metric is described by the docs block `metric_<name>`, which `gpupool
+dictionary` writes from the catalog (models/metrics/_catalog_docs.md), and its view lists the
+metrics it carries in `config.meta.metrics`: dbt docs then show each metric's definition and labels
+on its view. `catalog_mismatches` compares all of it with a built warehouse, so an undocumented
+column fails a test or the asset check catalog_matches_models.
 """
 from __future__ import annotations
 
@@ -21,6 +29,9 @@ CATALOG_DIR = MODELS_DIR / "catalog"
 GROUPS = ("resource", "task", "governance")  # also the catalog's files, <group>.yml, in this order
 METRIC_TYPES = ("simple", "ratio", "derived")
 MODEL_LAYERS = ("staging", "marts", "metrics")
+PROPERTIES = {"seeds": "_seeds.yml", "staging": "_models.yml", "marts": "_models.yml", "metrics": "_models.yml"}
+_DOCS_BLOCK = re.compile(r"{%-?\s*docs\s+(\w+)\s*-?%}(.*?){%-?\s*enddocs\s*-?%}", re.DOTALL)
+_DOC_REF = re.compile(r"^{{\s*doc\(\s*['\"](\w+)['\"]\s*\)\s*}}$")
 _VERSION = re.compile(r"^\d+\.\d+\.\d+$")
 _METRIC_FIELDS = (
     "name", "group", "label_en", "label_zh", "description", "type", "grain", "unit",
@@ -29,7 +40,7 @@ _METRIC_FIELDS = (
 
 
 class CatalogError(ValueError):
-    """The catalog or a sidecar is malformed; the message names the file and the entry."""
+    """The catalog or a properties file is malformed; the message names the file and the entry."""
 
 
 @dataclass(frozen=True)
@@ -87,7 +98,8 @@ class Catalog:
 class ColumnDoc:
     name: str
     description: str
-    type: str | None = None  # seeds declare types; SQL models take them from the SQL
+    type: str | None = None  # seeds declare types (config.column_types); SQL models take them from the SQL
+    doc: str | None = None  # the docs block its description is, e.g. metric_allocated_gpu_hours
 
 
 @dataclass(frozen=True)
@@ -97,7 +109,8 @@ class ModelDoc:
     grain: str
     description: str
     columns: tuple[ColumnDoc, ...]
-    path: Path
+    path: Path  # its properties file
+    metrics: tuple[str, ...] = ()  # config.meta.metrics: the catalog metrics a metrics view carries
 
     @property
     def column_names(self) -> list[str]:
@@ -189,46 +202,128 @@ def load_catalog(catalog_dir: Path = CATALOG_DIR) -> Catalog:
     return Catalog(version=version, metrics=tuple(metrics), unavailable=tuple(unavailable))
 
 
-def load_model_doc(sidecar: Path, layer: str) -> ModelDoc:
-    """Read one sidecar: grain, description and every column's description."""
-    if not sidecar.exists():
-        raise CatalogError(f"{sidecar}: sidecar missing; every model documents its grain and columns")
-    doc = yaml.safe_load(sidecar.read_text()) or {}
-    where = str(sidecar)
-    columns = doc.get("columns")
-    if not isinstance(columns, list) or not columns:
-        raise CatalogError(f"{where}: columns must be a non-empty list")
-    parsed = tuple(
-        ColumnDoc(
-            name=_text(f"{where}: column #{i + 1}", c, "name"),
-            description=_text(f"{where}: column {c.get('name', i + 1)}", c, "description"),
-            type=c.get("type"),
-        )
-        for i, c in enumerate(columns)
-    )
-    names = [c.name for c in parsed]
-    duplicated = sorted({n for n in names if names.count(n) > 1})
-    if duplicated:
-        raise CatalogError(f"{where}: columns described twice: {duplicated}")
-    return ModelDoc(
-        name=sidecar.stem,
-        layer=layer,
-        grain=_text(where, doc, "grain"),
-        description=_text(where, doc, "description"),
-        columns=parsed,
-        path=sidecar,
-    )
+def doc_blocks(models_dir: Path = MODELS_DIR) -> dict[str, str]:
+    """dbt docs blocks (`{% docs name %}...{% enddocs %}` in the layers' .md files), name -> text."""
+    blocks: dict[str, str] = {}
+    for layer in ("seeds", *MODEL_LAYERS):
+        for md in sorted((models_dir / layer).rglob("*.md")):
+            for name, body in _DOCS_BLOCK.findall(md.read_text()):
+                if name in blocks:
+                    raise CatalogError(f"{md}: docs block {name!r} is defined twice")
+                blocks[name] = body.strip()
+    return blocks
+
+
+def _described(where: str, entry: dict, blocks: dict[str, str]) -> tuple[str, str | None]:
+    """(description, docs block name): a description that is `{{ doc('name') }}` reads the block."""
+    text = _text(where, entry, "description")
+    ref = _DOC_REF.match(text)
+    if ref:
+        if ref[1] not in blocks:
+            raise CatalogError(f"{where}: description refers to docs block {ref[1]!r}, which no .md file defines")
+        return blocks[ref[1]], ref[1]
+    if "{{" in text or "{%" in text:
+        raise CatalogError(f"{where}: a description is plain text or exactly {{{{ doc('<block>') }}}}")
+    return text, None
+
+
+def load_properties(path: Path, layer: str, blocks: dict[str, str]) -> list[ModelDoc]:
+    """The models (or seeds) of one dbt properties file: description, meta.grain, meta.metrics, columns."""
+    if not path.exists():
+        raise CatalogError(f"{path}: properties file missing; every model documents its grain and columns")
+    entries = (yaml.safe_load(path.read_text()) or {}).get("seeds" if layer == "seeds" else "models")
+    if not isinstance(entries, list):
+        raise CatalogError(f"{path}: expected a list under {'seeds' if layer == 'seeds' else 'models'}")
+    out = []
+    for entry in entries:
+        where = f"{path}: {entry.get('name', '?')}"
+        config = entry.get("config") or {}
+        meta = config.get("meta") or {}
+        columns = entry.get("columns")
+        if not isinstance(columns, list) or not columns:
+            raise CatalogError(f"{where}: columns must be a non-empty list")
+        types = config.get("column_types") or {}
+        parsed = []
+        for i, c in enumerate(columns):
+            name = _text(f"{where}: column #{i + 1}", c, "name")
+            description, block = _described(f"{where}: column {name}", c, blocks)
+            parsed.append(ColumnDoc(name=name, description=description, type=types.get(name), doc=block))
+        names = [c.name for c in parsed]
+        duplicated = sorted({n for n in names if names.count(n) > 1})
+        if duplicated:
+            raise CatalogError(f"{where}: columns described twice: {duplicated}")
+        metrics = meta.get("metrics") or []
+        if not isinstance(metrics, list):
+            raise CatalogError(f"{where}: meta.metrics must be a list of catalog metric names")
+        out.append(ModelDoc(
+            name=_text(where, entry, "name"),
+            layer=layer,
+            grain=_text(f"{where}: config.meta", meta, "grain"),
+            description=_described(where, entry, blocks)[0],
+            columns=tuple(parsed),
+            path=path,
+            metrics=tuple(str(m) for m in metrics),
+        ))
+    return out
+
+
+def model_files(folder: Path, layer: str) -> list[Path]:
+    """A layer's seeds (*.csv) or models (*.sql, and dbt Python models *.py)."""
+    patterns = ("*.csv",) if layer == "seeds" else ("*.sql", "*.py")
+    return sorted(f for pattern in patterns for f in folder.glob(pattern))
 
 
 def load_model_docs(models_dir: Path = MODELS_DIR) -> dict[str, ModelDoc]:
-    """Sidecars of every seed and SQL model, keyed by schema-qualified name (e.g. marts.dim_jobs)."""
+    """Every seed and SQL model as its properties file documents it, keyed by schema-qualified name
+    (e.g. marts.dim_jobs). A model without properties, or properties without a model, fails."""
+    blocks = doc_blocks(models_dir)
     docs: dict[str, ModelDoc] = {}
-    for csv in sorted((models_dir / "seeds").glob("*.csv")):
-        docs[f"seeds.{csv.stem}"] = load_model_doc(csv.with_suffix(".yml"), "seeds")
-    for layer in MODEL_LAYERS:
-        for sql in sorted((models_dir / layer).glob("*.sql")):
-            docs[f"{layer}.{sql.stem}"] = load_model_doc(sql.with_suffix(".yml"), layer)
+    for layer in ("seeds", *MODEL_LAYERS):
+        folder = models_dir / layer
+        path = folder / PROPERTIES[layer]
+        found = {doc.name: doc for doc in load_properties(path, layer, blocks)}
+        files = {f.stem for f in model_files(folder, layer)}
+        if files - set(found):
+            raise CatalogError(f"{path}: no properties for {sorted(files - set(found))}")
+        if set(found) - files:
+            raise CatalogError(f"{path}: properties for {sorted(set(found) - files)}, which {folder} does not hold")
+        docs.update({f"{layer}.{name}": found[name] for name in sorted(found)})
     return docs
+
+
+def catalog_link_problems(catalog: Catalog, docs: dict[str, ModelDoc]) -> list[str]:
+    """Where the metrics views' properties and the catalog disagree ([] = none): a column carrying a
+    metric has the description `{{ doc('metric_<name>') }}` (the block `gpupool dictionary` writes
+    from the catalog), and each view's `meta.metrics` lists the metrics it carries."""
+    carried: dict[tuple[str, str], str] = {}
+    for m in catalog.metrics:
+        for view, column in m.locations:
+            carried[(view, column)] = m.name
+    problems = []
+    for (view, column), name in sorted(carried.items()):
+        doc = docs.get(view)
+        col = next((c for c in doc.columns if c.name == column), None) if doc else None
+        if col is None:
+            problems.append(f"{view}.{column}: carries metric {name} but is not in {PROPERTIES['metrics']}")
+        elif col.doc != metric_doc_name(name):
+            problems.append(f"{view}.{column}: carries metric {name}; its description must be "
+                            f"\"{{{{ doc('{metric_doc_name(name)}') }}}}\"")
+    for qualified, doc in docs.items():
+        for c in doc.columns:
+            if c.doc and c.doc.startswith("metric_") and carried.get((qualified, c.name)) != c.doc[len("metric_"):]:
+                problems.append(f"{qualified}.{c.name}: describes itself as {c.doc} but the catalog does not "
+                                "place that metric here")
+        expected = sorted({name for (view, _), name in carried.items() if view == qualified})
+        if doc.layer == "metrics" and sorted(doc.metrics) != expected:
+            problems.append(f"{qualified}: meta.metrics is {sorted(doc.metrics)}, the catalog places {expected} here")
+        elif doc.layer != "metrics" and doc.metrics:
+            problems.append(f"{qualified}: meta.metrics is for the metrics views only")
+    return problems
+
+
+def metric_doc_name(metric: str) -> str:
+    """The dbt docs block that holds a catalog metric's definition."""
+    return f"metric_{metric}"
 
 
 def documentation_gaps(con: duckdb.DuckDBPyConnection, models_dir: Path = MODELS_DIR) -> list[str]:
@@ -249,10 +344,10 @@ def documentation_gaps(con: duckdb.DuckDBPyConnection, models_dir: Path = MODELS
             continue
         for col in built:
             if col not in doc.column_names:
-                gaps.append(f"{qualified}.{col}: undocumented in {doc.path.name}")
+                gaps.append(f"{qualified}.{col}: undocumented in {doc.layer}/{doc.path.name}")
         for col in doc.column_names:
             if col not in built:
-                gaps.append(f"{qualified}.{col}: documented in {doc.path.name} but not produced")
+                gaps.append(f"{qualified}.{col}: documented in {doc.layer}/{doc.path.name} but not produced")
     return gaps
 
 
@@ -271,3 +366,12 @@ def missing_metric_columns(con: duckdb.DuckDBPyConnection, catalog: Catalog) -> 
         for view, column in m.locations
         if (view, column) not in present
     ]
+
+
+def catalog_mismatches(con: duckdb.DuckDBPyConnection, models_dir: Path = MODELS_DIR) -> list[str]:
+    """What the asset check catalog_matches_models fails on ([] = none): documentation gaps against
+    the built warehouse, catalog metrics missing from their views, and catalog links the metrics
+    views' properties lack."""
+    catalog = load_catalog(models_dir / "catalog")
+    return (documentation_gaps(con, models_dir) + missing_metric_columns(con, catalog)
+            + catalog_link_problems(catalog, load_model_docs(models_dir)))

@@ -8,6 +8,7 @@ import os
 import dagster as dg
 
 from pipelines.assets import capacity, connectors, ingest, marts, pack, reclaim, scrape
+from pipelines.resources.dbt import dbt_resource
 from pipelines.resources.governance import GovernanceResource
 from pipelines.resources.kueue import KueueState
 from pipelines.resources.slurm import SlurmAccounting
@@ -31,6 +32,7 @@ defs = dg.Definitions.merge(
     pack.defs,
     dg.Definitions(resources={
         "warehouse": WarehouseResource(home=from_env("GPUPOOL_HOME")),
+        "dbt": dbt_resource(),
         "telemetry": DcgmScrapeResource(config_file=from_env("GPUPOOL_CONFIG")),
         "slurm": SlurmAccounting(config_file=from_env("GPUPOOL_CONFIG")),
         "kueue": KueueState(config_file=from_env("GPUPOOL_CONFIG")),

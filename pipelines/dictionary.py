@@ -1,31 +1,51 @@
-"""The data dictionary (docs/data-dictionary.md) and the metrics views' column snapshot.
+"""The data dictionary (docs/data-dictionary.md), the metrics views' column snapshot and the
+catalog's dbt docs blocks (models/metrics/_catalog_docs.md).
 
-Both are generated from files only, so CI can check them without a warehouse:
+All three are generated from files only, so CI can check them without a warehouse:
   - raw tables and ops.quarantine: the contracts (models/contracts/*.yml);
-  - seeds, staging, marts, metrics: the models' sidecars (models/<layer>/<name>.yml);
+  - seeds, staging, marts, metrics: the dbt properties files (models/<layer>/_models.yml,
+    models/seeds/_seeds.yml), read as pipelines.catalog.load_model_docs reads them;
   - metrics views: also the catalog metrics (models/catalog/) each one carries;
   - the ops and governance tables the code creates: their DDL and descriptions (pipelines/contracts.py).
 Every schema, table and column comes out in a fixed order. With a built warehouse the column types
-come from its information_schema; without one, from the sidecars where they state them.
+come from its information_schema; without one, from the properties where they state them (seeds).
 
 The snapshot (models/metrics_schema.json: catalog version, view -> columns) freezes the metrics
 views' names and columns: they change only with a catalog version bump.
+
+The docs blocks hold each catalog metric's definition (`metric_<name>`: labels, formula, unit,
+grain, version); the metrics views' columns that carry a metric are described by its block, so
+`dbt docs` shows the catalog's definition on every view without it being written twice.
 """
 from __future__ import annotations
 
 import difflib
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
+import yaml
 
-from pipelines.catalog import Catalog, load_catalog, load_model_docs
+from pipelines.catalog import (
+    MODEL_LAYERS,
+    PROPERTIES,
+    Catalog,
+    CatalogError,
+    Metric,
+    ModelDoc,
+    load_catalog,
+    load_model_docs,
+    metric_doc_name,
+    model_files,
+)
 from pipelines.contracts import TABLES, contracts
 from pipelines.paths import MODELS_DIR, REPO_ROOT
 
 DICTIONARY_PATH = REPO_ROOT / "docs" / "data-dictionary.md"
 SNAPSHOT_PATH = MODELS_DIR / "metrics_schema.json"
+CATALOG_DOCS_PATH = MODELS_DIR / "metrics" / "_catalog_docs.md"
 SCHEMA_ORDER = ("metrics", "marts", "staging", "seeds", "raw", "ops", "governance")
 SCHEMA_PURPOSE = {
     "metrics": "The views every dashboard, review pack and SQL user reads; stable between catalog versions.",
@@ -69,40 +89,45 @@ class Relation:
         return f"{self.schema}.{self.name}"
 
 
-# -- the tables the model build writes from the catalog ----------------------------------------------
-_CATALOG_TABLES: dict[str, dict] = {
-    "metrics.catalog": {
-        "grain": "one row per metric of the catalog",
-        "description": "The metric catalog (models/catalog/*.yml) as a table (written by the model build).",
-        "columns": (
-            ("metric_name", "VARCHAR", "metric name"), ("metric_group", "VARCHAR", "resource | task | governance"),
-            ("label_en", "VARCHAR", "English label"), ("label_zh", "VARCHAR", "Chinese label"),
-            ("description", "VARCHAR", "definition in words"), ("metric_type", "VARCHAR", "simple | ratio | derived"),
-            ("grain", "VARCHAR", "grain of the metric"), ("unit", "VARCHAR", "unit"),
-            ("formula", "VARCHAR", "formula"), ("source_fields", "VARCHAR", "raw fields it is computed from"),
-            ("view_name", "VARCHAR", "metrics view holding it"), ("column_name", "VARCHAR", "column holding it"),
-            ("also_in", "VARCHAR", "other view.column places with the same definition"),
-            ("metric_version", "VARCHAR", "version of the definition"),
-            ("catalog_version", "VARCHAR", "catalog version"),
-        ),
-    },
-    "metrics.catalog_version": {
-        "grain": "one row",
-        "description": "The catalog version the warehouse was built with.",
-        "columns": (
-            ("catalog_version", "VARCHAR", "catalog version"), ("metrics", "INTEGER", "metrics in the catalog"),
-            ("built_at", "TIMESTAMP", "when the models were built, UTC"),
-        ),
-    },
-}
-
-
 # -- collecting ------------------------------------------------------------------------------------
 def _rel(path: Path, models_dir: Path) -> str:
     return "models/" + path.resolve().relative_to(models_dir.resolve()).as_posix()
 
 
-def relations(models_dir: Path = MODELS_DIR) -> list[Relation]:
+_MATERIALIZED = re.compile(r"materialized\s*=\s*['\"](\w+)['\"]")
+_KIND = {"view": "view", "table": "table", "incremental": "table", "seed": "table"}
+
+
+def _kind(doc: ModelDoc, config: dict) -> str:
+    """table or view: the properties' config, else the model's own config() call, else the layer's default."""
+    if doc.layer == "seeds":
+        return "table"
+    materialized = config.get("materialized")
+    if not materialized:
+        source = next(f for f in model_files(doc.path.parent, doc.layer) if f.stem == doc.name)
+        found = _MATERIALIZED.search(source.read_text())
+        materialized = found[1] if found else "view"  # dbt_project.yml: +materialized: view
+    return _KIND[materialized]
+
+
+def _configs(models_dir: Path) -> dict[str, dict]:
+    """schema.model -> its properties' config (for the materialization)."""
+    out = {}
+    for layer in MODEL_LAYERS:
+        doc = yaml.safe_load((models_dir / layer / PROPERTIES[layer]).read_text()) or {}
+        out.update({f"{layer}.{m['name']}": m.get("config") or {} for m in doc.get("models") or []})
+    return out
+
+
+def _column_text(description: str, doc: str | None, metrics: dict[str, Metric]) -> str:
+    """One line: a metric's column reads as the catalog's definition in words."""
+    for m in metrics.values():
+        if doc == metric_doc_name(m.name):
+            return m.description
+    return " ".join(description.split())
+
+
+def relations(models_dir: Path = MODELS_DIR, catalog: Catalog | None = None) -> list[Relation]:
     """Every documented table and view, in dictionary order (schema order, then name)."""
     out: list[Relation] = []
     for c in contracts().values():
@@ -115,16 +140,15 @@ def relations(models_dir: Path = MODELS_DIR) -> list[Relation]:
         if c.table in _LAKE:
             desc += f" Stored as Parquet partitioned by day: {_LAKE[c.table]}."
         out.append(Relation(schema, name, kind, c.grain, desc, tuple(cols), f"models/contracts/{name}.yml"))
-    kinds = {"seeds": "table", "staging": "view", "marts": "table", "metrics": "view"}
+    catalog = catalog or load_catalog(models_dir / "catalog")
+    metrics = {m.name: m for m in catalog.metrics}
+    configs = _configs(models_dir)
     for qualified, doc in load_model_docs(models_dir).items():
         schema, name = qualified.split(".", 1)
-        cols = tuple(Col(c.name, (c.type or "").upper(), " ".join(c.description.split())) for c in doc.columns)
-        out.append(Relation(schema, name, kinds[schema], " ".join(doc.grain.split()),
+        cols = tuple(Col(c.name, (c.type or "").upper(), _column_text(c.description, c.doc, metrics))
+                     for c in doc.columns)
+        out.append(Relation(schema, name, _kind(doc, configs.get(qualified, {})), " ".join(doc.grain.split()),
                             " ".join(doc.description.split()), cols, _rel(doc.path, models_dir)))
-    for qualified, spec in _CATALOG_TABLES.items():
-        schema, name = qualified.split(".", 1)
-        out.append(Relation(schema, name, "table", spec["grain"], spec["description"],
-                            tuple(Col(*c) for c in spec["columns"]), "pipelines/models_runner.py"))
     for t in TABLES.values():
         schema, name = t.table.split(".", 1)
         out.append(Relation(schema, name, "table", t.grain, t.description,
@@ -149,7 +173,7 @@ def render(catalog: Catalog | None = None, types: dict[tuple[str, str, str], str
            models_dir: Path = MODELS_DIR) -> str:
     """The dictionary as Markdown. Deterministic: the same files give the same text."""
     catalog = catalog or load_catalog(models_dir / "catalog")
-    rels = relations(models_dir)
+    rels = relations(models_dir, catalog)
     carried: dict[str, list[tuple[str, object]]] = {}
     for m in catalog.metrics:
         for view, column in m.locations:
@@ -157,8 +181,8 @@ def render(catalog: Catalog | None = None, types: dict[tuple[str, str, str], str
     lines = [
         "# Data dictionary",
         "",
-        ("<!-- Generated by `gpupool dictionary` from the catalog (models/catalog/), the models' sidecars "
-        "(models/<layer>/<name>.yml), the contracts (models/contracts/*.yml) and pipelines/dictionary.py. "
+        ("<!-- Generated by `gpupool dictionary` from the catalog (models/catalog/), the models' dbt properties "
+        "(models/<layer>/_models.yml, models/seeds/_seeds.yml), the contracts (models/contracts/*.yml) and pipelines/dictionary.py. "
         "Do not edit: change those and regenerate; `gpupool dictionary --check` (run in the tests) fails "
         "when this file is stale. -->"),
         "",
@@ -225,10 +249,8 @@ def diff_summary(committed: str, generated: str, path: str, limit: int = 40) -> 
 
 # -- the metrics views' column snapshot -----------------------------------------------------------
 def metrics_columns(models_dir: Path = MODELS_DIR) -> dict[str, list[str]]:
-    """metrics.<view> -> its columns in order, from the sidecars (plus the catalog tables)."""
+    """metrics.<view> -> its columns in order, from the properties."""
     views = {q: doc.column_names for q, doc in load_model_docs(models_dir).items() if q.startswith("metrics.")}
-    for qualified, spec in _CATALOG_TABLES.items():
-        views[qualified] = [c[0] for c in spec["columns"]]
     return dict(sorted(views.items()))
 
 
@@ -267,12 +289,47 @@ def snapshot_problems(committed: dict, current: dict) -> list[str]:
             f"{current['catalog_version']}: run `gpupool dictionary` to regenerate it"), *changes]
 
 
+# -- the catalog's dbt docs blocks -----------------------------------------------------------------
+_JINJA = re.compile(r"{[{%#]")
+
+
+def _metric_block(m: Metric) -> str:
+    fields = (m.label_en, m.label_zh, m.description, m.formula, m.grain, m.unit, *m.source_fields, *m.also_in)
+    if any(_JINJA.search(f) for f in fields):
+        raise CatalogError(f"metric {m.name}: dbt renders docs blocks as Jinja; no '{{{{', '{{%' or '{{#' in its text")
+    places = ", ".join(f"`{view}.{column}`" for view, column in m.locations)
+    return "\n".join([
+        f"{{% docs {metric_doc_name(m.name)} %}}",
+        f"**{m.label_en}** · {m.label_zh} — catalog metric `{m.name}` ({m.group}, {m.type}), version {m.version}",
+        "",
+        m.description,
+        "",
+        f"- formula: `{m.formula}`",
+        f"- unit: {m.unit}",
+        f"- grain: {m.grain}",
+        f"- source fields: {', '.join(f'`{f}`' for f in m.source_fields)}",
+        f"- carried in: {places}",
+        "{% enddocs %}",
+    ])
+
+
+def render_catalog_docs(catalog: Catalog) -> str:
+    """models/metrics/_catalog_docs.md: one dbt docs block per catalog metric, in catalog order."""
+    header = ("{# Generated by `gpupool dictionary` from the catalog (models/catalog/, version "
+              f"{catalog.version}). Do not edit: change the catalog and regenerate; `gpupool dictionary "
+              "--check` fails when this file is stale. The metrics views' columns that carry a metric are "
+              "described by its block (\"{{ doc('metric_<name>') }}\" in models/metrics/_models.yml). #}")
+    return "\n\n".join([header, *(_metric_block(m) for m in catalog.metrics)]) + "\n"
+
+
 @dataclass(frozen=True)
 class Outputs:
     dictionary: str
     snapshot: str
+    catalog_docs: str
 
 
 def generate(models_dir: Path = MODELS_DIR) -> Outputs:
     catalog = load_catalog(models_dir / "catalog")
-    return Outputs(render(catalog, None, models_dir), render_snapshot(snapshot(catalog.version, models_dir)))
+    return Outputs(render(catalog, None, models_dir), render_snapshot(snapshot(catalog.version, models_dir)),
+                   render_catalog_docs(catalog))

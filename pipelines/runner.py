@@ -1,21 +1,21 @@
-"""Run the Dagster assets in process for the CLI: ingest days, build the models."""
+"""For the CLI: run the ingest assets in process for days, and build the models (pipelines/build.py)
+with the build's checks."""
 from __future__ import annotations
 
 import datetime as dt
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import dagster as dg
 
 from pipelines.assets.ingest import asset_name, ingest_assets
-from pipelines.assets.marts import catalog_matches_models, ingest_accounting_balanced, warehouse_models
+from pipelines.assets.marts import catalog_matches_models, ingest_accounting_balanced, load_exemptions
+from pipelines.build import BuildError, ModelBuild, build
 from pipelines.resources.warehouse import WarehouseResource
 from pipelines.warehouse import Warehouse
 
 # The CLI prints its own progress and errors; Dagster's console log would repeat them with stack traces.
-# Errors whose message already names the input and the cause; others get their class name.
-SELF_EXPLAINING_ERRORS = ("ModelBuildError",)
-
 QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 
 
@@ -95,26 +95,37 @@ def ingest_days(
     return outcomes
 
 
-def build_models(warehouse: Warehouse, on_step: Callable[[str], None] = lambda _msg: None) -> list[StepOutcome]:
-    on_step("build models (staging, marts, metrics)")
-    result = dg.materialize(
-        [*ingest_assets, warehouse_models, ingest_accounting_balanced, catalog_matches_models],
-        selection=[warehouse_models],
-        resources={"warehouse": WarehouseResource(home=str(warehouse.home))},
-        run_config=QUIET,
-        raise_on_error=False,
-    )
-    if not result.success:
-        message, detail = _failure(result)
-        raise StepFailed(f"building the models failed: {message}", detail)
-    return _outcomes(result)
+def build_models(warehouse: Warehouse, full_refresh: bool = False,
+                 on_step: Callable[[str], None] = lambda _msg: None) -> list[ModelBuild]:
+    """Build the models (incremental, or everything with `full_refresh`), load the policy exemptions,
+    then run the build's checks: ingest_accounting_balanced warns, catalog_matches_models fails the step."""
+    on_step("build models (seeds, staging, marts, metrics)" + (", full refresh" if full_refresh else ""))
+    try:
+        builds = build(warehouse, full_refresh=full_refresh, on_step=on_step)
+    except BuildError as err:
+        raise StepFailed(str(err), traceback.format_exc()) from None
+    problem = load_exemptions(warehouse)
+    if problem:
+        on_step(f"policy exemptions not loaded, the last loaded are kept: {problem}")
+    resource = WarehouseResource(home=str(warehouse.home))
+    for check in (ingest_accounting_balanced, catalog_matches_models):
+        result = check(warehouse=resource)
+        if result.passed:
+            continue
+        spec = next(iter(check.check_specs))
+        examples = getattr(result.metadata.get("examples"), "value", None) or []
+        found = f": {'; '.join(map(str, examples[:5]))}" if examples else ""
+        message = f"check {spec.name} failed on {spec.asset_key.to_user_string()}{found}"
+        if check is catalog_matches_models:
+            raise StepFailed(f"blocking {message}")
+        on_step(f"warning: {message}")
+    return builds
 
 
 def _failure(result: dg.ExecuteInProcessResult) -> tuple[str, str]:
     """(the cause in words, the full error text). Dagster wraps the op's exception in "Error occurred
     while executing op ...:" with nothing after the colon; the cause is the op's own exception, the
-    first error of the chain that is not Dagster's (a ModelBuildError names the model and carries
-    DuckDB's message)."""
+    first error of the chain that is not Dagster's, prefixed by its class name."""
     for event in result.all_events:
         if event.is_failure and event.step_failure_data and event.step_failure_data.error:
             err = event.step_failure_data.error
@@ -127,9 +138,8 @@ def _failure(result: dg.ExecuteInProcessResult) -> tuple[str, str]:
             qualified, _, rest = message.partition(": ")  # Dagster keeps "module.Class: message"
             if rest and qualified.rsplit(".", 1)[-1] == err.cls_name:
                 message = rest
-            name = err.cls_name or ""
-            if name and name not in SELF_EXPLAINING_ERRORS:
-                message = f"{name}: {message}"
+            if err.cls_name:
+                message = f"{err.cls_name}: {message}"
             return f"{event.step_key}: {message}", detail
     for evaluation in result.get_asset_check_evaluations():
         if not evaluation.passed:

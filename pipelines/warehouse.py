@@ -87,18 +87,26 @@ class Warehouse:
         )
 
     @contextmanager
-    def writer(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """The one writing connection: an exclusive file lock serialises writers across processes."""
+    def writer_lock(self) -> Iterator[None]:
+        """The writers' exclusive file lock, without a connection (the dbt build opens its own)."""
         self.home.mkdir(parents=True, exist_ok=True)
         with open(self._lock_path, "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    @contextmanager
+    def writer(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """The one writing connection: an exclusive file lock serialises writers across processes."""
+        with self.writer_lock():
             con = self.connect(read_only=False)
             try:
                 self.ensure_schema(con)
                 yield con
             finally:
                 con.close()
-                fcntl.flock(lock, fcntl.LOCK_UN)
 
     # -- schema ------------------------------------------------------------------------------
     def ensure_schema(self, con: duckdb.DuckDBPyConnection) -> None:

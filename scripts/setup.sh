@@ -21,3 +21,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ requirements.lock -
     || { echo "Python packages failed to install; see the pip output above." >&2; exit 1; }
   touch "$stamp"
 fi
+# The dbt manifest (models/target/manifest.json) the Dagster code location loads: `dbt parse`, when
+# a file of models/ changed since the last one (pipelines/resources/dbt.py). No network needed.
+.venv/bin/python -c "from pipelines.resources.dbt import prepared_project; prepared_project()" \
+  || { echo "dbt parse of models/ failed; see its output above." >&2; exit 1; }

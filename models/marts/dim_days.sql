@@ -2,13 +2,13 @@
 -- running allocations are clipped at as_of_at and the last day is cut there
 with event_bounds as (
   select min(occurred_at) as first_at, max(occurred_at) as last_at
-  from staging.stg_scheduler__job_events
+  from {{ ref('stg_scheduler__job_events') }}
 ),
 
 telemetry_bounds as (
   -- a sample at minute m stands for the minute [m, m + 1)
   select min(minute_at) as first_at, max(minute_at) + interval 1 minute as last_at
-  from marts.fct_gpu_activity
+  from {{ ref('fct_gpu_activity') }}
 ),
 
 window_bounds as (

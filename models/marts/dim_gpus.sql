@@ -1,9 +1,9 @@
 with inventory as (
-  select * from staging.stg_pool__gpu_inventory
+  select * from {{ ref('stg_pool__gpu_inventory') }}
 ),
 
 gpu_models as (
-  select * from seeds.gpu_models
+  select * from {{ ref('gpu_models') }}
 ),
 
 latest_snapshot as (
@@ -30,7 +30,7 @@ telemetry_minutes as (
     gpu_instance_id,
     min(minute_at) as first_seen_at,
     max(minute_at) + interval 1 minute as last_seen_at
-  from marts.fct_gpu_activity
+  from {{ ref('fct_gpu_activity') }}
   group by host, gpu, gpu_instance_id
 ),
 
@@ -47,7 +47,7 @@ telemetry as (
     m.first_seen_at,
     m.last_seen_at
   from telemetry_minutes m
-  left join staging.stg_dcgm__gpus d
+  left join {{ ref('stg_dcgm__gpus') }} d
     on d.host = m.host
     and d.gpu = m.gpu
     and d.gpu_instance_id is not distinct from m.gpu_instance_id

@@ -1,9 +1,9 @@
 with events as (
-  select * from staging.stg_scheduler__job_events
+  select * from {{ ref('stg_scheduler__job_events') }}
 ),
 
 attempts as (
-  select * from marts.fct_job_attempts
+  select * from {{ ref('fct_job_attempts') }}
 ),
 
 -- job attributes: the earliest event that carries each one (normally the submit)

@@ -1,5 +1,5 @@
 with quotas as (
-  select * from staging.stg_pool__queue_quotas
+  select * from {{ ref('stg_pool__queue_quotas') }}
 ),
 
 latest_snapshot as (

@@ -1,13 +1,13 @@
 -- the inventory and quota snapshots in effect each day, per source: each day uses the latest
 -- snapshot taken before the day ends; days before the first snapshot use the first
 with days as (
-  select day, day_end_at from marts.dim_days
+  select day, day_end_at from {{ ref('dim_days') }}
 ),
 
 snapshots as (
-  select distinct 'gpu_inventory' as snapshot_table, source, snapshot_at from staging.stg_pool__gpu_inventory
+  select distinct 'gpu_inventory' as snapshot_table, source, snapshot_at from {{ ref('stg_pool__gpu_inventory') }}
   union all
-  select distinct 'queue_quotas', source, snapshot_at from staging.stg_pool__queue_quotas
+  select distinct 'queue_quotas', source, snapshot_at from {{ ref('stg_pool__queue_quotas') }}
 ),
 
 final as (

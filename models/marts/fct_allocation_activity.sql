@@ -1,9 +1,12 @@
 -- the telemetry minutes inside each allocation; the equality on (host, gpu, day) keeps the range
 -- join to the few allocations a GPU had that day. An allocation's telemetry is the samples taken at
 -- or after its start and before its end: a minute is its own when every sample of the minute is
--- (the minute it began, sampled before it began, belongs to whoever held the GPU then)
+-- (the minute it began, sampled before it began, belongs to whoever held the GPU then).
+-- Built one UTC day at a time (microbatch on day): segments and activity are both cut at midnight.
+{{ config(materialized='incremental', incremental_strategy='microbatch', event_time='day',
+          batch_size='day', begin='2026-01-01', lookback=0, concurrent_batches=false) }}
 with segments as (
-  select * from marts.fct_allocation_segments where gpu is not null
+  select * from {{ ref('fct_allocation_segments') }} where gpu is not null
 ),
 
 activity as (
@@ -23,7 +26,7 @@ activity as (
     k8s_pod,
     hpc_jobs,
     k8s_pods
-  from marts.fct_gpu_activity
+  from {{ ref('fct_gpu_activity') }}
 ),
 
 final as (

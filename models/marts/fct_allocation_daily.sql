@@ -1,13 +1,13 @@
 with segments as (
-  select * from marts.fct_allocation_segments
+  select * from {{ ref('fct_allocation_segments') }}
 ),
 
 allocations as (
-  select * from marts.fct_allocations
+  select * from {{ ref('fct_allocations') }}
 ),
 
 gpus as (
-  select host, gpu, gpu_instance_id, memory_mib from marts.dim_gpus
+  select host, gpu, gpu_instance_id, memory_mib from {{ ref('dim_gpus') }}
 ),
 
 segment_telemetry as (
@@ -17,7 +17,7 @@ segment_telemetry as (
     count(activity) as telemetry_minutes,
     avg(activity) as mean_activity,
     max(fb_used_mib) as peak_fb_used_mib
-  from marts.fct_allocation_activity
+  from {{ ref('fct_allocation_activity') }}
   group by allocation_id, day
 ),
 
@@ -30,7 +30,7 @@ segment_idle as (
       epoch(least(w.window_end_at, s.segment_end_at) - greatest(w.window_start_at, s.segment_start_at)) / 3600.0
     ) * any_value(s.fraction) as idle_gpu_hours
   from segments s
-  join marts.fct_idle_windows w
+  join {{ ref('fct_idle_windows') }} w
     on w.allocation_id = s.allocation_id
     and w.window_start_at < s.segment_end_at
     and w.window_end_at > s.segment_start_at

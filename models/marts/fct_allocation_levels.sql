@@ -2,12 +2,12 @@
 -- (fct_allocation_steps), cut at midnight
 with levels as (
   select level_scope, tenant, gpu_model, level_start_at, level_end_at, allocated_gpus
-  from marts.fct_allocation_steps
+  from {{ ref('fct_allocation_steps') }}
   where level_scope in ('tenant', 'pool')
 ),
 
 days as (
-  select day, day_start_at from marts.dim_days
+  select day, day_start_at from {{ ref('dim_days') }}
 ),
 
 final as (

@@ -1,4 +1,6 @@
 -- an allocation crossing midnight counts in both days: cut it at each UTC midnight
+-- (event_time: a day-by-day model reads only the batch's day)
+{{ config(event_time='day') }}
 with allocations as (
   select
     allocation_id,
@@ -8,12 +10,12 @@ with allocations as (
     fraction,
     started_at,
     effective_ended_at
-  from marts.fct_allocations
+  from {{ ref('fct_allocations') }}
   where effective_ended_at > started_at
 ),
 
 days as (
-  select day, day_start_at from marts.dim_days
+  select day, day_start_at from {{ ref('dim_days') }}
 ),
 
 final as (

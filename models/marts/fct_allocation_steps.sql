@@ -3,7 +3,7 @@
 -- at midnight, fct_pool_hourly at the hours
 with allocations as (
   select tenant, queue, gpu_model, fraction, started_at, effective_ended_at
-  from marts.fct_allocations
+  from {{ ref('fct_allocations') }}
   where effective_ended_at > started_at
 ),
 

@@ -1,5 +1,5 @@
 with allocations as (
-  select * from marts.fct_allocations
+  select * from {{ ref('fct_allocations') }}
 ),
 
 daily as (
@@ -10,13 +10,13 @@ daily as (
     sum(idle_gpu_hours) as idle_gpu_hours,
     max(peak_fb_used_mib) as peak_fb_used_mib,
     max(memory_mib) as memory_mib
-  from marts.fct_allocation_daily
+  from {{ ref('fct_allocation_daily') }}
   group by allocation_id
 ),
 
 idle as (
   select allocation_id, count(*) as idle_windows
-  from marts.fct_idle_windows
+  from {{ ref('fct_idle_windows') }}
   group by allocation_id
 ),
 
@@ -32,7 +32,7 @@ minute_labels as (
       as is_match,
     list_filter(m.hpc_jobs, lambda j: j <> a.job_id)[1] as other_hpc_job,
     list_filter(m.k8s_pods, lambda p: p <> a.job_id and not starts_with(p, a.job_id || '-'))[1] as other_k8s_pod
-  from marts.fct_allocation_activity m
+  from {{ ref('fct_allocation_activity') }} m
   join allocations a using (allocation_id)
   -- the partial first and last minutes also carry the previous or next holder's labels
   where m.minute_at >= a.started_at

@@ -1,21 +1,21 @@
 with placements as (
-  select * from staging.stg_scheduler__job_gpus
+  select * from {{ ref('stg_scheduler__job_gpus') }}
 ),
 
 attempts as (
-  select * from marts.fct_job_attempts
+  select * from {{ ref('fct_job_attempts') }}
 ),
 
 jobs as (
-  select * from marts.dim_jobs
+  select * from {{ ref('dim_jobs') }}
 ),
 
 gpus as (
-  select * from marts.dim_gpus
+  select * from {{ ref('dim_gpus') }}
 ),
 
 as_of as (
-  select max(as_of_at) as as_of_at from marts.dim_days
+  select max(as_of_at) as as_of_at from {{ ref('dim_days') }}
 ),
 
 -- Slurm may know only a count of GPUs on a host: number such rows so each stays distinct

@@ -1,5 +1,5 @@
 with records as (
-  select * from staging.stg_audit__events
+  select * from {{ ref('stg_audit__events') }}
 ),
 
 -- a Kubernetes request logs one record per stage: keep ResponseComplete, else its latest stage

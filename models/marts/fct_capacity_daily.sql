@@ -1,15 +1,15 @@
 -- capacity is counted per physical GPU: a MIG or time-sliced GPU is one GPU however it is cut
 with days as (
-  select * from marts.dim_days
+  select * from {{ ref('dim_days') }}
 ),
 
 inventory as (
-  select * from staging.stg_pool__gpu_inventory
+  select * from {{ ref('stg_pool__gpu_inventory') }}
 ),
 
 -- the snapshot in effect each day, per source: the latest taken before the day ends, else the first
 snapshot_for_day as (
-  select day, source, snapshot_at from marts.dim_snapshots_in_effect where snapshot_table = 'gpu_inventory'
+  select day, source, snapshot_at from {{ ref('dim_snapshots_in_effect') }} where snapshot_table = 'gpu_inventory'
 ),
 
 physical_gpus as (

@@ -1,11 +1,11 @@
 -- Every enforcement action in the audit log. What an applied reclaim or preemption recovered is
 -- defined once, in marts.fct_reclaim_ledger, and read from there.
 with actions as (
-  select * from marts.fct_audit_events where category = 'enforcement'
+  select * from {{ ref('fct_audit_events') }} where category = 'enforcement'
 ),
 
 ledger as (
-  select * from marts.fct_reclaim_ledger where record_source = 'audit'
+  select * from {{ ref('fct_reclaim_ledger') }} where record_source = 'audit'
 ),
 
 final as (

@@ -2,24 +2,24 @@
 -- what the engine answered. The engine's own word is the audit log; the decision log's answer
 -- line stands in where no audit record carries the key, and any disagreement is flagged.
 with log_lines as (
-  select * from staging.stg_governance__actions
+  select * from {{ ref('stg_governance__actions') }}
 ),
 
 audit_records as (
-  select * from marts.fct_audit_events
+  select * from {{ ref('fct_audit_events') }}
   where action like 'enforcement.%' and idempotency_key is not null
 ),
 
 attempts as (
-  select * from marts.fct_job_attempts
+  select * from {{ ref('fct_job_attempts') }}
 ),
 
 jobs as (
-  select * from marts.dim_jobs
+  select * from {{ ref('dim_jobs') }}
 ),
 
 ledger as (
-  select * from marts.fct_reclaim_ledger
+  select * from {{ ref('fct_reclaim_ledger') }}
 ),
 
 decisions as (

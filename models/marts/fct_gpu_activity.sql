@@ -1,6 +1,8 @@
 -- one row per GPU (or MIG instance) per minute; everything else reads activity from here.
--- Built one UTC day at a time (see the sidecar's build.by_day): a minute never spans two days, so
--- each day aggregates alone, in memory.
+-- Built one UTC day at a time (microbatch on sampled_at): a minute never spans two days, so each
+-- day aggregates alone, in memory.
+{{ config(materialized='incremental', incremental_strategy='microbatch', event_time='minute_at',
+          batch_size='day', begin='2026-01-01', lookback=0, concurrent_batches=false) }}
 with samples as (
   select
     host,
@@ -21,9 +23,7 @@ with samples as (
     k8s_namespace,
     k8s_pod,
     samples
-  from staging.stg_dcgm__samples
-  where sampled_at >= getvariable('batch_start_at')
-    and sampled_at < getvariable('batch_end_at')
+  from {{ ref('stg_dcgm__samples') }}
 ),
 
 per_minute as (

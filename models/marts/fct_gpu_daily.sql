@@ -1,5 +1,8 @@
 -- device-level fields (power, PCIe, NVLink) are per physical GPU even when a MIG GPU repeats them
--- on each instance's series: take the highest per GPU-minute before summing
+-- on each instance's series: take the highest per GPU-minute before summing.
+-- Built one UTC day at a time (microbatch on day): a day's rows read only that day's activity.
+{{ config(materialized='incremental', incremental_strategy='microbatch', event_time='day',
+          batch_size='day', begin='2026-01-01', lookback=0, concurrent_batches=false) }}
 with activity as (
   select
     host,
@@ -15,12 +18,12 @@ with activity as (
     pcie_rx_bytes,
     nvlink_tx_bytes,
     nvlink_rx_bytes
-  from marts.fct_gpu_activity
+  from {{ ref('fct_gpu_activity') }}
 ),
 
 gpus as (
   select host, gpu, max(gpu_model) as gpu_model
-  from marts.dim_gpus
+  from {{ ref('dim_gpus') }}
   group by host, gpu
 ),
 

@@ -1,9 +1,9 @@
 with allocations as (
-  select * from marts.fct_allocations
+  select * from {{ ref('fct_allocations') }}
 ),
 
 policy as (
-  select * from seeds.idle_policy
+  select * from {{ ref('idle_policy') }}
 ),
 
 -- the most specific policy row wins: queue, then template, then default
@@ -32,7 +32,7 @@ idle_minutes as (
     m.minute_at,
     m.activity,
     m.fb_used_mib
-  from marts.fct_allocation_activity m
+  from {{ ref('fct_allocation_activity') }} m
   join resolved_policy r using (allocation_id)
   where m.activity < r.activity_threshold
     and (r.memory_floor_mib is null or coalesce(m.fb_used_mib < r.memory_floor_mib, false))

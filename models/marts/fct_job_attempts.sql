@@ -1,9 +1,9 @@
 with events as (
-  select * from staging.stg_scheduler__job_events
+  select * from {{ ref('stg_scheduler__job_events') }}
 ),
 
 as_of as (
-  select max(as_of_at) as as_of_at from marts.dim_days
+  select max(as_of_at) as as_of_at from {{ ref('dim_days') }}
 ),
 
 attempt_numbers as (

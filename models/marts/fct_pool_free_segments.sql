@@ -1,7 +1,7 @@
 -- free capacity per node and shape over time: the state changes only when an allocation of that
 -- node's shape starts or ends, and at every UTC hour (inventory snapshots and hourly reports)
 with days as (
-  select * from marts.dim_days
+  select * from {{ ref('dim_days') }}
 ),
 
 window_bounds as (
@@ -9,16 +9,16 @@ window_bounds as (
 ),
 
 inventory as (
-  select * from staging.stg_pool__gpu_inventory
+  select * from {{ ref('stg_pool__gpu_inventory') }}
 ),
 
 allocations as (
-  select * from marts.fct_allocations
+  select * from {{ ref('fct_allocations') }}
 ),
 
 -- the snapshot in effect each day, per source: the latest taken before the day ends, else the first
 snapshot_for_day as (
-  select day, source, snapshot_at from marts.dim_snapshots_in_effect where snapshot_table = 'gpu_inventory'
+  select day, source, snapshot_at from {{ ref('dim_snapshots_in_effect') }} where snapshot_table = 'gpu_inventory'
 ),
 
 -- one row per unit (whole GPU, MIG instance, time-slice share) in effect each day; where sources

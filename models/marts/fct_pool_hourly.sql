@@ -3,27 +3,27 @@
 -- cut at the hours, so an hour knows both its GPU-hours and its peak; in-quota and borrowed
 -- GPU-hours are taken moment by moment.
 with days as (
-  select * from marts.dim_days
+  select * from {{ ref('dim_days') }}
 ),
 
 allocations as (
   select allocation_id, queue, gpu_model, fraction, started_at, effective_ended_at
-  from marts.fct_allocations
+  from {{ ref('fct_allocations') }}
   where effective_ended_at > started_at
 ),
 
 quotas as (
-  select day, queue, gpu_model, tenant, quota_gpus from marts.fct_quota_daily
+  select day, queue, gpu_model, tenant, quota_gpus from {{ ref('fct_quota_daily') }}
 ),
 
 capacity as (
   select day, gpu_model, count(*) as capacity_gpus
-  from marts.fct_capacity_daily
+  from {{ ref('fct_capacity_daily') }}
   group by day, gpu_model
 ),
 
 jobs as (
-  select tenant, queue from marts.dim_jobs
+  select tenant, queue from {{ ref('dim_jobs') }}
 ),
 
 -- every hour of the data window; the last one is cut at the data's end
@@ -59,7 +59,7 @@ weeks as (
 -- GPUs held per queue and for the whole model
 held_levels as (
   select level_scope, queue, gpu_model, level_start_at, level_end_at, allocated_gpus
-  from marts.fct_allocation_steps
+  from {{ ref('fct_allocation_steps') }}
   where level_scope in ('queue', 'pool')
 ),
 
@@ -118,7 +118,7 @@ allocation_pieces as (
 
 allocation_hour_activity as (
   select allocation_id, date_trunc('hour', minute_at) as hour_at, avg(activity) as mean_activity
-  from marts.fct_allocation_activity
+  from {{ ref('fct_allocation_activity') }}
   group by allocation_id, date_trunc('hour', minute_at)
 ),
 
@@ -148,7 +148,7 @@ pending_queue_hourly as (
     hour_at,
     sum(waited_gpu_hours) as pending_gpu_hours,
     coalesce(sum(waited_gpu_hours) filter (where cause = 'quota_bound'), 0) as quota_bound_gpu_hours
-  from marts.fct_wait_causes
+  from {{ ref('fct_wait_causes') }}
   group by queue, gpu_model, hour_at
 ),
 

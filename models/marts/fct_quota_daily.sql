@@ -1,14 +1,14 @@
 with days as (
-  select * from marts.dim_days
+  select * from {{ ref('dim_days') }}
 ),
 
 quotas as (
-  select * from staging.stg_pool__queue_quotas
+  select * from {{ ref('stg_pool__queue_quotas') }}
 ),
 
 -- the snapshot in effect each day, per source: the latest taken before the day ends, else the first
 snapshot_for_day as (
-  select day, source, snapshot_at from marts.dim_snapshots_in_effect where snapshot_table = 'queue_quotas'
+  select day, source, snapshot_at from {{ ref('dim_snapshots_in_effect') }} where snapshot_table = 'queue_quotas'
 ),
 
 in_effect as (

@@ -3,33 +3,33 @@
 -- that other work used, whether the owner came back within the hour, and whether a reminder
 -- made the user release the GPUs on their own. The one definition of recovered GPU-hours.
 with audit_records as (
-  select * from marts.fct_audit_events
+  select * from {{ ref('fct_audit_events') }}
 ),
 
 log_lines as (
-  select * from staging.stg_governance__actions
+  select * from {{ ref('stg_governance__actions') }}
 ),
 
 allocations as (
-  select * from marts.fct_allocations
+  select * from {{ ref('fct_allocations') }}
 ),
 
 attempts as (
-  select * from marts.fct_job_attempts
+  select * from {{ ref('fct_job_attempts') }}
 ),
 
 jobs as (
-  select * from marts.dim_jobs
+  select * from {{ ref('dim_jobs') }}
 ),
 
 queue_caps as (
   select queue, min(max_runtime_s) as max_runtime_s
-  from marts.dim_queues
+  from {{ ref('dim_queues') }}
   group by queue
 ),
 
 as_of as (
-  select max(as_of_at) as as_of_at from marts.dim_days
+  select max(as_of_at) as as_of_at from {{ ref('dim_days') }}
 ),
 
 -- one row per idempotency key: the step as the pipeline decided it

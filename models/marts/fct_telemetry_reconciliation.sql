@@ -1,15 +1,15 @@
 -- what telemetry and the schedulers disagree on: GPUs working for nobody, allocations nobody sees
 with busy_threshold as (
-  select activity_threshold from seeds.idle_policy where scope = 'default'
+  select activity_threshold from {{ ref('idle_policy') }} where scope = 'default'
 ),
 
 gpus as (
-  select * from marts.dim_gpus
+  select * from {{ ref('dim_gpus') }}
 ),
 
 busy_minutes as (
   select a.*
-  from marts.fct_gpu_activity a
+  from {{ ref('fct_gpu_activity') }} a
   where a.activity >= (select max(activity_threshold) from busy_threshold)
 ),
 
@@ -19,7 +19,7 @@ busy_minutes as (
 busy_unallocated_minutes as (
   select b.*
   from busy_minutes b
-  anti join marts.fct_allocation_segments s
+  anti join {{ ref('fct_allocation_segments') }} s
     on s.host = b.host
     and s.gpu = b.gpu
     and s.day = b.activity_date
@@ -62,7 +62,7 @@ busy_unallocated as (
 ),
 
 allocation_days as (
-  select * from marts.fct_allocation_daily
+  select * from {{ ref('fct_allocation_daily') }}
 ),
 
 without_telemetry as (
@@ -112,7 +112,7 @@ label_mismatches as (
     u.other_hpc_job as telemetry_hpc_job,
     u.other_k8s_pod as telemetry_k8s_pod,
     'telemetry labels name another workload than the job holding the GPU (' || u.label_status || ')' as detail
-  from marts.fct_allocation_usage u
+  from {{ ref('fct_allocation_usage') }} u
   where u.label_status in ('mismatch', 'partial')
 ),
 

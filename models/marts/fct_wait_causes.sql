@@ -3,7 +3,7 @@
 -- hour; each piece takes the first cause that applies to the state at its start:
 -- capacity_bound, fragmentation, quota_bound, policy
 with intervals as (
-  select * from marts.fct_wait_intervals
+  select * from {{ ref('fct_wait_intervals') }}
 ),
 
 segments as (
@@ -16,19 +16,19 @@ segments as (
     units,
     free_units,
     free_gpus
-  from marts.fct_pool_free_segments
+  from {{ ref('fct_pool_free_segments') }}
 ),
 
 allocations as (
-  select * from marts.fct_allocations
+  select * from {{ ref('fct_allocations') }}
 ),
 
 quotas as (
-  select * from marts.fct_quota_daily
+  select * from {{ ref('fct_quota_daily') }}
 ),
 
 days as (
-  select * from marts.dim_days
+  select * from {{ ref('dim_days') }}
 ),
 
 window_bounds as (

@@ -2,23 +2,23 @@
 -- previous attempt, to its start, or to the finish/cancel that ended it while pending, or to the
 -- data's end
 with attempts as (
-  select * from marts.fct_job_attempts
+  select * from {{ ref('fct_job_attempts') }}
 ),
 
 jobs as (
-  select * from marts.dim_jobs
+  select * from {{ ref('dim_jobs') }}
 ),
 
 days as (
-  select * from marts.dim_days
+  select * from {{ ref('dim_days') }}
 ),
 
 inventory as (
-  select * from staging.stg_pool__gpu_inventory
+  select * from {{ ref('stg_pool__gpu_inventory') }}
 ),
 
 gpu_models as (
-  select * from seeds.gpu_models
+  select * from {{ ref('gpu_models') }}
 ),
 
 as_of as (

@@ -1,11 +1,11 @@
 -- jobs still waiting at each day's end (PRODUCT.md "Waiting work": "now" = the day's end, the
 -- data's end on the last day): submitted before it, neither started nor ended by it
 with days as (
-  select day, month, day_end_at from marts.dim_days
+  select day, month, day_end_at from {{ ref('dim_days') }}
 ),
 
 jobs as (
-  select * from marts.dim_jobs
+  select * from {{ ref('dim_jobs') }}
 ),
 
 final as (

@@ -1,5 +1,5 @@
 with final as (
-  select * from marts.fct_allocation_usage
+  select * from {{ ref('fct_allocation_usage') }}
 )
 
 select * from final

@@ -1,5 +1,5 @@
 with final as (
-  select * from marts.fct_audit_events
+  select * from {{ ref('fct_audit_events') }}
 )
 
 select * from final

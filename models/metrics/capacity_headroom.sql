@@ -4,7 +4,7 @@
 -- hour (capacity or quota that hour - the hour's peak), so a capacity change inside the window
 -- is compared with the hours it applied to.
 with hourly as (
-  select * from marts.fct_pool_hourly
+  select * from {{ ref('fct_pool_hourly') }}
 ),
 
 tagged as (

@@ -1,7 +1,7 @@
 -- a governance record written by the capacity_recommendations asset, read as it stands (no mart:
 -- the advice is computed from the metric views, so a mart would need a second build)
 with recommendations as (
-  select * from governance.capacity_recommendations
+  select * from {{ source('governance', 'capacity_recommendations') }}
 ),
 
 final as (

@@ -4,7 +4,7 @@
 -- +1..+4 the forecast weeks, so the intercept is the line's value at the last week.
 with weekly as (
   select *
-  from metrics.capacity_headroom
+  from {{ ref('capacity_headroom') }}
   where window_kind = 'week' and queue = 'all'
 ),
 

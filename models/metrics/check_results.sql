@@ -1,5 +1,5 @@
 with results as (
-  select * from ops.check_results
+  select * from {{ source('ops', 'check_results') }}
 ),
 
 final as (

@@ -1,11 +1,11 @@
 -- tenants pay for what they were allocated, and share what nobody was allocated in proportion to
 -- their allocated cost, so the tenants' costs add up to the pool's cost
 with days as (
-  select day, month from marts.dim_days
+  select day, month from {{ ref('dim_days') }}
 ),
 
 prices as (
-  select gpu_model, price_per_gpu_hour from seeds.gpu_models
+  select gpu_model, price_per_gpu_hour from {{ ref('gpu_models') }}
 ),
 
 pool as (
@@ -13,7 +13,7 @@ pool as (
     d.month,
     sum(c.capacity_gpu_hours) as pool_capacity_gpu_hours,
     sum(c.capacity_gpu_hours * coalesce(p.price_per_gpu_hour, 0)) as pool_total_cost_usd
-  from marts.fct_capacity_daily c
+  from {{ ref('fct_capacity_daily') }} c
   join days d using (day)
   left join prices p using (gpu_model)
   group by d.month
@@ -26,7 +26,7 @@ tenant_allocated as (
     sum(a.allocated_gpu_hours) as allocated_gpu_hours,
     sum(a.allocated_gpu_hours * coalesce(p.price_per_gpu_hour, 0)) as allocated_cost_usd,
     coalesce(sum(a.allocated_gpu_hours) filter (where p.price_per_gpu_hour is null), 0) as unpriced_gpu_hours
-  from marts.fct_allocation_daily a
+  from {{ ref('fct_allocation_daily') }} a
   join days d using (day)
   left join prices p using (gpu_model)
   group by d.month, a.tenant

@@ -1,5 +1,5 @@
 with final as (
-  select * from marts.fct_enforcement_actions
+  select * from {{ ref('fct_enforcement_actions') }}
 )
 
 select * from final

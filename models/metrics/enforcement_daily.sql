@@ -1,5 +1,5 @@
 with actions as (
-  select * from marts.fct_enforcement_actions
+  select * from {{ ref('fct_enforcement_actions') }}
 ),
 
 final as (

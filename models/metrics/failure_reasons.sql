@@ -1,10 +1,10 @@
 with jobs as (
-  select * from marts.dim_jobs where is_failed
+  select * from {{ ref('dim_jobs') }} where is_failed
 ),
 
 job_gpu_hours as (
   select source, job_id, sum(allocated_gpu_hours) as allocated_gpu_hours
-  from marts.fct_allocations
+  from {{ ref('fct_allocations') }}
   group by source, job_id
 ),
 

@@ -1,7 +1,7 @@
 -- The governance pipeline's decisions per day: how many findings and steps each policy produced
 -- per tenant and mode, and where they ended (the engine's answer, else the decision's status).
 with actions as (
-  select * from marts.fct_governance_actions
+  select * from {{ ref('fct_governance_actions') }}
 ),
 
 final as (

@@ -1,15 +1,15 @@
 -- The whole loaded window, per tenant and for the pool ('all'): the ledger's headline figures
 -- (what `gpupool demo` prints). Sums the ledger's rows, then applies the ratio definitions.
 with ledger as (
-  select * from marts.fct_reclaim_ledger
+  select * from {{ ref('fct_reclaim_ledger') }}
 ),
 
 decided as (
-  select * from marts.fct_governance_actions
+  select * from {{ ref('fct_governance_actions') }}
 ),
 
 window_days as (
-  select min(day) as first_day, max(day) as last_day from marts.dim_days
+  select min(day) as first_day, max(day) as last_day from {{ ref('dim_days') }}
 ),
 
 ledger_by_tenant as (

@@ -1,5 +1,5 @@
 with final as (
-  select * from marts.dim_gpus
+  select * from {{ ref('dim_gpus') }}
 )
 
 select * from final

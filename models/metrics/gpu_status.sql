@@ -1,23 +1,23 @@
 -- the live view: each GPU (or share), who holds it at the data's end, and its latest telemetry
 with gpus as (
-  select * from marts.dim_gpus
+  select * from {{ ref('dim_gpus') }}
 ),
 
 holders as (
   select host, gpu, gpu_instance_id, allocation_id, job_id, tenant, queue, template, started_at
-  from marts.fct_allocations
+  from {{ ref('fct_allocations') }}
   where is_running
   qualify row_number() over (partition by host, gpu, gpu_instance_id order by started_at desc) = 1
 ),
 
 latest_minute as (
   select host, gpu, gpu_instance_id, minute_at, activity, activity_source, fb_used_mib
-  from marts.fct_gpu_activity
+  from {{ ref('fct_gpu_activity') }}
   qualify row_number() over (partition by host, gpu, gpu_instance_id order by minute_at desc) = 1
 ),
 
 as_of as (
-  select max(as_of_at) as as_of_at from marts.dim_days
+  select max(as_of_at) as as_of_at from {{ ref('dim_days') }}
 ),
 
 final as (

@@ -1,5 +1,5 @@
 with final as (
-  select * from marts.fct_idle_windows
+  select * from {{ ref('fct_idle_windows') }}
 )
 
 select * from final

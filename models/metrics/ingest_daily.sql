@@ -1,5 +1,5 @@
 with runs as (
-  select * from ops.ingest_log
+  select * from {{ source('ops', 'ingest_log') }}
 ),
 
 ranked as (

@@ -1,5 +1,5 @@
 with days as (
-  select * from metrics.ingest_daily
+  select * from {{ ref('ingest_daily') }}
 ),
 
 final as (

@@ -1,6 +1,6 @@
 -- Job figures for the whole loaded window, per template and for all work ('all').
 with jobs as (
-  select * from marts.dim_jobs
+  select * from {{ ref('dim_jobs') }}
 ),
 
 aggregated as (
@@ -22,7 +22,7 @@ aggregated as (
     count(*) filter (where is_cancelled_while_queued) as cancelled_while_queued,
     quantile_cont(cancelled_pending_age_s, 0.95) as cancelled_pending_age_p95_s
   from jobs
-  cross join (select max(as_of_at) as as_of_at from marts.dim_days)
+  cross join (select max(as_of_at) as as_of_at from {{ ref('dim_days') }})
   group by grouping sets ((template), ())
   having count(*) > 0
 ),

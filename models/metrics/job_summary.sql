@@ -1,5 +1,5 @@
 with jobs as (
-  select * from marts.dim_jobs
+  select * from {{ ref('dim_jobs') }}
 ),
 
 usage as (
@@ -15,7 +15,7 @@ usage as (
     max(u.peak_fb_used_mib) as peak_fb_used_mib,
     max(u.peak_fb_used_pct) as peak_fb_used_pct,
     bool_and(u.has_telemetry) as has_telemetry
-  from marts.fct_allocation_usage u
+  from {{ ref('fct_allocation_usage') }} u
   group by u.source, u.job_id
 ),
 
@@ -23,7 +23,7 @@ gpus_held as (
   select source, job_id, max(gpus) as gpus_held
   from (
     select source, job_id, attempt, sum(fraction) as gpus
-    from marts.fct_allocations
+    from {{ ref('fct_allocations') }}
     group by source, job_id, attempt
   )
   group by source, job_id

@@ -11,7 +11,7 @@ with pool as (
     sum(allocated_gpu_hours) as allocated_gpu_hours,
     sum(active_gpu_hours) as active_gpu_hours,
     sum(idle_allocated_gpu_hours) as idle_allocated_gpu_hours
-  from metrics.pool_daily
+  from {{ ref('pool_daily') }}
   group by 1
 ),
 
@@ -22,14 +22,14 @@ tasks as (
     sum(submissions_with_checkpoint_policy) as submissions_with_checkpoint_policy,
     sum(finished_jobs) as finished_jobs,
     sum(failed_jobs) as failed_jobs
-  from metrics.task_daily
+  from {{ ref('task_daily') }}
   group by 1
 ),
 
 -- percentiles are computed over the month's jobs, never taken from the daily rows (a max or mean
 -- of daily percentiles is not the month's percentile)
 jobs as (
-  select * from marts.dim_jobs
+  select * from {{ ref('dim_jobs') }}
 ),
 
 waits as (
@@ -60,7 +60,7 @@ waiting as (
     count(*) as jobs_waiting,
     quantile_cont(pending_age_s, 0.95) as waiting_age_p95_s,
     max(pending_age_s) as waiting_age_max_s
-  from marts.fct_waiting_jobs
+  from {{ ref('fct_waiting_jobs') }}
   where is_month_end
   group by 1
 ),

@@ -1,6 +1,6 @@
 with capacity as (
   select day, gpu_model, count(*) as physical_gpus, sum(capacity_gpu_hours) as capacity_gpu_hours
-  from marts.fct_capacity_daily
+  from {{ ref('fct_capacity_daily') }}
   group by day, gpu_model
 ),
 
@@ -12,13 +12,13 @@ allocation as (
     sum(active_gpu_hours) as active_gpu_hours,
     sum(idle_gpu_hours) as idle_allocated_gpu_hours,
     coalesce(sum(allocated_gpu_hours) filter (where not has_telemetry), 0) as allocated_gpu_hours_without_telemetry
-  from marts.fct_allocation_daily
+  from {{ ref('fct_allocation_daily') }}
   group by day, gpu_model
 ),
 
 peaks as (
   select day, gpu_model, max(allocated_gpus) as peak_allocated_gpus
-  from marts.fct_allocation_levels
+  from {{ ref('fct_allocation_levels') }}
   where level_scope = 'pool'
   group by day, gpu_model
 ),
@@ -33,13 +33,13 @@ telemetry as (
     sum(pcie_rx_bytes) as pcie_rx_bytes,
     sum(nvlink_tx_bytes) as nvlink_tx_bytes,
     sum(nvlink_rx_bytes) as nvlink_rx_bytes
-  from marts.fct_gpu_daily
+  from {{ ref('fct_gpu_daily') }}
   group by day, gpu_model
 ),
 
 busy_unallocated as (
   select day, gpu_model, sum(gpu_hours) as busy_unallocated_gpu_hours
-  from marts.fct_telemetry_reconciliation
+  from {{ ref('fct_telemetry_reconciliation') }}
   where finding = 'busy_unallocated'
   group by day, gpu_model
 ),
@@ -54,7 +54,7 @@ keys as (
 
 -- telemetry outside the data window (none by construction) would otherwise add days
 window_keys as (
-  select * from keys where day in (select day from marts.dim_days)
+  select * from keys where day in (select day from {{ ref('dim_days') }})
 ),
 
 final as (

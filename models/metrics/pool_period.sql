@@ -1,7 +1,7 @@
 -- The whole loaded window at once, per GPU model and for the pool ('all'): the figures a
 -- summary or a headline shows. Sums the daily GPU-hours, then applies the same ratio definitions.
 with daily as (
-  select * from metrics.pool_daily
+  select * from {{ ref('pool_daily') }}
 ),
 
 by_model as (

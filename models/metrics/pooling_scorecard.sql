@@ -21,7 +21,7 @@ with thresholds as (
 ),
 
 months as (
-  select * from metrics.pack_month
+  select * from {{ ref('pack_month') }}
 ),
 
 daily as (
@@ -29,7 +29,7 @@ daily as (
     cast(date_trunc('month', day) as date) as month,
     sum(allocated_gpu_hours) as allocated_gpu_hours,
     sum(allocated_gpu_hours_without_telemetry) as allocated_gpu_hours_without_telemetry
-  from metrics.pool_daily
+  from {{ ref('pool_daily') }}
   group by 1
 ),
 
@@ -41,13 +41,13 @@ gpus as (
     c.host,
     c.gpu,
     bool_or(c.share_mode in ('mig', 'timeslice')) as is_shared
-  from marts.fct_capacity_daily c
+  from {{ ref('fct_capacity_daily') }} c
   group by all
 ),
 
 reporting as (
   select distinct cast(date_trunc('month', day) as date) as month, host, gpu
-  from marts.fct_gpu_daily
+  from {{ ref('fct_gpu_daily') }}
   where telemetry_minutes > 0
 ),
 
@@ -67,7 +67,7 @@ queue_rules as (
   select
     queue,
     bool_or(coalesce(quota_gpus, 0) > 0 or max_gpus_per_request is not null or max_runtime_s is not null) as has_rules
-  from metrics.queue_rules
+  from {{ ref('queue_rules') }}
   group by queue
 ),
 
@@ -81,7 +81,7 @@ queue_activity as (
     cast(sum(admissions) as bigint) as admissions,
     cast(sum(preemptions) as bigint) as preemptions,
     cast(sum(requeues) as bigint) as requeues
-  from metrics.queue_daily
+  from {{ ref('queue_daily') }}
   group by 1
 ),
 
@@ -95,20 +95,20 @@ catalog as (
 
 advice as (
   select period_month as month, count(*) as capacity_recommendations
-  from metrics.capacity_recommendations
+  from {{ ref('capacity_recommendations') }}
   group by 1
 ),
 
 enforcement as (
   select cast(date_trunc('month', day) as date) as month, count(*) as applied_enforcement_actions
-  from metrics.enforcement_actions
+  from {{ ref('enforcement_actions') }}
   where is_applied and action_kind in ('reclaim', 'preempt', 'remind')
   group by 1
 ),
 
 ledger as (
   select cast(date_trunc('month', day) as date) as month, count(*) as ledger_entries
-  from metrics.reclaim_ledger
+  from {{ ref('reclaim_ledger') }}
   where record_source = 'audit'
   group by 1
 ),

@@ -1,5 +1,5 @@
 with rejected as (
-  select * from ops.quarantine
+  select * from {{ source('ops', 'quarantine') }}
 ),
 
 final as (

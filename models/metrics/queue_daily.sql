@@ -1,16 +1,16 @@
 -- Queues per day and tenant: a shared queue has one row per tenant using it, each measure counted
 -- for that tenant's jobs, so sums by queue and sums by tenant are both right (never a guessed label).
 with jobs as (
-  select * from marts.dim_jobs
+  select * from {{ ref('dim_jobs') }}
 ),
 
 waiting_jobs as (
-  select * from marts.fct_waiting_jobs
+  select * from {{ ref('fct_waiting_jobs') }}
 ),
 
 attempts as (
   select a.*, j.queue, j.tenant
-  from marts.fct_job_attempts a
+  from {{ ref('fct_job_attempts') }} a
   join jobs j using (source, job_id)
 ),
 
@@ -93,7 +93,7 @@ interruptions as (
 
 usage as (
   select day, queue, tenant, sum(allocated_gpu_hours) as allocated_gpu_hours
-  from marts.fct_allocation_daily
+  from {{ ref('fct_allocation_daily') }}
   group by all
 ),
 

@@ -2,12 +2,12 @@
 -- sums of metrics.queue_daily; wait percentiles are computed over the month's jobs (never a max
 -- or mean of daily percentiles), and waiting work is reported beside them at the month's end.
 with jobs as (
-  select * from marts.dim_jobs
+  select * from {{ ref('dim_jobs') }}
 ),
 
 month_ends as (
   select month, min(day) as first_day, max(day) as last_day
-  from marts.dim_days
+  from {{ ref('dim_days') }}
   group by month
 ),
 
@@ -23,7 +23,7 @@ sums as (
     sum(preemptions) as preemptions,
     sum(requeues) as requeues,
     sum(allocated_gpu_hours) as allocated_gpu_hours
-  from metrics.queue_daily
+  from {{ ref('queue_daily') }}
   group by all
 ),
 
@@ -59,7 +59,7 @@ waiting as (
     count(*) as jobs_waiting,
     quantile_cont(pending_age_s, 0.95) as waiting_age_p95_s,
     max(pending_age_s) as waiting_age_max_s
-  from marts.fct_waiting_jobs
+  from {{ ref('fct_waiting_jobs') }}
   where is_month_end
   group by all
 ),

@@ -1,5 +1,5 @@
 with final as (
-  select * from marts.dim_queues
+  select * from {{ ref('dim_queues') }}
 )
 
 select * from final

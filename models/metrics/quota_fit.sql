@@ -13,13 +13,13 @@ with thresholds as (
 ),
 
 hourly as (
-  select * from marts.fct_pool_hourly where level_scope = 'queue' and tenant is not null
+  select * from {{ ref('fct_pool_hourly') }} where level_scope = 'queue' and tenant is not null
 ),
 
 -- quota GPU-hours are already defined per day in metrics.tenant_quota: summed, not recomputed
 tenant_quota as (
   select tenant, gpu_model, sum(quota_gpu_hours) as quota_gpu_hours
-  from metrics.tenant_quota
+  from {{ ref('tenant_quota') }}
   group by tenant, gpu_model
 ),
 

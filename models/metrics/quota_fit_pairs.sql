@@ -5,7 +5,7 @@
 -- hours are summed over the window.
 with fit as (
   select tenant, gpu_model, is_starved, is_donor, quota_gpus, need_gpu_hours, idle_quota_gpu_hours
-  from metrics.quota_fit
+  from {{ ref('quota_fit') }}
 ),
 
 -- need and idle quota are differences of float sums: below 1e-9 GPU-hours they are rounding residue, not
@@ -18,7 +18,7 @@ hourly as (
     any_value(hour_hours) as hour_hours,
     sum(borrowed_gpu_hours + quota_bound_gpu_hours) filter (where is_quota_queue) as need_gpu_hours,
     sum(idle_quota_gpu_hours) as idle_quota_gpu_hours
-  from marts.fct_pool_hourly
+  from {{ ref('fct_pool_hourly') }}
   where level_scope = 'queue' and tenant is not null
   group by tenant, gpu_model, hour_at
 ),
@@ -75,7 +75,7 @@ pairs as (
 
 window_hours as (
   select sum(hour_hours) as hours
-  from (select distinct hour_at, hour_hours from marts.fct_pool_hourly)
+  from (select distinct hour_at, hour_hours from {{ ref('fct_pool_hourly') }})
 ),
 
 final as (

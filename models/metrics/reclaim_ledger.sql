@@ -1,5 +1,5 @@
 with final as (
-  select * from marts.fct_reclaim_ledger
+  select * from {{ ref('fct_reclaim_ledger') }}
 )
 
 select * from final

@@ -1,5 +1,5 @@
 with gaps as (
-  select * from ops.scrape_gaps
+  select * from {{ source('ops', 'scrape_gaps') }}
 ),
 
 final as (

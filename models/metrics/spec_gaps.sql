@@ -1,31 +1,31 @@
 -- pending demand per GPU model and request size against the model's free capacity, per UTC day,
 -- and the attempts of that size whose measured use fits a smaller request
 with causes as (
-  select * from marts.fct_wait_causes
+  select * from {{ ref('fct_wait_causes') }}
 ),
 
 segments as (
-  select * from marts.fct_pool_free_segments
+  select * from {{ ref('fct_pool_free_segments') }}
 ),
 
 usage as (
-  select * from marts.fct_allocation_usage
+  select * from {{ ref('fct_allocation_usage') }}
 ),
 
 jobs as (
-  select * from marts.dim_jobs
+  select * from {{ ref('dim_jobs') }}
 ),
 
 gpus as (
-  select * from marts.dim_gpus
+  select * from {{ ref('dim_gpus') }}
 ),
 
 gpu_models as (
-  select * from seeds.gpu_models
+  select * from {{ ref('gpu_models') }}
 ),
 
 days as (
-  select * from marts.dim_days
+  select * from {{ ref('dim_days') }}
 ),
 
 as_of as (
@@ -83,8 +83,9 @@ pending_daily as (
     coalesce(sum(p.fragmentation_gpu_hours), 0) as fragmentation_gpu_hours,
     sum(p.waited_gpu_hours) / any_value(d.hours) as pending_gpus_avg,
     max(p.pending_gpus) as pending_gpus_peak_hour,
-    -- the busiest hour; on a tie the earliest, so the answer does not depend on row order
-    arg_min(p.hour_at, (-p.pending_gpus, p.hour_at)) as peak_hour_at
+    -- the busiest hour; on a tie (equal to 1e-9 GPUs: sums differ in the last bits with their order)
+    -- the earliest, so the answer does not depend on row or summation order
+    arg_min(p.hour_at, (-round(p.pending_gpus, 9), p.hour_at)) as peak_hour_at
   from pending_hourly p
   join days d using (day)
   group by p.day, p.gpu_model, p.share_mode, p.profile, p.gpus_requested

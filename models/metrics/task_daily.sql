@@ -1,10 +1,10 @@
 with jobs as (
-  select * from marts.dim_jobs
+  select * from {{ ref('dim_jobs') }}
 ),
 
 attempts as (
   select a.*, j.tenant, j.template, j.has_checkpoint_policy
-  from marts.fct_job_attempts a
+  from {{ ref('fct_job_attempts') }} a
   join jobs j using (source, job_id)
 ),
 
@@ -62,8 +62,8 @@ gpu_hours as (
     coalesce(sum(d.allocated_gpu_hours) filter (where d.attempt > 1), 0) as retry_gpu_hours,
     coalesce(sum(d.allocated_gpu_hours) filter (where a.end_event_type in ('preempt', 'requeue')), 0)
       as interrupted_gpu_hours
-  from marts.fct_allocation_daily d
-  join marts.fct_job_attempts a using (source, job_id, attempt)
+  from {{ ref('fct_allocation_daily') }} d
+  join {{ ref('fct_job_attempts') }} a using (source, job_id, attempt)
   group by all
 ),
 

@@ -1,7 +1,7 @@
 -- Run times per UTC calendar month and template (and 'all'), for the monthly review pack: the
 -- percentiles are computed over the jobs finished in the month, never from daily percentiles.
 with jobs as (
-  select * from marts.dim_jobs
+  select * from {{ ref('dim_jobs') }}
 ),
 
 aggregated as (

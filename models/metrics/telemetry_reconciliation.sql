@@ -1,5 +1,5 @@
 with final as (
-  select * from marts.fct_telemetry_reconciliation
+  select * from {{ ref('fct_telemetry_reconciliation') }}
 )
 
 select * from final

@@ -10,13 +10,13 @@ with allocation as (
     sum(idle_gpu_hours) as idle_allocated_gpu_hours,
     coalesce(sum(allocated_gpu_hours) filter (where not has_telemetry), 0) as allocated_gpu_hours_without_telemetry,
     max(peak_fb_used_mib) as peak_fb_used_mib
-  from marts.fct_allocation_daily
+  from {{ ref('fct_allocation_daily') }}
   group by day, tenant, gpu_model
 ),
 
 peaks as (
   select day, tenant, gpu_model, max(allocated_gpus) as peak_allocated_gpus
-  from marts.fct_allocation_levels
+  from {{ ref('fct_allocation_levels') }}
   where level_scope = 'tenant'
   group by day, tenant, gpu_model
 ),

@@ -1,11 +1,11 @@
 with quotas as (
   select day, tenant, gpu_model, sum(quota_gpus) as quota_gpus, sum(quota_gpu_hours) as quota_gpu_hours
-  from marts.fct_quota_daily
+  from {{ ref('fct_quota_daily') }}
   group by day, tenant, gpu_model
 ),
 
 levels as (
-  select * from marts.fct_allocation_levels where level_scope = 'tenant'
+  select * from {{ ref('fct_allocation_levels') }} where level_scope = 'tenant'
 ),
 
 -- borrowing is measured moment by moment: GPUs held above quota x the time they were held

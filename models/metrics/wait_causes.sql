@@ -1,5 +1,5 @@
 with causes as (
-  select * from marts.fct_wait_causes
+  select * from {{ ref('fct_wait_causes') }}
 ),
 
 grouped as (

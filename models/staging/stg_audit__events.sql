@@ -1,6 +1,6 @@
 -- re-delivered records: keep the latest ingest of each (source, audit_id, stage)
 with source as (
-  select * from raw.audit_events
+  select * from {{ source('raw', 'audit_events') }}
 ),
 
 latest_delivery as (

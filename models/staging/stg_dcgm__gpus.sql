@@ -2,7 +2,7 @@
 -- care about re-delivered samples, so this reads the lake without deduplicating
 with source as (
   select host, gpu, gpu_instance_id, uuid, model_name, gpu_instance_profile
-  from raw.dcgm_samples
+  from {{ source('raw', 'dcgm_samples') }}
 ),
 
 final as (

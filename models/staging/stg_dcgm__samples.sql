@@ -20,7 +20,7 @@ with source as (
     model_name,
     gpu_instance_profile,
     source
-  from raw.dcgm_samples
+  from {{ source('raw', 'dcgm_samples') }}
   where metric in (
     'DCGM_FI_PROF_GR_ENGINE_ACTIVE',
     'DCGM_FI_DEV_GPU_UTIL',

@@ -3,7 +3,7 @@
 -- ingested twice. Keep the first time each key reached each record kind, status and outcome
 -- (the contract's dedupe key), from its latest ingest.
 with source as (
-  select * from raw.governance_actions
+  select * from {{ source('raw', 'governance_actions') }}
 ),
 
 latest_delivery as (

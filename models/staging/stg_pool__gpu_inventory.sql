@@ -1,5 +1,5 @@
 with source as (
-  select * from raw.gpu_inventory
+  select * from {{ source('raw', 'gpu_inventory') }}
 ),
 
 latest_delivery as (

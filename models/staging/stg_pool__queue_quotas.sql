@@ -1,5 +1,5 @@
 with source as (
-  select * from raw.queue_quotas
+  select * from {{ source('raw', 'queue_quotas') }}
 ),
 
 latest_delivery as (

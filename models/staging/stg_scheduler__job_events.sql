@@ -1,7 +1,7 @@
 -- the same event may arrive in several partitions (a running Slurm job is seen every day):
 -- keep the latest delivery of each (source, event_id)
 with source as (
-  select * from raw.job_events
+  select * from {{ source('raw', 'job_events') }}
 ),
 
 latest_delivery as (

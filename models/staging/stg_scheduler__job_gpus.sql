@@ -2,7 +2,7 @@
 -- which also keeps legitimate repeats (Slurm rows with an unknown GPU index) intact. A Slurm
 -- squeue snapshot knows the GPU indices that sacct lacks, so it wins over any sacct delivery.
 with source as (
-  select * from raw.job_gpus
+  select * from {{ source('raw', 'job_gpus') }}
 ),
 
 latest_delivery as (

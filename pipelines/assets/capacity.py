@@ -7,7 +7,7 @@ import datetime as dt
 import dagster as dg
 from pydantic import Field
 
-from pipelines.assets.marts import warehouse_models
+from pipelines.assets.marts import reads
 from pipelines.capacity.run import recommend_month
 from pipelines.partitions import monthly_partitions
 from pipelines.resources.warehouse import WarehouseResource
@@ -23,7 +23,15 @@ class CapacityConfig(dg.Config):
     group_name="capacity",
     kinds={"duckdb", "python"},
     partitions_def=monthly_partitions,
-    deps=[warehouse_models],
+    # What pipelines/capacity/ reads (tests/pipelines/test_asset_graph.py keeps the list exact).
+    deps=reads(
+        "metrics.capacity_headroom", "metrics.capacity_trend", "metrics.gpu_inventory", "metrics.job_summary",
+        "metrics.pool_daily", "metrics.queue_rules", "metrics.quota_fit", "metrics.quota_fit_pairs",
+        "metrics.spec_gaps", "metrics.wait_causes", "marts.dim_jobs", "marts.fct_allocation_activity",
+        "marts.fct_allocations", "marts.fct_audit_events", "marts.fct_idle_windows", "marts.fct_job_attempts",
+        "marts.fct_reclaim_ledger", "staging.stg_pool__gpu_inventory", "staging.stg_pool__queue_quotas",
+        "raw.governance_actions",
+    ),
     description=(
         "The month's capacity advice (add or remove nodes, re-split MIG, move quota, move experiments to "
         "backfill, change a queue limit) from the metric views, with evidence and a confidence; the top "

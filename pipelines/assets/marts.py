@@ -1,48 +1,136 @@
-"""The marts domain: the SQL models (staging views, mart tables and the metrics views, built from
-models/), their checks, the `build_models` job and its schedule; and the policy exemptions, loaded
-with every build so that the dashboards read them from the warehouse."""
+"""The marts domain: the dbt project in models/ as Dagster assets (every seed, staging view, mart
+and metrics view), its tests as asset checks, the catalog and ingest-accounting checks, the
+`build_models` job and its schedule; and the policy exemptions, loaded with every build so that
+the dashboards read them from the warehouse.
+
+Asset keys are the warehouse relations (`metrics/pool_daily`, `marts/fct_gpu_activity`). A dbt
+source is drawn as the assets that write its table: `raw.<table>` as the ingest assets filling it,
+ops.ingest_log and ops.quarantine as every ingest asset, governance.capacity_recommendations as
+`capacity_recommendations`; the others (ops.check_results, ops.scrape_gaps: written by checks and
+the scrape sensor) stay external assets.
+
+The dbt assets share the ingest assets' daily partitions. A run over days D1..Dn runs `dbt build
+--event-time-start D1 --event-time-end Dn+1`: the microbatch models (marts.fct_gpu_activity)
+rebuild exactly those days' batches, every other model is rebuilt whole.
+"""
 
 import datetime as dt
+import json
+from collections import defaultdict
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import dagster as dg
+from dagster_dbt import DagsterDbtTranslator, DbtCliResource, dbt_assets
+from pydantic import Field
 
-from pipelines.assets.ingest import ingest_assets
-from pipelines.catalog import documentation_gaps, load_catalog, missing_metric_columns
+from pipelines.assets.ingest import asset_name
+from pipelines.catalog import catalog_mismatches
 from pipelines.config import ConfigError
 from pipelines.contracts import EXEMPTIONS_TABLE
-from pipelines.models_runner import build_models
+from pipelines.partitions import daily_partitions
 from pipelines.policies.catalog import CatalogError
 from pipelines.policies.catalog import load_catalog as load_policy_catalog
+from pipelines.resources.dbt import prepared_project
 from pipelines.resources.warehouse import WarehouseResource
+from pipelines.schedules import yesterday
+from pipelines.sources.registry import SOURCES
 from pipelines.warehouse import Warehouse
 
 EXEMPTIONS_CHECK = "policy_exemptions_valid"
+BUILD_ASSET = "dbt_models"  # the asset name the build's own checks are recorded under in ops.check_results
 
 
-@dg.asset(
-    name="warehouse_models",
-    group_name="marts",
-    kinds={"duckdb", "sql"},
-    deps=ingest_assets,
+def _writers() -> dict[str, list[dg.AssetKey]]:
+    """Source table ("raw.job_events") -> the assets that write it."""
+    writers: dict[str, list[dg.AssetKey]] = defaultdict(list)
+    for src in SOURCES.values():
+        key = dg.AssetKey(asset_name(src.name))
+        for table in (*src.tables, "ops.ingest_log", "ops.quarantine"):
+            writers[table if "." in table else f"raw.{table}"].append(key)
+    # pipelines.assets.capacity depends on the metrics views, so its key is named, not imported.
+    writers["governance.capacity_recommendations"].append(dg.AssetKey("capacity_recommendations"))
+    return dict(writers)
+
+
+SOURCE_WRITERS = _writers()
+
+
+def reads(*relations: str) -> list[dg.AssetKey]:
+    """The assets behind warehouse relations a Python asset reads ("metrics.pool_daily",
+    "raw.governance_actions"): a dbt model's own asset, a source table's writers."""
+    keys: list[dg.AssetKey] = []
+    for relation in relations:
+        keys.extend(SOURCE_WRITERS.get(relation) or [dg.AssetKey(relation.split("."))])
+    return keys
+
+
+class GpupoolDbtTranslator(DagsterDbtTranslator):
+    """Keys and groups from the warehouse relation; sources, as the deps of models and of tests,
+    replaced by the assets that write them."""
+
+    def get_asset_key(self, dbt_resource_props: Mapping[str, Any]) -> dg.AssetKey:
+        if dbt_resource_props["resource_type"] == "source":
+            return super().get_asset_key(dbt_resource_props)  # [source, table]; see get_asset_spec
+        return dg.AssetKey([dbt_resource_props["schema"], dbt_resource_props["name"]])
+
+    def get_group_name(self, dbt_resource_props: Mapping[str, Any]) -> str:
+        return dbt_resource_props["schema"]
+
+    def get_asset_spec(self, manifest: Mapping[str, Any], unique_id: str, project: Any) -> dg.AssetSpec:
+        spec = super().get_asset_spec(manifest, unique_id, project)
+        if unique_id.startswith("source."):
+            return spec
+        deps: list[dg.AssetDep] = []
+        for dep in spec.deps:
+            writers = SOURCE_WRITERS.get(".".join(dep.asset_key.path), [])
+            deps.extend([dg.AssetDep(w) for w in writers] if writers else [dep])
+        return spec.replace_attributes(deps=deps)
+
+    def get_asset_check_spec(self, asset_spec: dg.AssetSpec, manifest: Mapping[str, Any], unique_id: str,
+                             project: Any) -> dg.AssetCheckSpec | None:
+        spec = super().get_asset_check_spec(asset_spec, manifest, unique_id, project)
+        if spec is None:
+            return None
+        deps = {w for dep in spec.additional_deps
+                for w in SOURCE_WRITERS.get(".".join(dep.asset_key.path), [dep.asset_key])}
+        return dg.AssetCheckSpec(spec.name, asset=spec.asset_key, description=spec.description,
+                                 additional_deps=sorted(deps - {spec.asset_key}, key=str), blocking=spec.blocking,
+                                 metadata=spec.metadata)
+
+
+class BuildConfig(dg.Config):
+    full_refresh: bool = Field(False, description="rebuild the incremental models from scratch (dbt --full-refresh)")
+
+
+dbt_project = prepared_project()
+
+
+@dbt_assets(
+    manifest=dbt_project.manifest_path,
+    project=dbt_project,
+    name=BUILD_ASSET,
+    dagster_dbt_translator=GpupoolDbtTranslator(),
+    partitions_def=daily_partitions,
+    backfill_policy=dg.BackfillPolicy.single_run(),
 )
-def warehouse_models(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
-    """Builds every model in models/ (seeds, staging, marts, metrics) and the metric catalog, then
-    loads the policy exemptions (load_exemptions).
-
-    The `metrics` schema it produces is the only place dashboards, packs and SQL users read numbers.
-    """
+def dbt_models(context: dg.AssetExecutionContext, config: BuildConfig, dbt: DbtCliResource,
+               warehouse: WarehouseResource) -> Iterator:
+    """`dbt build` of the selected models and their tests for the run's days, then the policy
+    exemptions (load_exemptions)."""
+    window = context.partition_time_window
     wh = warehouse.get()
-    with wh.writer() as con:
-        builds = build_models(con, on_progress=lambda name, i, n: context.log.info(f"[{i}/{n}] {name}"))
+    args = ["build", "--event-time-start", f"{window.start:%Y-%m-%d}", "--event-time-end", f"{window.end:%Y-%m-%d}",
+            "--vars", json.dumps({"warehouse_path": str(wh.db_path)})]
+    if config.full_refresh:
+        args.append("--full-refresh")
+    with wh.writer():  # a new home gets the raw, ops and governance tables the sources name
+        pass
+    with wh.writer_lock():  # dbt's target folder stays in the home, so the next run parses partially
+        yield from dbt.cli(args, context=context, target_path=wh.home / "dbt" / "dagster").stream()
     problem = load_exemptions(wh)
     if problem:
         context.log.warning(f"policy exemptions not loaded, the last loaded are kept: {problem}")
-    table = "| model | kind | rows | seconds |\n|---|---|---|---|\n" + "\n".join(
-        f"| {b.name} | {b.kind} | {b.rows if b.rows is not None else ''} | {b.seconds:.2f} |" for b in builds
-    )
-    return dg.MaterializeResult(
-        metadata={"models_built": len(builds), "models": dg.MetadataValue.md(table)}
-    )
 
 
 def load_exemptions(wh: Warehouse) -> str | None:
@@ -53,7 +141,7 @@ def load_exemptions(wh: Warehouse) -> str | None:
     try:
         entries = load_policy_catalog().exemptions
     except (CatalogError, ConfigError) as exc:
-        wh.record_check(EXEMPTIONS_CHECK, "warehouse_models", None, False, "WARN", 1, {"error": str(exc)})
+        wh.record_check(EXEMPTIONS_CHECK, BUILD_ASSET, None, False, "WARN", 1, {"error": str(exc)})
         return str(exc)
     loaded_at = dt.datetime.now(dt.UTC).replace(tzinfo=None)
     rows = [[e.tenant, e.policy, e.queue, e.job_id, e.reason, e.granted_by, e.expires_at, loaded_at] for e in entries]
@@ -63,11 +151,11 @@ def load_exemptions(wh: Warehouse) -> str | None:
         if rows:
             con.executemany(f"insert into {EXEMPTIONS_TABLE} values (?, ?, ?, ?, ?, ?, ?, ?)", rows)
         con.execute("commit")
-    wh.record_check(EXEMPTIONS_CHECK, "warehouse_models", None, True, "WARN", 0, {"exemptions": len(rows)})
+    wh.record_check(EXEMPTIONS_CHECK, BUILD_ASSET, None, True, "WARN", 0, {"exemptions": len(rows)})
     return None
 
 
-@dg.asset_check(asset=warehouse_models, name="ingest_accounting_balanced", blocking=False)
+@dg.asset_check(asset=dg.AssetKey(["metrics", "ingest_daily"]), name="ingest_accounting_balanced", blocking=False)
 def ingest_accounting_balanced(warehouse: WarehouseResource) -> dg.AssetCheckResult:
     """Every ingest run accounts for each record: read = loaded + quarantined."""
     wh = warehouse.get()
@@ -84,7 +172,7 @@ def ingest_accounting_balanced(warehouse: WarehouseResource) -> dg.AssetCheckRes
             order by 1, 2
             """
         ).fetchall()
-    wh.record_check("ingest_accounting_balanced", "warehouse_models", None, not bad, "WARN", len(bad),
+    wh.record_check("ingest_accounting_balanced", BUILD_ASSET, None, not bad, "WARN", len(bad),
                     {"unbalanced": bad[:20]})
     return dg.AssetCheckResult(
         passed=not bad,
@@ -93,13 +181,18 @@ def ingest_accounting_balanced(warehouse: WarehouseResource) -> dg.AssetCheckRes
     )
 
 
-@dg.asset_check(asset=warehouse_models, name="catalog_matches_models", blocking=True)
+CATALOG_VIEW = dg.AssetKey(["metrics", "catalog"])
+
+
+# On the catalog's view, after every model: it compares the whole warehouse with the catalog.
+@dg.asset_check(asset=CATALOG_VIEW, name="catalog_matches_models", blocking=True,
+                additional_deps=[spec.key for spec in dbt_models.specs if spec.key != CATALOG_VIEW])
 def catalog_matches_models(warehouse: WarehouseResource) -> dg.AssetCheckResult:
     """Every catalog metric exists as its view's column, and every model column is documented."""
     wh = warehouse.get()
     with wh.writer() as con:
-        problems = documentation_gaps(con) + missing_metric_columns(con, load_catalog())
-    wh.record_check("catalog_matches_models", "warehouse_models", None, not problems, "ERROR", len(problems),
+        problems = catalog_mismatches(con)
+    wh.record_check("catalog_matches_models", BUILD_ASSET, None, not problems, "ERROR", len(problems),
                     {"problems": problems[:50]})
     return dg.AssetCheckResult(
         passed=not problems,
@@ -110,15 +203,21 @@ def catalog_matches_models(warehouse: WarehouseResource) -> dg.AssetCheckResult:
 
 models_job = dg.define_asset_job(
     "build_models",
-    selection=dg.AssetSelection.groups("marts"),
-    description="Rebuild staging, marts and the metrics views.",
+    selection=dg.AssetSelection.assets(dbt_models),
+    partitions_def=daily_partitions,
+    description="dbt build of staging, marts and the metrics views for the day's batches.",
 )
 
-# Once yesterday is in (ingest_daily, 00:20), the models.
-models_schedule = dg.ScheduleDefinition(job=models_job, cron_schedule="50 0 * * *", execution_timezone="UTC")
+
+@dg.schedule(job=models_job, cron_schedule="50 0 * * *", execution_timezone="UTC",
+             description="Builds the models for yesterday (UTC) at 00:50 UTC, once ingest_daily (00:20) is in.")
+def models_schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
+    day = yesterday(context)
+    return dg.RunRequest(run_key=f"build_models:{day}", partition_key=day)
+
 
 defs = dg.Definitions(
-    assets=[warehouse_models],
+    assets=[dbt_models],
     asset_checks=[ingest_accounting_balanced, catalog_matches_models],
     jobs=[models_job],
     schedules=[models_schedule],

@@ -7,9 +7,9 @@ import datetime as dt
 import dagster as dg
 from pydantic import Field
 
-from pipelines.assets.capacity import capacity_recommendations
-from pipelines.assets.marts import warehouse_models
+from pipelines.assets.marts import reads
 from pipelines.pack.build import build_pack
+from pipelines.pack.figures import FIGURES, TABLES
 from pipelines.partitions import monthly_partitions
 from pipelines.resources.warehouse import WarehouseResource
 from pipelines.schedules import last_month
@@ -20,7 +20,9 @@ class PackConfig(dg.Config):
 
 
 @dg.asset(name="review_pack", group_name="pack", kinds={"duckdb", "polars"}, partitions_def=monthly_partitions,
-          deps=[warehouse_models, capacity_recommendations])
+          # The views of the pack's figures and tables, and the catalog it footnotes them with.
+          deps=reads(*sorted({f"metrics.{x.view}" for x in (*FIGURES, *TABLES)}), "metrics.catalog",
+                     "metrics.catalog_version"))
 def review_pack(context: dg.AssetExecutionContext, config: PackConfig, warehouse: WarehouseResource) -> dg.MaterializeResult:
     """The month's review pack: resources, tasks, governance, improvements and the pooling-stage
     scorecard, every number from a metrics view with its catalog definition footnoted."""

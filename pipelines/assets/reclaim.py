@@ -5,7 +5,7 @@
   allocator named in gpupool.yml: fresh scrape rounds in, decisions and actions out. It requests
   no runs; its tick message is the tick's summary. It starts STOPPED: turn it on in the UI (or
   `dagster sensor start idle_reclaim`) once the policies' modes are what you want.
-- `policy_findings` (daily partitions, after `warehouse_models`) re-evaluates every policy kind over
+- `policy_findings` (daily partitions, after the marts it reads) re-evaluates every policy kind over
   the warehouse for one day, replaces that day's rows of governance.policy_findings, and records the
   daily kinds' decisions (oversized, retry storm, template breach) through the outbox; their policy
   modes decide shadow or enforce, and the sensor delivers what is queued.
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import dagster as dg
 import polars as pl
 
-from pipelines.assets.marts import warehouse_models
+from pipelines.assets.marts import reads
 from pipelines.connectors.scrape import utc_naive
 from pipelines.contracts import FINDING_SCHEMA, FINDINGS_DDL, FINDINGS_TABLE, PolicyKind
 from pipelines.governance.outbox import Outbox
@@ -123,7 +123,9 @@ def record_day(warehouse: Warehouse, day: dt.date, catalog: PolicyCatalog, outbo
     name="policy_findings",
     group_name="governance",
     kinds={"duckdb", "polars"},
-    deps=[warehouse_models],
+    # What pipelines/policies/inputs.py reads (tests/pipelines/test_asset_graph.py keeps the list exact).
+    deps=reads("marts.dim_jobs", "marts.dim_queues", "marts.fct_allocation_activity", "marts.fct_allocations",
+               "marts.fct_job_attempts", "staging.stg_scheduler__job_events"),
     partitions_def=daily_partitions,
     description=(
         "Every governance policy re-evaluated over the warehouse for one UTC day: the findings replace the "

@@ -67,27 +67,43 @@ def sql(query: str, home: Path | None, fmt: str, limit: int) -> None:
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the dictionary here instead of docs/data-dictionary.md.")
 def dictionary(check: bool, home: Path | None, out: Path | None) -> None:
-    """Generate the data dictionary (docs/data-dictionary.md) and the metrics views' column snapshot
-    (models/metrics_schema.json) from the catalog, the models' sidecars and the contracts."""
+    """Generate the data dictionary (docs/data-dictionary.md), the metrics views' column snapshot
+    (models/metrics_schema.json) and the catalog's dbt docs blocks (models/metrics/_catalog_docs.md)
+    from the catalog, the models' dbt properties and the contracts; fail where a metrics view's
+    properties do not link the metrics the catalog places in it."""
     import json
 
     from pipelines import dictionary as dd
+    from pipelines.catalog import CatalogError, catalog_link_problems, load_catalog, load_model_docs
 
-    outputs = dd.generate()
+    try:
+        catalog = load_catalog()
+        catalog_docs = dd.render_catalog_docs(catalog)
+        if not check and (not dd.CATALOG_DOCS_PATH.exists() or dd.CATALOG_DOCS_PATH.read_text() != catalog_docs):
+            dd.CATALOG_DOCS_PATH.write_text(catalog_docs)  # first: the properties' doc() refer to its blocks
+            step(f"wrote {dd.CATALOG_DOCS_PATH}")
+        outputs = dd.generate()
+        links = catalog_link_problems(catalog, load_model_docs())
+    except CatalogError as err:
+        raise click.ClickException(str(err)) from None
     current = json.loads(outputs.snapshot)
     committed = json.loads(dd.SNAPSHOT_PATH.read_text()) if dd.SNAPSHOT_PATH.exists() else {}
     problems = dd.snapshot_problems(committed, current)
+    linked = ("the metrics views' properties (models/metrics/_models.yml) do not match the catalog:\n  "
+              + "\n  ".join(links)) if links else None
     if check:
-        stale = []
+        stale = [linked] if linked else []
         if problems:
             stale.append("\n  ".join(problems))
-        text = dd.DICTIONARY_PATH.read_text() if dd.DICTIONARY_PATH.exists() else ""
-        if text != outputs.dictionary:
-            stale.append(dd.diff_summary(text, outputs.dictionary, "docs/data-dictionary.md"))
+        for path, generated in ((dd.DICTIONARY_PATH, outputs.dictionary), (dd.CATALOG_DOCS_PATH, outputs.catalog_docs)):
+            text = path.read_text() if path.exists() else ""
+            if text != generated:
+                stale.append(dd.diff_summary(text, generated, path.relative_to(dd.REPO_ROOT).as_posix()
+                                             if path.is_relative_to(dd.REPO_ROOT) else str(path)))
         if stale:
             raise click.ClickException("\n".join(stale) + "\nRun `gpupool dictionary` and commit the result.")
-        click.echo("docs/data-dictionary.md and models/metrics_schema.json are current "
-                   f"(catalog {current['catalog_version']})")
+        click.echo("docs/data-dictionary.md, models/metrics/_catalog_docs.md and models/metrics_schema.json are "
+                   f"current (catalog {current['catalog_version']})")
         return
     if home is not None:
         if out is None:
@@ -96,15 +112,17 @@ def dictionary(check: bool, home: Path | None, out: Path | None) -> None:
             text = dd.render(types=dd.warehouse_types(con))
         out.write_text(text)
         step(f"wrote {out} (types from {warehouse(home).db_path})")
-        return
-    if problems and committed.get("catalog_version") == current["catalog_version"]:
-        raise click.ClickException("\n  ".join(problems))
-    target = out or dd.DICTIONARY_PATH
-    target.write_text(outputs.dictionary)
-    step(f"wrote {target}")
-    if problems:
-        dd.SNAPSHOT_PATH.write_text(outputs.snapshot)
-        step(f"wrote {dd.SNAPSHOT_PATH} (catalog {current['catalog_version']})")
+    else:
+        if problems and committed.get("catalog_version") == current["catalog_version"]:
+            raise click.ClickException("\n  ".join(problems))
+        target = out or dd.DICTIONARY_PATH
+        target.write_text(outputs.dictionary)
+        step(f"wrote {target}")
+        if problems:
+            dd.SNAPSHOT_PATH.write_text(outputs.snapshot)
+            step(f"wrote {dd.SNAPSHOT_PATH} (catalog {current['catalog_version']})")
+    if linked:
+        raise click.ClickException(linked)
 
 
 @click.command("export")

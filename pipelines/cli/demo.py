@@ -91,7 +91,7 @@ def _demo_month(wh: Warehouse, days: int, gpus: int | None, seed: int, first: dt
             f"    {o.asset}: {m.get('records_read', 0):,} read, {m.get('records_loaded', 0):,} loaded, "
             f"{m.get('records_quarantined', 0):,} quarantined{flag}"
         )
-    runner.build_models(wh, on_step=step)
+    runner.build_models(wh, full_refresh=True, on_step=step)
 
 
 @click.command()

@@ -82,17 +82,22 @@ def ingest(source: str, path: Path, home: Path | None, day: str | None, no_build
 
 @click.command("build")
 @HOME_OPTION
+@click.option("--full-refresh", is_flag=True,
+              help="Rebuild every model from scratch; by default the day-by-day marts rebuild only the days "
+                   "whose telemetry changed since the last build.")
 @VERBOSE_OPTION
-def build(home: Path | None, verbose: bool) -> None:
-    """Rebuild staging, marts and the metrics views from what is loaded.
+def build(home: Path | None, full_refresh: bool, verbose: bool) -> None:
+    """Build the dbt project in models/ (seeds, staging, marts, metrics) from what is loaded, printing
+    each model as it is built.
 
-    Exit codes: 0 built; 1 a model failed (the message names it and carries DuckDB's error).
+    Exit codes: 0 built; 1 a model or the catalog check failed (the message names the model and
+    carries DuckDB's error; the warehouse is left as it was).
     """
     from pipelines import runner
 
     wh = warehouse(home)
     with step_errors(wh, verbose):
-        runner.build_models(wh, on_step=step)
+        runner.build_models(wh, full_refresh=full_refresh, on_step=step)
 
 
 @click.command("sources")

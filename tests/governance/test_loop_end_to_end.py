@@ -34,6 +34,7 @@ from allocator.pool import parse_pool
 from allocator.service import create_app
 from allocator.store import Store
 from allocator.telemetry import ActivityProfile
+from pipelines.build import build
 from pipelines.connectors.allocator import AllocatorClient
 from pipelines.connectors.http import RetryPolicy
 from pipelines.connectors.scrape import DcgmConfig, Scraper, write_round
@@ -42,7 +43,6 @@ from pipelines.enforcement.allocator import AllocatorEnforcer
 from pipelines.governance.outbox import Outbox
 from pipelines.governance.tick import TickReport, governance_tick
 from pipelines.ingest import ingest_partition, record_scrape_gaps
-from pipelines.models_runner import build_models
 from pipelines.policies.catalog import PolicyCatalog, load_catalog
 from pipelines.warehouse import Warehouse
 
@@ -228,8 +228,7 @@ def test_enforce_reminds_reclaims_and_the_waiting_job_runs(enforce: Loop):
     for source in SOURCES:
         report = ingest_partition(loop.warehouse, source, DAY)
         assert report.records_loaded > 0 and report.records_quarantined == 0, report.summary()
-    with loop.warehouse.writer() as con:
-        build_models(con)
+    build(loop.warehouse)
     with loop.warehouse.connect() as con:
         actions = con.sql("""
             select action, final_status, engine_outcome, outcome_source, is_ended_by_action, decided_at

@@ -15,9 +15,9 @@ from typing import Any
 import duckdb
 import polars as pl
 
+from pipelines.build import build as build_warehouse
 from pipelines.catalog import GROUPS
 from pipelines.contracts import contract
-from pipelines.models_runner import build_models
 from pipelines.paths import MODELS_DIR
 from pipelines.sources.base import empty_quarantine
 from pipelines.warehouse import Warehouse
@@ -133,9 +133,8 @@ def write_catalog(catalog_dir: Path, entries: str, group: str = "task", version:
 
 
 def build(warehouse: Warehouse, models_dir: Path = MODELS_DIR) -> duckdb.DuckDBPyConnection:
-    """Build every model and return a read-only connection to the result."""
-    with warehouse.writer() as con:
-        build_models(con, models_dir)
+    """Build the dbt project `models_dir` and return a read-only connection to the result."""
+    build_warehouse(warehouse, project_dir=models_dir)
     return warehouse.connect(read_only=True)
 
 

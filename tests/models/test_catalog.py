@@ -1,11 +1,23 @@
-"""The catalog and the sidecars are complete: every metric resolves, every column is described."""
+"""The catalog and the dbt properties are complete: every metric resolves, every column is described,
+every metric column is linked to the catalog, and dbt's manifest reads the properties as we do."""
 from __future__ import annotations
 
 import re
+import shutil
 
 import pytest
 
-from pipelines.catalog import GROUPS, documentation_gaps, load_catalog, missing_metric_columns
+from pipelines.catalog import (
+    GROUPS,
+    CatalogError,
+    catalog_link_problems,
+    catalog_mismatches,
+    documentation_gaps,
+    load_catalog,
+    load_model_docs,
+    missing_metric_columns,
+)
+from pipelines.paths import MODELS_DIR
 from tests.models.builders import build, gpu, load, write_catalog
 
 CJK = re.compile(r"[\u4e00-\u9fff]")
@@ -43,6 +55,71 @@ def test_every_metric_view_and_column_exists(built):
 
 def test_every_model_and_column_is_documented(built):
     assert documentation_gaps(built) == []
+    assert catalog_mismatches(built) == []
+
+
+def test_an_undocumented_or_unbuilt_column_is_a_gap(built, tmp_path):
+    models = _models_copy(tmp_path)
+    _in_model(models / "metrics" / "_models.yml", "pool_daily", "  - name: day\n", "  - name: the_day\n")
+    gaps = documentation_gaps(built, models)
+    assert "metrics.pool_daily.day: undocumented in metrics/_models.yml" in gaps
+    assert "metrics.pool_daily.the_day: documented in metrics/_models.yml but not produced" in gaps
+
+
+def test_metric_columns_are_described_by_the_catalogs_docs_blocks():
+    docs = load_model_docs()
+    assert catalog_link_problems(load_catalog(), docs) == []
+    column = next(c for c in docs["metrics.pool_daily"].columns if c.name == "allocated_gpu_hours")
+    assert column.doc == "metric_allocated_gpu_hours"
+    assert "已分配GPU小时" in column.description and "formula:" in column.description
+    assert "allocated_gpu_hours" in docs["metrics.pool_daily"].metrics
+
+
+def test_an_unlinked_metric_column_or_a_stale_meta_is_a_problem(tmp_path):
+    models = _models_copy(tmp_path)
+    path = models / "metrics" / "_models.yml"
+    text = path.read_text()
+    start = text.index("- name: pool_daily\n")
+    head, tail = text[:start], text[start:]
+    tail = tail.replace('''description: "{{ doc('metric_allocated_gpu_hours') }}"''', "description: held", 1)
+    tail = tail.replace("      - allocated_gpu_hours\n", "", 1)
+    path.write_text(head + tail)
+    problems = catalog_link_problems(load_catalog(models / "catalog"), load_model_docs(models))
+    assert any(p.startswith("metrics.pool_daily.allocated_gpu_hours: carries metric allocated_gpu_hours; "
+                            "its description must be") for p in problems)
+    assert any(p.startswith("metrics.pool_daily: meta.metrics is") for p in problems)
+
+
+def test_malformed_properties_are_rejected(tmp_path):
+    models = _models_copy(tmp_path)
+    path = models / "metrics" / "_models.yml"
+    original = path.read_text()
+    path.write_text(original.replace("metric_allocated_gpu_hours') }}", "metric_nowhere') }}", 1))
+    with pytest.raises(CatalogError, match="docs block 'metric_nowhere', which no .md file defines"):
+        load_model_docs(models)
+    path.write_text(original)
+    (models / "metrics" / "orphan.sql").write_text("select 1 as x\n")
+    with pytest.raises(CatalogError, match=r"no properties for \['orphan'\]"):
+        load_model_docs(models)
+
+
+def test_dbt_reads_the_properties_as_load_model_docs_does(tmp_path, monkeypatch):
+    from dbt.cli.main import dbtRunner
+
+    monkeypatch.setenv("GPUPOOL_HOME", str(tmp_path / "home"))
+    result = dbtRunner().invoke(["parse", "--project-dir", str(MODELS_DIR), "--profiles-dir", str(MODELS_DIR),
+                                 "--target-path", str(tmp_path / "target"), "--log-path", str(tmp_path / "logs"),
+                                 "--quiet", "--no-partial-parse", "--no-send-anonymous-usage-stats"])
+    assert result.success, result.exception
+    nodes = {f"{n.schema}.{n.name}": n for n in result.result.nodes.values() if n.resource_type in ("model", "seed")}
+    docs = load_model_docs()
+    assert sorted(nodes) == sorted(docs)
+    for qualified, doc in docs.items():
+        node = nodes[qualified]
+        assert (node.description, node.config.meta.get("grain")) == (doc.description, doc.grain), qualified
+        assert list(node.config.meta.get("metrics", [])) == list(doc.metrics), qualified
+        assert {c: col.description for c, col in node.columns.items()} == {
+            c.name: c.description for c in doc.columns}, qualified
 
 
 def test_labels_and_groups():
@@ -97,3 +174,16 @@ def test_the_catalog_is_its_version_file_and_one_file_per_group(tmp_path):
 def test_idle_policy_seed_has_exactly_one_default_row(built):
     # without it, allocations matching no queue or template row would never be evaluated
     assert built.execute("select count(*) from seeds.idle_policy where scope = 'default'").fetchall() == [(1,)]
+
+
+def _models_copy(tmp_path):
+    models = tmp_path / "models"
+    shutil.copytree(MODELS_DIR, models, ignore=shutil.ignore_patterns("target", "logs"))
+    return models
+
+
+def _in_model(path, model, old, new):
+    """Replace the first `old` after `- name: <model>` in a properties file."""
+    text = path.read_text()
+    at = text.index(old, text.index(f"- name: {model}\n"))
+    path.write_text(text[:at] + new + text[at + len(old):])

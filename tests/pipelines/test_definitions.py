@@ -5,6 +5,7 @@ import sys
 
 import dagster as dg
 
+from pipelines.assets.marts import dbt_models
 from pipelines.definitions import defs, from_env
 from pipelines.sources.registry import SOURCES
 
@@ -20,12 +21,15 @@ def test_dagster_validates_the_code_location():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_one_ingest_asset_per_source_plus_the_models_and_the_connectors():
+def test_one_ingest_asset_per_source_plus_the_dbt_models_and_the_connectors():
     graph = defs.resolve_asset_graph()
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
     landing = {"slurm_accounting_landing", "kueue_workloads_landing"}
-    derived = {"warehouse_models", "policy_findings", "capacity_recommendations", "review_pack"}
-    assert keys == {f"raw_{name}" for name in SOURCES} | derived | landing
+    derived = {"policy_findings", "capacity_recommendations", "review_pack"}
+    models = {k.to_user_string() for k in dbt_models.keys}
+    external = {"ops/check_results", "ops/scrape_gaps"}  # dbt sources written by checks and the scrape sensor
+    assert keys == {f"raw_{name}" for name in SOURCES} | derived | landing | models | external
+    assert {k for k in keys if not graph.get(dg.AssetKey.from_user_string(k)).is_materializable} == external
 
 
 def test_the_daily_ingest_job_does_not_run_the_connectors():
@@ -39,8 +43,8 @@ def test_every_ingest_asset_has_its_expectations_check():
     names = {(k.asset_key.to_user_string(), k.name) for k in defs.resolve_asset_graph().asset_check_keys}
     for source in SOURCES:
         assert (f"raw_{source}", "expectations_suite") in names
-    assert ("warehouse_models", "ingest_accounting_balanced") in names
-    assert ("warehouse_models", "catalog_matches_models") in names
+    assert ("metrics/ingest_daily", "ingest_accounting_balanced") in names
+    assert ("metrics/catalog", "catalog_matches_models") in names
 
 
 def test_schedules_and_jobs_are_defined():
@@ -56,6 +60,13 @@ def test_the_daily_ingest_schedule_targets_the_day_that_just_ended():
     context = dg.build_schedule_context(scheduled_execution_time=dt.datetime(2026, 11, 29, 0, 20, tzinfo=dt.UTC))
     request = ingest_schedule(context)
     assert request.partition_key == "2026-11-28"
+
+
+def test_the_daily_models_schedule_builds_the_day_that_just_ended():
+    from pipelines.assets.marts import models_schedule
+
+    context = dg.build_schedule_context(scheduled_execution_time=dt.datetime(2026, 11, 29, 0, 50, tzinfo=dt.UTC))
+    assert models_schedule(context).partition_key == "2026-11-28"
 
 
 def test_the_monthly_capacity_schedule_targets_the_month_that_just_ended():

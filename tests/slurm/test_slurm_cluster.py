@@ -14,6 +14,7 @@ import polars as pl
 import pytest
 import requests
 
+from pipelines.build import build
 from pipelines.connectors.slurm import (
     LiveAccounting,
     SlurmConfig,
@@ -22,7 +23,6 @@ from pipelines.connectors.slurm import (
     squeue_command,
 )
 from pipelines.ingest import ingest_partition
-from pipelines.models_runner import build_models
 from pipelines.resources.slurm import SlurmAccounting
 from pipelines.sources.slurm_sacct import parse_sacct_json, parse_sacct_parsable2
 from pipelines.sources.slurm_squeue import parse_squeue_job_gpus
@@ -93,11 +93,12 @@ def test_sacct_ingest_shows_the_preemption_the_requeue_and_the_cancel(scenario, 
     for source in ("slurm_sacct", "slurm_sacct_json"):
         report = ingest_partition(warehouse, source, scenario.day)
         assert report.records_loaded >= 3, report.summary()  # x twice (both attempts), y
-    with warehouse.writer() as con:
+    with warehouse.connect() as con:
         quarantined = con.execute("select raw from ops.quarantine").fetchall()
-        ours = [raw for (raw,) in quarantined if raw and raw.split("|")[0] in (scenario.x, scenario.y)]
-        assert ours == []
-        build_models(con)
+    ours = [raw for (raw,) in quarantined if raw and raw.split("|")[0] in (scenario.x, scenario.y)]
+    assert ours == []
+    build(warehouse)
+    with warehouse.connect() as con:
         attempts = con.execute(
             "select a.job_id, a.attempt, j.queue, j.tenant, j.gpus_requested, a.started_at is not null, "
             "a.end_event_type, a.end_state from marts.fct_job_attempts a join marts.dim_jobs j using (source, job_id) "

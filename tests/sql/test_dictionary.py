@@ -1,4 +1,5 @@
-"""docs/data-dictionary.md and models/metrics_schema.json are current (no warehouse needed)."""
+"""docs/data-dictionary.md, models/metrics/_catalog_docs.md and models/metrics_schema.json are current
+(no warehouse needed)."""
 from __future__ import annotations
 
 import json
@@ -54,15 +55,34 @@ def test_check_fails_with_a_diff_summary_when_stale(tmp_path: Path, monkeypatch)
     assert "stale" in result.output and "queue_wait_p99_s" in result.output
 
 
-def test_a_changed_sidecar_shows_in_the_dictionary(tmp_path: Path) -> None:
+def test_check_fails_when_the_catalog_docs_blocks_are_stale(tmp_path: Path, monkeypatch) -> None:
+    stale = tmp_path / "_catalog_docs.md"
+    stale.write_text(dd.CATALOG_DOCS_PATH.read_text().replace("容量GPU小时", "容量", 1))
+    monkeypatch.setattr(dd, "CATALOG_DOCS_PATH", stale)
+    result = CliRunner().invoke(main, ["dictionary", "--check"])
+    assert result.exit_code != 0
+    assert "_catalog_docs.md is stale" in result.output
+
+
+def test_each_metric_has_a_docs_block_with_its_definition() -> None:
+    text = dd.CATALOG_DOCS_PATH.read_text()
+    for m in load_catalog().metrics:
+        block = text.split(f"{{% docs metric_{m.name} %}}\n", 1)[1].split("{% enddocs %}", 1)[0]
+        assert f"**{m.label_en}** · {m.label_zh}" in block and f"version {m.version}" in block
+        assert f"- formula: `{m.formula}`" in block and f"- unit: {m.unit}" in block
+
+
+def test_a_changed_property_shows_in_the_dictionary(tmp_path: Path) -> None:
     models = tmp_path / "models"
-    shutil.copytree(MODELS_DIR, models)
-    sidecar = models / "metrics" / "queue_daily.yml"
-    sidecar.write_text(sidecar.read_text().replace('description: "UTC day"', 'description: "the UTC day, renamed"', 1))
+    shutil.copytree(MODELS_DIR, models, ignore=shutil.ignore_patterns("target", "logs"))
+    properties = models / "metrics" / "_models.yml"
+    text = properties.read_text()
+    at = text.index("description: UTC day\n", text.index("- name: queue_daily\n"))
+    properties.write_text(text[:at] + "description: the UTC day, renamed\n" + text[at + len("description: UTC day\n"):])
     assert "the UTC day, renamed" in dd.render(models_dir=models)
     assert "the UTC day, renamed" not in dd.DICTIONARY_PATH.read_text()
 
 
-def test_snapshot_is_generated_from_the_sidecars() -> None:
+def test_snapshot_is_generated_from_the_properties() -> None:
     committed = json.loads(dd.SNAPSHOT_PATH.read_text())
     assert committed["views"]["metrics.queue_daily"] == load_model_docs()["metrics.queue_daily"].column_names

@@ -8,11 +8,17 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from pipelines.models_runner import references
 from pipelines.paths import MODELS_DIR, REPO_ROOT
 from pipelines.warehouse import Warehouse
 
 EXAMPLES = sorted((MODELS_DIR / "examples").glob("*.sql"))
+_RELATION = re.compile(r"\b(raw|ops|governance|seeds|staging|marts|metrics)\.([a-z_][a-z0-9_]*)\b")
+
+
+def references(sql: str) -> set[str]:
+    """The schema-qualified relations the SQL names, ignoring comments and string literals."""
+    code = re.sub(r"'(?:[^']|'')*'", "''", re.sub(r"--[^\n]*", "", sql))
+    return {f"{schema}.{name}" for schema, name in _RELATION.findall(code)}
 
 
 def _header(path: Path, key: str) -> list[str]:

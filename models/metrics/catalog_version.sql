@@ -1,0 +1,6 @@
+{{ config(materialized='table') }}
+select
+  any_value(catalog_version) as catalog_version,
+  cast(count(*) as integer) as metrics,
+  current_timestamp::timestamp as built_at
+from {{ ref('catalog') }}

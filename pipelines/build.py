@@ -1,0 +1,205 @@
+"""Builds the dbt project in models/ (seeds, staging, marts, metrics, the metric catalog) into a
+gpupool home's warehouse, in process with dbt's dbtRunner.
+
+The project is parsed once per process (again when one of its files changed) and the manifest
+reused by every later build (a tiny warehouse then builds in a few seconds). A build holds
+the warehouse's writer lock and runs dbt on a copy of warehouse.duckdb in <home>/dbt/build/; the
+copy replaces the file (an atomic rename) only when every model built, so a failed build leaves
+the previous warehouse intact, as the old single-transaction runner did. dbt's target folder is
+<home>/dbt/target, so homes built at the same time share nothing.
+
+Microbatch models (marts.fct_gpu_activity and the marts built from it day by day) get
+--event-time-start/--event-time-end, never dbt's default of every day from their `begin` or of
+today only: on a full refresh, or when one of them does not exist yet, the UTC days of
+raw.dcgm_samples' sampled_at;
+otherwise the days of every partition ingested since the last successful build began (ops.ingest_log,
+any source: a re-ingested old day rebuilds that day), or the last day of data when none was.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+from dbt.adapters.duckdb.connections import DuckDBConnectionManager
+from dbt.cli.main import dbtRunner
+from dbt.contracts.graph.manifest import Manifest
+
+from pipelines.paths import MODELS_DIR
+from pipelines.warehouse import Warehouse
+
+Step = Callable[[str], None]
+
+_MANIFESTS: dict[Path, tuple[int, Manifest]] = {}  # project -> (its latest file change, manifest)
+_LAST_BUILD = "last-build"  # under <home>/dbt/: its mtime is when the last successful build started
+
+
+class BuildError(RuntimeError):
+    """The dbt build failed; the message names the failing model and carries DuckDB's error."""
+
+
+@dataclass(frozen=True)
+class ModelBuild:
+    name: str  # schema.relation
+    kind: str  # seed | view | table | incremental
+    seconds: float
+
+
+def build(
+    warehouse: Warehouse,
+    full_refresh: bool = False,
+    on_step: Step = lambda _msg: None,
+    project_dir: Path = MODELS_DIR,
+) -> list[ModelBuild]:
+    """Build seeds and models into the warehouse; `on_step` gets one line per model as it finishes.
+    Raises BuildError naming the model when one fails (the warehouse is then left as it was)."""
+    project_dir = Path(project_dir).resolve()
+    dbt_dir = warehouse.home / "dbt"
+    staging = dbt_dir / "build"
+    started = time.time()
+    copy = staging / warehouse.db_path.name  # same file name: dbt-duckdb names the database after it
+    manifest = _manifest(project_dir, dbt_dir, copy)
+    with warehouse.writer_lock():
+        with warehouse.connect(read_only=False) as con:
+            warehouse.ensure_schema(con)
+            window = _event_time_window(con, warehouse, _microbatch_relations(manifest), full_refresh)
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        shutil.copyfile(warehouse.db_path, copy)
+        args = [
+            "build", "--resource-type", "seed", "--resource-type", "model",
+            *_project_args(project_dir, dbt_dir, copy),
+        ]
+        if full_refresh:
+            args.append("--full-refresh")
+        args += ["--event-time-start", window[0].isoformat(), "--event-time-end", window[1].isoformat()]
+        try:
+            try:
+                result = dbtRunner(manifest=manifest, callbacks=[_progress(on_step)]).invoke(args)
+            finally:
+                _close_dbt_connection()
+            _raise_on_failure(result, dbt_dir)
+            os.replace(copy, warehouse.db_path)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        stamp = dbt_dir / _LAST_BUILD
+        stamp.touch()
+        os.utime(stamp, (started, started))
+    return [
+        ModelBuild(_relation(r.node), "seed" if r.node.resource_type == "seed" else r.node.config.materialized,
+                   r.execution_time)
+        for r in result.result.results
+    ]
+
+
+def _relation(node) -> str:
+    """schema.name of a built node (its relation_name is "database"."schema"."name")."""
+    return node.relation_name.replace('"', "").split(".", 1)[-1]
+
+
+def _project_args(project_dir: Path, dbt_dir: Path, db_path: Path) -> list[str]:
+    return [
+        "--project-dir", str(project_dir), "--profiles-dir", str(project_dir),
+        "--target-path", str(dbt_dir / "target"), "--log-path", str(dbt_dir / "logs"),
+        "--vars", f"{{warehouse_path: '{db_path.as_posix()}'}}",
+        # nothing on the console (progress and errors go through on_step and BuildError); the log file
+        # keeps info, not every SQL statement; target/*.json is not rewritten on every build
+        "--log-level", "none", "--log-level-file", "info", "--no-write-json",
+        "--no-use-colors", "--no-send-anonymous-usage-stats", "--no-version-check",
+    ]
+
+
+def _manifest(project_dir: Path, dbt_dir: Path, db_path: Path) -> Manifest:
+    """The project's manifest, parsed on first use in this process and again when a file of the
+    project (outside target/ and logs/) changed since."""
+    changed = _latest_change(project_dir)
+    if project_dir not in _MANIFESTS or _MANIFESTS[project_dir][0] != changed:
+        result = dbtRunner().invoke(["parse", *_project_args(project_dir, dbt_dir, db_path)])
+        if not result.success:
+            raise BuildError(f"dbt could not parse {project_dir}: {result.exception}")
+        _MANIFESTS[project_dir] = (changed, result.result)
+    return _MANIFESTS[project_dir][1]
+
+
+def _latest_change(project_dir: Path) -> int:
+    latest = 0
+    for folder, dirs, files in os.walk(project_dir):
+        if folder == str(project_dir):
+            dirs[:] = [d for d in dirs if d not in ("target", "logs")]
+        for name in files:
+            latest = max(latest, os.stat(os.path.join(folder, name)).st_mtime_ns)
+    return latest
+
+
+def _progress(on_step: Step) -> Callable:
+    def callback(event) -> None:
+        name = event.info.name
+        if name not in ("LogModelResult", "LogSeedResult"):
+            return
+        data = event.data
+        relation = f"{data.node_info.node_relation.schema}.{data.node_info.node_relation.alias}"
+        status = "error" if data.status == "error" else "ok"
+        on_step(f"[{data.index}/{data.total}] {relation} {status} in {data.execution_time:.2f}s")
+
+    return callback
+
+
+def _raise_on_failure(result, dbt_dir: Path) -> None:
+    if result.success:
+        return
+    if result.exception is not None:
+        raise BuildError(f"dbt failed: {result.exception}")
+    failed = [r for r in result.result.results if r.status in ("error", "fail")]
+    if not failed:
+        raise BuildError(f"dbt failed; see {dbt_dir / 'logs' / 'dbt.log'}")
+    r = failed[0]
+    message = " ".join((r.message or "").split())
+    raise BuildError(f"models/{r.node.original_file_path}: building {_relation(r.node)} failed: {message}")
+
+
+def _close_dbt_connection() -> None:
+    """dbt-duckdb keeps its DuckDB connection open for the process (keep_open); close it so the file
+    is checkpointed and free for the rename and for other connections."""
+    try:
+        env = DuckDBConnectionManager.env()
+    except Exception:  # noqa: BLE001 - dbt-duckdb raises a bare Exception when no build opened one
+        return
+    env.close()
+    DuckDBConnectionManager.close_all_connections()
+
+
+def _microbatch_relations(manifest: Manifest) -> list[tuple[str, str]]:
+    """(schema, name) of the project's microbatch models."""
+    return [
+        (node.schema, node.alias) for node in manifest.nodes.values()
+        if node.resource_type == "model" and node.config.get("incremental_strategy") == "microbatch"
+    ]
+
+
+def _event_time_window(con: duckdb.DuckDBPyConnection, warehouse: Warehouse, microbatch: list[tuple[str, str]],
+                       full_refresh: bool) -> tuple[dt.date, dt.date]:
+    """[start, end) of the days the microbatch models rebuild. Without samples, today alone: the
+    models are created empty rather than iterated day by day from their `begin`."""
+    first, last = con.execute(
+        "select cast(min(sampled_at) as date), cast(max(sampled_at) as date) from raw.dcgm_samples"
+    ).fetchone()
+    if first is None:
+        today = dt.datetime.now(dt.UTC).date()
+        return today, today + dt.timedelta(days=1)
+    tables = set(con.execute("select table_schema, table_name from information_schema.tables").fetchall())
+    stamp = warehouse.home / "dbt" / _LAST_BUILD
+    if full_refresh or not set(microbatch) <= tables or not stamp.exists():
+        return first, last + dt.timedelta(days=1)
+    since = dt.datetime.fromtimestamp(stamp.stat().st_mtime, dt.UTC).replace(tzinfo=None)
+    # every source's partitions ingested (or re-ingested) since the last successful build began
+    changed_first, changed_last = con.execute(
+        "select min(partition_date), max(partition_date) from ops.ingest_log where finished_at >= ?", [since]
+    ).fetchone()
+    if changed_first is None:
+        return last, last + dt.timedelta(days=1)
+    return changed_first, changed_last + dt.timedelta(days=1)

@@ -1,0 +1,48 @@
+"""`gpupool docs`: dbt's documentation site of models/ (lineage, every model's and column's
+description, the catalog's metric definitions on their views), with the column types of a home's
+warehouse."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+
+from pipelines.cli.common import HOME_OPTION, step, warehouse
+from pipelines.paths import MODELS_DIR
+
+
+@click.command("docs")
+@HOME_OPTION
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Folder for the site. Default: HOME/dbt/docs.")
+@click.option("--static", is_flag=True,
+              help="Also write static_index.html: one file with everything in it, to open without a server.")
+def docs(home: Path | None, out: Path | None, static: bool) -> None:
+    """Generate dbt's docs site (index.html, manifest.json, catalog.json) from models/ and the home's
+    warehouse, and print how to serve it.
+
+    Runs `dbt docs generate` under the warehouse's writer lock (dbt opens the file read-write, and a
+    build running at the same time would otherwise fail to); the models are compiled, not built."""
+    wh = warehouse(home)
+    if not wh.db_path.exists():
+        raise click.ClickException(f"no warehouse at {wh.db_path}: run `gpupool build` (or `gpupool demo`) first")
+    out = (out or wh.home / "dbt" / "docs").resolve()
+    args = [
+        sys.executable, "-m", "dbt.cli.main", "docs", "generate",
+        "--project-dir", str(MODELS_DIR), "--profiles-dir", str(MODELS_DIR),
+        "--target-path", str(out), "--log-path", str(wh.home / "dbt" / "logs"),
+        "--vars", f"{{warehouse_path: '{wh.db_path.resolve().as_posix()}'}}",
+        "--no-use-colors", "--no-send-anonymous-usage-stats", "--no-version-check",
+        *(["--static"] if static else []),
+    ]
+    step(f"dbt docs generate into {out}")
+    with wh.writer_lock():
+        result = subprocess.run(args, cwd=MODELS_DIR, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise click.ClickException(f"dbt docs generate failed:\n{(result.stdout + result.stderr)[-4000:]}")
+    step(f"wrote {out}/index.html with manifest.json and catalog.json")
+    click.echo(f"  serve it:  python -m http.server 8080 --directory {out}   then open http://localhost:8080")
+    if static:
+        click.echo(f"  or open {out}/static_index.html in a browser (no server needed)")

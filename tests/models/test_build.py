@@ -1,0 +1,85 @@
+"""The dbt build (pipelines/build.py): progress per model, the catalog tables, a failed model named
+with DuckDB's message and the previous warehouse kept, incremental days and --full-refresh."""
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+
+import pytest
+
+from pipelines.build import BuildError, build
+from pipelines.catalog import load_catalog
+from pipelines.paths import MODELS_DIR
+from pipelines.warehouse import Warehouse
+from tests.models.builders import DAY1, at, gpu, load, one, series
+
+GR = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
+CATALOG_COLUMNS = [
+    "metric_name", "metric_group", "label_en", "label_zh", "description", "metric_type", "grain", "unit",
+    "formula", "source_fields", "view_name", "column_name", "also_in", "metric_version", "catalog_version",
+]
+
+
+def test_build_reports_every_model_and_writes_the_catalog(warehouse):
+    load(warehouse, gpu_inventory=[gpu("a100-01", 0)])
+    steps: list[str] = []
+    builds = build(warehouse, on_step=steps.append)
+
+    names = {b.name for b in builds}
+    assert {"seeds.gpu_models", "staging.stg_dcgm__samples", "marts.fct_gpu_activity", "metrics.pool_daily",
+            "metrics.catalog", "metrics.catalog_version"} <= names
+    assert len(steps) == len(builds)
+    assert all(s.startswith("[") and f"/{len(builds)}] " in s and " ok in " in s for s in steps)
+    assert {s.split("] ")[1].split(" ")[0] for s in steps} == names
+    catalog = load_catalog()
+    with warehouse.connect() as con:
+        assert [c[0] for c in con.execute("describe metrics.catalog").fetchall()] == CATALOG_COLUMNS
+        assert con.execute("select count(*) from metrics.catalog").fetchone()[0] == len(catalog.metrics)
+        version = one(con, "select catalog_version, metrics from metrics.catalog_version")
+    assert version == {"catalog_version": catalog.version, "metrics": len(catalog.metrics)}
+
+
+def test_a_failed_model_is_named_and_the_previous_warehouse_is_kept(tmp_path, warehouse):
+    models = tmp_path / "models"
+    shutil.copytree(MODELS_DIR, models, ignore=shutil.ignore_patterns("target", "logs"))
+    load(warehouse, gpu_inventory=[gpu("a100-01", 0)])
+    build(warehouse, project_dir=models)
+    view = models / "metrics" / "gpu_inventory.sql"
+    view.write_text("select no_such_column from {{ ref('dim_gpus') }}")
+
+    with pytest.raises(BuildError, match=r"models/metrics/gpu_inventory\.sql: building metrics\.gpu_inventory "
+                                         r"failed: .*no_such_column"):
+        build(warehouse, project_dir=models)
+    with warehouse.connect() as con:
+        assert con.execute("select host from metrics.gpu_inventory").fetchall() == [("a100-01",)]
+    assert not (warehouse.home / "dbt" / "build").exists()
+
+
+def _activity(warehouse: Warehouse) -> dict[dt.date, float]:
+    with warehouse.connect() as con:
+        return dict(con.execute(
+            "select cast(minute_at as date), sum(activity) from marts.fct_gpu_activity group by 1").fetchall())
+
+
+def test_an_incremental_build_rebuilds_the_changed_days_and_a_full_refresh_all(warehouse):
+    day2 = DAY1 + dt.timedelta(days=1)
+    load(warehouse, gpu_inventory=[gpu("a100-01", 0)], dcgm_samples=series("a100-01", 0, GR, at("10:00"), 10, 0.5))
+    load(warehouse, ingest="day2", day=day2, dcgm_samples=series("a100-01", 0, GR, at("10:00", day=2), 10, 0.5))
+    build(warehouse)
+    assert _activity(warehouse) == {DAY1: pytest.approx(5.0), day2: pytest.approx(5.0)}
+    with warehouse.writer() as con:  # a mark on day 2's rows: only a rebuild of day 2 removes it
+        con.execute("update marts.fct_gpu_activity set activity = 0 where cast(minute_at as date) = ?", [day2])
+
+    load(warehouse, dcgm_samples=series("a100-01", 0, GR, at("10:00"), 10, 0.25))  # day 1 again, new values
+    build(warehouse)
+    assert _activity(warehouse) == {DAY1: pytest.approx(2.5), day2: pytest.approx(0.0)}
+
+    build(warehouse, full_refresh=True)
+    assert _activity(warehouse) == {DAY1: pytest.approx(2.5), day2: pytest.approx(5.0)}
+
+
+def test_a_build_without_telemetry_creates_the_day_by_day_marts_empty(warehouse: Warehouse):
+    load(warehouse, gpu_inventory=[gpu("a100-01", 0)])
+    build(warehouse)
+    with warehouse.connect() as con:
+        assert con.execute("select count(*) from marts.fct_gpu_activity").fetchone()[0] == 0
