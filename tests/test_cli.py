@@ -93,3 +93,18 @@ def test_sql_without_a_warehouse_says_what_to_do(tmp_path):
     result = gpupool("sql", "select 1", home=tmp_path / "empty", check=False)
     assert result.returncode != 0
     assert "gpupool demo" in result.stderr
+
+
+@pytest.mark.slow
+def test_docs_builds_the_dbt_site_with_the_catalogs_definitions_on_the_views(demo_home, tmp_path):
+    out = tmp_path / "site"
+    result = gpupool("docs", "--out", str(out), "--static", home=demo_home)
+    assert "python -m http.server" in result.stdout
+    assert (out / "index.html").exists() and (out / "static_index.html").exists()
+    manifest = json.loads((out / "manifest.json").read_text())
+    pool_daily = manifest["nodes"]["model.gpupool.pool_daily"]
+    assert "allocated_gpu_hours" in pool_daily["config"]["meta"]["metrics"]
+    described = pool_daily["columns"]["allocated_gpu_hours"]["description"]  # the catalog's doc block, rendered
+    assert "**Allocated GPU-hours** · 已分配GPU小时" in described and "formula:" in described, described
+    catalog = json.loads((out / "catalog.json").read_text())
+    assert "model.gpupool.pool_daily" in catalog["nodes"], "column types read from the home's warehouse"
