@@ -30,7 +30,7 @@ from pipelines.partitions import daily_partitions
 from pipelines.resources.kueue import KueueState
 from pipelines.resources.slurm import SlurmAccounting
 from pipelines.resources.warehouse import WarehouseResource
-from pipelines.schedules import yesterday
+from pipelines.schedules import daily_schedule
 
 GROUP = "connectors"
 RAW_SLURM_SQUEUE = dg.AssetKey(asset_name(SQUEUE_SOURCE))
@@ -121,17 +121,9 @@ land_connectors_job = dg.define_asset_job(
 
 
 # Yesterday, landed before ingest_daily (00:20) reads it.
-@dg.schedule(
-    name="land_connectors_daily_schedule",
-    job=land_connectors_job,
-    cron_schedule="10 0 * * *",
-    execution_timezone="UTC",
-    default_status=dg.DefaultScheduleStatus.STOPPED,
-    description="Lands yesterday (UTC) from Slurm and Kueue at 00:10 UTC.",
-)
-def land_connectors_schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
-    day = yesterday(context)
-    return dg.RunRequest(run_key=f"land_connectors:{day}", partition_key=day)
+land_connectors_schedule = daily_schedule(
+    land_connectors_job, "10 0 * * *", "land_connectors_daily_schedule",
+    "Lands yesterday (UTC) from Slurm and Kueue at 00:10 UTC.", run_key_prefix="land_connectors")
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from pipelines.checks import suite_check_result, suite_check_spec
 from pipelines.ingest import ingest_days
 from pipelines.partitions import daily_partitions
 from pipelines.resources.warehouse import WarehouseResource
-from pipelines.schedules import yesterday
+from pipelines.schedules import daily_schedule
 from pipelines.sources.registry import SOURCES, IngestSource
 
 # Lineage only: the connector asset that fills a source's landing folder (pipelines.assets.connectors).
@@ -86,11 +86,8 @@ ingest_job = dg.define_asset_job(
 )
 
 
-@dg.schedule(job=ingest_job, cron_schedule="20 0 * * *", execution_timezone="UTC",
-             description="Ingests yesterday (UTC) of every source at 00:20 UTC.")
-def ingest_schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
-    day = yesterday(context)
-    return dg.RunRequest(run_key=f"ingest_daily:{day}", partition_key=day)
+ingest_schedule = daily_schedule(ingest_job, "20 0 * * *", "ingest_schedule",
+                                 "Ingests yesterday (UTC) of every source at 00:20 UTC.")
 
 
 defs = dg.Definitions(assets=ingest_assets, jobs=[ingest_job], schedules=[ingest_schedule])

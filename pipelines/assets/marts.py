@@ -33,7 +33,7 @@ from pipelines.policies.catalog import CatalogError
 from pipelines.policies.catalog import load_catalog as load_policy_catalog
 from pipelines.resources.dbt import prepared_project
 from pipelines.resources.warehouse import WarehouseResource
-from pipelines.schedules import yesterday
+from pipelines.schedules import daily_schedule
 from pipelines.sources.registry import SOURCES
 from pipelines.warehouse import Warehouse
 
@@ -209,11 +209,9 @@ models_job = dg.define_asset_job(
 )
 
 
-@dg.schedule(job=models_job, cron_schedule="50 0 * * *", execution_timezone="UTC",
-             description="Builds the models for yesterday (UTC) at 00:50 UTC, once ingest_daily (00:20) is in.")
-def models_schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
-    day = yesterday(context)
-    return dg.RunRequest(run_key=f"build_models:{day}", partition_key=day)
+models_schedule = daily_schedule(
+    models_job, "50 0 * * *", "models_schedule",
+    "Builds the models for yesterday (UTC) at 00:50 UTC, once ingest_daily (00:20) is in.")
 
 
 defs = dg.Definitions(

@@ -31,7 +31,7 @@ from pipelines.policies.inputs import inputs_from_warehouse
 from pipelines.policies.planner import plan
 from pipelines.resources.governance import GovernanceResource
 from pipelines.resources.warehouse import WarehouseResource
-from pipelines.schedules import yesterday
+from pipelines.schedules import daily_schedule
 from pipelines.warehouse import Warehouse
 
 SENSOR_NAME = "idle_reclaim"
@@ -160,11 +160,10 @@ policy_findings_job = dg.define_asset_job(
 )
 
 
-@dg.schedule(job=policy_findings_job, cron_schedule="10 1 * * *", execution_timezone="UTC",
-             description="Records yesterday's (UTC) policy findings at 01:10 UTC, after the nightly model build.")
-def policy_findings_schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
-    day = yesterday(context)
-    return dg.RunRequest(run_key=f"policy_findings:{day}", partition_key=day)
+policy_findings_schedule = daily_schedule(
+    policy_findings_job, "10 1 * * *", "policy_findings_schedule",
+    "Records yesterday's (UTC) policy findings at 01:10 UTC, after the nightly model build.",
+    run_key_prefix="policy_findings")
 
 
 defs = dg.Definitions(

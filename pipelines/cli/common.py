@@ -102,6 +102,18 @@ def print_outcomes(outcomes: list, name_assets: bool) -> None:
             click.echo(click.style(f"      {problem}", fg="red"))
 
 
+def rebuild_unless_blocked(wh: Warehouse, outcomes: list, no_build: bool, verbose: bool, blocked: str) -> None:
+    """After an ingest: exit 3 with `blocked` (what failed and what to do) when a batch failed its
+    blocking data-quality check, else rebuild the models unless --no-build."""
+    from pipelines import runner
+
+    if any(o.checks_failed for o in outcomes):
+        raise ExitError(blocked, EXIT_BLOCKED)
+    if not no_build:
+        with step_errors(wh, verbose):
+            runner.build_models(wh, on_step=step)
+
+
 
 @contextmanager
 def day_progress(verb: str, days: int):

@@ -6,7 +6,6 @@ from pathlib import Path
 import click
 
 from pipelines.cli.common import (
-    EXIT_BLOCKED,
     EXIT_FAILED,
     EXIT_NOTHING_READ,
     HOME_OPTION,
@@ -14,6 +13,7 @@ from pipelines.cli.common import (
     ExitError,
     partition_day,
     print_outcomes,
+    rebuild_unless_blocked,
     step,
     step_errors,
     warehouse,
@@ -70,21 +70,18 @@ def ingest(source: str, path: Path, home: Path | None, day: str | None, no_build
     if not any(o.metadata.get("files_read") for o in outcomes):
         raise ExitError(f"no file of {staged[0].parent} was read (source {source} reads {patterns})",
                         EXIT_NOTHING_READ)
-    if any(o.checks_failed for o in outcomes):
-        raise ExitError(
-            f"the batch of {source} for {partition} failed its blocking data-quality check: models not rebuilt. "
-            "Fix the input and ingest again, or run `gpupool build` to rebuild anyway (bad records stay in "
-            "ops.quarantine).", EXIT_BLOCKED)
-    if not no_build:
-        with step_errors(wh, verbose):
-            runner.build_models(wh, on_step=step)
+    rebuild_unless_blocked(
+        wh, outcomes, no_build, verbose,
+        f"the batch of {source} for {partition} failed its blocking data-quality check: models not rebuilt. "
+        "Fix the input and ingest again, or run `gpupool build` to rebuild anyway (bad records stay in "
+        "ops.quarantine).")
 
 
 @click.command("build")
 @HOME_OPTION
 @click.option("--full-refresh", is_flag=True,
               help="Rebuild every model from scratch; by default the day-by-day marts rebuild only the days "
-                   "whose telemetry changed since the last build.")
+                   "ingested since the last build.")
 @VERBOSE_OPTION
 def build(home: Path | None, full_refresh: bool, verbose: bool) -> None:
     """Build the dbt project in models/ (seeds, staging, marts, metrics) from what is loaded, printing

@@ -8,12 +8,11 @@ from pathlib import Path
 import click
 
 from pipelines.cli.common import (
-    EXIT_BLOCKED,
     HOME_OPTION,
     VERBOSE_OPTION,
-    ExitError,
     partition_day,
     print_outcomes,
+    rebuild_unless_blocked,
     step,
     step_errors,
     warehouse,
@@ -93,14 +92,11 @@ def _ingest_landed(wh: Warehouse, paths: list[Path], day: dt.date, no_build: boo
     with step_errors(wh, verbose):
         outcomes = runner.ingest_days(wh, sources, day, day, on_step=step)
     print_outcomes(outcomes, name_assets=True)
-    blocked = [o.asset for o in outcomes if o.checks_failed]
-    if blocked:
-        raise ExitError(
-            f"{', '.join(blocked)} for {day} failed the blocking data-quality check: models not rebuilt. "
-            "See ops.quarantine, then `gpupool build` to rebuild anyway.", EXIT_BLOCKED)
-    if not no_build:
-        with step_errors(wh, verbose):
-            runner.build_models(wh, on_step=step)
+    blocked = ", ".join(o.asset for o in outcomes if o.checks_failed)
+    rebuild_unless_blocked(
+        wh, outcomes, no_build, verbose,
+        f"{blocked} for {day} failed the blocking data-quality check: models not rebuilt. "
+        "See ops.quarantine, then `gpupool build` to rebuild anyway.")
 
 
 @land.command("slurm")
