@@ -1,8 +1,9 @@
 """Builds the dbt project in models/ (seeds, staging, marts, metrics, the metric catalog) into a
 gpupool home's warehouse, in process with dbt's dbtRunner.
 
-The project is parsed once per process (again when one of its files changed) and the manifest
-reused by every later build (a tiny warehouse then builds in a few seconds). A build holds
+The project's manifest is the one `dbt parse` wrote at set-up (models/target/manifest.json) while no
+file of the project changed after it, else parsed once per process (again when a file changed), and
+reused by every later build. A build holds
 the warehouse's writer lock and runs dbt on a copy of warehouse.duckdb in <home>/dbt/build/; the
 copy replaces the file (an atomic rename) only when every model built, so a failed build leaves
 the previous warehouse intact, as the old single-transaction runner did. dbt's target folder is
@@ -14,6 +15,11 @@ today only: on a full refresh, or when one of them does not exist yet, the UTC d
 raw.dcgm_samples' sampled_at;
 otherwise the days of every partition ingested since the last successful build began (ops.ingest_log,
 any source: a re-ingested old day rebuilds that day), or the last day of data when none was.
+
+An incremental build rebuilds every table and microbatch model, but re-creates a view or reloads a
+seed only when its definition changed since the last successful build (dbt's `state:modified+`,
+against the manifest kept in <home>/dbt/state/) or it is missing from the warehouse: a view reads
+its tables when queried, so an unchanged one needs nothing. --full-refresh re-creates everything.
 """
 from __future__ import annotations
 
@@ -26,9 +32,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
+from dbt.adapters.duckdb.__version__ import version as duckdb_adapter_version
 from dbt.adapters.duckdb.connections import DuckDBConnectionManager
 from dbt.cli.main import dbtRunner
-from dbt.contracts.graph.manifest import Manifest
+from dbt.contracts.graph.manifest import Manifest, WritableManifest
+from dbt.version import __version__ as dbt_version
 
 from pipelines.paths import MODELS_DIR
 from pipelines.warehouse import Warehouse
@@ -37,6 +45,7 @@ Step = Callable[[str], None]
 
 _MANIFESTS: dict[Path, tuple[int, Manifest]] = {}  # project -> (its latest file change, manifest)
 _LAST_BUILD = "last-build"  # under <home>/dbt/: its mtime is when the last successful build started
+_STATE = "state"  # under <home>/dbt/: manifest.json of the last successful build
 
 
 class BuildError(RuntimeError):
@@ -64,6 +73,7 @@ def build(
     started = time.time()
     copy = staging / warehouse.db_path.name  # same file name: dbt-duckdb names the database after it
     manifest = _manifest(project_dir, dbt_dir, copy)
+    fingerprint = _fingerprint(project_dir)
     with warehouse.writer_lock():
         with warehouse.connect(read_only=False) as con:
             warehouse.ensure_schema(con)
@@ -77,6 +87,8 @@ def build(
         ]
         if full_refresh:
             args.append("--full-refresh")
+        else:
+            args += _unchanged_definitions_skipped(manifest, dbt_dir / _STATE, fingerprint, copy)
         args += ["--event-time-start", window[0].isoformat(), "--event-time-end", window[1].isoformat()]
         try:
             try:
@@ -87,6 +99,7 @@ def build(
             os.replace(copy, warehouse.db_path)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+        _keep_state(manifest, dbt_dir / _STATE, fingerprint)
         stamp = dbt_dir / _LAST_BUILD
         stamp.touch()
         os.utime(stamp, (started, started))
@@ -115,15 +128,70 @@ def _project_args(project_dir: Path, dbt_dir: Path, db_path: Path) -> list[str]:
 
 
 def _manifest(project_dir: Path, dbt_dir: Path, db_path: Path) -> Manifest:
-    """The project's manifest, parsed on first use in this process and again when a file of the
-    project (outside target/ and logs/) changed since."""
+    """The project's manifest: the set-up's target/manifest.json when no file of the project (outside
+    target/ and logs/) changed after it (loading it takes a tenth of a parse), else parsed; kept for
+    the process until a file changes."""
     changed = _latest_change(project_dir)
-    if project_dir not in _MANIFESTS or _MANIFESTS[project_dir][0] != changed:
+    if project_dir in _MANIFESTS and _MANIFESTS[project_dir][0] == changed:
+        return _MANIFESTS[project_dir][1]
+    prepared = _prepared_manifest(project_dir)
+    if prepared is not None and prepared.stat().st_mtime_ns >= changed:
+        manifest = Manifest.from_writable_manifest(WritableManifest.read_and_check_versions(str(prepared)))
+    else:
         result = dbtRunner().invoke(["parse", *_project_args(project_dir, dbt_dir, db_path)])
         if not result.success:
             raise BuildError(f"dbt could not parse {project_dir}: {result.exception}")
-        _MANIFESTS[project_dir] = (changed, result.result)
-    return _MANIFESTS[project_dir][1]
+        manifest = result.result
+    _MANIFESTS[project_dir] = (changed, manifest)
+    return manifest
+
+
+def _prepared_manifest(project_dir: Path) -> Path | None:
+    path = project_dir / "target" / "manifest.json"
+    return path if path.is_file() else None
+
+
+def _unchanged_definitions_skipped(manifest: Manifest, state: Path, fingerprint: str, db_path: Path) -> list[str]:
+    """dbt arguments selecting every table and incremental model, and the views and seeds that are new,
+    changed since the state's manifest (or downstream of a change), or missing from the warehouse;
+    none (everything) without a state. When the project is the one the state was kept from (same
+    fingerprint), no view or seed changed and dbt need not compare manifests."""
+    if not (state / "manifest.json").is_file() or not (state / "fingerprint").is_file():
+        return []
+    con = duckdb.connect(str(db_path), read_only=True)
+    try:
+        present = set(con.execute("select table_schema, table_name from information_schema.tables").fetchall())
+    finally:
+        con.close()
+    missing = [
+        node.name for node in manifest.nodes.values()
+        if node.resource_type in ("model", "seed") and (node.schema, node.alias) not in present
+    ]
+    select = ["--select", "config.materialized:table", "config.materialized:incremental", *missing]
+    if (state / "fingerprint").read_text() == fingerprint:
+        return select
+    return ["--state", str(state), *select, "state:modified+"]
+
+
+def _keep_state(manifest: Manifest, state: Path, fingerprint: str) -> None:
+    """Keep the manifest just built as the state the next incremental build compares with, unless it is
+    kept already (manifest written beside and renamed, then its fingerprint: a crash leaves a state
+    that at worst re-creates views needlessly)."""
+    stamp = state / "fingerprint"
+    if stamp.is_file() and stamp.read_text() == fingerprint and (state / "manifest.json").is_file():
+        return
+    state.mkdir(parents=True, exist_ok=True)
+    stamp.unlink(missing_ok=True)
+    scratch = state / "manifest.json.new"
+    manifest.writable_manifest().write(str(scratch))
+    os.replace(scratch, state / "manifest.json")
+    stamp.write_text(fingerprint)
+
+
+def _fingerprint(project_dir: Path) -> str:
+    """The project as built: its folder, the time of its latest file change, and the dbt that built it
+    (an upgrade may change how a view is created)."""
+    return f"{project_dir}\n{_latest_change(project_dir)}\ndbt-core {dbt_version}, dbt-duckdb {duckdb_adapter_version}\n"
 
 
 def _latest_change(project_dir: Path) -> int:

@@ -13,6 +13,7 @@ from streamlit.testing.v1 import AppTest
 
 from dashboards.auth import hash_password
 from pipelines.paths import REPO_ROOT
+from tests.conftest import copy_home
 
 APP = str(REPO_ROOT / "dashboards" / "app.py")
 PASSWORD = "pool-secret"
@@ -23,12 +24,10 @@ USERS = [
 
 
 @pytest.fixture(scope="session")
-def demo_home(tmp_path_factory) -> Path:
-    """`gpupool demo` for 2 days of a 32-GPU pool, then its capacity advice (no replay)."""
-    home = tmp_path_factory.mktemp("dash")
+def demo_home(tmp_path_factory, small_demo_home) -> Path:
+    """A copy of the small demo month (3 days, 64 GPUs), then its capacity advice (no replay)."""
+    home = copy_home(small_demo_home, tmp_path_factory.mktemp("dash") / "gpupool")
     gpupool = Path(sys.executable).parent / "gpupool"
-    subprocess.run([str(gpupool), "demo", "--days", "2", "--gpus", "32", "--no-baseline", "--home", str(home)],
-                   check=True, capture_output=True)
     subprocess.run([str(gpupool), "recommend", "--home", str(home), "--whatif-top", "0"], check=True,
                    capture_output=True)
     return home

@@ -3,8 +3,6 @@ action, object and reason; a tenant member sees only the records on their tenant
 from __future__ import annotations
 
 import datetime as dt
-import subprocess
-import sys
 from pathlib import Path
 
 import duckdb
@@ -75,11 +73,8 @@ def test_chinese_and_a_search_with_no_match(dashboard_env):
     assert "权限变更数" in [m.label for m in at.metric]
 
 
-def test_empty_warehouse(dashboard_env, tmp_path, monkeypatch, fresh_cache):
-    home = tmp_path / "empty"
-    subprocess.run([str(Path(sys.executable).parent / "gpupool"), "build", "--home", str(home)], check=True,
-                   capture_output=True)
-    monkeypatch.setenv("GPUPOOL_HOME", str(home))
+def test_empty_warehouse(dashboard_env, built_empty_home, monkeypatch, fresh_cache):
+    monkeypatch.setenv("GPUPOOL_HOME", str(built_empty_home))
     at = signed_in("ops", "audit")
     assert errors(at) == []
     assert any(STRINGS["a_no_audit"]["en"] in i.value for i in at.info)

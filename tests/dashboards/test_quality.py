@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import duckdb
@@ -113,11 +111,8 @@ def test_quarantine_gaps_and_findings_shown(troubled_home):
     assert len(at.get("vega_lite_chart")) >= 3  # loaded per day, gaps per day, findings per day
 
 
-def test_empty_warehouse(dashboard_env, tmp_path, monkeypatch, fresh_cache):
-    home = tmp_path / "empty"
-    subprocess.run([str(Path(sys.executable).parent / "gpupool"), "build", "--home", str(home)], check=True,
-                   capture_output=True)
-    monkeypatch.setenv("GPUPOOL_HOME", str(home))
+def test_empty_warehouse(dashboard_env, built_empty_home, monkeypatch, fresh_cache):
+    monkeypatch.setenv("GPUPOOL_HOME", str(built_empty_home))
     at = signed_in("ops", "quality")
     assert errors(at) == []
     assert any(STRINGS["q_no_ingest"]["en"] in i.value for i in at.info)

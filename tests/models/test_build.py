@@ -1,5 +1,6 @@
 """The dbt build (pipelines/build.py): progress per model, the catalog tables, a failed model named
-with DuckDB's message and the previous warehouse kept, incremental days and --full-refresh."""
+with DuckDB's message and the previous warehouse kept, incremental days and --full-refresh, views
+re-created only when new, changed or missing."""
 from __future__ import annotations
 
 import datetime as dt
@@ -18,6 +19,12 @@ CATALOG_COLUMNS = [
     "metric_name", "metric_group", "label_en", "label_zh", "description", "metric_type", "grain", "unit",
     "formula", "source_fields", "view_name", "column_name", "also_in", "metric_version", "catalog_version",
 ]
+
+
+@pytest.fixture
+def warehouse(tmp_path) -> Warehouse:
+    """A home never built (not the built empty home the other model tests start from)."""
+    return Warehouse(tmp_path / "gpupool")
 
 
 def test_build_reports_every_model_and_writes_the_catalog(warehouse):
@@ -83,3 +90,30 @@ def test_a_build_without_telemetry_creates_the_day_by_day_marts_empty(warehouse:
     build(warehouse)
     with warehouse.connect() as con:
         assert con.execute("select count(*) from marts.fct_gpu_activity").fetchone()[0] == 0
+
+
+def _built(warehouse: Warehouse, **kwargs) -> set[str]:
+    return {b.name for b in build(warehouse, **kwargs)}
+
+
+def test_an_incremental_build_re_creates_only_the_views_that_are_new_changed_or_missing(tmp_path, warehouse):
+    load(warehouse, gpu_inventory=[gpu("a100-01", 0)], dcgm_samples=series("a100-01", 0, GR, at("10:00"), 10, 0.5))
+    everything = _built(warehouse)
+    tables = {b for b in everything if b.startswith("marts.")} | {"metrics.catalog", "metrics.catalog_version"}
+
+    assert _built(warehouse) == tables  # nothing changed: the tables rebuilt, no view, no seed
+
+    with warehouse.writer() as con:
+        con.execute("drop view metrics.gpu_inventory")
+    assert _built(warehouse) == tables | {"metrics.gpu_inventory"}
+    with warehouse.connect() as con:
+        assert con.execute("select host from metrics.gpu_inventory").fetchall() == [("a100-01",)]
+
+    models = tmp_path / "models"  # the same project elsewhere, one view changed
+    shutil.copytree(MODELS_DIR, models, ignore=shutil.ignore_patterns("target", "logs"))
+    with (models / "metrics" / "pool_daily.sql").open("a") as sql:
+        sql.write("\n-- changed\n")
+    downstream = {"metrics.pool_daily", "metrics.pool_period", "metrics.pack_month", "metrics.pooling_scorecard"}
+    assert _built(warehouse, project_dir=models) == tables | downstream
+
+    assert _built(warehouse, full_refresh=True) == everything

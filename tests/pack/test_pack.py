@@ -16,6 +16,7 @@ from polars.testing import assert_frame_equal
 
 from pipelines.pack.figures import FIGURES, TABLES, figure_value, previous_month, table_frame
 from tests.components import require_component
+from tests.conftest import copy_home
 
 pytestmark = pytest.mark.slow
 MONTH = dt.date(2026, 11, 1)
@@ -26,9 +27,8 @@ def _gpupool(*args: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def pack_home(tmp_path_factory) -> Path:
-    home = tmp_path_factory.mktemp("pack")
-    _gpupool("demo", "--days", "3", "--gpus", "64", "--no-baseline", "--home", str(home))
+def pack_home(tmp_path_factory, small_demo_home) -> Path:
+    home = copy_home(small_demo_home, tmp_path_factory.mktemp("pack") / "gpupool")
     _gpupool("recommend", "--whatif-top", "0", "--home", str(home))
     _gpupool("pack", "--month", "2026-11", "--home", str(home))
     return home

@@ -22,17 +22,16 @@ from hypothesis import strategies as st
 from pipelines.cli import main
 from pipelines.sandbox import QueryRefused, check_read_only
 from pipelines.warehouse import Warehouse
+from tests.conftest import copy_home
 
 SECRET = "tok-SECRET-7c1e"  # in every planted file: it must never come back in an answer
 PASSWD = "root:x:0:"
 
 
 @pytest.fixture(scope="module")
-def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A 2-day demo warehouse, with a tokens file, a landing file and a governance outbox planted."""
-    home = tmp_path_factory.mktemp("sandbox")
-    result = CliRunner().invoke(main, ["demo", "--days", "2", "--gpus", "32", "--no-baseline", "--home", str(home)])
-    assert result.exit_code == 0, result.output + repr(result.exception)
+def home(tmp_path_factory: pytest.TempPathFactory, small_demo_home: Path) -> Path:
+    """A copy of the small demo month, with a tokens file, a landing file and a governance outbox planted."""
+    home = copy_home(small_demo_home, tmp_path_factory.mktemp("sandbox") / "gpupool")
     (home / "allocator-tokens.json").write_text(f'{{"{SECRET}": {{"name": "admin", "role": "admin"}}}}\n')
     landing = home / "landing" / "allocator_events" / "2026-11-02"
     landing.mkdir(parents=True, exist_ok=True)
