@@ -377,7 +377,7 @@ register(CodeTable(
     },
 ))
 
-# Replaced by every model build (pipelines/assets/marts.py load_exemptions) from the policy catalog's
+# Replaced by every model build (pipelines/build_checks.py load_exemptions) from the policy catalog's
 # exemptions file; read by the dashboards' Idle page. Expiry is read against the clock there.
 EXEMPTIONS_TABLE = "governance.policy_exemptions"
 EXEMPTIONS_CHECK = "policy_exemptions_valid"  # its load's outcome in ops.check_results

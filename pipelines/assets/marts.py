@@ -14,7 +14,6 @@ The dbt assets share the ingest assets' daily partitions. A run over days D1..Dn
 rebuild exactly those days' batches, every other model is rebuilt whole.
 """
 
-import datetime as dt
 import json
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
@@ -25,20 +24,19 @@ from dagster_dbt import DagsterDbtTranslator, DbtCliResource, dbt_assets
 from pydantic import Field
 
 from pipelines.assets.ingest import asset_name
-from pipelines.catalog import catalog_mismatches
-from pipelines.config import ConfigError
-from pipelines.contracts import EXEMPTIONS_TABLE
+from pipelines.build_checks import (
+    BUILD_ASSET,
+    CATALOG_MATCHES,
+    INGEST_ACCOUNTING,
+    catalog_problems,
+    load_exemptions,
+    unbalanced_ingests,
+)
 from pipelines.partitions import daily_partitions
-from pipelines.policies.catalog import CatalogError
-from pipelines.policies.catalog import load_catalog as load_policy_catalog
 from pipelines.resources.dbt import prepared_project
 from pipelines.resources.warehouse import WarehouseResource
 from pipelines.schedules import daily_schedule
 from pipelines.sources.registry import SOURCES
-from pipelines.warehouse import Warehouse
-
-EXEMPTIONS_CHECK = "policy_exemptions_valid"
-BUILD_ASSET = "dbt_models"  # the asset name the build's own checks are recorded under in ops.check_results
 
 
 def _writers() -> dict[str, list[dg.AssetKey]]:
@@ -133,47 +131,10 @@ def dbt_models(context: dg.AssetExecutionContext, config: BuildConfig, dbt: DbtC
         context.log.warning(f"policy exemptions not loaded, the last loaded are kept: {problem}")
 
 
-def load_exemptions(wh: Warehouse) -> str | None:
-    """Replace governance.policy_exemptions with the policy catalog's exemptions (the file gpupool.yml's
-    governance.exemptions names, else models/policies/exemptions.yml), validated as the governance
-    tick reads them, and record the outcome as the check policy_exemptions_valid. An invalid file
-    keeps the rows last loaded; returns why it is invalid (None: loaded)."""
-    try:
-        entries = load_policy_catalog().exemptions
-    except (CatalogError, ConfigError) as exc:
-        wh.record_check(EXEMPTIONS_CHECK, BUILD_ASSET, None, False, "WARN", 1, {"error": str(exc)})
-        return str(exc)
-    loaded_at = dt.datetime.now(dt.UTC).replace(tzinfo=None)
-    rows = [[e.tenant, e.policy, e.queue, e.job_id, e.reason, e.granted_by, e.expires_at, loaded_at] for e in entries]
-    with wh.writer() as con:
-        con.execute("begin transaction")
-        con.execute(f"delete from {EXEMPTIONS_TABLE}")
-        if rows:
-            con.executemany(f"insert into {EXEMPTIONS_TABLE} values (?, ?, ?, ?, ?, ?, ?, ?)", rows)
-        con.execute("commit")
-    wh.record_check(EXEMPTIONS_CHECK, BUILD_ASSET, None, True, "WARN", 0, {"exemptions": len(rows)})
-    return None
-
-
-@dg.asset_check(asset=dg.AssetKey(["metrics", "ingest_daily"]), name="ingest_accounting_balanced", blocking=False)
+@dg.asset_check(asset=dg.AssetKey(["metrics", "ingest_daily"]), name=INGEST_ACCOUNTING, blocking=False)
 def ingest_accounting_balanced(warehouse: WarehouseResource) -> dg.AssetCheckResult:
     """Every ingest run accounts for each record: read = loaded + quarantined."""
-    wh = warehouse.get()
-    with wh.writer() as con:
-        bad = con.execute(
-            """
-            with latest as (
-              select *, row_number() over (partition by ingest_source, partition_date order by finished_at desc) as rn
-              from ops.ingest_log
-            )
-            select ingest_source, cast(partition_date as varchar), records_read, records_loaded, records_quarantined
-            from latest
-            where rn = 1 and records_read <> records_loaded + records_quarantined
-            order by 1, 2
-            """
-        ).fetchall()
-    wh.record_check("ingest_accounting_balanced", BUILD_ASSET, None, not bad, "WARN", len(bad),
-                    {"unbalanced": bad[:20]})
+    bad = unbalanced_ingests(warehouse.get())
     return dg.AssetCheckResult(
         passed=not bad,
         severity=dg.AssetCheckSeverity.WARN,
@@ -185,15 +146,11 @@ CATALOG_VIEW = dg.AssetKey(["metrics", "catalog"])
 
 
 # On the catalog's view, after every model: it compares the whole warehouse with the catalog.
-@dg.asset_check(asset=CATALOG_VIEW, name="catalog_matches_models", blocking=True,
+@dg.asset_check(asset=CATALOG_VIEW, name=CATALOG_MATCHES, blocking=True,
                 additional_deps=[spec.key for spec in dbt_models.specs if spec.key != CATALOG_VIEW])
 def catalog_matches_models(warehouse: WarehouseResource) -> dg.AssetCheckResult:
     """Every catalog metric exists as its view's column, and every model column is documented."""
-    wh = warehouse.get()
-    with wh.writer() as con:
-        problems = catalog_mismatches(con)
-    wh.record_check("catalog_matches_models", BUILD_ASSET, None, not problems, "ERROR", len(problems),
-                    {"problems": problems[:50]})
+    problems = catalog_problems(warehouse.get())
     return dg.AssetCheckResult(
         passed=not problems,
         severity=dg.AssetCheckSeverity.ERROR,

@@ -10,7 +10,7 @@ import streamlit as st
 
 from dashboards import data
 from dashboards.i18n import STRINGS
-from pipelines.assets.marts import load_exemptions
+from pipelines.build_checks import load_exemptions
 from pipelines.warehouse import Warehouse
 from tests.dashboards.conftest import errors, frames, signed_in, tenants_shown
 

@@ -267,9 +267,9 @@ def test_a_failed_build_prints_the_model_and_duckdbs_message_without_a_traceback
 
 
 def test_a_failed_blocking_check_of_the_build_names_what_it_found(tmp_path, monkeypatch):
-    from pipelines.assets import marts
+    from pipelines import build_checks
 
-    monkeypatch.setattr(marts, "catalog_mismatches", lambda _con: ["marts.dim_jobs.x: documented but not produced"])
+    monkeypatch.setattr(build_checks, "catalog_mismatches", lambda _con: ["marts.dim_jobs.x: documented but not produced"])
     result = gpupool("build", home=tmp_path / "home")
     assert result.exit_code == EXIT_FAILED, result.output
     assert ("blocking check catalog_matches_models failed on metrics/catalog: "
