@@ -64,7 +64,8 @@ def timed(label: str, fn) -> float:
     started = time.perf_counter()
     result = fn()
     seconds = time.perf_counter() - started
-    print(f"  {label}: {seconds:.1f} s", flush=True)
+    built = f", {len(result)} seeds and models" if label.startswith("build") else ""
+    print(f"  {label}: {seconds:.1f} s{built}", flush=True)
     if label.startswith("build"):
         slowest = sorted(result, key=lambda b: -b.seconds)[:5]
         print("    slowest: " + ", ".join(f"{b.name} ({b.kind}) {b.seconds:.1f} s" for b in slowest), flush=True)
