@@ -6,7 +6,7 @@ screenshotted.
 Screenshots are test artifacts under $GPUPOOL_ARTIFACTS/browser (default: the test's tmp_path).
 With GPUPOOL_SCREENSHOTS=docs/screenshots they are also written there, named <page>.png: that is how
 the README's screenshots are made, against a month's warehouse given by GPUPOOL_BROWSER_HOME
-(default: the tests' 2-day demo), see docs/dashboards.md.
+(default: the tests' 3-day, 64-GPU demo), see docs/dashboards.md.
 
 Chromium missing: skipped here with the reason, a failure where GPUPOOL_REQUIRE_COMPONENTS is set (CI,
 which installs it with scripts/components.sh).

@@ -24,7 +24,7 @@ def test_operator(dashboard_env):
     assert all("confidence" in label.lower() for label in recs)
     # every recommendation's evidence as a figure/value table
     assert sum(list(df.columns) == ["figure", "value"] for df in frames(at)) == len(recs)
-    assert len(at.get("vega_lite_chart")) >= 3  # impact, headroom, weekly headroom (2 days: no complete week)
+    assert len(at.get("vega_lite_chart")) >= 3  # impact, headroom, weekly headroom (3 days: no complete week)
     assert any(STRINGS["no_trend"]["en"] in i.value for i in at.info)
     headroom = next(df for df in frames(at) if "headroom_at_p95_gpus" in df.columns)
     assert set(headroom["gpu_model"]) >= {"H100"}
