@@ -154,9 +154,13 @@ def _prepared_manifest(project_dir: Path) -> Path | None:
 def _unchanged_definitions_skipped(manifest: Manifest, state: Path, fingerprint: str, db_path: Path) -> list[str]:
     """dbt arguments selecting every table and incremental model, and the views and seeds that are new,
     changed since the state's manifest (or downstream of a change), or missing from the warehouse;
-    none (everything) without a state. When the project is the one the state was kept from (same
+    none (everything) without a state, or with one another dbt wrote (its manifest may not load, and
+    materializations may have changed). When the project is the one the state was kept from (same
     fingerprint), no view or seed changed and dbt need not compare manifests."""
     if not (state / "manifest.json").is_file() or not (state / "fingerprint").is_file():
+        return []
+    kept = (state / "fingerprint").read_text()
+    if kept.splitlines()[-1:] != fingerprint.splitlines()[-1:]:  # the dbt versions line
         return []
     con = duckdb.connect(str(db_path), read_only=True)
     try:
@@ -168,7 +172,7 @@ def _unchanged_definitions_skipped(manifest: Manifest, state: Path, fingerprint:
         if node.resource_type in ("model", "seed") and (node.schema, node.alias) not in present
     ]
     select = ["--select", "config.materialized:table", "config.materialized:incremental", *missing]
-    if (state / "fingerprint").read_text() == fingerprint:
+    if kept == fingerprint:
         return select
     return ["--state", str(state), *select, "state:modified+"]
 

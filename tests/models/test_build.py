@@ -117,3 +117,7 @@ def test_an_incremental_build_re_creates_only_the_views_that_are_new_changed_or_
     assert _built(warehouse, project_dir=models) == tables | downstream
 
     assert _built(warehouse, full_refresh=True) == everything
+
+    stamp = warehouse.home / "dbt" / "state" / "fingerprint"  # the state as another dbt version left it
+    stamp.write_text(stamp.read_text().replace("dbt-core ", "dbt-core 0.0.1-"))
+    assert _built(warehouse) == everything
