@@ -72,12 +72,14 @@ def build(
     staging = dbt_dir / "build"
     started = time.time()
     copy = staging / warehouse.db_path.name  # same file name: dbt-duckdb names the database after it
-    manifest = _manifest(project_dir, dbt_dir, copy)
-    fingerprint = _fingerprint(project_dir)
+    changed = latest_change(project_dir)
+    manifest = _manifest(project_dir, dbt_dir, copy, changed)
+    fingerprint = _fingerprint(project_dir, changed)
     with warehouse.writer_lock():
         with warehouse.connect(read_only=False) as con:
             warehouse.ensure_schema(con)
-            window = _event_time_window(con, warehouse, _microbatch_relations(manifest), full_refresh)
+            present = set(con.execute("select table_schema, table_name from information_schema.tables").fetchall())
+            window = _event_time_window(con, warehouse, _microbatch_relations(manifest), present, full_refresh)
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
         shutil.copyfile(warehouse.db_path, copy)
@@ -88,7 +90,7 @@ def build(
         if full_refresh:
             args.append("--full-refresh")
         else:
-            args += _unchanged_definitions_skipped(manifest, dbt_dir / _STATE, fingerprint, copy)
+            args += _unchanged_definitions_skipped(manifest, dbt_dir / _STATE, fingerprint, present)
         args += ["--event-time-start", window[0].isoformat(), "--event-time-end", window[1].isoformat()]
         try:
             try:
@@ -127,15 +129,14 @@ def _project_args(project_dir: Path, dbt_dir: Path, db_path: Path) -> list[str]:
     ]
 
 
-def _manifest(project_dir: Path, dbt_dir: Path, db_path: Path) -> Manifest:
-    """The project's manifest: the set-up's target/manifest.json when no file of the project (outside
-    target/ and logs/) changed after it (loading it takes a tenth of a parse), else parsed; kept for
-    the process until a file changes."""
-    changed = _latest_change(project_dir)
+def _manifest(project_dir: Path, dbt_dir: Path, db_path: Path, changed: int) -> Manifest:
+    """The project's manifest (`changed`: its latest file change): the set-up's target/manifest.json when
+    it is current (loading it takes a tenth of a parse), else parsed; kept for the process until a
+    file changes."""
     if project_dir in _MANIFESTS and _MANIFESTS[project_dir][0] == changed:
         return _MANIFESTS[project_dir][1]
-    prepared = _prepared_manifest(project_dir)
-    if prepared is not None and prepared.stat().st_mtime_ns >= changed:
+    if prepared_manifest_is_current(project_dir, changed):
+        prepared = prepared_manifest_path(project_dir)
         manifest = Manifest.from_writable_manifest(WritableManifest.read_and_check_versions(str(prepared)))
     else:
         result = dbtRunner().invoke(["parse", *_project_args(project_dir, dbt_dir, db_path)])
@@ -146,14 +147,25 @@ def _manifest(project_dir: Path, dbt_dir: Path, db_path: Path) -> Manifest:
     return manifest
 
 
-def _prepared_manifest(project_dir: Path) -> Path | None:
-    path = project_dir / "target" / "manifest.json"
-    return path if path.is_file() else None
+def prepared_manifest_path(project_dir: Path) -> Path:
+    """Where `dbt parse` at set-up writes the project's manifest (the one Dagster loads)."""
+    return project_dir / "target" / "manifest.json"
 
 
-def _unchanged_definitions_skipped(manifest: Manifest, state: Path, fingerprint: str, db_path: Path) -> list[str]:
+def prepared_manifest_is_current(project_dir: Path, changed: int | None = None) -> bool:
+    """The set-up's manifest exists and no file of the project changed after it (`changed`: the
+    project's latest file change, when the caller has it)."""
+    path = prepared_manifest_path(project_dir)
+    if not path.is_file():
+        return False
+    return path.stat().st_mtime_ns >= (latest_change(project_dir) if changed is None else changed)
+
+
+def _unchanged_definitions_skipped(manifest: Manifest, state: Path, fingerprint: str,
+                                   present: set[tuple[str, str]]) -> list[str]:
     """dbt arguments selecting every table and incremental model, and the views and seeds that are new,
-    changed since the state's manifest (or downstream of a change), or missing from the warehouse;
+    changed since the state's manifest (or downstream of a change), or missing from the warehouse
+    (`present`: its (schema, relation) pairs);
     none (everything) without a state, or with one another dbt wrote (its manifest may not load, and
     materializations may have changed). When the project is the one the state was kept from (same
     fingerprint), no view or seed changed and dbt need not compare manifests."""
@@ -162,11 +174,6 @@ def _unchanged_definitions_skipped(manifest: Manifest, state: Path, fingerprint:
     kept = (state / "fingerprint").read_text()
     if kept.splitlines()[-1:] != fingerprint.splitlines()[-1:]:  # the dbt versions line
         return []
-    con = duckdb.connect(str(db_path), read_only=True)
-    try:
-        present = set(con.execute("select table_schema, table_name from information_schema.tables").fetchall())
-    finally:
-        con.close()
     missing = [
         node.name for node in manifest.nodes.values()
         if node.resource_type in ("model", "seed") and (node.schema, node.alias) not in present
@@ -192,13 +199,14 @@ def _keep_state(manifest: Manifest, state: Path, fingerprint: str) -> None:
     stamp.write_text(fingerprint)
 
 
-def _fingerprint(project_dir: Path) -> str:
+def _fingerprint(project_dir: Path, changed: int) -> str:
     """The project as built: its folder, the time of its latest file change, and the dbt that built it
     (an upgrade may change how a view is created)."""
-    return f"{project_dir}\n{_latest_change(project_dir)}\ndbt-core {dbt_version}, dbt-duckdb {duckdb_adapter_version}\n"
+    return f"{project_dir}\n{changed}\ndbt-core {dbt_version}, dbt-duckdb {duckdb_adapter_version}\n"
 
 
-def _latest_change(project_dir: Path) -> int:
+def latest_change(project_dir: Path) -> int:
+    """The newest modification time (ns) of a file of the project, outside target/ and logs/."""
     latest = 0
     for folder, dirs, files in os.walk(project_dir):
         if folder == str(project_dir):
@@ -254,7 +262,7 @@ def _microbatch_relations(manifest: Manifest) -> list[tuple[str, str]]:
 
 
 def _event_time_window(con: duckdb.DuckDBPyConnection, warehouse: Warehouse, microbatch: list[tuple[str, str]],
-                       full_refresh: bool) -> tuple[dt.date, dt.date]:
+                       present: set[tuple[str, str]], full_refresh: bool) -> tuple[dt.date, dt.date]:
     """[start, end) of the days the microbatch models rebuild. Without samples, today alone: the
     models are created empty rather than iterated day by day from their `begin`."""
     first, last = con.execute(
@@ -263,9 +271,8 @@ def _event_time_window(con: duckdb.DuckDBPyConnection, warehouse: Warehouse, mic
     if first is None:
         today = dt.datetime.now(dt.UTC).date()
         return today, today + dt.timedelta(days=1)
-    tables = set(con.execute("select table_schema, table_name from information_schema.tables").fetchall())
     stamp = warehouse.home / "dbt" / _LAST_BUILD
-    if full_refresh or not set(microbatch) <= tables or not stamp.exists():
+    if full_refresh or not set(microbatch) <= present or not stamp.exists():
         return first, last + dt.timedelta(days=1)
     since = dt.datetime.fromtimestamp(stamp.stat().st_mtime, dt.UTC).replace(tzinfo=None)
     # every source's partitions ingested (or re-ingested) since the last successful build began

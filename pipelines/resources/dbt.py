@@ -15,6 +15,7 @@ from pathlib import Path
 from dagster._utils import run_with_concurrent_update_guard
 from dagster_dbt import DbtCliResource, DbtProject
 
+from pipelines.build import prepared_manifest_is_current
 from pipelines.paths import MODELS_DIR
 
 # The dbt of this Python's environment: the code location may run without the venv on PATH.
@@ -37,15 +38,7 @@ def parse(project: DbtProject = dbt_project) -> None:
 
 def is_stale(project: DbtProject = dbt_project) -> bool:
     """No manifest, or a file of the project (outside target/ and logs/) changed after it."""
-    if not project.manifest_path.exists():
-        return True
-    built = project.manifest_path.stat().st_mtime
-    skip = {project.manifest_path.parent, project.project_dir / "logs"}
-    return any(
-        p.stat().st_mtime > built
-        for p in project.project_dir.rglob("*")
-        if p.is_file() and not any(d in p.parents for d in skip)
-    )
+    return not prepared_manifest_is_current(Path(project.project_dir))
 
 
 def prepared_project() -> DbtProject:
