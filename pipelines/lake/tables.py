@@ -1,0 +1,266 @@
+"""Delta tables under one root: `root/<schema>/<table>`, written through delta-rs (`deltalake`).
+
+Why Delta and this shape (docs/architecture.md, "Storage: the lakehouse decision"): a write is one
+atomic commit (a new `_delta_log/NNN.json`, created if absent), so readers in other processes see
+either the old or the new snapshot, never half of it; writers of different days both commit; a
+kill -9 leaves the table at its last commit. Two writers of the same day conflict cleanly
+(`CommitFailedError`); the loser re-runs its write, which is correct because the write replaces the
+whole day. deltalake is pinned exactly (1.x still changes its API between minors).
+
+Frames come in as Polars; they go out to delta-rs as Arrow. Naive datetimes stay naive (Delta's
+`timestamp_ntz`, DuckDB's `TIMESTAMP`), which is how the project stores UTC.
+"""
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import unquote, urlparse
+
+import polars as pl
+import pyarrow as pa
+from deltalake import DeltaTable, WriterProperties, write_deltalake
+from deltalake.exceptions import CommitFailedError
+
+# Reader features a table may have and still be read correctly from its list of Parquet files:
+# timestamp_ntz only changes a column's type. Deletion vectors (rows deleted outside the files) and
+# column mapping (physical column names differ from the logical ones) would make a file list lie.
+FILE_LIST_SAFE_READER_FEATURES = frozenset({"timestampNtz"})
+
+COMMIT_ATTEMPTS = 8  # same-day conflicts are short; a writer that loses 8 times in a row reports it
+BACKOFF_S = 0.05  # first pause; doubles per attempt, with jitter so two losers do not collide again
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+
+class LakeError(Exception):
+    """A lake operation that cannot go ahead; the message says which table and why."""
+
+
+class UnreadableByFileList(LakeError):
+    """The table uses a Delta feature that a plain list of its Parquet files cannot represent."""
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """One Parquet file of a table version, with the partition values Delta keeps in its log (the
+    files themselves do not hold partition columns)."""
+    path: Path
+    partition: dict[str, Any]
+    rows: int | None
+
+
+def _writer_properties() -> WriterProperties:
+    # ZSTD: about 3/4 of the bytes of delta-rs's Snappy default on the demo month, same speed.
+    return WriterProperties(compression="ZSTD")
+
+
+def _to_arrow(frame: pl.DataFrame) -> pa.Table:
+    """The frame as Delta can store it: Categorical/Enum as String (Delta has no dictionary type),
+    datetimes in microseconds (Delta's only precision), time zones left as they are."""
+    casts = []
+    for column, dtype in frame.schema.items():
+        if isinstance(dtype, (pl.Categorical, pl.Enum)):
+            casts.append(pl.col(column).cast(pl.String))
+        elif isinstance(dtype, pl.Datetime) and dtype.time_unit != "us":
+            casts.append(pl.col(column).cast(pl.Datetime("us", dtype.time_zone)))
+    if casts:
+        frame = frame.with_columns(casts)
+    return frame.to_arrow()
+
+
+def _with_retry(what: str, write: Callable[[], T], attempts: int = COMMIT_ATTEMPTS) -> T:
+    """Run `write` until it commits. Only `CommitFailedError` is retried: it means another writer
+    committed first and delta-rs found the two commits conflict; `write` must be safe to re-run
+    (every caller here replaces, or appends exactly once per successful commit)."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return write()
+        except CommitFailedError as error:
+            if attempt == attempts:
+                raise LakeError(f"{what}: still conflicting after {attempts} attempts: {error}") from error
+            log.info("%s: commit conflict (attempt %d of %d), retrying: %s", what, attempt, attempts, error)
+            time.sleep(BACKOFF_S * 2 ** (attempt - 1) * (0.5 + random.random()))
+    raise AssertionError("unreachable")
+
+
+def _split(name: str) -> tuple[str, str]:
+    schema, dot, table = name.partition(".")
+    if not dot or not schema or not table or "." in table or "/" in name or "\\" in name:
+        raise LakeError(f"table name {name!r}: expected 'schema.table'")
+    return schema, table
+
+
+def _local_path(table_dir: Path, uri: str) -> Path:
+    """An add action's path as a local absolute path: relative paths are percent-encoded under the table."""
+    if "://" in uri:
+        parsed = urlparse(uri)
+        if parsed.scheme != "file":
+            raise LakeError(f"{uri}: only local tables are supported so far")
+        return Path(unquote(parsed.path))
+    return table_dir / unquote(uri)
+
+
+class DeltaStore:
+    """The lake's tables, `root/<schema>/<table>`, each a Delta table (a folder, no catalog)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root).resolve()
+
+    # ------------------------------------------------------------------ naming
+    def path(self, name: str) -> Path:
+        schema, table = _split(name)
+        return self.root / schema / table
+
+    def exists(self, name: str) -> bool:
+        return DeltaTable.is_deltatable(str(self.path(name)))
+
+    def tables(self) -> list[str]:
+        """Every table under the root, as 'schema.table', sorted."""
+        if not self.root.exists():
+            return []
+        return sorted(f"{p.parent.name}.{p.name}" for p in self.root.glob("*/*") if (p / "_delta_log").is_dir())
+
+    def _table(self, name: str, version: int | None = None) -> DeltaTable:
+        if not self.exists(name):
+            raise LakeError(f"table {name} does not exist under {self.root}")
+        return DeltaTable(str(self.path(name)), version=version)
+
+    # ------------------------------------------------------------------ writes
+    def _create_if_missing(self, name: str, data: pa.Table, partition_by: list[str] | None) -> None:
+        """Create the table empty (version 0, no files) so every data write is an ordinary commit
+        that delta-rs can check for conflicts. A predicate overwrite needs an existing table, and two
+        first writers must not both 'create': the loser finds the table there and carries on."""
+        if self.exists(name):
+            return
+        path = self.path(name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            write_deltalake(str(path), data.slice(0, 0), mode="ignore", partition_by=partition_by,
+                            writer_properties=_writer_properties())
+        except Exception:
+            if not self.exists(name):
+                raise
+
+    def _commit(self, name: str, data: pa.Table, **options: Any) -> int:
+        """One write, as one commit; returns the version this commit created. The table is loaded
+        fresh for every attempt (its version is what delta-rs checks conflicts against), and after
+        the write the object holds our own commit's version, not a later writer's."""
+        target: DeltaTable | str = DeltaTable(str(self.path(name))) if self.exists(name) else str(self.path(name))
+        write_deltalake(target, data, writer_properties=_writer_properties(), **options)
+        return target.version() if isinstance(target, DeltaTable) else self._table(name).version()
+
+    def replace_partition(self, name: str, day: date, frame: pl.DataFrame, day_column: str) -> int:
+        """Replace one day of a table, partitioned by `day_column`, in one Delta commit; returns the
+        new version. Re-running a day is idempotent. Every row of `frame` must be on `day` (else the
+        commit would delete that day and add rows of another)."""
+        if day_column not in frame.columns:
+            raise LakeError(f"{name}: the frame has no day column {day_column!r}")
+        values = frame.get_column(day_column)
+        if values.dtype != pl.Date:
+            raise LakeError(f"{name}.{day_column}: expected a Date column, got {values.dtype}")
+        if frame.height and (values.null_count() or (values != day).any()):
+            raise LakeError(f"{name}: rows outside {day.isoformat()} in {day_column!r}; "
+                            "replace_partition writes exactly one day")
+        data = _to_arrow(frame)
+        self._create_if_missing(name, data, [day_column])
+        predicate = f"\"{day_column}\" = '{day.isoformat()}'"
+
+        def write() -> int:
+            return self._commit(name, data, mode="overwrite", predicate=predicate, partition_by=[day_column])
+
+        return _with_retry(f"{name} day {day.isoformat()}", write)
+
+    def replace_table(self, name: str, frame: pl.DataFrame, partition_by: list[str] | None = None) -> int:
+        """Replace the whole table (its schema too: a rebuilt mart may gain a column) in one commit."""
+        data = _to_arrow(frame)
+        self.path(name).parent.mkdir(parents=True, exist_ok=True)
+
+        def write() -> int:
+            return self._commit(name, data, mode="overwrite", schema_mode="overwrite", partition_by=partition_by)
+
+        return _with_retry(f"{name} replace", write)
+
+    def append(self, name: str, frame: pl.DataFrame, partition_by: list[str] | None = None) -> int:
+        """Append rows in one commit (streams, logs). A failed commit added nothing, so a retry
+        appends exactly once."""
+        data = _to_arrow(frame)
+        self._create_if_missing(name, data, partition_by)
+
+        def write() -> int:
+            return self._commit(name, data, mode="append", partition_by=partition_by)
+
+        return _with_retry(f"{name} append", write)
+
+    # ------------------------------------------------------------------ reads
+    def version(self, name: str) -> int | None:
+        """The table's latest committed version, or None when it does not exist yet."""
+        return self._table(name).version() if self.exists(name) else None
+
+    def check_readable_by_files(self, name: str, version: int | None = None) -> None:
+        """Raise UnreadableByFileList unless the version's Parquet files are exactly its rows."""
+        table = self._table(name, version)
+        features = set(table.protocol().reader_features or [])
+        extra = features - FILE_LIST_SAFE_READER_FEATURES
+        mapping = (table.metadata().configuration or {}).get("delta.columnMapping.mode", "none")
+        if extra or mapping not in (None, "none"):
+            why = f"reader features {sorted(extra)}" if extra else f"column mapping mode {mapping!r}"
+            raise UnreadableByFileList(
+                f"{name} (version {table.version()}) uses {why}: its Parquet files alone are not the "
+                "table, so it cannot be published as a file list")
+
+    def data_files(self, name: str, version: int | None = None) -> list[DataFile]:
+        """That version's Parquet files with their partition values (from the Delta log)."""
+        self.check_readable_by_files(name, version)
+        table = self._table(name, version)
+        table_dir = self.path(name)
+        partition_columns = list(table.metadata().partition_columns)
+        actions = pa.table(table.get_add_actions(flatten=True)).to_pylist()
+        return [DataFile(path=_local_path(table_dir, row["path"]),
+                         partition={c: row.get(f"partition.{c}") for c in partition_columns},
+                         rows=row.get("num_records"))
+                for row in sorted(actions, key=lambda r: r["path"])]
+
+    def files(self, name: str, version: int | None = None) -> list[str]:
+        """Absolute local paths of that version's Parquet files. Partition columns are not inside
+        the files (Delta keeps them in the log): see data_files for them."""
+        return [str(f.path) for f in self.data_files(name, version)]
+
+    def partition_columns(self, name: str, version: int | None = None) -> list[str]:
+        return list(self._table(name, version).metadata().partition_columns)
+
+    def schema(self, name: str, version: int | None = None) -> pa.Schema:
+        """The table's logical schema as Arrow (partition columns included, in table order)."""
+        return pa.schema(self._table(name, version).schema().to_arrow())
+
+    def read(self, name: str, version: int | None = None) -> pl.DataFrame:
+        """The whole version as a Polars frame (tests, small tables; readers go through DuckDB)."""
+        return pl.read_delta(str(self.path(name)), version=version)
+
+    # ------------------------------------------------------------------ maintenance
+    def vacuum(self, retention_hours: int, keep_versions: dict[str, Iterable[int]] | None = None,
+               ) -> dict[str, list[str]]:
+        """Delete files no version younger than `retention_hours` needs, in every table; returns the
+        removed files per table. Reader files list Parquet files of a release: keep the retention
+        longer than the longest query, and pass the versions of releases still served in
+        `keep_versions` ({"schema.table": [version, ...]})."""
+        keep_versions = keep_versions or {}
+        removed = {}
+        for name in self.tables():
+            keep = sorted(set(keep_versions.get(name, ())))
+            removed[name] = self._table(name).vacuum(
+                retention_hours=retention_hours, dry_run=False, enforce_retention_duration=False,
+                keep_versions=keep or None)
+        return removed
+
+    def compact(self, name: str) -> dict[str, Any]:
+        """Merge small files (appends, streams) into fewer, in one commit; returns delta-rs's metrics.
+        A no-op for day partitions that are already one file each."""
+        return _with_retry(f"{name} compact",
+                           lambda: self._table(name).optimize.compact(writer_properties=_writer_properties()))
