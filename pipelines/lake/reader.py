@@ -6,8 +6,9 @@ from the Delta log at the release's versions, so a reader sees exactly one relea
 beside the target and renamed over it (`os.replace`): a reader that already opened the old file
 keeps the old inode, its catalog and so the old release; every new open gets the new one. Nobody
 ever holds a write lock on the file readers open. One caveat for long-lived reader processes: DuckDB
-hands a second connect to a path that the process still has open the same database instance, so a
-process sees a newer release only after it has closed every connection to the file.
+hands a second `duckdb.connect(path)` to a path the process still has open the same database
+instance (the old release), while `duckdb.connect()` + `ATTACH path AS r (READ_ONLY)` opens the
+file as it is now: long-lived readers (the dashboards) attach.
 
 Delta keeps partition values in its log, not in the files, and its folder names are only a
 convention, so the views read with `hive_partitioning = false` and put each partition column back as
