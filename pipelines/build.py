@@ -71,7 +71,7 @@ def build(
     dbt_dir = warehouse.home / "dbt"
     staging = dbt_dir / "build"
     started = time.time()
-    copy = staging / warehouse.db_path.name  # same file name: dbt-duckdb names the database after it
+    copy = staging / warehouse.writer_path.name  # same file name: dbt-duckdb names the database after it
     changed = latest_change(project_dir)
     manifest = _manifest(project_dir, dbt_dir, copy, changed)
     fingerprint = _fingerprint(project_dir, changed)
@@ -82,7 +82,7 @@ def build(
             window = _event_time_window(con, warehouse, _microbatch_relations(manifest), present, full_refresh)
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
-        shutil.copyfile(warehouse.db_path, copy)
+        shutil.copyfile(warehouse.writer_path, copy)
         args = [
             "build", "--resource-type", "seed", "--resource-type", "model",
             *_project_args(project_dir, dbt_dir, copy),
@@ -98,13 +98,14 @@ def build(
             finally:
                 _close_dbt_connection()
             _raise_on_failure(result, dbt_dir)
-            os.replace(copy, warehouse.db_path)
+            os.replace(copy, warehouse.writer_path)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         _keep_state(manifest, dbt_dir / _STATE, fingerprint)
         stamp = dbt_dir / _LAST_BUILD
         stamp.touch()
         os.utime(stamp, (started, started))
+    warehouse.publish_unless_deferred("build", "full refresh" if full_refresh else None)
     return [
         ModelBuild(_relation(r.node), "seed" if r.node.resource_type == "seed" else r.node.config.materialized,
                    r.execution_time)

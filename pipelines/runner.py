@@ -77,6 +77,14 @@ def ingest_days(
     resources = {"warehouse": WarehouseResource(home=str(warehouse.home))}
     wanted = {asset_name(s) for s in sources}
     outcomes: list[StepOutcome] = []
+    with warehouse.publishing("ingest", f"{', '.join(sorted(wanted))} {first}..{last}"):
+        outcomes = _ingest_runs(resources, wanted, first, last, on_step)
+    return outcomes
+
+
+def _ingest_runs(resources: dict, wanted: set[str], first: dt.date, last: dt.date,
+                 on_step: Callable[[str], None]) -> list[StepOutcome]:
+    outcomes: list[StepOutcome] = []
     for asset in ingest_assets:
         name = asset.key.to_user_string()
         if name not in wanted:
@@ -106,6 +114,12 @@ def build_models(warehouse: Warehouse, full_refresh: bool = False,
     """Build the models (incremental, or everything with `full_refresh`), load the policy exemptions,
     then run the build's checks: ingest_accounting_balanced warns, catalog_matches_models fails the step."""
     on_step("build models (seeds, staging, marts, metrics)" + (", full refresh" if full_refresh else ""))
+    with warehouse.publishing("build", "full refresh" if full_refresh else None):
+        builds = _build_and_check(warehouse, full_refresh, on_step)
+    return builds
+
+
+def _build_and_check(warehouse: Warehouse, full_refresh: bool, on_step: Callable[[str], None]) -> list[ModelBuild]:
     try:
         builds = build(warehouse, full_refresh=full_refresh, on_step=on_step)
     except BuildError as err:

@@ -1,9 +1,21 @@
-"""The DuckDB warehouse and the Parquet lake: one writer at a time, partition replacement, views.
+"""The warehouse of one gpupool home: a lakehouse that serves readers while writers load.
 
 Layout under the gpupool home (default ./.gpupool):
-  warehouse.duckdb                      raw, staging, marts, metrics, ops, governance schemas
-  lake/dcgm_samples/date=D/ingest=S/    Parquet part files of raw DCGM samples
-  landing/<ingest source>/<D>/          input files, one folder per UTC day
+  warehouse.duckdb            the published release readers open (read-only): every table and view,
+                              the raw telemetry as views over one Delta version's Parquet files;
+                              a hard link to releases/<id>.duckdb, renamed into place
+  releases/<id>.duckdb        releases kept for time travel (`--as-of`), <id>.pin marks one a pack
+                              or a recommendation read; lake/releases.sqlite3 is the registry
+  writer/warehouse.duckdb     the writers' private database (one writer at a time, a file lock)
+  lake/raw/dcgm_samples/      a Delta table (delta-rs): raw DCGM samples, partitioned by day
+  landing/<ingest source>/<D>/ input files, one folder per UTC day
+
+Why (docs/architecture.md, "Storage: the lakehouse decision"): DuckDB refuses every open of a file a
+process writes. Readers therefore never open the writers' file: each committed write is published as
+a new file (a copy of the writers' file, 0.3 s for the demo month's 580 MB) renamed over
+warehouse.duckdb. A reader keeps the release it opened, the next open gets the new one, and nobody
+ever holds a write lock on a published file. The bulk of the data, the telemetry, is written to Delta
+outside the writers' lock, so partitions load in parallel; a kill -9 leaves Delta at its last commit.
 """
 from __future__ import annotations
 
@@ -11,6 +23,7 @@ import datetime as dt
 import fcntl
 import json
 import os
+import shutil
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,9 +35,20 @@ import polars as pl
 
 from pipelines import sandbox
 from pipelines.contracts import INGEST_LOG_COLUMNS, LAKE_TABLES, all_ddl, contract
+from pipelines.lake import DeltaStore, LakeError, ReleaseNotFound, ReleaseRegistry
+from pipelines.lake.reader import RELEASE_TABLE, view_sql
 
 DEFAULT_MEMORY_LIMIT = "6GB"
 SCHEMAS = ("raw", "seeds", "staging", "marts", "metrics", "ops", "governance")
+LAKE_DAY_COLUMN = "partition_date"
+# Releases kept besides the pinned ones; older ones are deleted when a newer one is published.
+DEFAULT_KEEP_RELEASES = 3
+# Homes whose publishing is deferred to the end of a batch (depth per home, this process only).
+_DEFERRED: dict[Path, int] = {}
+
+
+class ReleaseExpired(LakeError):
+    """The release asked for is no longer kept (or never existed)."""
 
 
 @dataclass(frozen=True)
@@ -50,38 +74,60 @@ class IngestReport:
 
 
 class Warehouse:
-    """Paths and connections for one gpupool home."""
+    """Paths, connections and releases of one gpupool home."""
 
     def __init__(self, home: str | Path):
         self.home = Path(home).resolve()
-        self.db_path = self.home / "warehouse.duckdb"
+        self.db_path = self.home / "warehouse.duckdb"  # the published release: what readers open
+        self.writer_path = self.home / "writer" / "warehouse.duckdb"  # same name: dbt names the database after it
+        self.releases = self.home / "releases"
         self.lake = self.home / "lake"
         self.landing = self.home / "landing"
+        self.store = DeltaStore(self.lake)
         self._lock_path = self.home / ".writer.lock"
+        self._publish_lock_path = self.home / ".publish.lock"
+
+    @property
+    def registry(self) -> ReleaseRegistry:
+        from pipelines.lake import releases  # PostgreSQL when GPUPOOL_CATALOG_URL says so
+        return releases.registry_for(self.lake) if hasattr(releases, "registry_for") else ReleaseRegistry.under(self.lake)
+
+    @staticmethod
+    def lake_table(name: str) -> str:
+        """The Delta table of a lake contract ("dcgm_samples" -> "raw.dcgm_samples")."""
+        return contract(name).table
+
+    def lake_dirs(self) -> list[Path]:
+        """The folders the published views read Parquet files from (the analysts' sandbox allows them)."""
+        return [self.store.path(self.lake_table(name)) for name in LAKE_TABLES]
 
     # -- connections -------------------------------------------------------------------------
     def connect(self, read_only: bool = True) -> duckdb.DuckDBPyConnection:
-        if read_only and not self.db_path.exists():
+        """read_only: the published release (never refused, never waits); else the writers' file
+        (use writer(), which takes the lock and publishes)."""
+        path = self.db_path if read_only else self.writer_path
+        if read_only and not path.exists():
             raise FileNotFoundError(
-                f"no warehouse at {self.db_path}: run `gpupool demo` or `gpupool ingest` first"
+                f"no warehouse at {path}: run `gpupool demo` or `gpupool ingest` first"
             )
-        self.home.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
         # DuckDB takes 80% of the machine's memory by default; a month of telemetry would then crowd
         # out everything else. Above the limit it spills to the home's temp folder.
         config = {"memory_limit": os.environ.get("GPUPOOL_DUCKDB_MEMORY_LIMIT", DEFAULT_MEMORY_LIMIT)}
         if not read_only:
             config["temp_directory"] = str(self.home / "tmp")
-        return duckdb.connect(str(self.db_path), read_only=read_only, config=config)
+        return duckdb.connect(str(path), read_only=read_only, config=config)
 
-    def analyst_connect(self, memory_limit: str | None = None,
-                        writable_dir: Path | None = None) -> duckdb.DuckDBPyConnection:
+    def analyst_connect(self, memory_limit: str | None = None, writable_dir: Path | None = None,
+                        release: int | None = None) -> duckdb.DuckDBPyConnection:
         """The analysts' connection (`gpupool sql`, dashboards, review packs, exports, dictionary):
-        read-only, and no file but the warehouse and the lake folders its views read (plus
-        `writable_dir` for the export's own writes). See pipelines/sandbox.py; the pipeline's own
-        readers keep `connect(read_only=True)`."""
+        read-only, and no file but the release and the lake folders its views read (plus
+        `writable_dir` for the export's own writes). `release`: a kept older release (time travel)
+        instead of the latest. See pipelines/sandbox.py; the pipeline's own readers keep
+        `connect(read_only=True)`."""
         return sandbox.connect(
-            self.db_path,
-            [self.lake / name for name in LAKE_TABLES],
+            self.db_path if release is None else self.release_path(release),
+            self.lake_dirs(),
             memory_limit=memory_limit or os.environ.get("GPUPOOL_DUCKDB_MEMORY_LIMIT", DEFAULT_MEMORY_LIMIT),
             writable_dir=writable_dir,
         )
@@ -93,20 +139,189 @@ class Warehouse:
         with open(self._lock_path, "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
+                self._adopt_old_layout()
                 yield
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
     @contextmanager
     def writer(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """The one writing connection: an exclusive file lock serialises writers across processes."""
+        """The one writing connection: an exclusive file lock serialises writers across processes.
+        When it closes without error the state is published as a new release, unless the caller
+        deferred publishing to the end of a batch (`publishing`)."""
         with self.writer_lock():
             con = self.connect(read_only=False)
             try:
                 self.ensure_schema(con)
                 yield con
+                con.execute("checkpoint")  # the publish copies the file alone, without a WAL
             finally:
                 con.close()
+        self.publish_unless_deferred("write")
+
+    def publish_unless_deferred(self, kind: str, note: str | None = None) -> int | None:
+        """Publish now, unless this process is inside `publishing` for this home (it publishes at its end)."""
+        return None if _DEFERRED.get(self.home) else self.publish(kind, note)
+
+    @contextmanager
+    def publishing(self, kind: str, note: str | None = None) -> Iterator[None]:
+        """Writes inside publish one release at the end (a backfill of 30 days is one copy, not 240).
+        Nested batches publish once, at the end of the outermost; nothing is published on an error
+        (the writes are committed, and the next publish carries them)."""
+        _DEFERRED[self.home] = _DEFERRED.get(self.home, 0) + 1
+        try:
+            yield
+        finally:
+            _DEFERRED[self.home] -= 1
+            if not _DEFERRED[self.home]:
+                del _DEFERRED[self.home]
+        self.publish_unless_deferred(kind, note)
+
+    # -- releases ----------------------------------------------------------------------------
+    def publish(self, kind: str = "write", note: str | None = None) -> int | None:
+        """Publish the writers' committed state as a release and make it what readers open; returns
+        its id (the current one when nothing changed since, None when nothing was ever written).
+
+        The copy is taken under the writers' lock (a consistent file), the release row and the view
+        of the lake at the versions the writers' file read are added to the copy, and the copy is
+        renamed into releases/ and hard-linked over warehouse.duckdb: both renames are atomic."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        with open(self._publish_lock_path, "w") as publish_lock:
+            fcntl.flock(publish_lock, fcntl.LOCK_EX)  # releases are published in the order recorded
+            try:
+                return self._publish(kind, note)
+            finally:
+                fcntl.flock(publish_lock, fcntl.LOCK_UN)
+
+    def _publish(self, kind: str, note: str | None) -> int | None:
+        stamp_path = self.releases / "latest.json"
+        with self.writer_lock():
+            if not self.writer_path.exists():
+                return None
+            stat = self.writer_path.stat()
+            stamp = {"mtime_ns": stat.st_mtime_ns, "size": stat.st_size, "inode": stat.st_ino}
+            latest = json.loads(stamp_path.read_text()) if stamp_path.exists() else None
+            if latest and latest["stamp"] == stamp and self.release_path(latest["release_id"], must_exist=False).exists():
+                return int(latest["release_id"])
+            self.releases.mkdir(parents=True, exist_ok=True)
+            copy = self.releases / f".{uuid.uuid4().hex}.tmp"
+            shutil.copyfile(self.writer_path, copy)
+        try:
+            con = duckdb.connect(str(copy))
+            try:
+                versions = dict(con.execute("select table_name, version from ops.lake_versions "
+                                            "where version is not null").fetchall())
+                release_id = self.registry.record(kind, note, versions)
+                con.execute("create schema if not exists lake")
+                con.execute(f"create or replace table {RELEASE_TABLE} (release_id bigint not null, "
+                            "created_at timestamp, kind varchar, note varchar)")
+                con.execute(f"insert into {RELEASE_TABLE} values (?, ?, ?, ?)",
+                            [release_id, dt.datetime.now(dt.UTC).replace(tzinfo=None), kind, note])
+                con.execute("checkpoint")
+            finally:
+                con.close()
+            target = self.release_path(release_id, must_exist=False)
+            os.replace(copy, target)
+            link = self.home / f".warehouse.duckdb.{uuid.uuid4().hex}.tmp"
+            os.link(target, link)
+            os.replace(link, self.db_path)
+        finally:
+            copy.unlink(missing_ok=True)
+        tmp_stamp = stamp_path.with_name(f".latest.{uuid.uuid4().hex}.tmp")
+        tmp_stamp.write_text(json.dumps({"release_id": release_id, "stamp": stamp}))
+        os.replace(tmp_stamp, stamp_path)
+        self.expire_releases()
+        return release_id
+
+    def release_path(self, release_id: int, must_exist: bool = True) -> Path:
+        path = self.releases / f"{int(release_id)}.duckdb"
+        if must_exist and not path.exists():
+            kept = ", ".join(str(r) for r in self.kept_releases()) or "none"
+            raise ReleaseExpired(f"release {release_id} is not kept in {self.releases} (kept: {kept}); "
+                                 "pin a release to keep it (packs and recommendations pin theirs)")
+        return path
+
+    def kept_releases(self) -> list[int]:
+        """Ids of the releases whose files are kept, oldest first."""
+        if not self.releases.exists():
+            return []
+        return sorted(int(p.stem) for p in self.releases.glob("*.duckdb") if p.stem.isdigit())
+
+    def current_release(self) -> int | None:
+        """The release warehouse.duckdb serves now (None before the first publish)."""
+        if not self.db_path.exists():
+            return None
+        from pipelines.lake.reader import release_of
+        try:
+            return release_of(self.db_path)
+        except (LakeError, duckdb.CatalogException):
+            return None
+
+    def pin_release(self, release_id: int, reason: str) -> None:
+        """Keep a release's file (and the lake files it reads) until unpinned: a pack or a
+        recommendation read it, and `--as-of` must find it again."""
+        self.release_path(release_id)  # raises when it is already gone
+        pin = self.releases / f"{int(release_id)}.pin"
+        with open(pin, "a") as out:
+            out.write(reason.replace("\n", " ") + "\n")
+
+    def pinned_releases(self) -> set[int]:
+        return {int(p.stem) for p in self.releases.glob("*.pin") if p.stem.isdigit()} if self.releases.exists() else set()
+
+    def expire_releases(self, keep: int | None = None) -> list[int]:
+        """Delete release files beyond the newest `keep` (env GPUPOOL_KEEP_RELEASES, default 3), except
+        pinned ones and the one warehouse.duckdb serves. A reader that has one open keeps reading it
+        (the inode lives until closed). Their registry rows stay: the history of what was published."""
+        keep = keep if keep is not None else int(os.environ.get("GPUPOOL_KEEP_RELEASES", DEFAULT_KEEP_RELEASES))
+        kept = self.kept_releases()
+        protected = set(kept[-max(keep, 1):]) | self.pinned_releases() | {self.current_release()}
+        expired = [r for r in kept if r not in protected]
+        for release_id in expired:
+            self.release_path(release_id, must_exist=False).unlink(missing_ok=True)
+        return expired
+
+    def release_versions(self) -> dict[str, set[int]]:
+        """Per lake table, the Delta versions the kept releases read (vacuum must keep their files)."""
+        out: dict[str, set[int]] = {}
+        for release_id in self.kept_releases():
+            try:
+                release = self.registry.get(release_id)
+            except ReleaseNotFound:
+                continue
+            for name, version in release.tables.items():
+                out.setdefault(name, set()).add(version)
+        return out
+
+    def _adopt_old_layout(self) -> None:
+        """A home written before the lakehouse (warehouse.duckdb written in place, telemetry as
+        lake/dcgm_samples/date=D/ingest=S/part-0.parquet) becomes this layout on its first write:
+        the file moves to writer/, the telemetry is loaded into Delta one partition at a time, and
+        the old files are removed only after. Runs under the writers' lock."""
+        if self.writer_path.exists() or not self.db_path.exists():
+            return
+        try:
+            con = duckdb.connect(str(self.db_path), read_only=True)
+            try:
+                published = bool(con.execute(
+                    "select count(*) from information_schema.tables where table_schema = 'lake' "
+                    "and table_name = 'release'").fetchone()[0])
+            finally:
+                con.close()
+        except duckdb.Error:
+            return
+        if published:
+            return
+        self.writer_path.parent.mkdir(parents=True, exist_ok=True)
+        for name in LAKE_TABLES:
+            old = self.lake / name
+            for part in sorted(old.glob("date=*/ingest=*/part-0.parquet")):
+                day = dt.date.fromisoformat(part.parent.parent.name.removeprefix("date="))
+                source = part.parent.name.removeprefix("ingest=")
+                frame = pl.read_parquet(part).with_columns(pl.col(pl.Categorical).cast(pl.String))
+                self._write_lake_rows(name, day, source, frame)
+        os.replace(self.db_path, self.writer_path)
+        for name in LAKE_TABLES:
+            shutil.rmtree(self.lake / name, ignore_errors=True)
 
     # -- schema ------------------------------------------------------------------------------
     def ensure_schema(self, con: duckdb.DuckDBPyConnection) -> None:
@@ -117,23 +332,28 @@ class Warehouse:
         self.refresh_lake_views(con)
 
     def refresh_lake_views(self, con: duckdb.DuckDBPyConnection) -> None:
+        """Point each lake view at its Delta table's latest version (a list of its Parquet files),
+        and record the version in ops.lake_versions: a publish records exactly what the views read."""
+        con.execute("create table if not exists ops.lake_versions (table_name varchar primary key, version bigint)")
+        seen = dict(con.execute("select table_name, version from ops.lake_versions").fetchall())
         for name in LAKE_TABLES:
             c = contract(name)
-            files = list((self.lake / name).glob("date=*/ingest=*/*.parquet"))
-            if files:
-                glob = (self.lake / name / "*" / "*" / "*.parquet").as_posix()
-                body = (
-                    f"select {', '.join(c.column_names)}, ingested_at, cast(date as date) as partition_date, "
-                    f"ingest as ingest_source from read_parquet('{glob}', hive_partitioning = true, "
-                    f"hive_types = {{'date': date, 'ingest': varchar}})"
-                )
-            else:
+            version = self.store.version(c.table)
+            exists = con.execute("select count(*) from information_schema.tables where table_schema = ? "
+                                 "and table_name = ?", c.table.split(".", 1)).fetchone()[0]
+            if exists and c.table in seen and seen[c.table] == version:
+                continue
+            if version is None:
                 cols = ", ".join(f"cast(null as {col.type}) as {col.name}" for col in c.columns)
                 body = (
                     f"select {cols}, cast(null as timestamp) as ingested_at, cast(null as date) as partition_date, "
                     "cast(null as varchar) as ingest_source where false"
                 )
+            else:
+                body = view_sql(self.store.schema(c.table, version), self.store.partition_columns(c.table, version),
+                                self.store.data_files(c.table, version))
             con.execute(f"create or replace view {c.table} as {body}")
+            con.execute("insert or replace into ops.lake_versions values (?, ?)", [c.table, version])
 
     def record_check(
         self,
@@ -159,9 +379,6 @@ class Warehouse:
             )
 
     # -- partition replacement ---------------------------------------------------------------
-    def lake_partition_file(self, table: str, partition_date: dt.date, ingest_source: str) -> Path:
-        return self.lake / table / f"date={partition_date.isoformat()}" / f"ingest={ingest_source}" / "part-0.parquet"
-
     def replace_partition(
         self,
         ingest_source: str,
@@ -180,9 +397,11 @@ class Warehouse:
         records_quarantined counts input records (a record may yield several quarantine rows);
         it defaults to the number of quarantine rows.
 
-        Lake tables: the new Parquet file is written beside the old and renamed over it, so a
-        crash leaves the previous file. Warehouse tables and the quarantine: delete then insert
-        in one transaction. Tables this source does not produce are left alone.
+        Lake tables: one Delta commit per table replaces the (day, source) rows, outside the
+        writers' lock (a crash leaves the previous commit; other days load at the same time).
+        Warehouse tables, the quarantine and the ingest log: delete then insert in one transaction,
+        which also points the lake views at the new commit. Tables this source does not produce are
+        left alone.
         """
         started_at = started_at or dt.datetime.now(dt.UTC).replace(tzinfo=None)
         if records_quarantined is None:
@@ -272,21 +491,17 @@ class Warehouse:
         low, high = f"{folder.as_posix()}/", f"{folder.as_posix()}0"  # '0' follows '/'
         lake = [t for t in tables if t in LAKE_TABLES]
         for name in lake:
-            files = [
-                f for f in (self.lake / name).glob(f"date=*/ingest={ingest_source}/part-0.parquet")
-                if f.parent.parent.name != f"date={partition_date.isoformat()}"
-            ]
-            if not files:
+            table = self.lake_table(name)
+            if not self.store.exists(table):
                 continue
-            hit = duckdb.sql(
-                "select distinct filename from read_parquet(?, filename = true) where source_file >= ? and source_file < ?",
-                params=[[str(f) for f in files], low, high],
-            ).fetchall()
-            for (filename,) in hit:
-                target = Path(filename)
-                old = pl.read_parquet(target).with_columns(pl.col(pl.Categorical).cast(pl.String))
-                self._write_lake_frame(
-                    target, old.filter(~((pl.col("source_file") >= low) & (pl.col("source_file") < high))))
+            moved = (pl.col("ingest_source") == ingest_source) & (pl.col(LAKE_DAY_COLUMN) != partition_date) \
+                & (pl.col("source_file") >= low) & (pl.col("source_file") < high)
+            days = (pl.scan_delta(str(self.store.path(table))).filter(moved)
+                    .select(LAKE_DAY_COLUMN).unique().collect().get_column(LAKE_DAY_COLUMN).to_list())
+            for day in sorted(days):
+                old = self._read_lake_rows(name, day, ingest_source)
+                self._write_lake_rows(name, day, ingest_source, old.filter(
+                    ~((pl.col("source_file") >= low) & (pl.col("source_file") < high))))
         with self.writer() as con:
             con.execute("begin transaction")
             try:
@@ -305,15 +520,14 @@ class Warehouse:
             if lake:
                 self.refresh_lake_views(con)
 
-    def _merge_lake_partition(self, table: str, partition_date: dt.date, ingest_source: str, frame: pl.DataFrame,
+    def _merge_lake_partition(self, name: str, partition_date: dt.date, ingest_source: str, frame: pl.DataFrame,
                               source_files: list[str], ingested_at: dt.datetime) -> None:
-        target = self.lake_partition_file(table, partition_date, ingest_source)
         kept = frame.with_columns(ingested_at=pl.lit(ingested_at, dtype=pl.Datetime("us")))
-        if target.exists():
-            old = pl.read_parquet(target).with_columns(pl.col(pl.Categorical).cast(pl.String))
-            old = old.filter(~pl.col("source_file").is_in(source_files))
-            kept = pl.concat([old, kept.select(old.columns)], how="vertical") if old.height else kept
-        self._write_lake_frame(target, kept)
+        old = self._read_lake_rows(name, partition_date, ingest_source)
+        old = old.filter(~pl.col("source_file").is_in(source_files))
+        if old.height:
+            kept = pl.concat([old, kept.select(old.columns)], how="vertical_relaxed")
+        self._write_lake_rows(name, partition_date, ingest_source, kept)
 
     @staticmethod
     def _replace_rows(
@@ -350,24 +564,35 @@ class Warehouse:
             con.unregister("_gpupool_batch")
 
     def _write_lake_partition(
-        self, table: str, partition_date: dt.date, ingest_source: str, frame: pl.DataFrame, ingested_at: dt.datetime
+        self, name: str, partition_date: dt.date, ingest_source: str, frame: pl.DataFrame, ingested_at: dt.datetime
     ) -> None:
-        target = self.lake_partition_file(table, partition_date, ingest_source)
-        self._write_lake_frame(target, frame.with_columns(ingested_at=pl.lit(ingested_at, dtype=pl.Datetime("us"))))
+        self._write_lake_rows(name, partition_date, ingest_source,
+                              frame.with_columns(ingested_at=pl.lit(ingested_at, dtype=pl.Datetime("us"))))
 
-    @staticmethod
-    def _write_lake_frame(target: Path, frame: pl.DataFrame) -> None:
-        """Write beside the old file and rename over it; no rows removes the file."""
-        if frame.height == 0:
-            target.unlink(missing_ok=True)
-            return
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
-        try:
-            # Dictionary-encoded strings halve the write time of the highly repetitive label
-            # columns; DuckDB reads them back as VARCHAR.
-            frame.with_columns(pl.col(pl.String).cast(pl.Categorical)).write_parquet(
-                tmp, compression="zstd", statistics=True)
-            os.replace(tmp, target)
-        finally:
-            tmp.unlink(missing_ok=True)
+    def _lake_frame(self, name: str, frame: pl.DataFrame, partition_date: dt.date, ingest_source: str) -> pl.DataFrame:
+        """The rows as the Delta table stores them: the contract's columns and types, then
+        ingested_at, partition_date, ingest_source (the view's column order, as before Delta)."""
+        c = contract(name)
+        return c.conform(frame).with_columns(
+            ingested_at=frame.get_column("ingested_at").cast(pl.Datetime("us")) if "ingested_at" in frame.columns
+            else pl.lit(None, dtype=pl.Datetime("us")),
+            partition_date=pl.lit(partition_date, dtype=pl.Date),
+            ingest_source=pl.lit(ingest_source, dtype=pl.String),
+        )
+
+    def _write_lake_rows(self, name: str, partition_date: dt.date, ingest_source: str, frame: pl.DataFrame) -> int:
+        """Replace one (day, source) of a lake table with `frame` in one Delta commit; no rows
+        empties it. Returns the new version."""
+        return self.store.replace_partition(
+            self.lake_table(name), partition_date, self._lake_frame(name, frame, partition_date, ingest_source),
+            LAKE_DAY_COLUMN, where={"ingest_source": ingest_source})
+
+    def _read_lake_rows(self, name: str, partition_date: dt.date, ingest_source: str) -> pl.DataFrame:
+        """One (day, source) of a lake table at its latest version (the contract's columns and ingested_at)."""
+        table = self.lake_table(name)
+        columns = [*contract(name).column_names, "ingested_at"]
+        if not self.store.exists(table):
+            return self._lake_frame(name, contract(name).empty_frame(), partition_date, ingest_source).select(columns)
+        return (pl.scan_delta(str(self.store.path(table)))
+                .filter((pl.col(LAKE_DAY_COLUMN) == partition_date) & (pl.col("ingest_source") == ingest_source))
+                .select(columns).collect())

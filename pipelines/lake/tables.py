@@ -156,10 +156,13 @@ class DeltaStore:
         write_deltalake(target, data, writer_properties=_writer_properties(), **options)
         return target.version() if isinstance(target, DeltaTable) else self._table(name).version()
 
-    def replace_partition(self, name: str, day: date, frame: pl.DataFrame, day_column: str) -> int:
+    def replace_partition(self, name: str, day: date, frame: pl.DataFrame, day_column: str,
+                          where: dict[str, str] | None = None) -> int:
         """Replace one day of a table, partitioned by `day_column`, in one Delta commit; returns the
         new version. Re-running a day is idempotent. Every row of `frame` must be on `day` (else the
-        commit would delete that day and add rows of another)."""
+        commit would delete that day and add rows of another). `where` narrows the replaced rows to
+        those of the day whose (string) columns equal these values, e.g. one ingest source's rows:
+        the day's other rows stay, and two writers of one day conflict and retry."""
         if day_column not in frame.columns:
             raise LakeError(f"{name}: the frame has no day column {day_column!r}")
         values = frame.get_column(day_column)
@@ -168,9 +171,16 @@ class DeltaStore:
         if frame.height and (values.null_count() or (values != day).any()):
             raise LakeError(f"{name}: rows outside {day.isoformat()} in {day_column!r}; "
                             "replace_partition writes exactly one day")
+        for column, value in (where or {}).items():
+            if column not in frame.columns:
+                raise LakeError(f"{name}: the frame has no column {column!r} named in `where`")
+            if frame.height and (frame.get_column(column).cast(pl.String) != value).fill_null(True).any():
+                raise LakeError(f"{name}: rows with {column} other than {value!r}; they would not be replaced")
         data = _to_arrow(frame)
         self._create_if_missing(name, data, [day_column])
-        predicate = f"\"{day_column}\" = '{day.isoformat()}'"
+        predicate = " and ".join(
+            f"\"{column}\" = '{str(value).replace(chr(39), chr(39) * 2)}'"
+            for column, value in {day_column: day.isoformat(), **(where or {})}.items())
 
         def write() -> int:
             return self._commit(name, data, mode="overwrite", predicate=predicate, partition_by=[day_column])
