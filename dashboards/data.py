@@ -10,16 +10,14 @@ Pages never open DuckDB themselves, write no query and never compute a metric: t
 a metric view (`view`, with a filter's WHERE fragment) or call one of the named queries below (a
 view's rows summed over the filters, a filter's choices, the exemptions, the packs), then draw
 them. WHERE fragments and their parameters come from dashboards/filters.py (Filters.clause, where).
-Connections are read-only and short;
-DuckDB refuses a read-only open while the pipeline's writer holds the file, so an open is retried
-for a few seconds (the writer's transactions are short) before the page says the warehouse is busy.
+Connections are read-only and short, each on the release published last: writers never hold that
+file (they publish a new one), so a page never waits on the pipeline.
 """
 from __future__ import annotations
 
 import datetime as dt
 import json
 import os
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -33,15 +31,10 @@ from pipelines.sandbox import check_read_only
 from pipelines.warehouse import Warehouse
 
 TTL_S = int(os.environ.get("GPUPOOL_DASHBOARD_TTL_S", "60"))
-OPEN_RETRY_S = 5.0
 
 
 class WarehouseMissing(RuntimeError):
     """No warehouse file at the configured home."""
-
-
-class WarehouseBusy(RuntimeError):
-    """The pipeline held the warehouse for longer than the readers wait."""
 
 
 def home() -> Path:
@@ -54,18 +47,12 @@ def db_path() -> Path:
 
 
 def _connect() -> duckdb.DuckDBPyConnection:
+    """The latest published release, sandboxed. Writers never hold it (they publish a new file), so
+    there is nothing to wait for: each query opens whatever release is current."""
     path = db_path()
     if not path.exists():
         raise WarehouseMissing(f"no warehouse at {path}: run `gpupool demo` (or ingest data) first")
-    deadline = time.monotonic() + OPEN_RETRY_S
-    while True:
-        try:
-            # read-only, and no file but the warehouse and its lake (pipelines/sandbox.py)
-            return Warehouse(home()).analyst_connect(memory_limit="2GB")
-        except duckdb.IOException as exc:  # the writer holds the lock
-            if time.monotonic() > deadline:
-                raise WarehouseBusy(f"the pipeline is writing to {path}; try again in a moment ({exc})") from None
-            time.sleep(0.2)
+    return Warehouse(home()).analyst_connect(memory_limit="2GB")
 
 
 def query(sql: str, params: tuple = ()) -> pl.DataFrame:

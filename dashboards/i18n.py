@@ -28,7 +28,6 @@ STRINGS: dict[str, dict[str, str]] = {
         "zh": "尚未配置仪表盘用户：请设置 GPUPOOL_DASHBOARD_USERS 或 Streamlit secrets 中的 [users]"
               "（见 docs/dashboards.md），或使用 `gpupool dashboard` 启动。"},
     "no_warehouse": {"en": "No warehouse yet", "zh": "还没有数据仓库"},
-    "busy": {"en": "The pipeline is writing; reload in a moment.", "zh": "数据管道正在写入，请稍后刷新。"},
     "no_data_period": {"en": "No data for this period and these filters.", "zh": "该时间段和筛选条件下没有数据。"},
     "definition": {"en": "Definition", "zh": "定义"},
     "tenant_scope": {"en": "Your tenant only: {tenant}", "zh": "仅限您的租户：{tenant}"},

@@ -1,4 +1,4 @@
-"""What every page shares: the guard (warehouse missing, busy, no data), the definition of a metric
+"""What every page shares: the guard (warehouse missing, no data), the definition of a metric
 one click away, number formatting and chart helpers (Altair, with units in the axis titles)."""
 from __future__ import annotations
 
@@ -23,13 +23,11 @@ def page_user() -> User:
 
 
 def guarded(draw: Callable[[], None]) -> None:
-    """Run a page's drawing; a missing or busy warehouse becomes a message that says what to do."""
+    """Run a page's drawing; a missing warehouse becomes a message that says what to do."""
     try:
         draw()
     except data.WarehouseMissing as exc:
         st.warning(f"**{t('no_warehouse')}.** {exc}")
-    except data.WarehouseBusy:
-        st.warning(t("busy"))
 
 
 def empty(frame: pl.DataFrame, why: str | None = None) -> bool:

@@ -302,7 +302,8 @@ RECOMMENDATIONS_DDL = f"""create table if not exists {RECOMMENDATIONS_TABLE} (
   impact_gpu_hours DOUBLE,
   evidence_json VARCHAR,
   whatif_json VARCHAR,
-  rules_version VARCHAR
+  rules_version VARCHAR,
+  release_id BIGINT
 )"""
 register(CodeTable(
     RECOMMENDATIONS_TABLE, RECOMMENDATIONS_DDL, grain="one row per recommendation per month",
@@ -318,7 +319,10 @@ register(CodeTable(
         "impact_gpu_hours": "GPU-hours of waiting or idling it addresses",
         "evidence_json": "JSON: the metric values behind it", "whatif_json": "JSON: what-if replay result, if run",
         "rules_version": "version of models/capacity/rules.yml used",
+        "release_id": "warehouse release the advice was computed from (pinned; `gpupool releases`)",
     },
+    # Tables made before releases get the column on their next write (null: release not recorded).
+    migrations=(f"alter table {RECOMMENDATIONS_TABLE} add column if not exists release_id BIGINT",),
 ))
 
 # A scrape round's gaps as a frame: ops.scrape_gaps' columns, as the scraper builds them.
@@ -415,7 +419,8 @@ create table if not exists {REVIEW_PACKS_TABLE} (
   built_at TIMESTAMP,
   html_path VARCHAR,
   pdf_path VARCHAR,
-  build_seconds DOUBLE
+  build_seconds DOUBLE,
+  release_id BIGINT
 )"""
 register(CodeTable(
     REVIEW_PACKS_TABLE, REVIEW_PACKS_DDL, grain="one row per review pack built",
@@ -426,5 +431,8 @@ register(CodeTable(
         "lang": "language: en | zh", "catalog_version": "metric catalog version of its numbers",
         "built_at": "when it was built, UTC", "html_path": "its HTML, relative to the gpupool home",
         "pdf_path": "its PDF, relative to the gpupool home", "build_seconds": "seconds the build took",
+        "release_id": "warehouse release its figures were read from (pinned; `gpupool pack --as-of` rebuilds it)",
     },
+    # Tables made before releases get the column on their next write (null: release not recorded).
+    migrations=(f"alter table {REVIEW_PACKS_TABLE} add column if not exists release_id BIGINT",),
 ))

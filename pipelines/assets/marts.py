@@ -119,13 +119,14 @@ def dbt_models(context: dg.AssetExecutionContext, config: BuildConfig, dbt: DbtC
     window = context.partition_time_window
     wh = warehouse.get()
     args = ["build", "--event-time-start", f"{window.start:%Y-%m-%d}", "--event-time-end", f"{window.end:%Y-%m-%d}",
-            "--vars", json.dumps({"warehouse_path": str(wh.db_path)})]
+            "--vars", json.dumps({"warehouse_path": str(wh.writer_path)})]
     if config.full_refresh:
         args.append("--full-refresh")
     with wh.writer():  # a new home gets the raw, ops and governance tables the sources name
         pass
     with wh.writer_lock():  # dbt's target folder stays in the home, so the next run parses partially
         yield from dbt.cli(args, context=context, target_path=wh.home / "dbt" / "dagster").stream()
+    wh.publish_unless_deferred("build", f"dagster run {context.run_id}")
     problem = load_exemptions(wh)
     if problem:
         context.log.warning(f"policy exemptions not loaded, the last loaded are kept: {problem}")

@@ -1,5 +1,6 @@
-"""One month's recommendations end to end: read the views (read-only), replay the top ones, write the
-governance table (the warehouse's writer). Shared by the Dagster asset and `gpupool recommend`."""
+"""One month's recommendations end to end: read the views (read-only, one published release, which is
+pinned and recorded with the advice), replay the top ones, write the governance table (the warehouse's
+writer). Shared by the Dagster asset and `gpupool recommend`."""
 from __future__ import annotations
 
 import datetime as dt
@@ -8,6 +9,7 @@ from dataclasses import dataclass
 
 from pipelines.capacity.recommend import load_rules, recommend, whatif_change, whatif_summary, with_whatif
 from pipelines.capacity.store import Recommendation, write_month
+from pipelines.lake.reader import RELEASE_TABLE
 from pipelines.warehouse import Warehouse
 
 
@@ -17,6 +19,7 @@ class MonthOutcome:
     recommendations: list[Recommendation]
     replayed: int
     rules_version: str
+    release_id: int  # the warehouse release the advice was computed from (pinned)
 
 
 def recommend_month(wh: Warehouse, month: dt.date, *, whatif_top: int = 1,
@@ -26,9 +29,12 @@ def recommend_month(wh: Warehouse, month: dt.date, *, whatif_top: int = 1,
     rules = load_rules()
     month = month.replace(day=1)
     with wh.connect(read_only=True) as con:
+        release_id = int(con.execute(f"select release_id from {RELEASE_TABLE}").fetchone()[0])
+        # pinned before the views are read: publishes meanwhile must not expire it
+        wh.pin_release(release_id, f"recommendation {month:%Y-%m}")
         found = recommend(con, month, rules)
         changes = [whatif_change(con, rec) for rec in found]
-    on_step(f"{len(found)} recommendations for {month:%Y-%m}")
+    on_step(f"{len(found)} recommendations for {month:%Y-%m} from release {release_id}")
     replayed = 0
     for i, (rec, change) in enumerate(zip(found, changes, strict=True)):
         if replayed >= whatif_top:
@@ -40,5 +46,6 @@ def recommend_month(wh: Warehouse, month: dt.date, *, whatif_top: int = 1,
         found[i] = with_whatif(rec, whatif_summary(rec, result))
         replayed += 1
     with wh.writer() as con:
-        write_month(con, month, found, rules["version"], dt.datetime.now(dt.UTC).replace(tzinfo=None))
-    return MonthOutcome(month, found, replayed, rules["version"])
+        write_month(con, month, found, rules["version"], dt.datetime.now(dt.UTC).replace(tzinfo=None),
+                    release_id=release_id)
+    return MonthOutcome(month, found, replayed, rules["version"], release_id)

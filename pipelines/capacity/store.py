@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 
 import duckdb
 
-from pipelines.contracts import RECOMMENDATIONS_DDL, RECOMMENDATIONS_TABLE
+from pipelines.contracts import RECOMMENDATIONS_DDL, RECOMMENDATIONS_TABLE, TABLES
 
 
 @dataclass(frozen=True)
@@ -43,21 +43,24 @@ class Recommendation:
 
 
 def write_month(con: duckdb.DuckDBPyConnection, month: dt.date, recommendations: Sequence[Recommendation],
-                rules_version: str, now: dt.datetime) -> int:
-    """Replace the month's rows with these (ranked in the given order)."""
+                rules_version: str, now: dt.datetime, *, release_id: int | None = None) -> int:
+    """Replace the month's rows with these (ranked in the given order). `release_id`: the warehouse
+    release they were computed from (None: not from a published release, e.g. a test's own rows)."""
     rows = [
         (r.recommendation_id(month), month, now, rank, r.kind, r.gpu_model, r.tenant, r.queue, r.target,
          r.recommendation, r.recommendation_zh, r.quantity, r.unit, r.wait_cause, r.confidence,
          round(r.confidence_score, 3), r.impact_gpu_hours, json.dumps(r.evidence, sort_keys=True, default=str),
-         None if r.whatif is None else json.dumps(r.whatif, sort_keys=True, default=str), rules_version)
+         None if r.whatif is None else json.dumps(r.whatif, sort_keys=True, default=str), rules_version,
+         release_id)
         for rank, r in enumerate(recommendations, start=1)
     ]
-    con.execute(RECOMMENDATIONS_DDL)
+    for statement in (RECOMMENDATIONS_DDL, *TABLES[RECOMMENDATIONS_TABLE].migrations):
+        con.execute(statement)
     con.execute("begin transaction")
     try:
         con.execute(f"delete from {RECOMMENDATIONS_TABLE} where period_month = ?", [month])
         if rows:
-            con.executemany(f"insert into {RECOMMENDATIONS_TABLE} values ({', '.join('?' * 20)})", rows)
+            con.executemany(f"insert into {RECOMMENDATIONS_TABLE} values ({', '.join('?' * 21)})", rows)
         con.execute("commit")
     except BaseException:
         con.execute("rollback")

@@ -82,7 +82,8 @@ def recommend(home: Path | None, month: str | None, whatif_top: int) -> None:
         except ValueError:
             raise click.ClickException(f"--month {month!r}: expected YYYY-MM, e.g. 2026-11") from None
     outcome = recommend_month(wh, first, whatif_top=whatif_top, on_step=step)
-    click.echo(click.style(f"\nCapacity recommendations for {first:%Y-%m} (rules {outcome.rules_version})", bold=True))
+    click.echo(click.style(f"\nCapacity recommendations for {first:%Y-%m} (rules {outcome.rules_version}, "
+                           f"warehouse release {outcome.release_id}, pinned)", bold=True))
     if not outcome.recommendations:
         click.echo("  none: no rule found enough evidence this month (thresholds in models/capacity/rules.yml)")
     for rank, rec in enumerate(outcome.recommendations, start=1):

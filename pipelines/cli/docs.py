@@ -26,14 +26,15 @@ def docs(home: Path | None, out: Path | None, static: bool) -> None:
     Runs `dbt docs generate` under the warehouse's writer lock (dbt opens the file read-write, and a
     build running at the same time would otherwise fail to); the models are compiled, not built."""
     wh = warehouse(home)
-    if not wh.db_path.exists():
-        raise click.ClickException(f"no warehouse at {wh.db_path}: run `gpupool build` (or `gpupool demo`) first")
+    if not wh.writer_path.exists():
+        raise click.ClickException(f"no warehouse at {wh.writer_path}: run `gpupool build` (or `gpupool demo`) first")
     out = (out or wh.home / "dbt" / "docs").resolve()
     args = [
         sys.executable, "-m", "dbt.cli.main", "docs", "generate",
         "--project-dir", str(MODELS_DIR), "--profiles-dir", str(MODELS_DIR),
         "--target-path", str(out), "--log-path", str(wh.home / "dbt" / "logs"),
-        "--vars", f"{{warehouse_path: '{wh.db_path.resolve().as_posix()}'}}",
+        # the writers' file: dbt opens it read-write, and a published release is never written
+        "--vars", f"{{warehouse_path: '{wh.writer_path.resolve().as_posix()}'}}",
         "--no-use-colors", "--no-send-anonymous-usage-stats", "--no-version-check",
         *(["--static"] if static else []),
     ]

@@ -3,23 +3,32 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from pipelines.pack import store
-from pipelines.pack.figures import collect
+from pipelines.pack.figures import collect, release_read
 from pipelines.pack.render import render
 from pipelines.warehouse import Warehouse
 
 
-def build_pack(warehouse: Warehouse, month: dt.date, lang: str = "en") -> Path:
+def build_pack(warehouse: Warehouse, month: dt.date, lang: str = "en", as_of: int | None = None,
+               on_step: Callable[[str], None] = lambda _m: None) -> Path:
     """Collect (on the analysts' read-only connection), render and store the pack for `month`; returns
-    its folder, recorded in ops.review_packs."""
+    its folder, recorded in ops.review_packs with the release it read. `as_of`: read that kept release
+    instead of the latest (raises ReleaseExpired when it is no longer kept). The release read is pinned,
+    so that `as_of` finds it again and rebuilds the same figures."""
     started = time.monotonic()
-    con = warehouse.analyst_connect()  # read-only, no file but the warehouse and its lake
+    con = warehouse.analyst_connect(release=as_of)  # read-only, no file but the release and its lake
     try:
+        release_id = release_read(con)
+        # pinned before the figures are read: publishes during the collect must not expire it
+        warehouse.pin_release(release_id, f"pack {month:%Y-%m}")
+        on_step(f"reading release {release_id} (pinned: `gpupool pack --month {month:%Y-%m} --as-of {release_id}` "
+                "rebuilds these figures)")
         figs = collect(con, month)
     finally:
-        con.close()  # before the writer opens the same file
+        con.close()
     out = store.new_version_dir(warehouse.home, figs.month, lang)
     render(figs, out, lang)
     home = warehouse.home
@@ -27,5 +36,5 @@ def build_pack(warehouse: Warehouse, month: dt.date, lang: str = "en") -> Path:
         month=figs.month, version=out.name, lang=lang, catalog_version=figs.catalog_version,
         built_at=dt.datetime.now(dt.UTC).replace(tzinfo=None, microsecond=0),
         html_path=str(out.relative_to(home) / "pack.html"), pdf_path=str(out.relative_to(home) / "pack.pdf"),
-        build_seconds=round(time.monotonic() - started, 1)))
+        build_seconds=round(time.monotonic() - started, 1), release_id=figs.release_id))
     return out

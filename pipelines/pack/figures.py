@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 import duckdb
 import polars as pl
 
+from pipelines.lake.reader import RELEASE_TABLE
+
 PARTS = ("resources", "tasks", "governance", "improvements", "scorecard")
 
 DAYS = "day >= ? and day < ?"
@@ -191,6 +193,7 @@ TABLES: tuple[Table, ...] = (
 class Figures:
     month: dt.date
     catalog_version: str
+    release_id: int  # the warehouse release read: `gpupool pack --as-of` reads it again
     values: dict[str, float | None] = field(default_factory=dict)
     previous: dict[str, float | None] = field(default_factory=dict)
     tables: dict[str, pl.DataFrame] = field(default_factory=dict)
@@ -212,11 +215,16 @@ def table_frame(con: duckdb.DuckDBPyConnection, table: Table, month: dt.date) ->
     return _frame(con, table.sql, table.params(month))
 
 
+def release_read(con: duckdb.DuckDBPyConnection) -> int:
+    """The id of the release a connection reads (every published warehouse file records its own)."""
+    return int(con.sql(f"select release_id from {RELEASE_TABLE}").fetchall()[0][0])
+
+
 def collect(con: duckdb.DuckDBPyConnection, month: dt.date) -> Figures:
     """Every figure and table of the pack for `month` (its first day) and the previous month's figures."""
     month = month.replace(day=1)
     version = con.sql("select catalog_version from metrics.catalog_version").fetchall()[0][0]
-    out = Figures(month=month, catalog_version=version)
+    out = Figures(month=month, catalog_version=version, release_id=release_read(con))
     prev = previous_month(month)
     for f in FIGURES:
         out.values[f.key] = figure_value(con, f, month)

@@ -15,6 +15,7 @@ from pipelines.pack.figures import FIGURES, PARTS, TABLES, Figures, change
 TEXT = {
     "title": {"en": "GPU pool monthly review", "zh": "GPU资源池月度报告"},
     "catalog": {"en": "Metric catalog version", "zh": "指标目录版本"},
+    "release": {"en": "Data release", "zh": "数据版本"},
     "metric": {"en": "Metric", "zh": "指标"}, "value": {"en": "Value", "zh": "数值"},
     "previous": {"en": "Previous month", "zh": "上月"}, "change": {"en": "Change", "zh": "变化"},
     "notes": {"en": "Definitions", "zh": "指标定义"}, "appendix": {"en": "Appendix", "zh": "附录"},
@@ -35,7 +36,7 @@ td, th { border-bottom: 1px solid #ddd; padding: 1.5pt 4pt; text-align: left; fo
 td.n { text-align: right } .fn { font-size: 7pt; color: #555 } img { max-width: 100%; height: 150pt }
 </style></head><body>
 <h1>{{ t.title }} — {{ month }}</h1>
-<p>{{ t.catalog }}: <b>{{ catalog_version }}</b> · {{ generated }}</p>
+<p>{{ t.catalog }}: <b>{{ catalog_version }}</b> · {{ t.release }}: <b>{{ release_id }}</b> · {{ generated }}</p>
 {% for part in parts %}<h2>{{ t[part] }}</h2>
 {% if headlines[part] %}<table><tr><th>{{ t.metric }}</th><th>{{ t.value }}</th><th>{{ t.previous }}</th><th>{{ t.change }}</th></tr>
 {% for h in headlines[part] %}<tr><td>{{ h.label }}<sup>{{ h.note }}</sup></td><td class="n">{{ h.value }}</td>
@@ -97,12 +98,14 @@ def render(figs: Figures, out: Path, lang: str = "en") -> dict[str, Path]:
               "formula": figs.catalog[m]["formula"], "unit": figs.catalog[m]["unit"],
               "view": figs.catalog[m]["view_name"], "column": figs.catalog[m]["column_name"]} for m in note_no]
     html = TEMPLATE.render(lang=lang, t=t, month=figs.month.strftime("%Y-%m"), catalog_version=figs.catalog_version,
+                           release_id=figs.release_id,
                            generated=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"), parts=PARTS,
                            headlines=headlines, tables=tables, notes=notes, fmt=fmt)
     (out / "pack.html").write_text(html, encoding="utf-8")
     HTML(string=html, base_url=str(out)).write_pdf(out / "pack.pdf")
     (out / "figures.json").write_text(json.dumps({
-        "month": figs.month.isoformat(), "catalog_version": figs.catalog_version, "lang": lang,
+        "month": figs.month.isoformat(), "catalog_version": figs.catalog_version, "release_id": figs.release_id,
+        "lang": lang,
         "figures": {f.key: {"value": figs.values[f.key], "previous": figs.previous[f.key], "metric": f.metric,
                             "view": f.view, "sql": f.sql} for f in FIGURES},
         "tables": {tb.key: {"view": tb.view, "sql": tb.sql, "rows": figs.tables[tb.key].height} for tb in TABLES},

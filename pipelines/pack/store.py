@@ -24,6 +24,7 @@ class PackRecord:
     html_path: str  # relative to the gpupool home: packs/<YYYY-MM>/<version>/pack.html
     pdf_path: str
     build_seconds: float
+    release_id: int  # the warehouse release its figures were read from (pinned)
 
 
 def packs_dir(home: Path) -> Path:
@@ -48,4 +49,4 @@ def new_version_dir(home: Path, month: dt.date, lang: str) -> Path:
 def record_pack(warehouse: Warehouse, pack: PackRecord) -> None:
     """Add the pack to the index (ops.review_packs)."""
     with warehouse.writer() as con:
-        con.execute(f"insert into {REVIEW_PACKS_TABLE} values (?, ?, ?, ?, ?, ?, ?, ?)", list(astuple(pack)))
+        con.execute(f"insert into {REVIEW_PACKS_TABLE} values (?, ?, ?, ?, ?, ?, ?, ?, ?)", list(astuple(pack)))
