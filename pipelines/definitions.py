@@ -7,7 +7,7 @@ import os
 
 import dagster as dg
 
-from pipelines.assets import capacity, connectors, ingest, marts, pack, reclaim, scrape
+from pipelines.assets import backfill, capacity, connectors, ingest, marts, pack, reclaim, scrape
 from pipelines.resources.dbt import dbt_resource
 from pipelines.resources.governance import GovernanceResource
 from pipelines.resources.kueue import KueueState
@@ -25,6 +25,7 @@ def from_env(name: str) -> str:
 defs = dg.Definitions.merge(
     connectors.defs,
     ingest.defs,
+    backfill.defs,
     scrape.defs,
     marts.defs,
     reclaim.defs,

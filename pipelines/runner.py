@@ -1,14 +1,17 @@
-"""For the CLI: run the ingest assets in process for days, and build the models (pipelines/build.py)
-with the build's checks."""
+"""For the CLI: run the ingest assets in process for days (or the `ingest_backfill` job, one process
+per (source, day), with workers >= 2), and build the models (pipelines/build.py) with the build's
+checks."""
 from __future__ import annotations
 
 import datetime as dt
+import os
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import dagster as dg
 
+from pipelines.assets import backfill
 from pipelines.assets.ingest import asset_name, ingest_assets
 from pipelines.build import BuildError, ModelBuild, build
 from pipelines.build_checks import (
@@ -42,6 +45,11 @@ class StepOutcome:
     check_problems: list[str]
 
 
+# Multiprocess steps start from a fork server that has imported these once (a spawned process would
+# import Dagster, Polars and Great Expectations again for every step: seconds each).
+PRELOADED = ["pipelines.assets.backfill"]
+
+
 def _metadata_values(materialization) -> dict:
     return {k: getattr(v, "value", v) for k, v in materialization.metadata.items()}
 
@@ -72,13 +80,76 @@ def ingest_days(
     first: dt.date,
     last: dt.date,
     on_step: Callable[[str], None] = lambda _msg: None,
+    workers: int = 1,
 ) -> list[StepOutcome]:
-    """Materialise the ingest assets of `sources` for the days first..last in one run each."""
-    resources = {"warehouse": WarehouseResource(home=str(warehouse.home))}
+    """Materialise the ingest assets of `sources` for the days first..last: in one run each, in this
+    process; or, with `workers` >= 2, as the `ingest_backfill` job, one process per (source, day),
+    `workers` at a time. The outcomes are per asset either way, summed over the days."""
     wanted = {asset_name(s) for s in sources}
     outcomes: list[StepOutcome] = []
     with warehouse.publishing("ingest", f"{', '.join(sorted(wanted))} {first}..{last}"):
-        outcomes = _ingest_runs(resources, wanted, first, last, on_step)
+        if workers >= 2:
+            outcomes = _ingest_backfill(warehouse, sources, first, last, workers, on_step)
+        else:
+            resources = {"warehouse": WarehouseResource(home=str(warehouse.home))}
+            outcomes = _ingest_runs(resources, wanted, first, last, on_step)
+    return outcomes
+
+
+def dagster_instance(warehouse: Warehouse) -> dg.DagsterInstance:
+    """The instance that records a backfill's run: $DAGSTER_HOME's when set (the operators' UI shows
+    it), else one kept under the home (the multiprocess executor needs an instance on disk)."""
+    if os.environ.get("DAGSTER_HOME"):
+        return dg.DagsterInstance.get()
+    return dg.DagsterInstance.local_temp(str(warehouse.home / "dagster"))
+
+
+def _ingest_backfill(warehouse: Warehouse, sources: Sequence[str], first: dt.date, last: dt.date,
+                     workers: int, on_step: Callable[[str], None]) -> list[StepOutcome]:
+    on_step(f"ingest {', '.join(sorted(sources))} {first}..{last}: one process per source and day, {workers} at a time")
+    run_config = {
+        **QUIET,
+        "execution": {"config": {"max_concurrent": workers,
+                                 "start_method": {"forkserver": {"preload_modules": PRELOADED}}}},
+        "resources": {"warehouse": {"config": {"home": str(warehouse.home)}}},
+        "ops": {"plan_partitions": {"config": {"sources": sorted(sources), "first": first.isoformat(),
+                                               "last": last.isoformat()}}},
+    }
+    with dagster_instance(warehouse) as instance, dg.execute_job(
+        dg.reconstructable(backfill.ingest_backfill), instance=instance, run_config=run_config,
+        tags={"gpupool/command": "ingest"}, raise_on_error=False,
+    ) as result:
+        # A failed blocking check does not fail a step (the batch is loaded and quarantined): the
+        # outcomes carry it, as in one process.
+        if not result.success:
+            message, detail = _failure(result)
+            raise StepFailed(f"{backfill.JOB_NAME} failed (run {result.run_id}): {message}", detail)
+        return _summed_outcomes(result)
+
+
+def _summed_outcomes(result: dg.ExecuteJobResult) -> list[StepOutcome]:
+    """Per asset: the counts summed over its partitions, the notes of every day, the failed checks."""
+    days: dict[str, list[tuple[str, dict]]] = {}
+    for event in result.get_asset_materialization_events():
+        mat = event.event_specific_data.materialization
+        days.setdefault(mat.asset_key.to_user_string(), []).append((mat.partition, _metadata_values(mat)))
+    failed: dict[str, list[str]] = {}
+    problems: dict[str, list[str]] = {}
+    for evaluation in result.get_asset_check_evaluations():
+        if not evaluation.passed:
+            key = evaluation.asset_key.to_user_string()
+            if evaluation.check_name not in failed.setdefault(key, []):
+                failed[key].append(evaluation.check_name)
+            listed = evaluation.metadata.get("problems")
+            problems.setdefault(key, []).extend(getattr(listed, "value", None) or [])
+    outcomes = []
+    for key, partitions in sorted(days.items()):
+        partitions.sort(key=lambda p: p[0])
+        counts = ("files_read", "records_read", "records_loaded", "records_quarantined", "files_empty")
+        metadata = {name: sum(m.get(name, 0) for _, m in partitions) for name in counts}
+        metadata["notes"] = [f"{day}: {n}" if len(partitions) > 1 else n
+                             for day, m in partitions for n in m.get("notes") or []][:200]
+        outcomes.append(StepOutcome(key, metadata, failed.get(key, []), problems.get(key, [])))
     return outcomes
 
 
@@ -140,7 +211,7 @@ def _examples(found: list) -> str:
     return f": {'; '.join(map(str, found[:5]))}"
 
 
-def _failure(result: dg.ExecuteInProcessResult) -> tuple[str, str]:
+def _failure(result: dg.ExecuteInProcessResult | dg.ExecuteJobResult) -> tuple[str, str]:
     """(the cause in words, the full error text). Dagster wraps the op's exception in "Error occurred
     while executing op ...:" with nothing after the colon; the cause is the op's own exception, the
     first error of the chain that is not Dagster's, prefixed by its class name."""

@@ -35,7 +35,7 @@ import polars as pl
 
 from pipelines import sandbox
 from pipelines.contracts import INGEST_LOG_COLUMNS, LAKE_TABLES, all_ddl, contract
-from pipelines.lake import DeltaStore, LakeError, ReleaseNotFound, ReleaseRegistry
+from pipelines.lake import DeltaStore, LakeError, ReleaseNotFound, ReleaseRegistry, registry_for
 from pipelines.lake.reader import RELEASE_TABLE, view_sql
 
 DEFAULT_MEMORY_LIMIT = "6GB"
@@ -89,8 +89,7 @@ class Warehouse:
 
     @property
     def registry(self) -> ReleaseRegistry:
-        from pipelines.lake import releases  # PostgreSQL when GPUPOOL_CATALOG_URL says so
-        return releases.registry_for(self.lake) if hasattr(releases, "registry_for") else ReleaseRegistry.under(self.lake)
+        return registry_for(self.lake)  # PostgreSQL when GPUPOOL_CATALOG_URL says so
 
     @staticmethod
     def lake_table(name: str) -> str:
@@ -333,15 +332,18 @@ class Warehouse:
 
     def refresh_lake_views(self, con: duckdb.DuckDBPyConnection) -> None:
         """Point each lake view at its Delta table's latest version (a list of its Parquet files),
-        and record the version in ops.lake_versions: a publish records exactly what the views read."""
-        con.execute("create table if not exists ops.lake_versions (table_name varchar primary key, version bigint)")
-        seen = dict(con.execute("select table_name, version from ops.lake_versions").fetchall())
+        and record the version in ops.lake_versions: a publish records exactly what the views read.
+        The table's location is recorded too: a home copied elsewhere re-points its views."""
+        con.execute("create table if not exists ops.lake_versions "
+                    "(table_name varchar primary key, version bigint, location varchar)")
+        seen = {name: (version, location) for name, version, location
+                in con.execute("select table_name, version, location from ops.lake_versions").fetchall()}
         for name in LAKE_TABLES:
             c = contract(name)
-            version = self.store.version(c.table)
+            version, location = self.store.version(c.table), str(self.store.path(c.table))
             exists = con.execute("select count(*) from information_schema.tables where table_schema = ? "
                                  "and table_name = ?", c.table.split(".", 1)).fetchone()[0]
-            if exists and c.table in seen and seen[c.table] == version:
+            if exists and seen.get(c.table) == (version, location):
                 continue
             if version is None:
                 cols = ", ".join(f"cast(null as {col.type}) as {col.name}" for col in c.columns)
@@ -353,7 +355,7 @@ class Warehouse:
                 body = view_sql(self.store.schema(c.table, version), self.store.partition_columns(c.table, version),
                                 self.store.data_files(c.table, version))
             con.execute(f"create or replace view {c.table} as {body}")
-            con.execute("insert or replace into ops.lake_versions values (?, ?)", [c.table, version])
+            con.execute("insert or replace into ops.lake_versions values (?, ?, ?)", [c.table, version, location])
 
     def record_check(
         self,

@@ -13,8 +13,6 @@ Records timestamped on a later day of the run than their file's are not merged b
 later day's own step might replace its partition after): the step returns them and the last step,
 `merge_carried`, merges them once every day is loaded, as the one-process run carries them forward.
 """
-from __future__ import annotations
-
 import datetime as dt
 
 import dagster as dg
@@ -113,6 +111,9 @@ def merge_carried(context: dg.OpExecutionContext, warehouse: WarehouseResource, 
 @dg.job(
     name=JOB_NAME,
     executor_def=dg.multiprocess_executor,
+    # Bound here, not only in the code location: `gpupool ingest` runs the job alone (reconstructed
+    # from this module in every step's process) and sets the home through the run config.
+    resource_defs={"warehouse": WarehouseResource.configure_at_launch()},
     description="Ingest every (source, day) of a range side by side, one process per partition "
                 "(`gpupool ingest all PATH --workers N`).",
 )

@@ -9,7 +9,7 @@ Parquet files, which no process ever holds a write lock on.
 Nothing here imports Dagster or the existing Warehouse: the package is the foundation, wired in later.
 """
 from pipelines.lake.reader import publish_reader_file, release_of
-from pipelines.lake.releases import Release, ReleaseNotFound, ReleaseRegistry
+from pipelines.lake.releases import Release, ReleaseNotFound, ReleaseRegistry, registry_for
 from pipelines.lake.tables import DeltaStore, LakeError, UnreadableByFileList
 
 __all__ = [
@@ -20,5 +20,6 @@ __all__ = [
     "ReleaseRegistry",
     "UnreadableByFileList",
     "publish_reader_file",
+    "registry_for",
     "release_of",
 ]
