@@ -7,7 +7,7 @@ import os
 
 import dagster as dg
 
-from pipelines.assets import backfill, capacity, connectors, ingest, marts, pack, reclaim, scrape
+from pipelines.assets import backfill, capacity, connectors, ingest, maintenance, marts, pack, reclaim, scrape
 from pipelines.resources.dbt import dbt_resource
 from pipelines.resources.governance import GovernanceResource
 from pipelines.resources.kueue import KueueState
@@ -31,6 +31,7 @@ defs = dg.Definitions.merge(
     reclaim.defs,
     capacity.defs,
     pack.defs,
+    maintenance.defs,
     dg.Definitions(resources={
         "warehouse": WarehouseResource(home=from_env("GPUPOOL_HOME")),
         "dbt": dbt_resource(),

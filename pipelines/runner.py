@@ -101,7 +101,10 @@ def dagster_instance(warehouse: Warehouse) -> dg.DagsterInstance:
     it), else one kept under the home (the multiprocess executor needs an instance on disk)."""
     if os.environ.get("DAGSTER_HOME"):
         return dg.DagsterInstance.get()
-    return dg.DagsterInstance.local_temp(str(warehouse.home / "dagster"))
+    folder = warehouse.home / "dagster"
+    folder.mkdir(parents=True, exist_ok=True)
+    # The steps' processes log to the console at the instance's level (QUIET does not reach them).
+    return dg.DagsterInstance.local_temp(str(folder), overrides={"python_logs": {"python_log_level": "CRITICAL"}})
 
 
 def _ingest_backfill(warehouse: Warehouse, sources: Sequence[str], first: dt.date, last: dt.date,

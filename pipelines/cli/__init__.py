@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from allocator.cli import allocator as allocator_group
-from pipelines.cli import capacity, dashboard, data, demo, docs, ingest, land, pack, releases
+from pipelines.cli import capacity, dashboard, data, demo, docs, ingest, land, maintain, pack, releases
 
 
 @click.group()
@@ -16,6 +16,6 @@ def main() -> None:
 for command in (
     demo.demo, demo.simulate, ingest.ingest, ingest.build, ingest.sources, data.sql, data.export,
     data.dictionary, docs.docs, capacity.whatif, capacity.recommend, land.backfill, land.land, land.k8s_audit_webhook,
-    dashboard.dashboard, pack.pack, releases.releases, allocator_group,
+    dashboard.dashboard, pack.pack, releases.releases, maintain.maintain, allocator_group,
 ):
     main.add_command(command)

@@ -9,10 +9,16 @@ whole day. deltalake is pinned exactly (1.x still changes its API between minors
 
 Frames come in as Polars; they go out to delta-rs as Arrow. Naive datetimes stay naive (Delta's
 `timestamp_ntz`, DuckDB's `TIMESTAMP`), which is how the project stores UTC.
+
+The root is a local folder, or an S3-compatible object store (`s3://bucket/prefix`, settings from the
+AWS_* environment variables, see `storage_options_from_environment`). On S3, delta-rs commits with a
+conditional put (`If-None-Match: *`, no lock service): the store must refuse to overwrite an
+existing object, as AWS S3 (since 2024), MinIO and moto do (docs/deploy.md, "Object storage").
 """
 from __future__ import annotations
 
 import logging
+import os
 import random
 import time
 from collections.abc import Callable, Iterable
@@ -24,6 +30,7 @@ from urllib.parse import unquote, urlparse
 
 import polars as pl
 import pyarrow as pa
+import pyarrow.fs as pafs
 from deltalake import DeltaTable, WriterProperties, write_deltalake
 from deltalake.exceptions import CommitFailedError
 
@@ -34,6 +41,13 @@ FILE_LIST_SAFE_READER_FEATURES = frozenset({"timestampNtz"})
 
 COMMIT_ATTEMPTS = 8  # same-day conflicts are short; a writer that loses 8 times in a row reports it
 BACKOFF_S = 0.05  # first pause; doubles per attempt, with jitter so two losers do not collide again
+
+LAKE_URI_ENV = "GPUPOOL_LAKE_URI"  # an object-store root (s3://bucket/prefix) instead of the home's lake folder
+OBJECT_STORE_SCHEMES = ("s3",)  # the only scheme whose settings are read and tested here
+# The settings a remote root reads from the environment; delta-rs and Polars take them as they are.
+# Credentials left unset fall back to the AWS default chain (instance profile, web identity on Kubernetes).
+STORAGE_OPTION_ENV = ("AWS_ENDPOINT_URL", "AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+                      "AWS_SESSION_TOKEN", "AWS_ALLOW_HTTP")
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -51,7 +65,7 @@ class UnreadableByFileList(LakeError):
 class DataFile:
     """One Parquet file of a table version, with the partition values Delta keeps in its log (the
     files themselves do not hold partition columns)."""
-    path: Path
+    path: Path | str  # a local Path, or the file's URI (s3://...) when the table is on object storage
     partition: dict[str, Any]
     rows: int | None
 
@@ -102,48 +116,118 @@ def _local_path(table_dir: Path, uri: str) -> Path:
     if "://" in uri:
         parsed = urlparse(uri)
         if parsed.scheme != "file":
-            raise LakeError(f"{uri}: only local tables are supported so far")
+            raise LakeError(f"{uri}: a file of the local table {table_dir} is not a local file")
         return Path(unquote(parsed.path))
     return table_dir / unquote(uri)
 
 
-class DeltaStore:
-    """The lake's tables, `root/<schema>/<table>`, each a Delta table (a folder, no catalog)."""
+def _remote_path(table_uri: str, uri: str) -> str:
+    """An add action's path as the object's URI: relative paths are percent-encoded under the table."""
+    if "://" in uri:
+        if urlparse(uri).scheme != urlparse(table_uri).scheme:
+            raise LakeError(f"{uri}: a file of {table_uri} on another storage")
+        return uri
+    return f"{table_uri}/{unquote(uri)}"
 
-    def __init__(self, root: Path) -> None:
-        self.root = Path(root).resolve()
+
+def is_object_store_uri(root: Path | str) -> bool:
+    return isinstance(root, str) and "://" in root
+
+
+def storage_options_from_environment() -> dict[str, str]:
+    """The object-store settings (STORAGE_OPTION_ENV) that are set in the environment."""
+    return {key: os.environ[key] for key in STORAGE_OPTION_ENV if os.environ.get(key)}
+
+
+def _s3_filesystem(options: dict[str, str]) -> pafs.S3FileSystem:
+    """The same store as pyarrow sees it (delta-rs lists no folders): to find the tables under a root."""
+    return pafs.S3FileSystem(
+        access_key=options.get("AWS_ACCESS_KEY_ID"), secret_key=options.get("AWS_SECRET_ACCESS_KEY"),
+        session_token=options.get("AWS_SESSION_TOKEN"), region=options.get("AWS_REGION"),
+        endpoint_override=options.get("AWS_ENDPOINT_URL"))
+
+
+class DeltaStore:
+    """The lake's tables, `root/<schema>/<table>`, each a Delta table (a folder or an object-store
+    prefix, no catalog). `root` is a local folder, or a URI such as `s3://bucket/prefix`; a remote
+    root takes `storage_options` (delta-rs' keys), by default from the environment."""
+
+    def __init__(self, root: Path | str, storage_options: dict[str, str] | None = None) -> None:
+        self.remote = is_object_store_uri(root)
+        if self.remote:
+            scheme = urlparse(str(root)).scheme
+            if scheme not in OBJECT_STORE_SCHEMES:
+                raise LakeError(f"lake root {root}: object storage is supported as "
+                                f"{', '.join(s + '://' for s in OBJECT_STORE_SCHEMES)} only")
+            self.root: Path | str = str(root).rstrip("/")
+            self.storage_options = (storage_options_from_environment() if storage_options is None
+                                    else dict(storage_options))
+        else:
+            self.root = Path(root).resolve()
+            self.storage_options = None  # local tables: delta-rs called exactly as before
+
+    @classmethod
+    def from_environment(cls, default_root: Path) -> DeltaStore:
+        """The store at GPUPOOL_LAKE_URI when it is set (object storage), else at `default_root`."""
+        return cls(os.environ.get(LAKE_URI_ENV) or default_root)
 
     # ------------------------------------------------------------------ naming
     def path(self, name: str) -> Path:
+        """The local folder of a table; a remote table has a URI instead (`location`)."""
+        if self.remote:
+            raise LakeError(f"{name} is on object storage ({self.root}): use DeltaStore.location, not path")
         schema, table = _split(name)
         return self.root / schema / table
 
+    def location(self, name: str) -> str:
+        """Where the table is, as delta-rs and Polars take it: a local path or an s3:// URI."""
+        if self.remote:
+            schema, table = _split(name)
+            return f"{self.root}/{schema}/{table}"
+        return str(self.path(name))
+
     def exists(self, name: str) -> bool:
-        return DeltaTable.is_deltatable(str(self.path(name)))
+        return DeltaTable.is_deltatable(self.location(name), storage_options=self.storage_options)
 
     def tables(self) -> list[str]:
         """Every table under the root, as 'schema.table', sorted."""
+        if self.remote:
+            return self._remote_tables()
         if not self.root.exists():
             return []
         return sorted(f"{p.parent.name}.{p.name}" for p in self.root.glob("*/*") if (p / "_delta_log").is_dir())
 
+    def _remote_tables(self) -> list[str]:
+        fs = _s3_filesystem(self.storage_options)
+        root = str(self.root).split("://", 1)[1]
+
+        def folders(prefix: str) -> list[str]:
+            found = fs.get_file_info(pafs.FileSelector(prefix, allow_not_found=True))
+            return [f.base_name for f in found if f.type == pafs.FileType.Directory]
+
+        return sorted(f"{schema}.{table}" for schema in folders(root) for table in folders(f"{root}/{schema}")
+                      if "_delta_log" in folders(f"{root}/{schema}/{table}"))
+
     def _table(self, name: str, version: int | None = None) -> DeltaTable:
         if not self.exists(name):
             raise LakeError(f"table {name} does not exist under {self.root}")
-        return DeltaTable(str(self.path(name)), version=version)
+        return DeltaTable(self.location(name), version=version, storage_options=self.storage_options)
 
     # ------------------------------------------------------------------ writes
+    def _make_parent(self, name: str) -> None:
+        if not self.remote:  # an object store has no folders to create
+            self.path(name).parent.mkdir(parents=True, exist_ok=True)
+
     def _create_if_missing(self, name: str, data: pa.Table, partition_by: list[str] | None) -> None:
         """Create the table empty (version 0, no files) so every data write is an ordinary commit
         that delta-rs can check for conflicts. A predicate overwrite needs an existing table, and two
         first writers must not both 'create': the loser finds the table there and carries on."""
         if self.exists(name):
             return
-        path = self.path(name)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        self._make_parent(name)
         try:
-            write_deltalake(str(path), data.slice(0, 0), mode="ignore", partition_by=partition_by,
-                            writer_properties=_writer_properties())
+            write_deltalake(self.location(name), data.slice(0, 0), mode="ignore", partition_by=partition_by,
+                            writer_properties=_writer_properties(), storage_options=self.storage_options)
         except Exception:
             if not self.exists(name):
                 raise
@@ -152,8 +236,10 @@ class DeltaStore:
         """One write, as one commit; returns the version this commit created. The table is loaded
         fresh for every attempt (its version is what delta-rs checks conflicts against), and after
         the write the object holds our own commit's version, not a later writer's."""
-        target: DeltaTable | str = DeltaTable(str(self.path(name))) if self.exists(name) else str(self.path(name))
-        write_deltalake(target, data, writer_properties=_writer_properties(), **options)
+        target: DeltaTable | str = (DeltaTable(self.location(name), storage_options=self.storage_options)
+                                     if self.exists(name) else self.location(name))
+        write_deltalake(target, data, writer_properties=_writer_properties(),
+                        storage_options=self.storage_options, **options)
         return target.version() if isinstance(target, DeltaTable) else self._table(name).version()
 
     def replace_partition(self, name: str, day: date, frame: pl.DataFrame, day_column: str,
@@ -190,7 +276,7 @@ class DeltaStore:
     def replace_table(self, name: str, frame: pl.DataFrame, partition_by: list[str] | None = None) -> int:
         """Replace the whole table (its schema too: a rebuilt mart may gain a column) in one commit."""
         data = _to_arrow(frame)
-        self.path(name).parent.mkdir(parents=True, exist_ok=True)
+        self._make_parent(name)
 
         def write() -> int:
             return self._commit(name, data, mode="overwrite", schema_mode="overwrite", partition_by=partition_by)
@@ -229,17 +315,18 @@ class DeltaStore:
         """That version's Parquet files with their partition values (from the Delta log)."""
         self.check_readable_by_files(name, version)
         table = self._table(name, version)
-        table_dir = self.path(name)
+        location = self.location(name)
         partition_columns = list(table.metadata().partition_columns)
         actions = pa.table(table.get_add_actions(flatten=True)).to_pylist()
-        return [DataFile(path=_local_path(table_dir, row["path"]),
+        return [DataFile(path=_remote_path(location, row["path"]) if self.remote
+                         else _local_path(self.path(name), row["path"]),
                          partition={c: row.get(f"partition.{c}") for c in partition_columns},
                          rows=row.get("num_records"))
                 for row in sorted(actions, key=lambda r: r["path"])]
 
     def files(self, name: str, version: int | None = None) -> list[str]:
-        """Absolute local paths of that version's Parquet files. Partition columns are not inside
-        the files (Delta keeps them in the log): see data_files for them."""
+        """Absolute local paths (URIs for a remote table) of that version's Parquet files. Partition
+        columns are not inside the files (Delta keeps them in the log): see data_files for them."""
         return [str(f.path) for f in self.data_files(name, version)]
 
     def partition_columns(self, name: str, version: int | None = None) -> list[str]:
@@ -251,7 +338,11 @@ class DeltaStore:
 
     def read(self, name: str, version: int | None = None) -> pl.DataFrame:
         """The whole version as a Polars frame (tests, small tables; readers go through DuckDB)."""
-        return pl.read_delta(str(self.path(name)), version=version)
+        return pl.read_delta(self.location(name), version=version, storage_options=self.storage_options)
+
+    def scan(self, name: str, version: int | None = None) -> pl.LazyFrame:
+        """The version as a lazy Polars frame (filters pushed down to the partitions)."""
+        return pl.scan_delta(self.location(name), version=version, storage_options=self.storage_options)
 
     # ------------------------------------------------------------------ maintenance
     def vacuum(self, retention_hours: int, keep_versions: dict[str, Iterable[int]] | None = None,

@@ -97,6 +97,6 @@ def test_readers_see_whole_releases_during_an_ingest_and_a_full_rebuild(small_de
         seen |= set(releases)
     assert first < last and {first, last} <= seen
     # the re-ingest changed the day: the answers before and after it differ, each whole
-    counts = {a["release"]: dict((d, lake) for d, s, _, lake in a["telemetry"] if s == SOURCE)
+    counts = {a["release"]: {d: lake for d, s, _, lake in a["telemetry"] if s == SOURCE}
               for out in outs for a in answers(out)}
     assert counts[first][day.isoformat()] > counts[last][day.isoformat()]

@@ -6,12 +6,14 @@
   rows each invariant returned, its lake versions and telemetry counts, or the error.
 - write HOME BARRIER NAME WRITE...: each WRITE is DAY:ROWS:TAG (DAY an ISO date). Before each, wait
   for the other writer at BARRIER (a folder), then `Warehouse.replace_partition` of raw.dcgm_samples
-  and ops.quarantine; prints "wrote DAY TAG" after each. With PAUSE_AFTER_LAKE=S in the environment,
-  it touches BARRIER/NAME.lake after its Delta commit and sleeps S seconds before the warehouse
-  transaction (a test forces an interleaving with it).
+  and ops.quarantine; prints "wrote DAY TAG" after each. With HOLD_AFTER_LAKE=1 in the environment,
+  it touches BARRIER/NAME.lake after each Delta commit and waits for BARRIER/NAME.go before the
+  warehouse transaction (a test forces an interleaving with it).
 - big HOME DAY ROWS: one large partition write; prints "ready" just before it starts, "done" after.
 - publish-loop HOME: writes one row (ops.kill_test) and publishes, forever; prints "committed N"
   after each publish returned.
+- publish-hold HOME: writes one row and publishes, but holds forever once the publish copied the
+  writers' file (prints "copied"): a test kills it mid-publish.
 - build HOME: a full refresh of the models (`build_models`), published.
 
 The frames are synthetic and deterministic (`samples`, `quarantine`): the tests compute what must
@@ -23,6 +25,7 @@ import datetime as dt
 import json
 import os
 import re
+import shutil
 import sys
 import time
 import traceback
@@ -84,7 +87,7 @@ def invariants() -> dict[str, str]:
     """The singular tests of models/tests/ (invariants every release must keep), as SQL templates."""
     found = {}
     for path in sorted((MODELS_DIR / "tests").glob("*.sql")):
-        sql = re.sub(r"\{\{\s*config\(.*?\)\s*\}\}", "", path.read_text(), flags=re.S)
+        sql = re.sub(r"\{\{\s*config\(.*?\)\s*\}\}", "", path.read_text(), flags=re.DOTALL)
         found[path.stem] = "\n".join(line for line in sql.splitlines() if not line.lstrip().startswith("--"))
     return found
 
@@ -158,18 +161,25 @@ def wait_for_peers(barrier: Path, step: int, name: str, peers: int) -> None:
         time.sleep(0.001)
 
 
+def wait_for(path: Path) -> None:
+    deadline = time.monotonic() + BARRIER_TIMEOUT_S
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} never appeared")
+        time.sleep(0.01)
+
+
 def write(home: str, barrier: str, name: str, *writes: str) -> None:
     wh = Warehouse(home)
-    pause = float(os.environ.get("PAUSE_AFTER_LAKE", "0"))
-    if pause:  # widen the window between this write's Delta commit and its warehouse transaction
+    if os.environ.get("HOLD_AFTER_LAKE"):  # hold between this write's Delta commit and its warehouse transaction
         commit = wh._write_lake_partition
 
-        def commit_then_pause(*args, **kwargs):
+        def commit_then_hold(*args, **kwargs):
             commit(*args, **kwargs)
             (Path(barrier) / f"{name}.lake").touch()
-            time.sleep(pause)
+            wait_for(Path(barrier) / f"{name}.go")
 
-        wh._write_lake_partition = commit_then_pause
+        wh._write_lake_partition = commit_then_hold
     for step, spec in enumerate(writes):
         day, rows, tag = spec.split(":")
         wait_for_peers(Path(barrier), step, name, 2)
@@ -198,6 +208,20 @@ def publish_loop(home: str) -> None:
         print(f"committed {n}", flush=True)
 
 
+def publish_hold(home: str) -> None:
+    copy = shutil.copyfile
+
+    def copy_then_hold(*args, **kwargs):
+        copy(*args, **kwargs)
+        print("copied", flush=True)
+        time.sleep(BARRIER_TIMEOUT_S)
+
+    shutil.copyfile = copy_then_hold  # the publish's copy of the writers' file (pipelines.warehouse)
+    with Warehouse(home).writer() as con:
+        con.execute("create table if not exists ops.kill_test (n bigint)")
+        con.execute("insert into ops.kill_test values (0)")
+
+
 def build(home: str) -> None:
     from pipelines.runner import build_models
     print("ready", flush=True)
@@ -205,7 +229,8 @@ def build(home: str) -> None:
     print("done", flush=True)
 
 
-COMMANDS = {"reader": reader, "write": write, "big": big, "publish-loop": publish_loop, "build": build}
+COMMANDS = {"reader": reader, "write": write, "big": big, "publish-loop": publish_loop,
+            "publish-hold": publish_hold, "build": build}
 
 if __name__ == "__main__":
     COMMANDS[sys.argv[1]](*sys.argv[2:])

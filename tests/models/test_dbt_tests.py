@@ -77,13 +77,14 @@ def test_every_data_singular_and_unit_test_passes(built):
 
 
 def test_a_duplicated_job_and_allocation_above_capacity_fail(built, tmp_path):
-    saved = shutil.copyfile(built.db_path, tmp_path / built.db_path.name)
+    # dbt tests read the writers' file (models/profiles.yml); a published release is never written
+    saved = shutil.copyfile(built.writer_path, tmp_path / built.writer_path.name)
     try:
-        with duckdb.connect(str(built.db_path)) as con:
+        with duckdb.connect(str(built.writer_path)) as con:
             con.execute("insert into marts.dim_jobs select * from marts.dim_jobs where job_id = 'j-mig'")
             con.execute("update marts.fct_capacity_daily set capacity_gpu_hours = 1 where gpu_model = 'A100'")
         statuses = dbt_test(built, "dim_jobs", "allocated_within_capacity")
     finally:
-        shutil.copyfile(saved, built.db_path)
+        shutil.copyfile(saved, built.writer_path)
     failed = {uid.split(".")[2] for uid, s in statuses.items() if s == "fail"}
     assert failed == {"unique_combination_dim_jobs_source__job_id", "allocated_within_capacity"}

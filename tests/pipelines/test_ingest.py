@@ -1,11 +1,13 @@
 """Ingest through the landing zone: idempotent partitions, crash safety, accounting."""
 import datetime as dt
 import shutil
+from pathlib import Path
 
 import polars as pl
 import pytest
 
 from pipelines.ingest import ingest_partition, stage_files
+from pipelines.lake import tables
 from pipelines.warehouse import Warehouse
 
 DAY = dt.date(2026, 11, 1)
@@ -62,20 +64,25 @@ def test_a_crash_while_replacing_keeps_the_previous_partition(warehouse, real_da
     assert _table(warehouse, "raw.audit_events").equals(before)
 
 
-def test_a_crash_while_writing_parquet_keeps_the_previous_file(warehouse, real_data, monkeypatch):
+def test_a_crash_while_writing_the_lake_keeps_the_previous_version(warehouse, real_data, monkeypatch):
     stage_files(warehouse, "dcgm_text", real_data / "dcgm-exporter" / "metrics_sample_a100_mig_nvidia_docs.prom", DAY)
     ingest_partition(warehouse, "dcgm_text", DAY)
     before = _table(warehouse, "raw.dcgm_samples")
+    version = warehouse.store.version("raw.dcgm_samples")
 
-    def crash(self, path, *args, **kwargs):
-        with open(path, "wb") as half_written:
-            half_written.write(b"PAR1 truncated")
+    def crash(*args, **kwargs):
+        # a data file half written into the table's folder, then the process dies before its commit
+        folder = warehouse.store.path("raw.dcgm_samples")
+        (folder / "part-00000-half-written.parquet").write_bytes(b"PAR1 truncated")
         raise OSError("disk full")
 
-    monkeypatch.setattr(pl.DataFrame, "write_parquet", crash)
+    monkeypatch.setattr(tables, "write_deltalake", crash)
     with pytest.raises(OSError, match="disk full"):
         ingest_partition(warehouse, "dcgm_text", DAY)
     monkeypatch.undo()
+    assert warehouse.store.version("raw.dcgm_samples") == version
+    assert _table(warehouse, "raw.dcgm_samples").equals(before)
+    ingest_partition(warehouse, "dcgm_text", DAY)  # and the day re-runs
     assert _table(warehouse, "raw.dcgm_samples").equals(before)
 
 

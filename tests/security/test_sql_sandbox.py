@@ -56,8 +56,8 @@ def _writes(home: Path, scratch: Path) -> dict[str, Path]:
     """Where the attacks try to write: the landing zone, the lake, elsewhere."""
     return {
         "landing": home / "landing" / "allocator_events" / "2026-11-03" / "evil.jsonl",
-        "lake": home / "lake" / "dcgm_samples" / "date=2026-11-03" / "ingest=evil" / "part-0.parquet",
-        "lake_flat": home / "lake" / "dcgm_samples" / "evil.parquet",
+        "lake": home / "lake" / "raw" / "dcgm_samples" / "partition_date=2026-11-03" / "part-0.parquet",
+        "lake_flat": home / "lake" / "raw" / "dcgm_samples" / "evil.parquet",
         "scratch": scratch / "out.csv",
         "attached": scratch / "other.duckdb",
         "export": scratch / "export",
@@ -84,7 +84,7 @@ READERS = ("read_text('{path}')", "read_blob('{path}')", "read_csv('{path}', hea
 def test_sql_cannot_read_files_beyond_the_warehouse(home: Path, reader: str, target: str) -> None:
     paths = _targets(home)
     if target == "traversal":
-        path = str(home / "lake" / "dcgm_samples") + "/../../allocator-tokens.json"
+        path = str(home / "lake" / "raw" / "dcgm_samples") + "/../../../allocator-tokens.json"
     else:
         path = paths.get(target, target)
     result = sql(home, f"select * from {reader.format(path=path)}")
@@ -150,15 +150,15 @@ def test_refusal_names_the_statement_and_why(home: Path, tmp_path: Path) -> None
 
 # -- legitimate queries still work ---------------------------------------------------------------------
 def test_queries_over_metrics_and_the_lake_still_work(home: Path) -> None:
-    lake = sorted((home / "lake" / "dcgm_samples").glob("date=*/ingest=*/*.parquet"))
+    lake = Warehouse(home).store.files("raw.dcgm_samples")  # the Delta table's current files
     assert lake, "the demo wrote no DCGM Parquet"
-    direct = duckdb.sql(f"select count(*) from read_parquet({[str(p) for p in lake]})").fetchall()[0][0]
+    direct = duckdb.sql(f"select count(*) from read_parquet({lake})").fetchall()[0][0]
     cases = {
         "select count(*) as n from raw.dcgm_samples": str(direct),  # a view over the lake's Parquet
         "select count(*) > 0 as ok from staging.stg_dcgm__samples": "true",
         "with d as (select * from metrics.pool_daily) select count(*) > 0 as ok from d": "true",
         "from metrics.pool_period select count(*) > 0 as ok": "true",
-        f"select count(*) as n from read_parquet('{home}/lake/dcgm_samples/*/*/*.parquet')": str(direct),
+        f"select count(*) as n from read_parquet({lake})": str(direct),
         "select count(*) > 0 as ok from (describe metrics.pool_daily)": "true",
     }
     for query, expected in cases.items():
