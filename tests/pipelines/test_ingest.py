@@ -1,7 +1,6 @@
 """Ingest through the landing zone: idempotent partitions, crash safety, accounting."""
 import datetime as dt
 import shutil
-from pathlib import Path
 
 import polars as pl
 import pytest
