@@ -1,14 +1,12 @@
-"""The lakehouse: Delta tables on disk, a release registry in SQL, and reader files of views.
+"""The lakehouse: Delta tables on disk, a release registry in SQL, views of a table version.
 
 Why (docs/architecture.md, "Storage: the lakehouse decision"): one DuckDB file lets one process
-write and refuses every other open while it does. Here each table is a Delta table (a folder; a
-write is one atomic commit, readers see snapshots), a release maps every table to a Delta version
-so readers never see half a build, and readers open a small DuckDB file of views over one release's
-Parquet files, which no process ever holds a write lock on.
-
-Nothing here imports Dagster or the existing Warehouse: the package is the foundation, wired in later.
+write and refuses every other open while it does. The telemetry is a Delta table (a folder; a write
+is one atomic commit, so days load in parallel and a kill -9 leaves the last commit), a release maps
+each table to a Delta version, and a published DuckDB file reads that version through a view over
+its Parquet files (pipelines/warehouse.py publishes). Nothing here imports Dagster or the Warehouse.
 """
-from pipelines.lake.reader import publish_reader_file, release_of
+from pipelines.lake.reader import release_of, view_sql
 from pipelines.lake.releases import Release, ReleaseNotFound, ReleaseRegistry, registry_for
 from pipelines.lake.tables import DeltaStore, LakeError, UnreadableByFileList
 
@@ -19,7 +17,7 @@ __all__ = [
     "ReleaseNotFound",
     "ReleaseRegistry",
     "UnreadableByFileList",
-    "publish_reader_file",
     "registry_for",
     "release_of",
+    "view_sql",
 ]

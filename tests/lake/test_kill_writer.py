@@ -120,6 +120,7 @@ def test_kill_9_mid_partition_write_leaves_the_last_release_and_a_rerunnable_par
     print(f"{KILLS} kills, {landed} after the Delta commit; write {write_s:.2f} s")
 
 
+@pytest.mark.slow
 def test_kill_9_mid_publish_leaves_the_last_release(tmp_path: Path) -> None:
     wh = Warehouse(tmp_path / "gpupool")
     write_partition(wh, DAY, 1000, "seed")

@@ -7,6 +7,7 @@ The store is configured only through the environment (GPUPOOL_LAKE_URI and AWS_*
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import socket
 import subprocess
@@ -58,14 +59,17 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def s3_endpoint() -> Iterator[str]:
-    """moto's S3 server on a free loopback port, stopped after the module."""
+def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """moto's S3 server on a free loopback port, stopped after the module. Its request log goes to a
+    file: a pipe nobody reads fills up and stalls the server."""
     present = all(importlib.util.find_spec(m) for m in ("moto", "flask", "flask_cors"))
     require_component("moto S3 server", present, "pip install -e '.[dev]' brings moto[s3], flask, flask-cors")
     port = _free_port()
     endpoint = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    log = tmp_path_factory.mktemp("moto") / "server.log"
+    with log.open("w") as out:
+        server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                                  stdout=out, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
@@ -75,8 +79,8 @@ def s3_endpoint() -> Iterator[str]:
             except requests.ConnectionError:
                 if server.poll() is not None or time.monotonic() > deadline:
                     server.kill()
-                    _out, err = server.communicate()
-                    pytest.fail(f"moto_server did not start on {endpoint}: {err[-2000:]}")
+                    server.wait()
+                    pytest.fail(f"moto_server did not start on {endpoint}: {log.read_text()[-2000:]}")
                 time.sleep(0.1)
         yield endpoint
     finally:
@@ -164,7 +168,8 @@ def test_partitions_time_travel_files_and_vacuum_on_s3(s3_endpoint: str, lake_ur
 
 
 def test_a_same_day_commit_that_loses_the_race_is_retried(lake_uri: str, tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+                                                          monkeypatch: pytest.MonkeyPatch,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
     """Another writer commits the same day between our table load and our commit: S3 refuses our
     commit's log entry (its key exists), delta-rs reports the conflict, and the retry wins cleanly."""
     store = DeltaStore.from_environment(tmp_path / "unused")
@@ -181,13 +186,14 @@ def test_a_same_day_commit_that_loses_the_race_is_retried(lake_uri: str, tmp_pat
 
     monkeypatch.setattr(tables, "write_deltalake", other_writer_first)
     before = store.version(TABLE)
+    caplog.set_level(logging.INFO, logger=tables.__name__)
     version = store.replace_partition(TABLE, day(0), day_frame(day(0), writer="mine", rows=3), "partition_date")
     assert raced and version == before + 2  # the other writer's commit, then ours (after a retry)
+    assert "commit conflict (attempt 1 of" in caplog.text
     assert store.read(TABLE)["writer"].to_list() == ["mine"] * 3
     assert store.read(TABLE, version=before + 1)["writer"].to_list() == ["other"] * 7
 
 
-@pytest.mark.slow
 def test_two_writer_processes_on_s3(lake_uri: str, tmp_path: Path) -> None:
     """Two processes replace days at the same moment, different days and then one same day: every
     day whole, once; the shared day is one writer's write, not a mix; every commit its own version."""
