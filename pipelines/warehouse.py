@@ -193,7 +193,7 @@ class Warehouse:
                 fcntl.flock(publish_lock, fcntl.LOCK_UN)
 
     def _publish(self, kind: str, note: str | None) -> int | None:
-        stamp_path = self.releases / "latest.json"
+        stamp_path = self.releases / "latest.json"  # the release published last, and the writers' file it copied
         with self.writer_lock():
             if not self.writer_path.exists():
                 return None
@@ -247,14 +247,10 @@ class Warehouse:
         return sorted(int(p.stem) for p in self.releases.glob("*.duckdb") if p.stem.isdigit())
 
     def current_release(self) -> int | None:
-        """The release warehouse.duckdb serves now (None before the first publish)."""
-        if not self.db_path.exists():
-            return None
-        from pipelines.lake.reader import release_of
-        try:
-            return release_of(self.db_path)
-        except (LakeError, duckdb.CatalogException):
-            return None
+        """The release warehouse.duckdb serves now (None before the first publish). Read from the
+        publisher's record, not by opening the file: this process may hold it open with other settings."""
+        latest = self.releases / "latest.json"
+        return int(json.loads(latest.read_text())["release_id"]) if latest.exists() else None
 
     def pin_release(self, release_id: int, reason: str) -> None:
         """Keep a release's file (and the lake files it reads) until unpinned: a pack or a

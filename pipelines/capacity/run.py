@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from pipelines.capacity.recommend import load_rules, recommend, whatif_change, whatif_summary, with_whatif
 from pipelines.capacity.store import Recommendation, write_month
-from pipelines.lake.reader import RELEASE_TABLE
+from pipelines.lake import release_read
 from pipelines.warehouse import Warehouse
 
 
@@ -29,7 +29,7 @@ def recommend_month(wh: Warehouse, month: dt.date, *, whatif_top: int = 1,
     rules = load_rules()
     month = month.replace(day=1)
     with wh.connect(read_only=True) as con:
-        release_id = int(con.execute(f"select release_id from {RELEASE_TABLE}").fetchone()[0])
+        release_id = release_read(con)
         # pinned before the views are read: publishes meanwhile must not expire it
         wh.pin_release(release_id, f"recommendation {month:%Y-%m}")
         found = recommend(con, month, rules)

@@ -14,7 +14,6 @@ a typed constant, one `union all` branch per partition value.
 from __future__ import annotations
 
 from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -70,13 +69,9 @@ def view_sql(schema: pa.Schema, partition_columns: list[str], files: list[DataFi
     return "\nunion all\n".join(branches)
 
 
-def release_of(path: Path) -> int:
-    """The release id a reader file serves."""
-    con = duckdb.connect(str(path), read_only=True)
-    try:
-        row = con.execute(f"select release_id from {RELEASE_TABLE}").fetchone()
-    finally:
-        con.close()
+def release_read(con: duckdb.DuckDBPyConnection) -> int:
+    """The id of the release a connection reads (every published warehouse file records its own)."""
+    row = con.execute(f"select release_id from {RELEASE_TABLE}").fetchone()
     if row is None:
-        raise LakeError(f"{path}: no release recorded in {RELEASE_TABLE}")
+        raise LakeError(f"no release recorded in {RELEASE_TABLE}")
     return int(row[0])

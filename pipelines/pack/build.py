@@ -6,8 +6,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from pipelines.lake import release_read
 from pipelines.pack import store
-from pipelines.pack.figures import collect, release_read
+from pipelines.pack.figures import collect
 from pipelines.pack.render import render
 from pipelines.warehouse import Warehouse
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import duckdb
 import polars as pl
 
-from pipelines.lake.reader import RELEASE_TABLE
+from pipelines.lake import release_read
 
 PARTS = ("resources", "tasks", "governance", "improvements", "scorecard")
 
@@ -213,11 +213,6 @@ def figure_value(con: duckdb.DuckDBPyConnection, figure: Figure, month: dt.date)
 
 def table_frame(con: duckdb.DuckDBPyConnection, table: Table, month: dt.date) -> pl.DataFrame:
     return _frame(con, table.sql, table.params(month))
-
-
-def release_read(con: duckdb.DuckDBPyConnection) -> int:
-    """The id of the release a connection reads (every published warehouse file records its own)."""
-    return int(con.sql(f"select release_id from {RELEASE_TABLE}").fetchall()[0][0])
 
 
 def collect(con: duckdb.DuckDBPyConnection, month: dt.date) -> Figures:
