@@ -26,7 +26,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -144,6 +144,21 @@ class Warehouse:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
     @contextmanager
+    def partition_lock(self, *partitions: tuple[str, dt.date]) -> Iterator[None]:
+        """Exclusive locks on (ingest source, day) partitions, taken in sorted order: a partition's
+        telemetry commit (Delta) and its small tables' commit (DuckDB) are one step for every other
+        writer of that partition, while other days load in parallel. Take it before the writers'
+        lock, never the other way round."""
+        folder = self.home / "locks"
+        with ExitStack() as stack:
+            for source_name, day in sorted(set(partitions)):
+                path = folder / source_name / f"{day.isoformat()}.lock"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                handle = stack.enter_context(open(path, "w"))
+                fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file closes, or the process dies
+            yield
+
+    @contextmanager
     def writer(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """The one writing connection: an exclusive file lock serialises writers across processes.
         When it closes without error the state is published as a new release, unless the caller
@@ -194,6 +209,9 @@ class Warehouse:
 
     def _publish(self, kind: str, note: str | None) -> int | None:
         stamp_path = self.releases / "latest.json"  # the release published last, and the writers' file it copied
+        # a publisher killed mid-way leaves its copy or link; under the publish lock nobody else uses them
+        for leftover in [*self.releases.glob(".*.tmp"), *self.home.glob(".warehouse.duckdb.*.tmp")]:
+            leftover.unlink(missing_ok=True)
         with self.writer_lock():
             if not self.writer_path.exists():
                 return None
@@ -263,15 +281,19 @@ class Warehouse:
     def pinned_releases(self) -> set[int]:
         return {int(p.stem) for p in self.releases.glob("*.pin") if p.stem.isdigit()} if self.releases.exists() else set()
 
-    def expire_releases(self, keep: int | None = None) -> list[int]:
+    def expire_releases(self, keep: int | None = None, pinned: set[int] | None = None,
+                        dry_run: bool = False) -> list[int]:
         """Delete release files beyond the newest `keep` (env GPUPOOL_KEEP_RELEASES, default 3), except
-        pinned ones and the one warehouse.duckdb serves. A reader that has one open keeps reading it
-        (the inode lives until closed). Their registry rows stay: the history of what was published."""
+        pinned ones (`pinned`: as if those were the pins, for a dry run) and the one warehouse.duckdb
+        serves; returns their ids (with `dry_run`, deletes nothing). A reader that has one open keeps
+        reading it (the inode lives until closed). Their registry rows stay: the history of what was
+        published."""
         keep = keep if keep is not None else int(os.environ.get("GPUPOOL_KEEP_RELEASES", DEFAULT_KEEP_RELEASES))
         kept = self.kept_releases()
-        protected = set(kept[-max(keep, 1):]) | self.pinned_releases() | {self.current_release()}
+        pinned = self.pinned_releases() if pinned is None else pinned
+        protected = set(kept[-max(keep, 1):]) | pinned | {self.current_release()}
         expired = [r for r in kept if r not in protected]
-        for release_id in expired:
+        for release_id in [] if dry_run else expired:
             self.release_path(release_id, must_exist=False).unlink(missing_ok=True)
         return expired
 
@@ -299,7 +321,7 @@ class Warehouse:
             try:
                 published = bool(con.execute(
                     "select count(*) from information_schema.tables where table_schema = 'lake' "
-                    "and table_name = 'release'").fetchone()[0])
+                    "and table_name = 'release'").fetchall()[0][0])
             finally:
                 con.close()
         except duckdb.Error:
@@ -313,7 +335,7 @@ class Warehouse:
                 day = dt.date.fromisoformat(part.parent.parent.name.removeprefix("date="))
                 source = part.parent.name.removeprefix("ingest=")
                 frame = pl.read_parquet(part).with_columns(pl.col(pl.Categorical).cast(pl.String))
-                self._write_lake_rows(name, day, source, frame)
+                self.write_lake_rows(name, day, source, frame)
         os.replace(self.db_path, self.writer_path)
         for name in LAKE_TABLES:
             shutil.rmtree(self.lake / name, ignore_errors=True)
@@ -338,7 +360,7 @@ class Warehouse:
             c = contract(name)
             version, location = self.store.version(c.table), str(self.store.path(c.table))
             exists = con.execute("select count(*) from information_schema.tables where table_schema = ? "
-                                 "and table_name = ?", c.table.split(".", 1)).fetchone()[0]
+                                 "and table_name = ?", c.table.split(".", 1)).fetchall()[0][0]
             if exists and seen.get(c.table) == (version, location):
                 continue
             if version is None:
@@ -404,6 +426,26 @@ class Warehouse:
         started_at = started_at or dt.datetime.now(dt.UTC).replace(tzinfo=None)
         if records_quarantined is None:
             records_quarantined = quarantine.height
+        with self.partition_lock((ingest_source, partition_date)):
+            rows_by_table = self._replace_partition_locked(
+                ingest_source, partition_date, tables, quarantine, files_read, records_read, records_loaded,
+                records_quarantined, started_at, notes)
+        return IngestReport(
+            ingest_source=ingest_source,
+            partition_date=partition_date,
+            files_read=files_read,
+            records_read=records_read,
+            records_loaded=records_loaded,
+            records_quarantined=records_quarantined,
+            rows_by_table=rows_by_table,
+            notes=list(notes or []),
+        )
+
+    def _replace_partition_locked(
+        self, ingest_source: str, partition_date: dt.date, tables: dict[str, pl.DataFrame], quarantine: pl.DataFrame,
+        files_read: int, records_read: int, records_loaded: int, records_quarantined: int,
+        started_at: dt.datetime, notes: list[str] | None,
+    ) -> dict[str, int]:
         ingested_at = dt.datetime.now(dt.UTC).replace(tzinfo=None)
         for name, frame in tables.items():
             if name in LAKE_TABLES:
@@ -430,7 +472,7 @@ class Warehouse:
                         records_quarantined,
                         json.dumps(rows_by_table, sort_keys=True),
                         started_at,
-                        ingested_at,
+                        dt.datetime.now(dt.UTC).replace(tzinfo=None),  # finished: after the lake's commit
                         json.dumps(notes) if notes else None,
                     ],
                 )
@@ -439,16 +481,7 @@ class Warehouse:
                 con.execute("rollback")
                 raise
             self.refresh_lake_views(con)
-        return IngestReport(
-            ingest_source=ingest_source,
-            partition_date=partition_date,
-            files_read=files_read,
-            records_read=records_read,
-            records_loaded=records_loaded,
-            records_quarantined=records_quarantined,
-            rows_by_table=rows_by_table,
-            notes=list(notes or []),
-        )
+        return rows_by_table
 
     def merge_files(
         self, ingest_source: str, partition_date: dt.date, tables: dict[str, pl.DataFrame], source_files: list[str]
@@ -458,6 +491,12 @@ class Warehouse:
         For records that carry their own time on another day than the ingest's: a file of one day
         adds its records to the other day without disturbing what that day's own ingest loaded.
         """
+        with self.partition_lock((ingest_source, partition_date)):
+            self._merge_files_locked(ingest_source, partition_date, tables, source_files)
+
+    def _merge_files_locked(
+        self, ingest_source: str, partition_date: dt.date, tables: dict[str, pl.DataFrame], source_files: list[str]
+    ) -> None:
         ingested_at = dt.datetime.now(dt.UTC).replace(tzinfo=None)
         for name, frame in tables.items():
             if name in LAKE_TABLES:
@@ -497,9 +536,10 @@ class Warehouse:
             days = (pl.scan_delta(str(self.store.path(table))).filter(moved)
                     .select(LAKE_DAY_COLUMN).unique().collect().get_column(LAKE_DAY_COLUMN).to_list())
             for day in sorted(days):
-                old = self._read_lake_rows(name, day, ingest_source)
-                self._write_lake_rows(name, day, ingest_source, old.filter(
-                    ~((pl.col("source_file") >= low) & (pl.col("source_file") < high))))
+                with self.partition_lock((ingest_source, day)):  # one at a time: no lock order to get wrong
+                    old = self._read_lake_rows(name, day, ingest_source)
+                    self.write_lake_rows(name, day, ingest_source, old.filter(
+                        ~((pl.col("source_file") >= low) & (pl.col("source_file") < high))))
         with self.writer() as con:
             con.execute("begin transaction")
             try:
@@ -525,7 +565,7 @@ class Warehouse:
         old = old.filter(~pl.col("source_file").is_in(source_files))
         if old.height:
             kept = pl.concat([old, kept.select(old.columns)], how="vertical_relaxed")
-        self._write_lake_rows(name, partition_date, ingest_source, kept)
+        self.write_lake_rows(name, partition_date, ingest_source, kept)
 
     @staticmethod
     def _replace_rows(
@@ -564,7 +604,7 @@ class Warehouse:
     def _write_lake_partition(
         self, name: str, partition_date: dt.date, ingest_source: str, frame: pl.DataFrame, ingested_at: dt.datetime
     ) -> None:
-        self._write_lake_rows(name, partition_date, ingest_source,
+        self.write_lake_rows(name, partition_date, ingest_source,
                               frame.with_columns(ingested_at=pl.lit(ingested_at, dtype=pl.Datetime("us"))))
 
     def _lake_frame(self, name: str, frame: pl.DataFrame, partition_date: dt.date, ingest_source: str) -> pl.DataFrame:
@@ -578,9 +618,9 @@ class Warehouse:
             ingest_source=pl.lit(ingest_source, dtype=pl.String),
         )
 
-    def _write_lake_rows(self, name: str, partition_date: dt.date, ingest_source: str, frame: pl.DataFrame) -> int:
+    def write_lake_rows(self, name: str, partition_date: dt.date, ingest_source: str, frame: pl.DataFrame) -> int:
         """Replace one (day, source) of a lake table with `frame` in one Delta commit; no rows
-        empties it. Returns the new version."""
+        empties it. Returns the new version. Hold `partition_lock` for that (source, day)."""
         return self.store.replace_partition(
             self.lake_table(name), partition_date, self._lake_frame(name, frame, partition_date, ingest_source),
             LAKE_DAY_COLUMN, where={"ingest_source": ingest_source})

@@ -71,7 +71,7 @@ def view_sql(schema: pa.Schema, partition_columns: list[str], files: list[DataFi
 
 def release_read(con: duckdb.DuckDBPyConnection) -> int:
     """The id of the release a connection reads (every published warehouse file records its own)."""
-    row = con.execute(f"select release_id from {RELEASE_TABLE}").fetchone()
-    if row is None:
+    rows = con.execute(f"select release_id from {RELEASE_TABLE}").fetchall()  # whole: the connection stays usable
+    if not rows:
         raise LakeError(f"no release recorded in {RELEASE_TABLE}")
-    return int(row[0])
+    return int(rows[0][0])

@@ -36,10 +36,9 @@ from urllib.parse import unquote
 import duckdb
 import polars as pl
 import pyarrow.parquet as pq
-from deltalake import DeltaTable
 
-from pipelines.lake import ReleaseNotFound
-from pipelines.warehouse import DEFAULT_KEEP_RELEASES, DEFAULT_MEMORY_LIMIT, LAKE_DAY_COLUMN, Warehouse
+from pipelines.lake import LakeError, ReleaseNotFound
+from pipelines.warehouse import DEFAULT_MEMORY_LIMIT, LAKE_DAY_COLUMN, Warehouse
 
 RAW_RETENTION_ENV = "GPUPOOL_RAW_RETENTION_DAYS"
 VACUUM_HOURS_ENV = "GPUPOOL_LAKE_VACUUM_HOURS"
@@ -244,25 +243,42 @@ def days_to_compact(wh: Warehouse, before: dt.date) -> list[dt.date]:
     return sorted(day for day, paths in _day_files(wh, before=before).items() if not _is_compacted(paths))
 
 
+def _sources_of(con: duckdb.DuckDBPyConnection, files: list[str]) -> tuple[str, ...]:
+    if not files:
+        return ()
+    return tuple(s for (s,) in con.execute("select distinct ingest_source from read_parquet(?) order by 1",
+                                           [files]).fetchall())
+
+
 def compact_day(wh: Warehouse, day: dt.date, dry_run: bool = False) -> CompactedDay:
     """Replace one day of raw telemetry by its compacted rows: one Delta commit per ingest source
-    of the day, under the writers' lock so that no release is published between them (a release
-    with one source compacted and another not would count the second twice); a dry run only
-    reads, without the lock. DuckDB reads the
-    day's files itself, within the warehouse's memory limit, spilling to the home's tmp/."""
+    of the day, holding the day's partition locks (an ingest of that day waits, or is waited for:
+    its rows are never overwritten by rows read before it) and the writers' lock (no release is
+    published between the commits: one with a source compacted and another not would count the
+    second twice). A dry run only reads, without locks. DuckDB reads the day's files itself,
+    within the warehouse's memory limit, spilling to the home's tmp/."""
     config = {"memory_limit": os.environ.get("GPUPOOL_DUCKDB_MEMORY_LIMIT", DEFAULT_MEMORY_LIMIT),
               "temp_directory": str(wh.home / "tmp")}
-    with nullcontext() if dry_run else wh.writer_lock(), duckdb.connect(config=config) as con:
-        files = [str(p) for p in _day_files(wh, day=day).get(day, [])]
-        # the files hold every column but the day, which Delta keeps in its log
-        con.read_parquet(files, hive_partitioning=False, union_by_name=True).create_view("day")
-        rows_before = con.execute("select count(*) from day").fetchone()[0]
-        sources = tuple(s for (s,) in con.execute("select distinct ingest_source from day order by 1").fetchall())
-        compacted = compact_minutes(con)
-        if not dry_run:
-            for source in sources:  # a source whose minutes all went to another is emptied
-                wh._write_lake_rows(TELEMETRY, day, source, compacted.filter(pl.col("ingest_source") == source))
-    return CompactedDay(day, rows_before, compacted.height, sources)
+    with duckdb.connect(config=config) as con:
+        locked = _sources_of(con, [str(p) for p in _day_files(wh, day=day).get(day, [])])
+        for _attempt in range(3):
+            partitions = [(source, day) for source in locked]
+            with nullcontext() if dry_run else wh.partition_lock(*partitions), \
+                    nullcontext() if dry_run else wh.writer_lock():
+                files = [str(p) for p in _day_files(wh, day=day).get(day, [])]
+                sources = _sources_of(con, files)
+                if not dry_run and not set(sources) <= set(locked):  # a source landed meanwhile: lock it too
+                    locked = tuple(sorted(set(locked) | set(sources)))
+                    continue
+                # the files hold every column but the day, which Delta keeps in its log
+                con.read_parquet(files, hive_partitioning=False, union_by_name=True).create_view("day")
+                rows_before = con.execute("select count(*) from day").fetchall()[0][0]
+                compacted = compact_minutes(con)
+                if not dry_run:
+                    for source in sources:  # a source whose minutes all went to another is emptied
+                        wh.write_lake_rows(TELEMETRY, day, source, compacted.filter(pl.col("ingest_source") == source))
+                return CompactedDay(day, rows_before, compacted.height, sources)
+    raise LakeError(f"raw telemetry of {day}: new ingest sources kept arriving while compacting; run it again")
 
 
 # -- pins, releases, files -------------------------------------------------------------------------
@@ -332,12 +348,7 @@ def vacuum(wh: Warehouse, retention_hours: int, keep: dict[str, set[int]] | None
     files and bytes went."""
     keep = wh.release_versions() if keep is None else keep
     sizes = {name: _file_sizes(wh.store.path(name)) for name in wh.store.tables()}
-    if dry_run:  # DeltaStore.vacuum deletes: list what it would with delta-rs' own dry run
-        removed = {name: DeltaTable(str(wh.store.path(name))).vacuum(
-            retention_hours=retention_hours, dry_run=True, enforce_retention_duration=False,
-            keep_versions=sorted(keep.get(name, ())) or None) for name in sizes}
-    else:
-        removed = wh.store.vacuum(retention_hours, keep_versions=keep)
+    removed = wh.store.vacuum(retention_hours, keep_versions=keep, dry_run=dry_run)
     out = {}
     for name, paths in removed.items():
         table_dir = wh.store.path(name).as_posix()
@@ -346,15 +357,6 @@ def vacuum(wh: Warehouse, retention_hours: int, keep: dict[str, set[int]] | None
         gone = [sizes[name][p] for p in relative if p in sizes.get(name, {})]
         out[name] = Vacuumed(len(gone), sum(gone))
     return out
-
-
-def expirable_releases(wh: Warehouse, pinned: set[int]) -> list[int]:
-    """The releases `Warehouse.expire_releases` would delete if `pinned` were the pinned ones
-    (for a dry run, which must not delete them)."""
-    keep = int(os.environ.get("GPUPOOL_KEEP_RELEASES", DEFAULT_KEEP_RELEASES))
-    kept = wh.kept_releases()
-    protected = set(kept[-max(keep, 1):]) | pinned | {wh.current_release()}
-    return [r for r in kept if r not in protected]
 
 
 # -- the whole maintenance -------------------------------------------------------------------------
@@ -427,7 +429,7 @@ def maintain(wh: Warehouse, raw_retention_days: int | None = None, dry_run: bool
     unpinned = expire_pins(wh, pin_days, now, dry_run)
     if dry_run:
         pinned = wh.pinned_releases() - {u.release_id for u in unpinned if not u.still_pinned}
-        expired = expirable_releases(wh, pinned)
+        expired = wh.expire_releases(pinned=pinned, dry_run=True)
         keep = _versions_read(wh, [r for r in wh.kept_releases() if r not in expired])
     else:
         wh.expire_releases()

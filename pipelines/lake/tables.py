@@ -346,17 +346,17 @@ class DeltaStore:
 
     # ------------------------------------------------------------------ maintenance
     def vacuum(self, retention_hours: int, keep_versions: dict[str, Iterable[int]] | None = None,
-               ) -> dict[str, list[str]]:
+               dry_run: bool = False) -> dict[str, list[str]]:
         """Delete files no version younger than `retention_hours` needs, in every table; returns the
-        removed files per table. Reader files list Parquet files of a release: keep the retention
-        longer than the longest query, and pass the versions of releases still served in
-        `keep_versions` ({"schema.table": [version, ...]})."""
+        removed files per table (with `dry_run`, those it would remove, deleting nothing). Published
+        releases list Parquet files of a version: keep the retention longer than the longest query,
+        and pass the versions of releases still kept in `keep_versions` ({"schema.table": [version, ...]})."""
         keep_versions = keep_versions or {}
         removed = {}
         for name in self.tables():
             keep = sorted(set(keep_versions.get(name, ())))
             removed[name] = self._table(name).vacuum(
-                retention_hours=retention_hours, dry_run=False, enforce_retention_duration=False,
+                retention_hours=retention_hours, dry_run=dry_run, enforce_retention_duration=False,
                 keep_versions=keep or None)
         return removed
 

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import duckdb
@@ -87,12 +88,11 @@ def test_two_writers_of_different_days_and_of_the_same_day(tmp_path: Path) -> No
 
 
 def test_a_day_written_twice_at_once_is_one_whole_write(tmp_path: Path) -> None:
-    """Writer a commits its Delta rows of the day and holds; writer b writes the same (day, source),
-    whole; then a finishes its warehouse transaction. The day's samples and its quarantine must be one
-    writer's, and the day's last log row must count the samples it holds.
-
-    Fails on this branch: replace_partition commits the lake rows before it takes the writers' lock,
-    so two writes of one (day, source) can commit the lake and the warehouse in opposite orders."""
+    """Writer a commits its Delta rows of the day and holds; writer b starts a write of the same
+    (day, source) meanwhile. b must wait for a's whole write (the partition lock spans the lake's
+    commit and the warehouse's), so the day ends as b's write, whole: its samples, its quarantine
+    and a last log row that counts them. (Before the lock, b committed in between and the day
+    ended with b's samples and a's quarantine.)"""
     wh = Warehouse(tmp_path / "gpupool")
     write_partition(wh, DAY0, 500, "seed")
     barrier = tmp_path / "barrier"
@@ -101,12 +101,15 @@ def test_a_day_written_twice_at_once_is_one_whole_write(tmp_path: Path) -> None:
     (barrier / "0.b").touch()  # a's barrier: it goes alone
     while not (barrier / "a.lake").exists():
         assert a.poll() is None, a.communicate()[1]
-    finish(writer(wh.home, barrier, "b", [(DAY0, 2500, "b")]))  # the whole of b's write, meanwhile
+    b = writer(wh.home, barrier, "b", [(DAY0, 2500, "b")])
+    time.sleep(3)
+    assert b.poll() is None, "b wrote the day while a's write of it was half done"
     (barrier / "a.go").touch()
-    finish(a)
+    finish(a, b)
     assert wh.store.read(wh.lake_table("dcgm_samples")).height == samples(DAY0, 2500, "b").height  # b's commit is last
     with wh.connect() as con:
         (rows, _keys, tags), = partitions(con).values()
+        assert tags == ["synthetic/b"]
         assert (quarantined(con)[DAY0], last_logged(con)[DAY0]) == (tags, rows), (
             f"day {DAY0} is a mix of two writes: samples {tags} ({rows} rows), "
             f"quarantine {quarantined(con)[DAY0]}, last log row says {last_logged(con)[DAY0]} samples")

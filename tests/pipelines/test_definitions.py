@@ -49,8 +49,9 @@ def test_every_ingest_asset_has_its_expectations_check():
 
 def test_schedules_and_jobs_are_defined():
     assert {j.name for j in defs.jobs} >= {"ingest_daily", "build_models", "land_connectors_daily",
-                                           "policy_findings_daily", "capacity_monthly", "review_pack_monthly"}
-    assert len(list(defs.schedules)) == 6
+                                           "policy_findings_daily", "capacity_monthly", "review_pack_monthly",
+                                           "maintain_lake"}
+    assert len(list(defs.schedules)) == 7
     assert {s.name for s in defs.sensors} == {"dcgm_scrape", "slurm_gpu_snapshot", "idle_reclaim"}
 
 
