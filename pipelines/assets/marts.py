@@ -164,6 +164,8 @@ models_job = dg.define_asset_job(
     selection=dg.AssetSelection.assets(dbt_models),
     partitions_def=daily_partitions,
     description="dbt build of staging, marts and the metrics views for the day's batches.",
+    # a build holds the writers' lock for its whole run: a run queue limits this tag to 1 (docs/deploy.md)
+    tags={"gpupool/writer": "build"},
 )
 
 
