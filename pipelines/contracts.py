@@ -258,6 +258,21 @@ register(CodeTable(
     migrations=("alter table ops.ingest_log add column if not exists notes VARCHAR",),
 ))
 
+# Written by Warehouse.refresh_lake_views: the Delta version each lake view reads (a publish records it).
+register(CodeTable(
+    "ops.lake_versions",
+    """
+create table if not exists ops.lake_versions (
+  table_name VARCHAR PRIMARY KEY,
+  version BIGINT,
+  location VARCHAR
+)""",
+    grain="one row per lake (Delta) table",
+    description="The Delta version each lake view (raw.dcgm_samples) reads in this file; a release records these.",
+    descriptions={"table_name": "lake table, schema.table", "version": "Delta version the view reads (null: no table yet)",
+                  "location": "the Delta table's folder when the view was written (a moved home re-points it)"},
+))
+
 # Written by Warehouse.record_check.
 CHECK_RESULTS_DDL = """
 create table if not exists ops.check_results (

@@ -352,8 +352,6 @@ class Warehouse:
         """Point each lake view at its Delta table's latest version (a list of its Parquet files),
         and record the version in ops.lake_versions: a publish records exactly what the views read.
         The table's location is recorded too: a home copied elsewhere re-points its views."""
-        con.execute("create table if not exists ops.lake_versions "
-                    "(table_name varchar primary key, version bigint, location varchar)")
         seen = {name: (version, location) for name, version, location
                 in con.execute("select table_name, version, location from ops.lake_versions").fetchall()}
         for name in LAKE_TABLES:
