@@ -43,6 +43,9 @@ _EMPTY_PROBE_BYTES = 1 << 16
 
 # Frames of records carried to a later day of the same run: day -> table -> frames.
 Carried = dict[dt.date, dict[str, list[pl.DataFrame]]]
+# Records timestamped outside a run's days, left for the caller to merge once every run is done:
+# (their day, table -> rows, the landing files they came from).
+Spilled = list[tuple[dt.date, dict[str, pl.DataFrame], list[str]]]
 
 
 def is_empty_file(path: Path) -> bool:
@@ -57,12 +60,16 @@ def ingest_days(
     days: list[dt.date],
     validate: bool = True,
     on_file: Callable[[Path], None] | None = None,
+    spilled: Spilled | None = None,
 ) -> list[IngestReport]:
-    """Ingest several days of one source in order; records of a later day of the run are carried to it."""
+    """Ingest several days of one source in order; records of a later day of the run are carried to it.
+    With `spilled`, records timestamped outside first..last day of the run are appended there instead
+    of merged into their day: runs of other days may be loading those days at the same time."""
     carried: Carried = {}
     ordered = sorted(days)
     return [
-        ingest_partition(warehouse, source_name, day, validate, on_file, carried=carried, run_last=ordered[-1])
+        ingest_partition(warehouse, source_name, day, validate, on_file, carried=carried, run_last=ordered[-1],
+                         run_first=ordered[0] if spilled is not None else None, spilled=spilled)
         for day in ordered
     ]
 
@@ -75,6 +82,8 @@ def ingest_partition(
     on_file: Callable[[Path], None] | None = None,
     carried: Carried | None = None,
     run_last: dt.date | None = None,
+    run_first: dt.date | None = None,
+    spilled: Spilled | None = None,
 ) -> IngestReport:
     """Parse the day's landing files of one source and replace that source's partition (module doc)."""
     src = source(source_name)
@@ -122,6 +131,9 @@ def ingest_partition(
         if run_last is not None and day < other <= run_last:
             for table, frame in other_tables.items():
                 carried.setdefault(other, {}).setdefault(table, []).append(frame)
+        elif spilled is not None and run_first is not None and run_last is not None \
+                and not run_first <= other <= run_last:
+            spilled.append((other, other_tables, [str(f) for f in files]))
         else:
             warehouse.merge_files(source_name, other, other_tables, [str(f) for f in files])
         notes.append(f"{rows:,} record(s) timestamped {other} went to that day's partition")

@@ -1,5 +1,5 @@
 """For the CLI: run the ingest assets in process for days (or the `ingest_backfill` job, one process
-per (source, day), with workers >= 2), and build the models (pipelines/build.py) with the build's
+per run of days, with workers >= 2), and build the models (pipelines/build.py) with the build's
 checks."""
 from __future__ import annotations
 
@@ -83,8 +83,8 @@ def ingest_days(
     workers: int = 1,
 ) -> list[StepOutcome]:
     """Materialise the ingest assets of `sources` for the days first..last: in one run each, in this
-    process; or, with `workers` >= 2, as the `ingest_backfill` job, one process per (source, day),
-    `workers` at a time. The outcomes are per asset either way, summed over the days."""
+    process; or, with `workers` >= 2, as the `ingest_backfill` job: the days cut into `workers`
+    contiguous runs, one process each. The outcomes are per asset either way, summed over the days."""
     wanted = {asset_name(s) for s in sources}
     outcomes: list[StepOutcome] = []
     with warehouse.publishing("ingest", f"{', '.join(sorted(wanted))} {first}..{last}"):
@@ -109,14 +109,14 @@ def dagster_instance(warehouse: Warehouse) -> dg.DagsterInstance:
 
 def _ingest_backfill(warehouse: Warehouse, sources: Sequence[str], first: dt.date, last: dt.date,
                      workers: int, on_step: Callable[[str], None]) -> list[StepOutcome]:
-    on_step(f"ingest {', '.join(sorted(sources))} {first}..{last}: one process per source and day, {workers} at a time")
+    on_step(f"ingest {', '.join(sorted(sources))} {first}..{last}: {workers} processes, each a run of days")
     run_config = {
         **QUIET,
         "execution": {"config": {"max_concurrent": workers,
                                  "start_method": {"forkserver": {"preload_modules": PRELOADED}}}},
         "resources": {"warehouse": {"config": {"home": str(warehouse.home)}}},
-        "ops": {"plan_partitions": {"config": {"sources": sorted(sources), "first": first.isoformat(),
-                                               "last": last.isoformat()}}},
+        "ops": {"plan_chunks": {"config": {"sources": sorted(sources), "first": first.isoformat(),
+                                           "last": last.isoformat(), "chunks": workers}}},
     }
     with dagster_instance(warehouse) as instance, dg.execute_job(
         dg.reconstructable(backfill.ingest_backfill), instance=instance, run_config=run_config,

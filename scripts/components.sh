@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install the Debian packages of the real components the tests run against: Prometheus and Chromium here,
-# Slurm and its accounting database through scripts/slurm-up.sh (which the Slurm tests call to
-# start the cluster, and which installs its packages when they are missing).
+# Slurm and its accounting database through scripts/slurm-up.sh, PostgreSQL (the release catalog's
+# many-machine mode) through scripts/postgres-up.sh: the tests call those two to start their servers,
+# and they install their packages when missing.
 # Idempotent; needs root and apt-get. Without them it says which tests will skip.
 set -euo pipefail
 cd "$(dirname "$0")/.."

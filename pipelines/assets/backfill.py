@@ -1,26 +1,28 @@
-"""The backfill domain: the `ingest_backfill` job ingests many (source, day) partitions side by side,
-one step per partition, under Dagster's multiprocess executor (`gpupool ingest all ... --workers N`).
+"""The backfill domain: the `ingest_backfill` job ingests a range of days side by side under Dagster's
+multiprocess executor (`gpupool ingest all ... --workers N`): the days are cut into N contiguous
+chunks, one step (one process) each, and every step ingests its days for every source in order.
 
-Why a job of ops and not the ingest assets: a run of an asset covers one partition or one range in
-one step, so two days of a source never load at the same time. Here each (source, day) is a mapped
-step in its own process, running what the ingest asset runs for a day (`pipelines.ingest` and the
-expectations check), and it reports the asset's materialization and check for that partition, so
-the asset catalog sees the backfill as if the asset had run. Raw telemetry of different days commits
-to Delta concurrently; the small tables, the quarantine and the ingest log serialise on the writers'
-lock (a short transaction each).
+Why chunks and not a step per (source, day): a step costs a process, the code location's imports, a
+run plan and a publish, about 2 s here; 150 such steps for the demo month made the backfill slower
+than one process. Why a job of ops and not the ingest assets: a run of an asset covers one partition
+or one range in one step, so two days of a source never load at the same time. Each step runs what
+the ingest asset runs (`pipelines.ingest.ingest_days` and the expectations check) and reports the
+asset's materialization per (source, day) and its check per source, so the asset catalog sees the
+backfill as if the assets had run. Raw telemetry of different days commits to Delta concurrently; the
+small tables, the quarantine and the ingest log serialise on the writers' lock (a short transaction
+each); a (source, day) partition is written by one process at a time (Warehouse.partition_lock).
 
-Records timestamped on a later day of the run than their file's are not merged by the step (the
-later day's own step might replace its partition after): the step returns them and the last step,
-`merge_carried`, merges them once every day is loaded, as the one-process run carries them forward.
+Records timestamped outside their step's days are not merged by the step (the step that owns that
+day might replace its partition after): each step returns them and the last step, `merge_spilled`,
+merges them once every day is loaded. Within a step they are carried or merged as in one process.
 """
 import datetime as dt
 
 import dagster as dg
-import polars as pl
 
 from pipelines.assets.ingest import asset_name
 from pipelines.checks import suite_check_result
-from pipelines.ingest import Carried, ingest_partition, landing_folder
+from pipelines.ingest import Spilled, ingest_days
 from pipelines.resources.warehouse import WarehouseResource
 from pipelines.sources.registry import source
 from pipelines.warehouse import IngestReport
@@ -50,62 +52,76 @@ def ingest_metadata(reports: list[IngestReport]) -> dict:
 
 
 class BackfillConfig(dg.Config):
-    """Which partitions the backfill loads: every source in `sources` for every day first..last."""
+    """Which partitions the backfill loads: every source in `sources` for every day first..last, cut
+    into `chunks` contiguous ranges of days."""
 
     sources: list[str]
     first: str  # YYYY-MM-DD
     last: str
+    chunks: int = 2
+
+
+def chunk_days(first: dt.date, last: dt.date, chunks: int) -> list[list[dt.date]]:
+    """first..last as at most `chunks` contiguous runs of days, as even as whole days allow."""
+    days = [first + dt.timedelta(days=i) for i in range((last - first).days + 1)]
+    count = max(1, min(chunks, len(days)))
+    size, extra = divmod(len(days), count)
+    out, start = [], 0
+    for i in range(count):
+        end = start + size + (1 if i < extra else 0)
+        out.append(days[start:end])
+        start = end
+    return out
 
 
 @dg.op(out=dg.DynamicOut(tuple))
-def plan_partitions(config: BackfillConfig):
-    """One mapped output per (source, day); the telemetry first, the biggest steps."""
+def plan_chunks(config: BackfillConfig):
+    """One mapped output per chunk of days: (sources, its days)."""
     first, last = dt.date.fromisoformat(config.first), dt.date.fromisoformat(config.last)
-    days = [first + dt.timedelta(days=i) for i in range((last - first).days + 1)]
-    by_size = sorted(config.sources, key=lambda name: (not name.startswith("dcgm"), name))
-    for name in by_size:
-        for day in days:
-            yield dg.DynamicOutput((name, day.isoformat(), config.last),
-                                   mapping_key=f"{name}__{day:%Y_%m_%d}")
+    for days in chunk_days(first, last, config.chunks):
+        yield dg.DynamicOutput((tuple(config.sources), tuple(d.isoformat() for d in days)),
+                               mapping_key=f"{days[0]:%Y_%m_%d}__{days[-1]:%Y_%m_%d}")
 
 
 @dg.op
-def ingest_one_partition(context: dg.OpExecutionContext, warehouse: WarehouseResource,
-                         partition: tuple) -> dict:
-    """Ingest one (source, day) and record the ingest asset's materialization and check for it.
-    Returns the records timestamped on a later day of the run, for `merge_carried`."""
-    name, day_text, last_text = partition
-    day, last = dt.date.fromisoformat(day_text), dt.date.fromisoformat(last_text)
+def ingest_chunk(context: dg.OpExecutionContext, warehouse: WarehouseResource, chunk: tuple) -> list[tuple]:
+    """Ingest a chunk's days for every source, in order, and record the ingest assets'
+    materializations (per day) and checks (per source). Returns the records timestamped outside
+    the chunk, as (day, tables, files, source), for `merge_spilled`."""
+    names, day_texts = chunk
+    days = [dt.date.fromisoformat(d) for d in day_texts]
     wh = warehouse.get()
-    key = dg.AssetKey(asset_name(name))
-    carried: Carried = {}
+    out: list[tuple] = []
     # This process's writes publish once, at the end of the step (the parent publishes the last one).
-    with wh.publishing("ingest", f"{key.to_user_string()} {day}"):
-        report = ingest_partition(wh, name, day, carried=carried, run_last=last)
-        context.log.info(report.summary())
-        check = suite_check_result(source(name), key, [report], wh)
-    context.log_event(dg.AssetMaterialization(asset_key=key, partition=day_text, metadata=ingest_metadata([report])))
-    context.log_event(dg.AssetCheckEvaluation(
-        asset_key=key, check_name=check.check_name, passed=check.passed, severity=check.severity,
-        metadata=check.metadata))
-    return {"source": name, "day": day_text, "carried": carried}
+    with wh.publishing("ingest", f"{', '.join(names)} {days[0]}..{days[-1]}"):
+        for name in names:
+            key = dg.AssetKey(asset_name(name))
+            spilled: Spilled = []
+            reports = ingest_days(wh, name, days, spilled=spilled)
+            out += [(other, tables, files, name) for other, tables, files in spilled]
+            check = suite_check_result(source(name), key, reports, wh)
+            for report in reports:
+                context.log.info(report.summary())
+                context.log_event(dg.AssetMaterialization(
+                    asset_key=key, partition=report.partition_date.isoformat(), metadata=ingest_metadata([report])))
+            context.log_event(dg.AssetCheckEvaluation(
+                asset_key=key, check_name=check.check_name, passed=check.passed, severity=check.severity,
+                metadata=check.metadata))
+    return out
 
 
 @dg.op
-def merge_carried(context: dg.OpExecutionContext, warehouse: WarehouseResource, steps: list[dict]) -> None:
-    """Merge the records each step carried to a later day of the run into that day's partition, per
-    landing file of the step's day (`Warehouse.merge_files`), now that every day's own rows are in."""
+def merge_spilled(context: dg.OpExecutionContext, warehouse: WarehouseResource, steps: list[list[tuple]]) -> None:
+    """Merge the records each chunk found timestamped outside its days into their day's partition,
+    per landing file (`Warehouse.merge_files`), now that every day's own rows are in."""
     wh = warehouse.get()
-    with wh.publishing("ingest", "records carried to a later day"):
-        for step in sorted(steps, key=lambda s: (s["source"], s["day"])):
-            if not step["carried"]:
-                continue
-            name, day = step["source"], dt.date.fromisoformat(step["day"])
-            files = [str(f) for f in source(name).files_in(landing_folder(wh, name, day))]
-            for other, tables in sorted(step["carried"].items()):
-                frames = {table: pl.concat(parts, how="vertical") for table, parts in tables.items()}
-                wh.merge_files(name, other, frames, files)
-                context.log.info(f"{name} {day}: {sum(f.height for f in frames.values()):,} record(s) merged into {other}")
+    with wh.publishing("ingest", "records timestamped on another chunk's day"):
+        for other, tables, files, name in sorted(
+                ((other, tables, files, name) for step in steps for other, tables, files, name in step),
+                key=lambda item: (item[3], item[0], item[2])):
+            wh.merge_files(name, other, tables, files)
+            rows = sum(frame.height for frame in tables.values())
+            context.log.info(f"{name}: {rows:,} record(s) from {len(files)} file(s) merged into {other}")
 
 
 @dg.job(
@@ -114,11 +130,11 @@ def merge_carried(context: dg.OpExecutionContext, warehouse: WarehouseResource, 
     # Bound here, not only in the code location: `gpupool ingest` runs the job alone (reconstructed
     # from this module in every step's process) and sets the home through the run config.
     resource_defs={"warehouse": WarehouseResource.configure_at_launch()},
-    description="Ingest every (source, day) of a range side by side, one process per partition "
+    description="Ingest a range of days side by side, one process per chunk of days, every source "
                 "(`gpupool ingest all PATH --workers N`).",
 )
 def ingest_backfill() -> None:
-    merge_carried(plan_partitions().map(ingest_one_partition).collect())
+    merge_spilled(plan_chunks().map(ingest_chunk).collect())
 
 
 defs = dg.Definitions(jobs=[ingest_backfill])

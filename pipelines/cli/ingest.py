@@ -33,8 +33,8 @@ ALL = "all"  # SOURCE for a whole landing zone, PATH/<source>/<YYYY-MM-DD>/
               help="Partition day (UTC) for records without their own timestamp. Default: today. "
                    "Not with SOURCE all (the day folders say it).")
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(min=1),
-              help="Processes loading (source, day) partitions side by side, under Dagster's multiprocess "
-                   "executor; 1 loads them one after the other in this process.")
+              help="Processes loading the days side by side under Dagster's multiprocess executor, each "
+                   "a run of consecutive days for every source; 1 loads them in order in this process.")
 @click.option("--no-build", is_flag=True, help="Do not rebuild the models afterwards.")
 @VERBOSE_OPTION
 def ingest(source: str, path: Path, home: Path | None, day: str | None, workers: int, no_build: bool,
@@ -47,7 +47,7 @@ def ingest(source: str, path: Path, home: Path | None, day: str | None, workers:
 
     SOURCE `all`: PATH is a landing zone, PATH/<source>/<YYYY-MM-DD>/<files> (what `gpupool simulate`
     writes; the home's own landing/ re-ingests what is landed). Every source and day in it is staged
-    and ingested; with --workers N, N partitions at a time.
+    and ingested; with --workers N, N runs of days at a time.
 
     Exit codes: 0 done; 1 a step failed; 2 bad arguments; 3 the batch failed its blocking
     data-quality check (models not rebuilt); 4 no file the source reads (docs/operators.md).
