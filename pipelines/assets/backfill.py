@@ -20,35 +20,13 @@ import datetime as dt
 
 import dagster as dg
 
-from pipelines.assets.ingest import asset_name
+from pipelines.assets.ingest import asset_name, ingest_metadata
 from pipelines.checks import suite_check_result
 from pipelines.ingest import Spilled, ingest_days
 from pipelines.resources.warehouse import WarehouseResource
 from pipelines.sources.registry import source
-from pipelines.warehouse import IngestReport
 
 JOB_NAME = "ingest_backfill"
-
-
-def ingest_metadata(reports: list[IngestReport]) -> dict:
-    """The ingest asset's materialization metadata for the days of `reports`."""
-    rows = "\n".join(
-        f"| {r.partition_date} | {r.files_read} | {r.records_read} | {r.records_loaded} | {r.records_quarantined} |"
-        for r in reports[-31:]
-    )
-    return {
-        "files_read": sum(r.files_read for r in reports),
-        "records_read": sum(r.records_read for r in reports),
-        "records_loaded": sum(r.records_loaded for r in reports),
-        "records_quarantined": sum(r.records_quarantined for r in reports),
-        "files_empty": sum(r.files_empty for r in reports),
-        "notes": dg.MetadataValue.json(
-            [f"{r.partition_date}: {n}" if len(reports) > 1 else n for r in reports for n in r.notes][:200]
-        ),
-        "partitions": dg.MetadataValue.md(
-            "| day | files | read | loaded | quarantined |\n|---|---|---|---|---|\n" + rows
-        ),
-    }
 
 
 class BackfillConfig(dg.Config):

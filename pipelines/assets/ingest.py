@@ -11,6 +11,7 @@ from pipelines.partitions import daily_partitions
 from pipelines.resources.warehouse import WarehouseResource
 from pipelines.schedules import daily_schedule
 from pipelines.sources.registry import SOURCES, IngestSource
+from pipelines.warehouse import IngestReport
 
 # Lineage only: the connector asset that fills a source's landing folder (pipelines.assets.connectors).
 # `ingest_daily` selects the ingest group alone, so it never runs (nor needs) the connectors.
@@ -23,6 +24,27 @@ LANDED_BY = {
 
 def asset_name(source_name: str) -> str:
     return f"raw_{source_name}"
+
+
+def ingest_metadata(reports: list[IngestReport]) -> dict:
+    """An ingest asset's materialization metadata for the days of `reports`."""
+    rows = "\n".join(
+        f"| {r.partition_date} | {r.files_read} | {r.records_read} | {r.records_loaded} | {r.records_quarantined} |"
+        for r in reports[-31:]
+    )
+    return {
+        "files_read": sum(r.files_read for r in reports),
+        "records_read": sum(r.records_read for r in reports),
+        "records_loaded": sum(r.records_loaded for r in reports),
+        "records_quarantined": sum(r.records_quarantined for r in reports),
+        "files_empty": sum(r.files_empty for r in reports),
+        "notes": dg.MetadataValue.json(
+            [f"{r.partition_date}: {n}" if len(reports) > 1 else n for r in reports for n in r.notes][:200]
+        ),
+        "partitions": dg.MetadataValue.md(
+            "| day | files | read | loaded | quarantined |\n|---|---|---|---|---|\n" + rows
+        ),
+    }
 
 
 def _ingest_asset(src: IngestSource) -> dg.AssetsDefinition:
@@ -46,31 +68,14 @@ def _ingest_asset(src: IngestSource) -> dg.AssetsDefinition:
         context: dg.AssetExecutionContext, warehouse: WarehouseResource
     ) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
         wh = warehouse.get()
-        reports = ingest_days(wh, src.name, [dt.date.fromisoformat(p) for p in context.partition_keys])
+        days = [dt.date.fromisoformat(p) for p in context.partition_keys]
+        with wh.publishing("ingest", f"{key.to_user_string()} {days[0]}..{days[-1]}"):  # one release per run
+            reports = ingest_days(wh, src.name, days)
         for report in reports:
             context.log.info(report.summary())
             for note in report.notes:
                 context.log.info(f"{report.partition_date}: {note}")
-        rows = "\n".join(
-            f"| {r.partition_date} | {r.files_read} | {r.records_read} | {r.records_loaded} | {r.records_quarantined} |"
-            for r in reports[-31:]
-        )
-        yield dg.MaterializeResult(
-            asset_key=key,
-            metadata={
-                "files_read": sum(r.files_read for r in reports),
-                "records_read": sum(r.records_read for r in reports),
-                "records_loaded": sum(r.records_loaded for r in reports),
-                "records_quarantined": sum(r.records_quarantined for r in reports),
-                "files_empty": sum(r.files_empty for r in reports),
-                "notes": dg.MetadataValue.json(
-                    [f"{r.partition_date}: {n}" if len(reports) > 1 else n for r in reports for n in r.notes][:200]
-                ),
-                "partitions": dg.MetadataValue.md(
-                    "| day | files | read | loaded | quarantined |\n|---|---|---|---|---|\n" + rows
-                ),
-            },
-        )
+        yield dg.MaterializeResult(asset_key=key, metadata=ingest_metadata(reports))
         yield suite_check_result(src, key, reports, wh)
 
     return _asset
