@@ -10,9 +10,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from pipelines.lake.releases import Release, ReleaseNotFound, ReleaseRegistry, registry_for
+from pipelines.lake.releases import ReleaseNotFound, ReleaseRegistry, registry_for
 from pipelines.lake.tables import LakeError
 from pipelines.paths import REPO_ROOT
+from tests.lake.test_releases import record_latest_get_list
 
 pytest_plugins = ["tests.postgres"]
 
@@ -30,18 +31,7 @@ for n in range(count):
 def test_record_latest_get_list_on_postgres(postgres_url: str) -> None:
     registry = ReleaseRegistry.from_url(postgres_url)
     assert registry.dialect == "postgresql" and registry.paramstyle == "%s"
-    assert registry.latest() is None and registry.list() == []
-    first = registry.record("ingest", "day 2026-11-01", {"raw.samples": 3})
-    second = registry.record("build", None, {"mart.a": 0, "raw.samples": 4})
-    assert second > first
-    latest = registry.latest()
-    assert isinstance(latest, Release)
-    assert (latest.release_id, latest.kind, latest.note, latest.tables) == (second, "build", None,
-                                                                             {"mart.a": 0, "raw.samples": 4})
-    assert latest.created_at.tzinfo is None
-    assert registry.get(first).tables == {"raw.samples": 3}
-    assert [r.release_id for r in registry.list(limit=1)] == [second]
-    assert [r.release_id for r in ReleaseRegistry.from_url(postgres_url).list()] == [second, first]  # reopened
+    record_latest_get_list(registry, reopen=lambda: ReleaseRegistry.from_url(postgres_url))
     # stored as PostgreSQL types, not text: an identity id and a timestamp
     with psycopg.connect(postgres_url) as con:
         types = dict(con.execute("select column_name, data_type from information_schema.columns "

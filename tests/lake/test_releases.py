@@ -10,7 +10,12 @@ from pipelines.lake.tables import LakeError
 
 
 def test_record_latest_get_list(tmp_path: Path) -> None:
-    registry = ReleaseRegistry.under(tmp_path / "lake")
+    record_latest_get_list(ReleaseRegistry.under(tmp_path / "lake"),
+                           reopen=lambda: ReleaseRegistry.under(tmp_path / "lake"))
+
+
+def record_latest_get_list(registry: ReleaseRegistry, reopen) -> None:
+    """The registry's contract, on any backend (tests/lake/test_registry_postgres.py runs it on PostgreSQL)."""
     assert registry.latest() is None and registry.list() == []
     first = registry.record("ingest", "day 2026-11-01", {"raw.samples": 3})
     second = registry.record("build", None, {"mart.a": 0, "raw.samples": 4})
@@ -22,7 +27,7 @@ def test_record_latest_get_list(tmp_path: Path) -> None:
     assert latest.created_at.tzinfo is None
     assert registry.get(first).tables == {"raw.samples": 3}
     assert [r.release_id for r in registry.list(limit=1)] == [second]
-    assert [r.release_id for r in ReleaseRegistry.under(tmp_path / "lake").list()] == [second, first]
+    assert [r.release_id for r in reopen().list()] == [second, first]
     with pytest.raises(AttributeError):
         latest.kind = "other"  # frozen
 

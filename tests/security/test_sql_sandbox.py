@@ -152,7 +152,7 @@ def test_refusal_names_the_statement_and_why(home: Path, tmp_path: Path) -> None
 def test_queries_over_metrics_and_the_lake_still_work(home: Path) -> None:
     lake = Warehouse(home).store.files("raw.dcgm_samples")  # the Delta table's current files
     assert lake, "the demo wrote no DCGM Parquet"
-    direct = duckdb.sql(f"select count(*) from read_parquet({lake})").fetchall()[0][0]
+    direct = duckdb.connect().sql(f"select count(*) from read_parquet({lake})").fetchall()[0][0]
     cases = {
         "select count(*) as n from raw.dcgm_samples": str(direct),  # a view over the lake's Parquet
         "select count(*) > 0 as ok from staging.stg_dcgm__samples": "true",
