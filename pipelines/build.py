@@ -24,6 +24,7 @@ its tables when queried, so an unchanged one needs nothing. --full-refresh re-cr
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import shutil
 import time
@@ -38,6 +39,7 @@ from dbt.cli.main import dbtRunner
 from dbt.contracts.graph.manifest import Manifest, WritableManifest
 from dbt.version import __version__ as dbt_version
 
+from pipelines.duckdb_limits import writer_limits
 from pipelines.paths import MODELS_DIR
 from pipelines.warehouse import Warehouse
 
@@ -122,7 +124,9 @@ def _project_args(project_dir: Path, dbt_dir: Path, db_path: Path) -> list[str]:
     return [
         "--project-dir", str(project_dir), "--profiles-dir", str(project_dir),
         "--target-path", str(dbt_dir / "target"), "--log-path", str(dbt_dir / "logs"),
-        "--vars", f"{{warehouse_path: '{db_path.as_posix()}'}}",
+        # DuckDB's limits for the build (models/profiles.yml gives them to duckdb.connect)
+        "--vars", json.dumps({"warehouse_path": db_path.as_posix(),
+                              "duckdb_config": writer_limits(dbt_dir.parent).config()}),
         # nothing on the console (progress and errors go through on_step and BuildError); the log file
         # keeps info, not every SQL statement; target/*.json is not rewritten on every build
         "--log-level", "none", "--log-level-file", "info", "--no-write-json",

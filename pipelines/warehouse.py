@@ -35,9 +35,11 @@ import polars as pl
 
 from pipelines import sandbox
 from pipelines.contracts import INGEST_LOG_COLUMNS, LAKE_TABLES, all_ddl, contract
+from pipelines.duckdb_limits import MEMORY_LIMIT_ENV, writer_limits
 from pipelines.lake import DeltaStore, LakeError, ReleaseNotFound, ReleaseRegistry, registry_for
 from pipelines.lake.reader import RELEASE_TABLE, view_sql
 
+# the readers' (a published release's) limit unless GPUPOOL_DUCKDB_MEMORY_LIMIT says otherwise; writers size theirs
 DEFAULT_MEMORY_LIMIT = "6GB"
 SCHEMAS = ("raw", "seeds", "staging", "marts", "metrics", "ops", "governance")
 LAKE_DAY_COLUMN = "partition_date"
@@ -111,10 +113,12 @@ class Warehouse:
             )
         path.parent.mkdir(parents=True, exist_ok=True)
         # DuckDB takes 80% of the machine's memory by default; a month of telemetry would then crowd
-        # out everything else. Above the limit it spills to the home's temp folder.
-        config = {"memory_limit": os.environ.get("GPUPOOL_DUCKDB_MEMORY_LIMIT", DEFAULT_MEMORY_LIMIT)}
-        if not read_only:
-            config["temp_directory"] = str(self.home / "tmp")
+        # out everything else. Writers get a share sized from the machine and spill to the home's tmp/
+        # above it (pipelines/duckdb_limits.py); readers of a release keep a fixed limit.
+        if read_only:
+            config = {"memory_limit": os.environ.get(MEMORY_LIMIT_ENV, DEFAULT_MEMORY_LIMIT)}
+        else:
+            config = writer_limits(self.home).config()
         return duckdb.connect(str(path), read_only=read_only, config=config)
 
     def analyst_connect(self, memory_limit: str | None = None, writable_dir: Path | None = None,

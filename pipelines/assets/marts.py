@@ -32,6 +32,7 @@ from pipelines.build_checks import (
     load_exemptions,
     unbalanced_ingests,
 )
+from pipelines.duckdb_limits import writer_limits
 from pipelines.partitions import daily_partitions
 from pipelines.resources.dbt import prepared_project
 from pipelines.resources.warehouse import WarehouseResource
@@ -119,7 +120,8 @@ def dbt_models(context: dg.AssetExecutionContext, config: BuildConfig, dbt: DbtC
     window = context.partition_time_window
     wh = warehouse.get()
     args = ["build", "--event-time-start", f"{window.start:%Y-%m-%d}", "--event-time-end", f"{window.end:%Y-%m-%d}",
-            "--vars", json.dumps({"warehouse_path": str(wh.writer_path)})]
+            "--vars", json.dumps({"warehouse_path": str(wh.writer_path),
+                                  "duckdb_config": writer_limits(wh.home).config()})]
     if config.full_refresh:
         args.append("--full-refresh")
     with wh.writer():  # a new home gets the raw, ops and governance tables the sources name

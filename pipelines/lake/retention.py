@@ -37,8 +37,9 @@ import duckdb
 import polars as pl
 import pyarrow.parquet as pq
 
+from pipelines.duckdb_limits import writer_limits
 from pipelines.lake import LakeError, ReleaseNotFound
-from pipelines.warehouse import DEFAULT_MEMORY_LIMIT, LAKE_DAY_COLUMN, Warehouse
+from pipelines.warehouse import LAKE_DAY_COLUMN, Warehouse
 
 RAW_RETENTION_ENV = "GPUPOOL_RAW_RETENTION_DAYS"
 VACUUM_HOURS_ENV = "GPUPOOL_LAKE_VACUUM_HOURS"
@@ -256,10 +257,8 @@ def compact_day(wh: Warehouse, day: dt.date, dry_run: bool = False) -> Compacted
     its rows are never overwritten by rows read before it) and the writers' lock (no release is
     published between the commits: one with a source compacted and another not would count the
     second twice). A dry run only reads, without locks. DuckDB reads the day's files itself,
-    within the warehouse's memory limit, spilling to the home's tmp/."""
-    config = {"memory_limit": os.environ.get("GPUPOOL_DUCKDB_MEMORY_LIMIT", DEFAULT_MEMORY_LIMIT),
-              "temp_directory": str(wh.home / "tmp")}
-    with duckdb.connect(config=config) as con:
+    within the writers' memory limit (pipelines/duckdb_limits.py), spilling to the home's tmp/."""
+    with duckdb.connect(config=writer_limits(wh.home).config()) as con:
         locked = _sources_of(con, [str(p) for p in _day_files(wh, day=day).get(day, [])])
         for _attempt in range(3):
             partitions = [(source, day) for source in locked]
