@@ -64,7 +64,7 @@ _PARTITION_COLUMNS = (
     ("ingest_source", "VARCHAR", "ingest source that loaded the row (e.g. allocator_log, dcgm_text)"),
     ("ingested_at", "TIMESTAMP", "when the row was loaded, UTC"),
 )
-_LAKE = {"raw.dcgm_samples": "lake/dcgm_samples/date=YYYY-MM-DD/ingest=SOURCE/part-0.parquet under the gpupool home"}
+_LAKE = {"raw.dcgm_samples": "lake/raw/dcgm_samples/ under the gpupool home, with the day and the ingest source as columns"}
 
 
 @dataclass(frozen=True)
@@ -138,7 +138,7 @@ def relations(models_dir: Path = MODELS_DIR, catalog: Catalog | None = None) -> 
         kind = "view over Parquet" if c.table in _LAKE else "table"
         desc = " ".join(c.description.split())
         if c.table in _LAKE:
-            desc += f" Stored as Parquet partitioned by day: {_LAKE[c.table]}."
+            desc += f" Stored as a Delta table (Parquet) partitioned by day: {_LAKE[c.table]}."
         out.append(Relation(schema, name, kind, c.grain, desc, tuple(cols), f"models/contracts/{name}.yml"))
     catalog = catalog or load_catalog(models_dir / "catalog")
     metrics = {m.name: m for m in catalog.metrics}

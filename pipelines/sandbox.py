@@ -10,7 +10,7 @@ the cases the other misses:
    - opened read-only; `enable_external_access = false`, so no file outside `allowed_directories`
      and `allowed_paths` can be opened, by any function or statement, read or write;
    - `allowed_directories` = exactly the lake folders the views read with read_parquet (for the
-     warehouse, HOME/lake/dcgm_samples/), plus the output folder for the export's internal
+     warehouse, HOME/lake/raw/dcgm_samples/), plus the output folder for the export's internal
      connection. DuckDB adds the database file, its WAL and its spill folder (warehouse.duckdb.tmp/)
      itself. landing/, governance/, the allocator's tokens and everything else stay unreadable;
    - no extensions installed or loaded on demand (`autoinstall/autoload_known_extensions`,
@@ -139,7 +139,7 @@ def _quote(value: str) -> str:
 
 
 def _folder(path: Path) -> str:
-    # a trailing slash: '/lake/dcgm_samples/' must not also allow '/lake/dcgm_samples_other/'
+    # a trailing slash: '/lake/raw/dcgm_samples/' must not also allow '/lake/raw/dcgm_samples_other/'
     return str(Path(path).resolve()).rstrip("/") + "/"
 
 
