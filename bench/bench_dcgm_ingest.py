@@ -5,7 +5,8 @@ tests/fixtures/real-data/dcgm-exporter/metrics_sample_h100_k8s_pod_labels_nvidia
 on half the GPUs, # HELP/# TYPE per metric, millisecond timestamps; one scrape of every host
 per 15 s round), then times, in one process:
 
-  * this project's path end to end: parse_dcgm_file + Warehouse.replace_partition (Parquet);
+  * this project's path end to end: parse_dcgm_file + Warehouse.replace_partition (a Delta commit,
+    the warehouse transaction and the publish of a release);
   * prometheus_client.parser.text_string_to_metric_families over the same text (parse only).
 
 Run:  .venv/bin/python bench/bench_dcgm_ingest.py [--lines 1000000] [--runs 5] [--client-runs 1]
@@ -197,7 +198,7 @@ def main() -> None:
     ours = samples / statistics.median(total_s)
     ours_parse = samples / statistics.median(parse_s)
     print(
-        f"gpupool parse + load (Parquet): median {statistics.median(total_s):.3f} s of {args.runs} runs "
+        f"gpupool parse + load (Delta):   median {statistics.median(total_s):.3f} s of {args.runs} runs "
         f"-> {ours:,.0f} samples/s   (runs: {', '.join(f'{s:.3f}' for s in total_s)})"
     )
     print(
