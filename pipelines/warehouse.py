@@ -282,6 +282,12 @@ class Warehouse:
         with open(pin, "a") as out:
             out.write(reason.replace("\n", " ") + "\n")
 
+    def pin_reasons(self, release_id: int) -> list[str]:
+        """Why a release is pinned: its pin lines (one per pin_release), first first, without repeats."""
+        pin = self.releases / f"{int(release_id)}.pin"
+        lines = pin.read_text().splitlines() if pin.exists() else []
+        return list(dict.fromkeys(line for line in lines if line.strip()))
+
     def pinned_releases(self) -> set[int]:
         return {int(p.stem) for p in self.releases.glob("*.pin") if p.stem.isdigit()} if self.releases.exists() else set()
 
@@ -301,12 +307,14 @@ class Warehouse:
             self.release_path(release_id, must_exist=False).unlink(missing_ok=True)
         return expired
 
-    def release_versions(self) -> dict[str, set[int]]:
-        """Per lake table, the Delta versions the kept releases read (vacuum must keep their files)."""
+    def release_versions(self, releases: list[int] | None = None) -> dict[str, set[int]]:
+        """Per lake table, the Delta versions the kept releases (or `releases`) read: vacuum must keep
+        their files."""
+        registry = self.registry
         out: dict[str, set[int]] = {}
-        for release_id in self.kept_releases():
+        for release_id in self.kept_releases() if releases is None else releases:
             try:
-                release = self.registry.get(release_id)
+                release = registry.get(release_id)
             except ReleaseNotFound:
                 continue
             for name, version in release.tables.items():

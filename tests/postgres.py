@@ -25,20 +25,13 @@ import pytest
 from psycopg import sql
 
 from pipelines.paths import REPO_ROOT
-from tests.components import REQUIRE_COMPONENTS_ENV
+from tests.components import REQUIRE_COMPONENTS_ENV, component_missing
 
 SERVER_URL = os.environ.get("GPUPOOL_TEST_POSTGRES_URL") or (
     f"postgresql://gpupool:{os.environ.get('GPUPOOL_PG_PASSWORD', 'gpupool')}"
     f"@127.0.0.1:{os.environ.get('GPUPOOL_PG_PORT', '5433')}/gpupool")
 UP = REPO_ROOT / "scripts" / "postgres-up.sh"
 DOWN = REPO_ROOT / "scripts" / "postgres-down.sh"
-
-
-def _missing(reason: str) -> None:
-    """Skip locally; fail where the components are required (CI), as tests.components.require_component."""
-    if os.environ.get(REQUIRE_COMPONENTS_ENV) == "1":
-        pytest.fail(f"{reason}, and {REQUIRE_COMPONENTS_ENV}=1 requires it", pytrace=False)
-    pytest.skip(f"{reason}; set {REQUIRE_COMPONENTS_ENV}=1 to make this a failure")
 
 
 def _answers(url: str) -> str | None:
@@ -63,18 +56,18 @@ def postgres_server() -> Iterator[str]:
     if why is not None:
         installed = bool(glob.glob("/usr/lib/postgresql/*/bin/postgres"))
         if not installed and os.environ.get(REQUIRE_COMPONENTS_ENV) != "1":
-            _missing("PostgreSQL is not installed (`sudo bash scripts/postgres-up.sh` installs Debian's postgresql "
+            component_missing("PostgreSQL is not installed (`sudo bash scripts/postgres-up.sh` installs Debian's postgresql "
                      "and starts the test server)")
         if os.geteuid() != 0:
-            _missing(f"no PostgreSQL server answers at {urlsplit(SERVER_URL).netloc.rpartition('@')[2]} ({why}) "
+            component_missing(f"no PostgreSQL server answers at {urlsplit(SERVER_URL).netloc.rpartition('@')[2]} ({why}) "
                      "and starting one needs root: run `sudo bash scripts/postgres-up.sh`")
         up = subprocess.run(["bash", str(UP)], capture_output=True, text=True, timeout=600, check=False)
         if up.returncode != 0:
-            _missing(f"scripts/postgres-up.sh failed (exit {up.returncode}): {(up.stdout + up.stderr)[-1500:]}")
+            component_missing(f"scripts/postgres-up.sh failed (exit {up.returncode}): {(up.stdout + up.stderr)[-1500:]}")
         started_here = True
         why = _answers(SERVER_URL)
         if why is not None:
-            _missing(f"scripts/postgres-up.sh ran, but the server does not accept {SERVER_URL!r}: {why} "
+            component_missing(f"scripts/postgres-up.sh ran, but the server does not accept {SERVER_URL!r}: {why} "
                      "(GPUPOOL_TEST_POSTGRES_URL or GPUPOOL_PG_PASSWORD differ from the server's?)")
     try:
         yield SERVER_URL

@@ -23,13 +23,6 @@ class KeptRelease:
     is_current: bool  # the one warehouse.duckdb serves
 
 
-def pin_reasons(wh: Warehouse, release_id: int) -> list[str]:
-    """Why a release is pinned: the lines of releases/<id>.pin (Warehouse.pin_release appends one per pin)."""
-    pin = wh.releases / f"{release_id}.pin"
-    lines = pin.read_text().splitlines() if pin.exists() else []
-    return list(dict.fromkeys(line for line in lines if line.strip()))
-
-
 def kept_releases(wh: Warehouse) -> list[KeptRelease]:
     """The releases whose files are kept, newest first, with their registry row and pins."""
     current = wh.current_release()
@@ -43,7 +36,7 @@ def kept_releases(wh: Warehouse) -> list[KeptRelease]:
             created, kind, note = "?", "?", ""
         path = wh.release_path(release_id, must_exist=False)
         out.append(KeptRelease(release_id, created, kind, note, path.stat().st_size if path.exists() else 0,
-                               pin_reasons(wh, release_id), release_id == current))
+                               wh.pin_reasons(release_id), release_id == current))
     return out
 
 

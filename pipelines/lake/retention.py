@@ -38,7 +38,7 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from pipelines.duckdb_limits import writer_limits
-from pipelines.lake import LakeError, ReleaseNotFound
+from pipelines.lake import LakeError
 from pipelines.warehouse import LAKE_DAY_COLUMN, Warehouse
 
 RAW_RETENTION_ENV = "GPUPOOL_RAW_RETENTION_DAYS"
@@ -326,20 +326,6 @@ def _file_sizes(table_dir: Path) -> dict[str, int]:
             for p in table_dir.rglob("*") if p.is_file() and "_delta_log" not in p.relative_to(table_dir).parts}
 
 
-def _versions_read(wh: Warehouse, releases: list[int]) -> dict[str, set[int]]:
-    """Per lake table, the Delta versions these releases read (`Warehouse.release_versions` for
-    the releases a dry run would leave)."""
-    out: dict[str, set[int]] = {}
-    for release_id in releases:
-        try:
-            tables = wh.registry.get(release_id).tables
-        except ReleaseNotFound:
-            continue
-        for name, version in tables.items():
-            out.setdefault(name, set()).add(version)
-    return out
-
-
 def vacuum(wh: Warehouse, retention_hours: int, keep: dict[str, set[int]] | None = None,
            dry_run: bool = False) -> dict[str, Vacuumed]:
     """Delete the Delta files that neither a kept release's version (or those of `keep`) nor the
@@ -429,7 +415,7 @@ def maintain(wh: Warehouse, raw_retention_days: int | None = None, dry_run: bool
     if dry_run:
         pinned = wh.pinned_releases() - {u.release_id for u in unpinned if not u.still_pinned}
         expired = wh.expire_releases(pinned=pinned, dry_run=True)
-        keep = _versions_read(wh, [r for r in wh.kept_releases() if r not in expired])
+        keep = wh.release_versions([r for r in wh.kept_releases() if r not in expired])
     else:
         wh.expire_releases()
         expired = sorted(set(kept_before) - set(wh.kept_releases()))  # the publish above expires some too
