@@ -5,8 +5,8 @@ tests/fixtures/real-data/dcgm-exporter/metrics_sample_h100_k8s_pod_labels_nvidia
 on half the GPUs, # HELP/# TYPE per metric, millisecond timestamps; one scrape of every host
 per 15 s round), then times, in one process:
 
-  * this project's path end to end: parse_dcgm_file + Warehouse.replace_partition (a Delta commit,
-    the warehouse transaction and the publish of a release);
+  * this project's path end to end: parse_dcgm_file + Warehouse.replace_partition (a Parquet file
+    swapped into the Delta table in one commit, the warehouse transaction and the publish of a release);
   * prometheus_client.parser.text_string_to_metric_families over the same text (parse only).
 
 Run:  .venv/bin/python bench/bench_dcgm_ingest.py [--lines 1000000] [--runs 5] [--client-runs 1]
@@ -27,6 +27,7 @@ import polars as pl
 from pipelines.sources.dcgm_text import parse_dcgm_file
 from pipelines.warehouse import Warehouse
 
+TARGET_SAMPLES_PER_S = 1_300_000  # end to end, issue 15 (the figure before the lakehouse: 1.34 M/s)
 GPUS_PER_HOST = 8
 HOSTS = 64
 SCRAPE_INTERVAL_MS = 15_000
@@ -204,7 +205,9 @@ def main() -> None:
     print(
         f"gpupool parse only:             median {statistics.median(parse_s):.3f} s -> {ours_parse:,.0f} samples/s"
     )
-    print(f"target >= 1,000,000 samples/s end to end: {'met' if ours >= 1_000_000 else 'MISSED'}")
+    load_s = [total - parse for total, parse in zip(total_s, parse_s, strict=True)]
+    print(f"gpupool load only:              median {statistics.median(load_s):.3f} s")
+    print(f"target >= {TARGET_SAMPLES_PER_S:,} samples/s end to end: {'met' if ours >= TARGET_SAMPLES_PER_S else 'MISSED'}")
     if args.client_runs < 1:
         return
     client_s = time_prometheus_client(data.decode(), args.client_runs, samples)

@@ -6,13 +6,15 @@
 
 Each run simulates into a fresh temporary folder (deleted afterwards) and is timed end to end:
 workload generation, the engine in virtual time, the event/audit/pool files and the Parquet
-telemetry. It prints every run, the median, simulated days/s, samples/s and events/s, and the
-process's peak resident memory (which includes the first run's imports).
+telemetry. It prints every run, the median, simulated days/s, samples/s and events/s, the
+process's peak resident memory (which includes the first run's imports), and the resident memory
+after each simulated day of the last run (flat in the days: the simulator keeps one day of telemetry).
 """
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
 import resource
 import statistics
 import tempfile
@@ -34,10 +36,12 @@ def main() -> None:
     times: list[float] = []
     report = None
     for _ in range(args.runs):
+        after_day: list[int] = []  # resident bytes after each simulated day of this run
         with tempfile.TemporaryDirectory(prefix="gpupool-bench-sim-") as tmp:
             began = time.perf_counter()
             report = simulate(
-                Path(tmp), args.days, args.gpus, args.seed, dt.date(2026, 11, 1), interval_s=args.interval
+                Path(tmp), args.days, args.gpus, args.seed, dt.date(2026, 11, 1), interval_s=args.interval,
+                on_progress=lambda *_, into=after_day: into.append(_resident()),
             )
             times.append(time.perf_counter() - began)
             size = sum(p.stat().st_size for p in Path(tmp).rglob("*") if p.is_file())
@@ -58,6 +62,19 @@ def main() -> None:
         f"{report.events / median:,.0f} events/s"
     )
     print(f"peak resident memory: {peak_mib:,.0f} MiB")
+    if after_day and after_day[0]:
+        mib = [b / 2**20 for b in after_day]
+        print(f"resident after each day (last run): first {mib[0]:,.0f} MiB, last {mib[-1]:,.0f} MiB, "
+              f"max {max(mib):,.0f} MiB")
+
+
+def _resident() -> int:
+    """This process's resident memory now, bytes (0 without Linux's /proc)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return 0
 
 
 if __name__ == "__main__":

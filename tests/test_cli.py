@@ -1,5 +1,6 @@
 """End to end through the `gpupool` command: demo, sql, ingest."""
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -8,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from allocator.sim.simulator import simulate
+from pipelines.cli.demo import PhaseMeter
 
 GPUPOOL = [sys.executable, "-m", "pipelines.cli"]
 
@@ -29,12 +31,18 @@ DEMO_ARGS = ("--days", "2", "--gpus", "32", "--seed", "7")
 
 
 @pytest.fixture(scope="module")
-def demo_home(tmp_path_factory) -> Path:
+def demo_run(tmp_path_factory) -> tuple[Path, str]:
+    """The demo's home and what it printed."""
     home = tmp_path_factory.mktemp("demo")
     result = gpupool("demo", *DEMO_ARGS, home=home)
     assert "Pool 2026-11-01 .. 2026-11-02" in result.stdout
     assert "Idle-reclaim policies on vs off" in result.stdout
-    return home
+    return home, result.stdout
+
+
+@pytest.fixture(scope="module")
+def demo_home(demo_run) -> Path:
+    return demo_run[0]
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +66,31 @@ def test_demo_finds_the_waste_the_simulator_planted(demo_home, planted):
     pool = sql_json("select * from metrics.pool_period where gpu_model = 'all'", demo_home)[0]
     assert pool["physical_gpus"] == 40
     assert 0 < pool["allocation_rate_pct"] <= 100
+
+
+@pytest.mark.slow
+def test_demo_prints_the_time_and_peak_memory_of_each_phase(demo_run):
+    table = demo_run[1].partition("Time and peak memory (this process and its children) of each phase:")[2]
+    rows = {line.split("  ")[1].strip(): line for line in table.splitlines()[2:] if line.startswith("  ")}
+    phases = ["simulate", "ingest", "build", "summary", "baseline simulate", "baseline ingest", "baseline build",
+              "comparison", "total"]
+    assert list(rows) == phases, table
+    for line in rows.values():
+        assert re.search(r"\d+\.\d s +[\d,]+ MiB$", line), line
+
+
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="per-phase peaks need Linux's /proc")
+def test_phase_meter_peak_is_the_phases_own():
+    meter = PhaseMeter(interval_s=0.01)
+    with meter.phase("big"):
+        block = bytearray(300 * 2**20)
+        block[:: 4096] = b"x" * (len(block) // 4096)  # touch every page: resident, not just reserved
+        del block
+    with meter.phase("small"):
+        pass
+    (_, _, big), (_, _, small) = [(name, wall, peak) for name, wall, peak in meter.rows]
+    assert big - small > 250 * 2**20, (big, small)
+    assert "total" in meter.table(1.0)
 
 
 @pytest.mark.slow

@@ -521,11 +521,16 @@ class _Simulation:
                     behaviour=replace(b, resubmits=b.resubmits - 1),
                 )
                 self.push(again.submit_at, _SUBMIT, again)
+        if kind == "finish":  # the job ended for good: no later day reads its plan or its attempts' count
+            self.plans.pop(job_id, None)
+            self.progress.pop(job_id, None)
+            self.failures.pop(job_id, None)
 
     # --- each midnight: the day's telemetry, the pool snapshot --------------------------------
 
     def midnight(self, now: dt.datetime, k: int) -> None:
         if k > 0:
+            self.files.flush()  # the finished day's records go to disk with its telemetry, not later
             self.write_day(now - _DAY)
         if k < self.days and self.write:
             snapshot = records.pool_snapshot(self.engine.current_pool(), self.engine.quotas(), now)
@@ -589,6 +594,9 @@ class _NullSink:
         pass
 
     def audit(self, record: dict) -> None:
+        pass
+
+    def flush(self) -> None:
         pass
 
     def close(self) -> None:

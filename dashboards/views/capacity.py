@@ -36,11 +36,23 @@ def _whatif(text: str) -> pl.DataFrame:
     doc = json.loads(text)
     rows = []
     for key, value in doc.items():
-        if isinstance(value, dict):
+        if isinstance(value, dict) and key != "search":
             rows.append({"measure": key, "baseline": value.get("baseline"), "changed": value.get("changed"),
                          "observed": value.get("observed")})
     return pl.DataFrame(rows, schema={"measure": pl.String, "baseline": pl.Float64, "changed": pl.Float64,
                                       "observed": pl.Float64})
+
+
+def _search_curve(text: str) -> tuple[dict, pl.DataFrame] | None:
+    """The smallest-change search stored with the advice (pipelines.capacity.recommend.search_summary):
+    its summary and the curve it replayed, one row per size; None when the advice was not searched."""
+    search = json.loads(text).get("search")
+    if not search:
+        return None
+    decided_by = search["decided_by"]
+    curve = pl.DataFrame(search["curve"]).select(
+        "change", decided_by, "wait_p95_min", "pool_utilisation_pct", "share_of_full_effect", "sufficient")
+    return search, curve
 
 
 def recommendations(f: filters.Filters) -> None:
@@ -89,6 +101,11 @@ def recommendations(f: filters.Filters) -> None:
                     st.caption(" · ".join(f"{k}: {v}" for k, v in flags.items()))
                 else:
                     st.caption(t("not_replayed"))
+            searched = _search_curve(rec["whatif_json"]) if rec["whatif_json"] else None
+            if searched:
+                search, curve = searched
+                st.markdown(f"**{t('smallest_change')}**: {search['smallest_change'] or t('no_sufficient_change')}")
+                st.dataframe(curve, width="stretch", hide_index=True)
             st.caption(f"{rec['recommendation_id']} · rules {rec['rules_version']} · {rec['recommended_at']:%Y-%m-%d %H:%M} UTC")
 
 

@@ -14,20 +14,32 @@ Rules (docs/capacity.md explains each with the default month's figures):
 - change_queue_limit: a queue whose waits are mostly "policy", or whose jobs end at its run-time cap.
 Confidence (0..1): the share of the month's weeks the evidence shows up in, the trend's direction
 and, for the advice the what-if replays, whether the replay confirms the effect.
+
+The what-if of an advice that adds nodes or moves quota also searches the smallest sufficient
+change (`smallest_change`): smaller sizes replayed side by side, the curve of what each achieves
+kept with the advice; "sufficient" is data (rules.yml `smallest_change`).
 """
 from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Callable
-from dataclasses import replace
+import os
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
 import yaml
 
 from pipelines.capacity.store import Recommendation
 from pipelines.paths import REPO_ROOT
+
+if TYPE_CHECKING:
+    from pipelines.capacity.demand import Demand
+    from pipelines.capacity.replay import Change, Figures, WhatIfResult
 
 RULES_PATH = REPO_ROOT / "models" / "capacity" / "rules.yml"
 
@@ -40,7 +52,7 @@ def load_rules(path: Path | None = None) -> dict:
     path = Path(path or RULES_PATH)
     rules = yaml.safe_load(path.read_text())
     needed = ("version", "add_nodes", "remove_nodes", "resplit_mig", "move_quota", "move_to_backfill",
-              "change_queue_limit")
+              "change_queue_limit", "smallest_change")
     missing = [k for k in needed if k not in (rules or {})]
     if missing:
         raise RulesError(f"{path}: missing {', '.join(missing)}; every rule needs its thresholds (see docs/capacity.md)")
@@ -408,34 +420,57 @@ def _queue_quota(con, tenant: str, model: str) -> tuple[str, float] | None:
     return None if row is None else (row[0], float(row[1]))
 
 
-def whatif_change(con, rec: Recommendation):
+def whatif_change(con, rec: Recommendation) -> Change | None:
     """The replay change that tests this advice, or None when the replay cannot express it."""
+    sized = _sized_change(con, rec)
+    return None if sized is None else sized(int(rec.quantity))
+
+
+def whatif_sizes(con, rec: Recommendation) -> dict[int, Change]:
+    """The replay change at every size from 1 to the advised quantity (nodes added, GPUs of quota moved):
+    what the smallest-change search may try. Empty for advice it does not search (remove_nodes: fewer
+    nodes is the advice's own direction; the others have no replay)."""
+    sized = _sized_change(con, rec) if rec.kind in SEARCHED else None
+    return {} if sized is None else {n: sized(n) for n in range(1, int(rec.quantity) + 1)}
+
+
+SEARCHED = ("add_nodes", "move_quota")
+
+
+def _sized_change(con, rec: Recommendation) -> Callable[[int], Change] | None:
     from pipelines.capacity.replay import Change
 
     if rec.kind == "add_nodes":
-        return Change(add_nodes={rec.gpu_model: int(rec.quantity)})
+        return lambda n: Change(add_nodes={rec.gpu_model: n})
     if rec.kind == "remove_nodes":
-        return Change(add_nodes={rec.gpu_model: -int(rec.quantity)})
+        return lambda n: Change(add_nodes={rec.gpu_model: -n})
     if rec.kind == "move_quota":
         donor_tenant = rec.target.split("->")[0]
         donor, receiver = _queue_quota(con, donor_tenant, rec.gpu_model), _queue_quota(con, rec.tenant, rec.gpu_model)
         if donor is None or receiver is None:
             return None
-        return Change(quotas={(donor[0], rec.gpu_model): max(donor[1] - rec.quantity, 0.0),
-                              (receiver[0], rec.gpu_model): receiver[1] + rec.quantity})
+        return lambda n: Change(quotas={(donor[0], rec.gpu_model): max(donor[1] - n, 0.0),
+                                        (receiver[0], rec.gpu_model): receiver[1] + n})
     return None
 
 
-def whatif_summary(rec: Recommendation, result) -> dict:
+def _key_wait_s(rec: Recommendation, figures: Figures) -> float:
+    """The wait p95 the advice is judged by: its model's jobs' (the pool's when it names no model)."""
+    model = rec.gpu_model
+    return figures.wait_p95_by_model_s.get(model, figures.wait_p95_s) if model else figures.wait_p95_s
+
+
+def _confirms(rec: Recommendation, baseline_s: float, changed_s: float) -> bool:
+    if rec.kind == "remove_nodes":  # fewer GPUs must not make anyone wait longer
+        return changed_s <= baseline_s * 1.05 + 60
+    return changed_s < baseline_s * 0.95
+
+
+def whatif_summary(rec: Recommendation, result: WhatIfResult) -> dict:
     """What the replay predicts for the advice's model (or the pool), and whether it confirms it."""
     b, c = result.baseline, result.changed
     model = rec.gpu_model
-    key_b = b.wait_p95_by_model_s.get(model, b.wait_p95_s) if model else b.wait_p95_s
-    key_c = c.wait_p95_by_model_s.get(model, c.wait_p95_s) if model else c.wait_p95_s
-    if rec.kind == "remove_nodes":  # fewer GPUs must not make anyone wait longer
-        confirms = key_c <= key_b * 1.05 + 60
-    else:
-        confirms = key_c < key_b * 0.95
+    key_b, key_c = _key_wait_s(rec, b), _key_wait_s(rec, c)
     return {
         "change": result.change.describe(), "policies": result.policies,
         "baseline_within_tolerance": result.within_tolerance,
@@ -445,6 +480,162 @@ def whatif_summary(rec: Recommendation, result) -> dict:
         f"wait_p95_{model or 'pool'}_min": {"baseline": key_b / 60, "changed": key_c / 60},
         "pool_utilisation_pct": {"baseline": b.pool_utilisation_pct, "changed": c.pool_utilisation_pct},
         "idle_gpu_hours": {"baseline": b.idle_gpu_hours, "changed": c.idle_gpu_hours},
-        "confirms": confirms,
+        "confirms": _confirms(rec, key_b, key_c),
         "replay_seconds": b.seconds + c.seconds,
     }
+
+
+# -- the smallest sufficient change --------------------------------------------------------------
+
+# Replays side by side at most: each holds the month's demand and a simulated pool in memory.
+MAX_SIDE_BY_SIDE = 4
+
+
+@dataclass(frozen=True)
+class Search:
+    """The sizes replayed (0: the baseline, the advised size: the advice as written) and what each achieved."""
+
+    advised: int
+    figures: Mapping[int, Figures]
+    enough: Mapping[int, bool]  # size -> sufficient (the baseline never is)
+    share_of_full: Mapping[int, float]  # size -> its cut of the key wait p95 over the advised size's cut
+
+    @property
+    def smallest(self) -> int | None:
+        """The smallest sufficient size; None when the advised change itself is not sufficient."""
+        return min((n for n, ok in self.enough.items() if ok), default=None)
+
+
+def sufficient(rec: Recommendation, rules: dict, baseline: Figures, full: Figures, point: Figures) -> tuple[bool, float]:
+    """(Whether a size is enough, its share of the full change's effect). Enough: it confirms the advice (as
+    the what-if of the advice does) and either takes the key wait p95 to the target or achieves at least
+    the rules' share of what the advised change achieves (models/capacity/rules.yml `smallest_change`)."""
+    r = rules["smallest_change"]
+    key_b, key_full, key = _key_wait_s(rec, baseline), _key_wait_s(rec, full), _key_wait_s(rec, point)
+    share = (key_b - key) / (key_b - key_full) if key_b > key_full else 0.0
+    ok = _confirms(rec, key_b, key) and (key <= r["target_wait_p95_minutes"] * 60 or share >= r["min_share_of_full_effect"])
+    return ok, share
+
+
+def next_sizes(enough: Mapping[int, bool], advised: int, k: int) -> list[int]:
+    """Up to k sizes, evenly spaced, strictly between the largest size known not to be enough (0 at first)
+    and the smallest known to be (the advised size until a replay says otherwise): k replays side by side
+    narrow the interval k+1-fold, so a search takes about log(advised)/log(k+1) rounds."""
+    hi = min((n for n, ok in enough.items() if ok), default=advised)
+    lo = max((n for n, ok in enough.items() if not ok and n < hi), default=0)
+    if hi - lo <= k + 1:
+        return list(range(lo + 1, hi))
+    return sorted({lo + round((hi - lo) * j / (k + 1)) for j in range(1, k + 1)})
+
+
+def side_by_side() -> int:
+    """How many replays run at once: the CPUs this process may use, at most MAX_SIDE_BY_SIDE."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1  # not on macOS
+    return max(1, min(cpus, MAX_SIDE_BY_SIDE))
+
+
+_DEMAND: list = []  # a replay worker's copy of the month's demand: sent once per process, not once per size
+
+
+def _hold_demand(demand: Demand) -> None:
+    _DEMAND[:] = [demand]
+
+
+def _replay_size(change: Change | None, policies: bool) -> Figures:
+    from pipelines.capacity.replay import replay
+
+    return replay(_DEMAND[0], change, policies=policies)[0]
+
+
+def search(demand: Demand, rec: Recommendation, sizes: Mapping[int, Change], rules: dict, *, policies: bool,
+           workers: int | None = None, on_step: Callable[[str], None] = lambda _m: None) -> Search:
+    """Replay the baseline and the advised size (the largest in `sizes`), then smaller sizes, `workers` at a
+    time (next_sizes), until the smallest sufficient one is found; the baseline is replayed once for all.
+    Stops after the first round when the advised change is not sufficient."""
+    advised = max(sizes)
+    workers = workers or side_by_side()
+    figures: dict[int, Figures] = {}
+    enough: dict[int, bool] = {0: False}
+    share: dict[int, float] = {0: 0.0}
+
+    def label(n: int) -> str:
+        return "baseline" if n == 0 else sizes[n].describe()
+
+    def replay_round(todo: list[int], pool: ProcessPoolExecutor | None) -> None:
+        on_step(f"replaying {', '.join(label(n) for n in todo)}" + (" side by side" if pool and len(todo) > 1 else ""))
+        if pool is None:
+            done = ((n, _replay_size(sizes.get(n), policies)) for n in todo)
+        else:
+            futures = {pool.submit(_replay_size, sizes.get(n), policies): n for n in todo}
+            done = ((futures[f], f.result()) for f in as_completed(futures))
+        for n, f in done:
+            figures[n] = f
+            on_step(f"{label(n)}: {rec.gpu_model or 'pool'} wait p95 {_key_wait_s(rec, f) / 60:,.0f} min, "
+                    f"pool utilisation {f.pool_utilisation_pct:.1f}% ({f.seconds:.0f} s)")
+
+    _hold_demand(demand)  # for the replays run here (one worker, or a 1-CPU machine)
+    pool = ProcessPoolExecutor(workers, initializer=_hold_demand, initargs=(demand,)) if workers > 1 else None
+    try:
+        replay_round([0, advised, *next_sizes(enough, advised, max(workers - 2, 0))], pool)
+        while True:
+            for n in sorted(figures.keys() - enough.keys()):
+                enough[n], share[n] = sufficient(rec, rules, figures[0], figures[advised], figures[n])
+            todo = next_sizes(enough, advised, workers) if enough[advised] else []
+            if not todo:
+                break
+            replay_round(todo, pool)
+    finally:
+        if pool is not None:
+            pool.shutdown()
+        _DEMAND.clear()
+    return Search(advised, figures, enough, share)
+
+
+def search_summary(rec: Recommendation, found: Search, sizes: Mapping[int, Change], rules: dict) -> dict:
+    """The search as stored with the advice (whatif_json's `search`): the rule, the smallest sufficient size
+    and the curve, one point per size replayed."""
+    model = rec.gpu_model or "pool"
+    curve = []
+    for n in sorted(found.figures):
+        f = found.figures[n]
+        curve.append({"size": n, "change": "baseline" if n == 0 else sizes[n].describe(),
+                      "wait_p95_min": f.wait_p95_s / 60, f"wait_p95_{model}_min": _key_wait_s(rec, f) / 60,
+                      "pool_utilisation_pct": f.pool_utilisation_pct, "allocation_rate_pct": f.allocation_rate_pct,
+                      "idle_gpu_hours": f.idle_gpu_hours, "share_of_full_effect": found.share_of_full[n],
+                      "sufficient": found.enough[n], "replay_seconds": f.seconds})
+    smallest = found.smallest
+    return {"unit": "nodes" if rec.kind == "add_nodes" else "quota GPUs", "advised": found.advised,
+            "smallest_sufficient": smallest,
+            "smallest_change": None if smallest is None else sizes[smallest].describe(),
+            "decided_by": f"wait_p95_{model}_min", "rule": dict(rules["smallest_change"]), "curve": curve,
+            "replays": len(curve), "replay_seconds": sum(p["replay_seconds"] for p in curve)}
+
+
+def smallest_change(home: Path | str, rec: Recommendation, sizes: Mapping[int, Change], *, month: str,
+                    rules: dict, on_step: Callable[[str], None] = lambda _m: None) -> Recommendation:
+    """The advice with its what-if (the advised change against the baseline, as `whatif` reports it) and the
+    search for the smallest sufficient change, on the month's demand read once from the warehouse."""
+    from pipelines.capacity.demand import load_demand
+    from pipelines.capacity.replay import WhatIfResult, observed
+    from pipelines.warehouse import Warehouse
+
+    con = Warehouse(Path(home)).connect(read_only=True)
+    try:
+        on_step("reading the month's demand from the warehouse")
+        demand = load_demand(con, month)
+        seen = observed(con, demand.start, demand.days)
+    finally:
+        con.close()
+    on_step(f"{len(demand.workload.jobs):,} jobs from {demand.start:%Y-%m-%d}, {demand.days} days; searching the "
+            f"smallest sufficient change up to {sizes[max(sizes)].describe()}, idle-reclaim policies "
+            f"{'on' if demand.governed else 'off'}")
+    began = time.monotonic()
+    found = search(demand, rec, sizes, rules, policies=demand.governed, on_step=on_step)
+    advised = found.advised
+    result = WhatIfResult(demand.start.date(), demand.days, sizes[advised], demand.governed, seen, found.figures[0],
+                          found.figures[advised], demand.notes)
+    summary = search_summary(rec, found, sizes, rules)
+    on_step(f"smallest sufficient change: {summary['smallest_change'] or 'none (the advised change is not enough)'}; "
+            f"{summary['replays']} replays in {time.monotonic() - began:.0f} s")
+    return with_whatif(rec, {**whatif_summary(rec, result), "smallest_change": summary["smallest_change"],
+                             "search": summary})

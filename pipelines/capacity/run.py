@@ -1,13 +1,22 @@
 """One month's recommendations end to end: read the views (read-only, one published release, which is
-pinned and recorded with the advice), replay the top ones, write the governance table (the warehouse's
-writer). Shared by the Dagster asset and `gpupool recommend`."""
+pinned and recorded with the advice), replay the top ones (searching the smallest sufficient change of
+those that add nodes or move quota), write the governance table (the warehouse's writer). Shared by the
+Dagster asset and `gpupool recommend`."""
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pipelines.capacity.recommend import load_rules, recommend, whatif_change, whatif_summary, with_whatif
+from pipelines.capacity.recommend import (
+    load_rules,
+    recommend,
+    smallest_change,
+    whatif_change,
+    whatif_sizes,
+    whatif_summary,
+    with_whatif,
+)
 from pipelines.capacity.store import Recommendation, write_month
 from pipelines.lake import release_read
 from pipelines.warehouse import Warehouse
@@ -34,6 +43,7 @@ def recommend_month(wh: Warehouse, month: dt.date, *, whatif_top: int = 1,
         wh.pin_release(release_id, f"recommendation {month:%Y-%m}")
         found = recommend(con, month, rules)
         changes = [whatif_change(con, rec) for rec in found]
+        sizes = [whatif_sizes(con, rec) for rec in found]
     on_step(f"{len(found)} recommendations for {month:%Y-%m} from release {release_id}")
     replayed = 0
     for i, (rec, change) in enumerate(zip(found, changes, strict=True)):
@@ -42,8 +52,11 @@ def recommend_month(wh: Warehouse, month: dt.date, *, whatif_top: int = 1,
         if change is None:
             continue
         on_step(f"what-if for #{i + 1}: {change.describe()}")
-        result = whatif(wh.home, change, month=f"{month:%Y-%m}", on_step=on_step)
-        found[i] = with_whatif(rec, whatif_summary(rec, result))
+        if sizes[i]:
+            found[i] = smallest_change(wh.home, rec, sizes[i], month=f"{month:%Y-%m}", rules=rules, on_step=on_step)
+        else:
+            result = whatif(wh.home, change, month=f"{month:%Y-%m}", on_step=on_step)
+            found[i] = with_whatif(rec, whatif_summary(rec, result))
         replayed += 1
     with wh.writer() as con:
         write_month(con, month, found, rules["version"], dt.datetime.now(dt.UTC).replace(tzinfo=None),

@@ -62,10 +62,13 @@ def whatif(home: Path | None, month: str | None, days: int | None, add_nodes: tu
 @HOME_OPTION
 @click.option("--month", default=None, help="Month of data, YYYY-MM (default: the last month loaded).")
 @click.option("--whatif-top", default=1, show_default=True,
-              help="Test this many of the top recommendations with the what-if replay (0: none; ~2 min each).")
+              help="Test this many of the top recommendations with the what-if replay (0: none); for advice "
+                   "that adds nodes or moves quota, search the smallest sufficient change (a few replays, "
+                   "side by side: ~2 min each with the policies on).")
 def recommend(home: Path | None, month: str | None, whatif_top: int) -> None:
     """Capacity recommendations for a month, from the metric views, with their evidence and confidence;
-    the top ones replayed through the allocator with the change. Written to
+    the top ones replayed through the allocator with the change, and the smallest sufficient change
+    searched for those that add nodes or move quota (the curve explored is printed). Written to
     governance.capacity_recommendations and listed by metrics.capacity_recommendations (docs/capacity.md)."""
     from pipelines.capacity.run import recommend_month
 
@@ -95,5 +98,25 @@ def recommend(home: Path | None, month: str | None, whatif_top: int) -> None:
                        f"{w[key]['baseline']:,.0f} -> {w[key]['changed']:,.0f} min, pool utilisation "
                        f"{w['pool_utilisation_pct']['baseline']:.1f}% -> {w['pool_utilisation_pct']['changed']:.1f}%, "
                        f"{'confirms' if w['confirms'] else 'does not confirm'} the advice")
+        if rec.whatif and rec.whatif.get("search"):
+            for line in curve_lines(rec.whatif["search"], rec.gpu_model or "pool"):
+                click.echo(f"     {line}")
     click.echo("\nStored in governance.capacity_recommendations; "
                "`gpupool sql \"select * from metrics.capacity_recommendations\"`.")
+
+
+def curve_lines(search: dict, model: str) -> list[str]:
+    """The smallest sufficient change and the curve the search explored, as text lines."""
+    rule = search["rule"]
+    found = search["smallest_change"] or "none: the advised change itself is not sufficient"
+    head = (f"smallest sufficient change: {found} (sufficient: {model} wait p95 at most "
+            f"{rule['target_wait_p95_minutes']:g} min, or at least {rule['min_share_of_full_effect']:.0%} of the cut "
+            f"of the advised +{search['advised']} {search['unit']}; {search['replays']} replays, {search['replay_seconds']:,.0f} s of replay)")
+    rows = [(search["unit"], f"{model} wait p95", "wait p95", "pool utilisation", "share of cut", "sufficient")]
+    for p in search["curve"]:
+        rows.append(("0 (baseline)" if p["size"] == 0 else f"+{p['size']}", f"{p[search['decided_by']]:,.0f} min",
+                     f"{p['wait_p95_min']:,.0f} min", f"{p['pool_utilisation_pct']:.1f}%",
+                     f"{p['share_of_full_effect']:.0%}", "yes" if p["sufficient"] else "no"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    table = ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return [head, *table]

@@ -2,8 +2,12 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 import shutil
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
@@ -42,26 +46,33 @@ def demo(home: Path | None, days: int, gpus: int | None, start: str, seed: int, 
     wh = warehouse(home)
     first = partition_day(start, "--start")  # the simulated days are ingested into the daily partitions
     partition_day((first + dt.timedelta(days=max(days, 1) - 1)).isoformat(), "--start/--days")
+    meter = PhaseMeter()
     began = time.monotonic()
     with step_errors(wh, verbose):
-        _demo_month(wh, days, gpus, seed, first, policies)
+        _demo_month(wh, days, gpus, seed, first, policies, meter)
     click.echo(f"\nDone in {time.monotonic() - began:.0f} s. Warehouse: {wh.db_path}\n")
-    print_summary(wh)
+    with meter.phase("summary"):
+        print_summary(wh)
     if baseline and policies:
         off = Warehouse(wh.home / "baseline")
         click.echo("")
         step("the same month with the idle-reclaim policies off, for comparison")
         with step_errors(off, verbose):
-            _demo_month(off, days, gpus, seed, first, False)
+            _demo_month(off, days, gpus, seed, first, False, meter, "baseline ")
         click.echo("")
-        print_policy_comparison(wh, off)
+        with meter.phase("comparison"):
+            print_policy_comparison(wh, off)
+    click.echo("")
+    click.echo(meter.table(time.monotonic() - began))
     click.echo(
         "\nNext: `gpupool sql \"select * from metrics.pool_daily\"`, or `dagster dev` to see the assets."
     )
 
 
-def _demo_month(wh: Warehouse, days: int, gpus: int | None, seed: int, first: dt.date, policies: bool) -> None:
-    """Simulate (policies acting or not), ingest every landed source, build the models."""
+def _demo_month(wh: Warehouse, days: int, gpus: int | None, seed: int, first: dt.date, policies: bool,
+                meter: PhaseMeter, label: str = "") -> None:
+    """Simulate (policies acting or not), ingest every landed source, build the models; each a phase of
+    `meter`, named with `label` in front."""
     from allocator.sim.simulator import simulate as run_simulation
     from pipelines import runner
     from pipelines.governance.simulated import SimulatedGovernance
@@ -74,7 +85,7 @@ def _demo_month(wh: Warehouse, days: int, gpus: int | None, seed: int, first: dt
     if not policies:  # a landing zone reused from a run with policies must not keep its decisions
         shutil.rmtree(wh.landing / "governance_actions", ignore_errors=True)
         (wh.landing / "governance_actions").mkdir(parents=True, exist_ok=True)
-    with day_progress("simulating days", days) as progress:
+    with meter.phase(f"{label}simulate"), day_progress("simulating days", days) as progress:
         report = run_simulation(wh.landing, days=days, gpus=gpus, seed=seed, start=first, on_progress=progress,
                                 governance=governance)
     click.echo(f"    {report.gpus} GPUs, {report.jobs_submitted:,} jobs, {report.events:,} events, "
@@ -83,7 +94,8 @@ def _demo_month(wh: Warehouse, days: int, gpus: int | None, seed: int, first: dt
         click.echo(f"    policies looked {governance.checks:,} times; decisions: "
                    + ", ".join(f"{n:,} {k}" for k, n in sorted(governance.decisions.items())))
     sources = [name for name in SOURCES if (wh.landing / name).is_dir()]
-    outcomes = runner.ingest_days(wh, sources, first, last, on_step=step)
+    with meter.phase(f"{label}ingest"):
+        outcomes = runner.ingest_days(wh, sources, first, last, on_step=step)
     for o in outcomes:
         m = o.metadata
         flag = click.style(f"  checks failed: {', '.join(o.checks_failed)}", fg="red") if o.checks_failed else ""
@@ -91,7 +103,115 @@ def _demo_month(wh: Warehouse, days: int, gpus: int | None, seed: int, first: dt
             f"    {o.asset}: {m.get('records_read', 0):,} read, {m.get('records_loaded', 0):,} loaded, "
             f"{m.get('records_quarantined', 0):,} quarantined{flag}"
         )
-    runner.build_models(wh, full_refresh=True, on_step=step)
+    with meter.phase(f"{label}build"):
+        runner.build_models(wh, full_refresh=True, on_step=step)
+
+
+# --- time and peak memory of each phase -----------------------------------------------------------
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+class PhaseMeter:
+    """Wall time and peak memory of each phase of a command.
+
+    Peak memory is the largest resident set (RSS) of this process and its live child processes
+    together during the phase: this process's own kernel high-water mark (VmHWM, reset at the start
+    of each phase through /proc/self/clear_refs, so it is exact) or, where child processes run, the
+    sum sampled every `interval_s` by a background thread, whichever is larger. A sum over processes
+    counts the pages they share once per process, so with children it errs high. Without /proc (not
+    Linux) the figure is unknown and the table says so; `resource.getrusage`'s ru_maxrss cannot stand
+    in: it is a high-water mark over the whole life of the process."""
+
+    def __init__(self, interval_s: float = 0.25):
+        self.interval_s = interval_s
+        self.rows: list[tuple[str, float, int | None]] = []  # phase, wall s, peak bytes
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        exact = _reset_peak()
+        peak = [_tree_rss()]
+        stop = threading.Event()
+
+        def sample() -> None:
+            while not stop.wait(self.interval_s):
+                now = _tree_rss()
+                if now is not None:
+                    peak[0] = max(peak[0] or 0, now)
+
+        sampler = threading.Thread(target=sample, name=f"peak memory of {name}", daemon=True)
+        sampler.start()
+        began = time.monotonic()
+        try:
+            yield
+        finally:
+            stop.set()
+            sampler.join()
+        own = _own_peak() if exact else None
+        figures = [b for b in (peak[0], own, _tree_rss()) if b is not None]
+        self.rows.append((name, time.monotonic() - began, max(figures) if figures else None))
+
+    def table(self, total_s: float) -> str:
+        """phase | wall | peak memory, one line each, and the whole run (its peak: the largest phase's)."""
+        peaks = [p for _, _, p in self.rows if p is not None]
+        rows = [*self.rows, ("total", total_s, max(peaks) if peaks else None)]
+        width = max(len(name) for name, _, _ in rows)
+        lines = ["Time and peak memory (this process and its children) of each phase:",
+                 f"  {'phase':<{width}}  {'wall':>9}  {'peak memory':>11}"]
+        for name, wall, peak in rows:
+            memory = "unknown" if peak is None else f"{peak / 2**20:,.0f} MiB"
+            lines.append(f"  {name:<{width}}  {wall:>7.1f} s  {memory:>11}")
+        return "\n".join(lines)
+
+
+def _reset_peak() -> bool:
+    """Reset this process's RSS high-water mark (Linux); False where that is not possible."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+def _own_peak() -> int | None:
+    """This process's RSS high-water mark since the last reset, bytes (VmHWM)."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        return None
+    for line in status.splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return None
+
+
+def _tree_rss() -> int | None:
+    """RSS of this process and all its descendants now, bytes; None without /proc. One pass over
+    /proc/<pid>/stat (the parent and the RSS are both there): cheap enough to run every fraction of a
+    second even where /proc/<pid>/task/<tid>/children is not compiled in."""
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return None
+    rss: dict[int, int] = {}
+    children: dict[int, list[int]] = {}
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rpartition(b")")[2].split()
+        except OSError:  # it ended while we looked
+            continue
+        pid = int(name)
+        rss[pid] = int(fields[21]) * _PAGE
+        children.setdefault(int(fields[1]), []).append(pid)
+    total, todo = 0, [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        total += rss.get(pid, 0)
+        todo.extend(children.get(pid, ()))
+    return total
 
 
 @click.command()

@@ -7,116 +7,332 @@ waiting for a model build would make a reclaim minutes late, so the tick reads t
 DCGM_FI_PROF_GR_ENGINE_ACTIVE, else DCGM_FI_DEV_GPU_UTIL / 100, clipped to 0..1; framebuffer use is
 the minute's maximum; a MIG allocation reads its instance's series, whole and time-sliced ones the
 GPU's. tests/governance/test_live_inputs.py checks both give the same minutes.
+
+The tick runs every minute over a lookback of two hours or more, and only the last minute's rounds
+are new, so the minutes are kept rather than recomputed (`recent_gpu_minutes`). The round files
+(`scrape-<HHMMSS>-<round id>.parquet`) are grouped by the minute their name gives; each group is
+summarised once into per-GPU-minute partial aggregates (sums and counts of the two activity
+metrics, the framebuffer maximum, the first and last sample time), which combine exactly with those
+of other groups. A summary is kept in memory and on disk next to the rounds, in the day folder's
+hidden `.live_minutes/` (no ingest reads hidden entries), named by the group's minute and a
+fingerprint of its files' names, sizes and modification times: a restarted process reads it back,
+a round added to or rewritten in the group gives another fingerprint and a new summary, and a
+deleted summary is rebuilt. A group whose samples straddle the window's edge is summarised from its
+rounds with the window applied, never kept, so the minutes equal those of every sample read afresh.
 """
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import logging
+import os
+import re
+import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
 
+log = logging.getLogger(__name__)
+
 ACTIVITY_METRICS = ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED")
+GR, UTIL, FB = ACTIVITY_METRICS
 SCRAPE_SOURCE = "dcgm_parquet"
+SUMMARY_FOLDER = ".live_minutes"
+ROUND_NAME = re.compile(r"scrape-(\d{2})(\d{2})\d{2}-.+\.parquet")
+# Samples that carry their own timestamp may be a little older than the round that landed them:
+# rounds named up to this much outside the window are read too (and filtered on sampled_at).
+ROUND_NAME_MARGIN = dt.timedelta(minutes=5)
+SAMPLE_SCHEMA = {"sampled_at": pl.Datetime("us"), "host": pl.String, "gpu": pl.Int64,
+                 "gpu_instance_id": pl.Int64, "metric": pl.String, "value": pl.Float64}
+SERIES = ("host", "gpu", "gpu_instance_id")
 
 
-def recent_samples(landing: Path, now: dt.datetime, lookback: dt.timedelta) -> pl.DataFrame:
-    """Samples in [now - lookback, now) from the day folders of the scrape landing zone."""
-    since = now - lookback
-    days = sorted({since.date(), now.date()})
-    files = [p for d in days for p in sorted((Path(landing) / SCRAPE_SOURCE / d.isoformat()).glob("*.parquet"))]
-    columns = ["sampled_at", "host", "gpu", "gpu_instance_id", "metric", "value"]
+def read_rounds(files: list[Path]) -> pl.LazyFrame:
+    """The activity samples of scrape round files, in SAMPLE_SCHEMA."""
     if not files:
-        return pl.DataFrame(schema={"sampled_at": pl.Datetime("us"), "host": pl.String, "gpu": pl.Int64,
-                                    "gpu_instance_id": pl.Int64, "metric": pl.String, "value": pl.Float64})
+        return pl.LazyFrame(schema=SAMPLE_SCHEMA)
     return (
         pl.scan_parquet(files, missing_columns="insert", extra_columns="ignore")
-        .select(columns)
-        .filter(pl.col("metric").is_in(ACTIVITY_METRICS), pl.col("sampled_at") >= since, pl.col("sampled_at") < now)
-        .with_columns(pl.col("sampled_at").cast(pl.Datetime("us")), pl.col("gpu").cast(pl.Int64),
-                      pl.col("gpu_instance_id").cast(pl.Int64), pl.col("value").cast(pl.Float64),
-                      pl.col("host").cast(pl.String), pl.col("metric").cast(pl.String))
+        .select(list(SAMPLE_SCHEMA))
+        .cast(SAMPLE_SCHEMA)
+        .filter(pl.col("metric").is_in(ACTIVITY_METRICS))
+    )
+
+
+def minute_partials(samples: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
+    """Per (host, gpu, gpu_instance_id, minute_at): the partial aggregates that combine exactly
+    (`combine_partials`) into a minute's values, whatever split of its samples each one saw."""
+    value = pl.col("value")
+    return (
+        samples.lazy()
+        .with_columns(pl.col("sampled_at").dt.truncate("1m").alias("minute_at"))
+        .group_by(*SERIES, "minute_at")
+        .agg(
+            value.filter(pl.col("metric") == GR).sum().alias("gr_sum"),
+            value.filter(pl.col("metric") == GR).count().alias("gr_n"),
+            value.filter(pl.col("metric") == UTIL).sum().alias("util_sum"),
+            value.filter(pl.col("metric") == UTIL).count().alias("util_n"),
+            value.filter(pl.col("metric") == FB).max().alias("fb_used_mib"),
+            pl.col("sampled_at").min().alias("first_sampled_at"),
+            pl.col("sampled_at").max().alias("last_sampled_at"),
+        )
+    )
+
+
+def combine_partials(partials: pl.LazyFrame) -> pl.LazyFrame:
+    """Partials of the same series and minute (from different groups of rounds) as one row."""
+    return partials.group_by(*SERIES, "minute_at").agg(
+        pl.col("gr_sum", "gr_n", "util_sum", "util_n").sum(),
+        pl.col("fb_used_mib").max(),
+        pl.col("first_sampled_at").min(),
+        pl.col("last_sampled_at").max(),
+    )
+
+
+def minutes_of_partials(partials: pl.LazyFrame) -> pl.DataFrame:
+    """The per-GPU minutes (see `gpu_minutes`) of partials with one row per series and minute."""
+    gr = pl.when(pl.col("gr_n") > 0).then(pl.col("gr_sum") / pl.col("gr_n"))
+    util = pl.when(pl.col("util_n") > 0).then(pl.col("util_sum") / pl.col("util_n") / 100.0)
+    return (
+        partials.select(
+            *SERIES, "minute_at", "first_sampled_at", "last_sampled_at",
+            pl.coalesce(gr, util).clip(0.0, 1.0).alias("activity"),
+            "fb_used_mib",
+        )
+        .filter(pl.col("activity").is_not_null())
         .collect()
     )
 
 
 def gpu_minutes(samples: pl.DataFrame) -> pl.DataFrame:
     """One row per (host, gpu, gpu_instance_id, minute_at): activity 0..1, fb_used_mib and when the
-    minute's first and last samples were taken."""
-    per_minute = (
-        samples.with_columns(pl.col("sampled_at").dt.truncate("1m").alias("minute_at"))
-        .group_by("host", "gpu", "gpu_instance_id", "minute_at")
-        .agg(
-            pl.col("value").filter(pl.col("metric") == "DCGM_FI_PROF_GR_ENGINE_ACTIVE").mean().alias("gr"),
-            pl.col("value").filter(pl.col("metric") == "DCGM_FI_DEV_GPU_UTIL").mean().alias("util"),
-            pl.col("value").filter(pl.col("metric") == "DCGM_FI_DEV_FB_USED").max().alias("fb_used_mib"),
-            pl.col("sampled_at").min().alias("first_sampled_at"),
-            pl.col("sampled_at").max().alias("last_sampled_at"),
-        )
-    )
-    return per_minute.select(
-        "host", "gpu", "gpu_instance_id", "minute_at", "first_sampled_at", "last_sampled_at",
-        pl.coalesce("gr", pl.col("util") / 100.0).clip(0.0, 1.0).alias("activity"),
-        "fb_used_mib",
-    ).filter(pl.col("activity").is_not_null())
+    minute's first and last samples were taken; computed from every sample given."""
+    return minutes_of_partials(minute_partials(samples))
+
+
+@dataclass(frozen=True)
+class _Group:
+    """The round files of one day folder whose names give the same minute (None: no time in the name)."""
+
+    folder: Path
+    minute: dt.datetime | None
+    files: tuple[Path, ...]
+    fingerprint: str
+
+    @property
+    def summary_path(self) -> Path:
+        label = "unnamed" if self.minute is None else f"{self.minute:%H%M}"
+        return self.folder / SUMMARY_FOLDER / f"{label}-{self.fingerprint}.parquet"
+
+
+@dataclass(frozen=True)
+class _Kept:
+    partials: pl.DataFrame
+    first_at: dt.datetime | None  # the group's first and last sample
+    last_at: dt.datetime | None
+    one_minute: bool  # every sample in the group's own minute: no other group shares its minutes
+
+
+# summary path -> its partials; a path names its files' fingerprint, so an entry never goes stale
+_KEPT: dict[Path, _Kept] = {}
+
+
+def _round_groups(landing: Path, since: dt.datetime, now: dt.datetime) -> list[_Group]:
+    """The groups of round files that may hold samples of [since, now), chosen by their names
+    (a directory listing, nothing read); files named otherwise are one group per day."""
+    earliest = since - ROUND_NAME_MARGIN
+    groups = []
+    for day in sorted({since.date(), now.date()}):
+        folder = Path(landing) / SCRAPE_SOURCE / day.isoformat()
+        if not folder.is_dir():
+            continue
+        by_minute: dict[dt.datetime | None, list[os.DirEntry]] = {}
+        with os.scandir(folder) as entries:
+            for entry in entries:  # names only: a day holds up to 5,760 rounds
+                if entry.name.startswith(".") or not entry.name.endswith(".parquet") or not entry.is_file():
+                    continue
+                named = ROUND_NAME.fullmatch(entry.name)
+                minute = None if named is None else dt.datetime.combine(
+                    day, dt.time(int(named[1]), int(named[2])))
+                if minute is None or earliest - dt.timedelta(minutes=1) < minute <= now + ROUND_NAME_MARGIN:
+                    by_minute.setdefault(minute, []).append(entry)
+        for minute, found in by_minute.items():
+            found.sort(key=lambda e: e.name)
+            stats = [(e.name, e.stat()) for e in found]
+            fingerprint = hashlib.sha1(
+                "\n".join(f"{n} {s.st_size} {s.st_mtime_ns}" for n, s in stats).encode()).hexdigest()[:16]
+            groups.append(_Group(folder, minute, tuple(folder / n for n, _ in stats), fingerprint))
+    return groups
+
+
+def _summarise(group: _Group) -> _Kept:
+    """The group's kept partials: from memory, else from its summary file, else from its rounds
+    (then written for the next process)."""
+    path = group.summary_path
+    kept = _KEPT.get(path)
+    if kept is not None:
+        return kept
+    try:
+        partials = pl.read_parquet(path)
+    except FileNotFoundError:
+        partials = minute_partials(read_rounds(list(group.files))).collect()
+        _write_summary(path, partials)
+    minutes = partials["minute_at"]
+    kept = _Kept(partials.with_columns(pl.col("host").cast(pl.Categorical)), partials["first_sampled_at"].min(), partials["last_sampled_at"].max(),
+                 group.minute is not None and bool((minutes == group.minute).all()))
+    _KEPT[path] = kept
+    return kept
+
+
+def _write_summary(path: Path, partials: pl.DataFrame) -> None:
+    """Write atomically (two ticks may summarise the same group) and remove the group's older
+    summaries; a landing zone that cannot be written only costs the next process a recomputation."""
+    try:
+        path.parent.mkdir(exist_ok=True)
+        temp = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
+        partials.write_parquet(temp, compression="lz4", statistics=False)
+        os.replace(temp, path)
+        label = path.name.rsplit("-", 1)[0]
+        for older in path.parent.glob(f"{label}-*.parquet"):
+            if older != path:
+                older.unlink(missing_ok=True)
+    except OSError as exc:
+        log.warning("could not keep the minute summary %s (%s): it is recomputed by the next process", path, exc)
+
+
+def recent_gpu_minutes(landing: Path, now: dt.datetime, lookback: dt.timedelta) -> pl.DataFrame:
+    """`gpu_minutes` of the samples in [now - lookback, now) of the scrape landing zone, from the
+    kept summaries of the rounds (see the module docstring); `host` is Categorical, so that joining
+    the minutes to the allocations compares integers rather than strings."""
+    since = now - lookback
+    parts, one_minute, used = [], True, set()
+    for group in sorted(_round_groups(landing, since, now), key=lambda g: (g.minute is None, g.minute or since)):
+        kept = _summarise(group)
+        used.add(group.summary_path)
+        if kept.first_at is None or kept.last_at < since or kept.first_at >= now:
+            continue
+        if since <= kept.first_at and kept.last_at < now:
+            parts.append(kept.partials)
+            one_minute &= kept.one_minute
+        else:  # at the window's edge: only its samples inside the window count
+            parts.append(minute_partials(read_rounds(list(group.files)).filter(
+                pl.col("sampled_at") >= since, pl.col("sampled_at") < now)).collect()
+                .with_columns(pl.col("host").cast(pl.Categorical)))
+            one_minute &= kept.one_minute  # a part of the group's samples: within its minutes too
+    for path in set(_KEPT) - used:  # memory holds the current window's summaries only
+        del _KEPT[path]
+    partials = pl.concat(parts).lazy() if parts else minute_partials(pl.LazyFrame(schema=SAMPLE_SCHEMA))
+    return minutes_of_partials(partials if one_minute else combine_partials(partials))
+
+
+ALLOCATION_COLUMNS = {
+    "allocation_id": pl.String, "source": pl.String, "job_id": pl.String, "attempt": pl.Int64,
+    "tenant": pl.String, "queue": pl.String, "template": pl.String, "user_name": pl.String,
+    "host": pl.String, "gpu": pl.Int64, "gpu_instance_id": pl.Int64, "gpu_instance_profile": pl.String,
+    "share_mode": pl.String, "gpu_model": pl.String, "fraction": pl.Float64,
+    "started_at": pl.Datetime("us"), "ended_at": pl.Datetime("us"), "is_running": pl.Boolean,
+    "expected_runtime_s": pl.Int64, "max_runtime_s": pl.Int64, "idle_reminder_s": pl.Int64,
+    "checkpoint_policy": pl.String, "min_replicas": pl.Int64, "rollback": pl.String,
+    "reservation": pl.String, "queue_low_priority": pl.Boolean,
+}
+_SPEC_FIELDS = {"template": pl.String, "share_mode": pl.String, "gpu_model": pl.String,
+                "expected_runtime_s": pl.Int64, "idle_reminder_s": pl.Int64, "checkpoint_policy": pl.String,
+                "min_replicas": pl.Int64, "rollback": pl.String, "reservation": pl.String}
+_JOB_SCHEMA = {
+    "job_id": pl.String, "attempt": pl.Int64, "tenant": pl.String, "queue": pl.String, "user": pl.String,
+    "state": pl.String, "started_at": pl.String, "ended_at": pl.String,
+    "gpus": pl.List(pl.Struct({"host": pl.String, "gpu": pl.Int64, "gpu_instance_id": pl.Int64,
+                               "gpu_instance_profile": pl.String, "fraction": pl.Float64})),
+    "spec": pl.Struct(_SPEC_FIELDS),
+}
 
 
 def _ts(value: str | None) -> dt.datetime | None:
     return None if value is None else dt.datetime.fromisoformat(value.rstrip("Z")).replace(tzinfo=None)
 
 
+def _timestamps(column: pl.Series) -> pl.Series:
+    """The API's RFC 3339 times as naive UTC, parsed at once; the rare value in another ISO form
+    (an offset) is parsed as `_ts` does."""
+    parsed = column.str.strip_suffix("Z").str.to_datetime("%Y-%m-%dT%H:%M:%S%.f", time_unit="us", strict=False)
+    missed = parsed.is_null() & column.is_not_null()
+    if missed.any():
+        parsed = parsed.scatter(missed.arg_true(), pl.Series([_ts(v) for v in column.filter(missed)],
+                                                               dtype=pl.Datetime("us")))
+    return parsed
+
+
 def allocations_from_jobs(jobs: list[dict], queues: dict[str, dict] | None = None,
                           source: str = "allocator") -> pl.DataFrame:
     """The allocations frame (pipelines.policies.inputs.ALLOCATION_SCHEMA) of running jobs as the
     allocator's API lists them (`job_view`: GET /v1/jobs?state=RUNNING); `queues` by name as
-    GET /v1/queues gives them (max_runtime_s, low_priority). One row per placed GPU, slice or share."""
-    queues = queues or {}
-    rows = []
-    for job in jobs:
-        spec = job.get("spec") or {}
-        queue = queues.get(job["queue"], {})
-        for gpu in job.get("gpus") or []:
-            instance = gpu.get("gpu_instance_id")
-            rows.append({
-                "allocation_id": f"{source}:{job['job_id']}:{job['attempt']}:{gpu['host']}/{gpu['gpu']}"
-                                 + ("" if instance is None else f"/{instance}"),
-                "source": source, "job_id": job["job_id"], "attempt": job["attempt"], "tenant": job["tenant"],
-                "queue": job["queue"], "template": spec.get("template"), "user_name": job.get("user"),
-                "host": gpu["host"], "gpu": gpu["gpu"], "gpu_instance_id": instance,
-                "gpu_instance_profile": gpu.get("gpu_instance_profile"), "share_mode": spec.get("share_mode"),
-                "gpu_model": spec.get("gpu_model"), "fraction": gpu.get("fraction", 1.0),
-                "started_at": _ts(job.get("started_at")), "ended_at": _ts(job.get("ended_at")),
-                "is_running": job.get("state") == "RUNNING",
-                "expected_runtime_s": spec.get("expected_runtime_s"), "max_runtime_s": queue.get("max_runtime_s"),
-                "idle_reminder_s": spec.get("idle_reminder_s"), "checkpoint_policy": spec.get("checkpoint_policy"),
-                "min_replicas": spec.get("min_replicas"), "rollback": spec.get("rollback"),
-                "reservation": spec.get("reservation"), "queue_low_priority": queue.get("low_priority"),
-            })
-    schema = {"allocation_id": pl.String, "source": pl.String, "job_id": pl.String, "attempt": pl.Int64,
-              "tenant": pl.String, "queue": pl.String, "template": pl.String, "user_name": pl.String,
-              "host": pl.String, "gpu": pl.Int64, "gpu_instance_id": pl.Int64, "gpu_instance_profile": pl.String,
-              "share_mode": pl.String, "gpu_model": pl.String, "fraction": pl.Float64,
-              "started_at": pl.Datetime("us"), "ended_at": pl.Datetime("us"), "is_running": pl.Boolean,
-              "expected_runtime_s": pl.Int64, "max_runtime_s": pl.Int64, "idle_reminder_s": pl.Int64,
-              "checkpoint_policy": pl.String, "min_replicas": pl.Int64, "rollback": pl.String,
-              "reservation": pl.String, "queue_low_priority": pl.Boolean}
-    return pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
+    GET /v1/queues gives them (max_runtime_s, low_priority). One row per placed GPU, slice or share,
+    in the jobs' order; built by Polars from the API's records, not row by row."""
+    if not jobs:
+        return pl.DataFrame(schema=ALLOCATION_COLUMNS)
+    queue_frame = pl.DataFrame(
+        [(name, q.get("max_runtime_s"), q.get("low_priority")) for name, q in (queues or {}).items()],
+        schema={"queue": pl.String, "max_runtime_s": pl.Int64, "queue_low_priority": pl.Boolean}, orient="row")
+    frame = (
+        pl.from_dicts(jobs, schema=_JOB_SCHEMA)
+        .explode("gpus", empty_as_null=False)
+        .drop_nulls("gpus")
+        .unnest("gpus")
+        .unnest("spec")
+        .join(queue_frame, on="queue", how="left", maintain_order="left")
+    )
+    instance = pl.col("gpu_instance_id")
+    return frame.with_columns(
+        started_at=_timestamps(frame["started_at"]),
+        ended_at=_timestamps(frame["ended_at"]),
+    ).select(
+        pl.concat_str(pl.lit(f"{source}:"), "job_id", pl.lit(":"), pl.col("attempt").cast(pl.String), pl.lit(":"),
+                      "host", pl.lit("/"), pl.col("gpu").cast(pl.String),
+                      pl.when(instance.is_not_null()).then(pl.lit("/") + instance.cast(pl.String)).otherwise(pl.lit("")),
+                      ).alias("allocation_id"),
+        pl.lit(source).alias("source"), "job_id", "attempt", "tenant", "queue", "template",
+        pl.col("user").alias("user_name"), "host", "gpu", "gpu_instance_id", "gpu_instance_profile", "share_mode",
+        "gpu_model", pl.col("fraction").fill_null(1.0), "started_at", "ended_at",
+        (pl.col("state") == "RUNNING").fill_null(False).alias("is_running"),
+        "expected_runtime_s", "max_runtime_s", "idle_reminder_s", "checkpoint_policy", "min_replicas",
+        "rollback", "reservation", "queue_low_priority",
+    ).cast(ALLOCATION_COLUMNS)
+
+
+def _series_key(host: str, gpu: str, instance: str) -> pl.Expr:
+    """One integer per (host, gpu, gpu_instance_id): the host's Categorical code, the GPU index and
+    the instance (+1, 0 for none) packed in 64 bits, so that a join hashes one integer per row.
+    GPU indexes and instance ids beyond 16 bits (none in practice) get no key and match nothing."""
+    code = pl.col(host).cast(pl.Categorical).to_physical().cast(pl.UInt64)
+    slot = pl.col(instance).fill_null(-1) + 1
+    return (
+        pl.when(pl.col(gpu).is_between(0, 0xFFFF) & slot.is_between(0, 0xFFFF))
+        .then(code * 2**32 + pl.col(gpu).cast(pl.UInt64) * 2**16 + slot.cast(pl.UInt64))
+        .alias("series")
+    )
 
 
 def allocation_minutes(allocations: pl.DataFrame, minutes: pl.DataFrame) -> pl.DataFrame:
     """The minutes frame (MINUTE_SCHEMA): each allocation's GPU minutes whose samples were all taken
     at or after its start (and before its end, when it ended), as marts.fct_allocation_activity. A
-    MIG allocation reads its instance's series; whole GPUs and time-sliced shares the GPU's."""
-    keyed = allocations.select(
-        "allocation_id", "host", "gpu", "started_at", "ended_at",
-        pl.when(pl.col("share_mode") == "mig").then(pl.col("gpu_instance_id")).alias("series_instance"),
+    MIG allocation reads its instance's series; whole GPUs and time-sliced shares the GPU's. Sorted
+    by allocation_id and minute_at, through integers: each allocation's rank by id, and the minute."""
+    keyed = (
+        allocations.sort("allocation_id").with_row_index("rank")
+        .with_columns(pl.when(pl.col("share_mode") == "mig").then(pl.col("gpu_instance_id")).alias("series_instance"))
+        .select("rank", "allocation_id", "started_at", "ended_at", _series_key("host", "gpu", "series_instance"))
+        .drop_nulls("series")
     )
+    minute = pl.col("minute_at").dt.epoch("s") // 60
     return (
-        keyed.join(minutes, left_on=["host", "gpu", "series_instance"],
-                   right_on=["host", "gpu", "gpu_instance_id"], nulls_equal=True)
+        minutes.lazy().with_columns(_series_key("host", "gpu", "gpu_instance_id"))
+        .join(keyed.lazy(), on="series")
         .filter(
             (pl.col("first_sampled_at") >= pl.col("started_at"))
             & (pl.col("ended_at").is_null() | (pl.col("last_sampled_at") < pl.col("ended_at")))
         )
+        .sort(pl.col("rank").cast(pl.Int64) * 2**32 + (minute - minute.min()))
         .select("allocation_id", "minute_at", "activity", "fb_used_mib")
-        .sort("allocation_id", "minute_at")
+        .collect()
     )

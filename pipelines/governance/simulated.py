@@ -9,7 +9,8 @@ outbox and its decision log — with two differences that keep a month fast and 
   and asks to be called back when a live policy's threshold could first be crossed, one telemetry
   minute later (the sensor sees a minute once it is over). Work that keeps its GPUs busy is never
   idle for a window, so it is never looked at. After a decision it comes back when the next step is
-  due.
+  due. The looks due at the same minute are one tick: one `evaluate` over all their attempts, then
+  each attempt is planned and recorded in turn, as separate looks would be.
 - Its telemetry is the simulator's own (`SimulatedPool.minutes`), the values the day's Parquet
   file will hold, and actions go to the engine in process (`EngineEnforcer`). A share of answers is
   "lost" on the way back, as on a real network, so the outbox re-sends and the engine answers
@@ -24,6 +25,7 @@ import shutil
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from allocator.model import Action, ActionResult, Job
@@ -36,7 +38,7 @@ from pipelines.governance.live import allocations_from_jobs
 from pipelines.governance.outbox import Outbox
 from pipelines.policies.catalog import PolicyCatalog
 from pipelines.policies.evaluate import evaluate
-from pipelines.policies.inputs import PolicyInputs
+from pipelines.policies.inputs import MINUTE_SCHEMA, PROGRESS_SCHEMA, PolicyInputs
 from pipelines.policies.model import empty_findings
 from pipelines.policies.planner import plan
 
@@ -53,9 +55,11 @@ class EngineEnforcer:
     def __init__(self, pool: SimulatedPool, lose_answers: float = 0.0):
         self.pool, self.lose_answers = pool, lose_answers
         self.sent: Counter[str] = Counter()
+        self.acted_on: set[str] = set()  # jobs an action reached since the caller last cleared it
 
     def apply(self, action: Action, now: dt.datetime) -> ActionResult:
         self.sent[action.idempotency_key] += 1
+        self.acted_on.add(action.target)
         result = self.pool.act(action, now)
         if self.sent[action.idempotency_key] == 1 and _unit(action.idempotency_key) < self.lose_answers:
             raise DeliveryError(f"answer to {action.idempotency_key} lost on the way back (simulated)")
@@ -99,13 +103,23 @@ class SimulatedGovernance:
             day += dt.timedelta(days=1)
         self.outbox = Outbox(self.state_dir / "outbox.db", pool.out, writer=WRITER, durable=False)
         self.with_findings: set[tuple[str, int]] = set()  # attempts with a decision recorded
+        self.due: dict[dt.datetime, list[tuple[str, int, tuple[PolicyKind, ...]]]] = {}  # looks per minute
         self.enforcer = EngineEnforcer(pool, self.lose_answers)
         self.lookback = {kind: dt.timedelta(minutes=self._longest_window_minutes(kind) + 10) for kind in PolicyKind}
         pool.at(pool.end - dt.timedelta(seconds=1), self._close)
 
     def job_started(self, job: Job, profile: ActivityProfile, now: dt.datetime) -> None:
         for at, kind in sorted(set(self._possible_findings(job, profile, now))):
-            self.pool.at(at, self.check, job.job_id, job.attempt, (kind,))
+            self._look_at(at, job.job_id, job.attempt, (kind,))
+
+    def _look_at(self, at: dt.datetime, job_id: str, attempt: int, kinds: tuple[PolicyKind, ...]) -> None:
+        """Look at this attempt at `at`, in the tick of every look due then."""
+        if at >= self.pool.end:
+            return
+        due = self.due.setdefault(at, [])
+        if not due:
+            self.pool.at(at, self._tick)
+        due.append((job_id, attempt, kinds))
 
     # -- when to look -----------------------------------------------------------------------------
 
@@ -157,10 +171,45 @@ class SimulatedGovernance:
                     longest = max(longest, float(value))
         return longest
 
-    # -- a look: what the sensor's tick does, for one attempt --------------------------------------
+    # -- a tick: what the sensor's tick does, for the attempts due now --------------------------------
 
-    def check(self, now: dt.datetime, job_id: str, attempt: int, kinds: tuple[PolicyKind, ...]) -> None:
-        """What the sensor's tick does, for one attempt and the policy kinds that may fire now."""
+    def _tick(self, now: dt.datetime) -> None:
+        """Every look due now: their running attempts evaluated in one pass, then each look planned,
+        recorded and delivered in the order it was asked for. A look whose attempt an earlier look of
+        this tick acted on (or that comes twice) is evaluated again on its own, as it would have been."""
+        looks = self.due.pop(now)
+        batch: dict[tuple[str, int], tuple[Job, tuple[PolicyKind, ...]]] = {}
+        for job_id, attempt, kinds in looks:
+            job = self.pool.running(job_id, attempt)
+            if job is not None and (job_id, attempt) not in batch:
+                batch[(job_id, attempt)] = (job, kinds)
+        found = self._evaluate(list(batch.values()), now) if batch else empty_findings()
+        self.enforcer.acted_on.clear()
+        for job_id, attempt, kinds in looks:
+            ours = batch.pop((job_id, attempt), None)
+            fresh = ours is not None and ours[1] == kinds and job_id not in self.enforcer.acted_on
+            findings = found.filter(
+                (pl.col("job_id") == job_id) & (pl.col("attempt") == attempt) & pl.col("kind").is_in([k.value for k in kinds])
+            ) if fresh else None
+            self.check(now, job_id, attempt, kinds, findings)
+
+    def _evaluate(self, looks: list[tuple[Job, tuple[PolicyKind, ...]]], now: dt.datetime) -> pl.DataFrame:
+        """Findings of every look's kinds for its attempt (a kind another look asked for may show up
+        for this attempt too; the caller keeps the kinds each look asked for)."""
+        kinds = tuple(dict.fromkeys(k for _, ks in looks for k in ks))
+        return evaluate(self._inputs([(job, self._lookback(job, ks)) for job, ks in looks], now),
+                        self.catalog, now, kinds=kinds)
+
+    def _lookback(self, job: Job, kinds: tuple[PolicyKind, ...]) -> dt.timedelta:
+        lookback = max(self.lookback[k] for k in kinds)
+        if PolicyKind.IDLE_INTERACTIVE in kinds and job.spec.idle_reminder_s:  # a session's own reminder
+            lookback = max(lookback, dt.timedelta(seconds=job.spec.idle_reminder_s + 600))
+        return lookback
+
+    def check(self, now: dt.datetime, job_id: str, attempt: int, kinds: tuple[PolicyKind, ...],
+              findings: pl.DataFrame | None = None) -> None:
+        """What the sensor's tick does, for one attempt and the policy kinds that may fire now.
+        `findings`: the attempt's findings of these kinds when the tick's pass already has them."""
         self.checks += 1
         history = _JobHistory(self.outbox, job_id, attempt)
         job = self.pool.running(job_id, attempt)
@@ -170,10 +219,8 @@ class SimulatedGovernance:
             planned = plan(empty_findings(), self.catalog, history, now, jobs_ended=[(job_id, attempt)],
                            evaluated_kinds=kinds)
         else:
-            lookback = max(self.lookback[k] for k in kinds)
-            if PolicyKind.IDLE_INTERACTIVE in kinds and job.spec.idle_reminder_s:  # a session's own reminder
-                lookback = max(lookback, dt.timedelta(seconds=job.spec.idle_reminder_s + 600))
-            findings = evaluate(self._inputs(job, now, lookback), self.catalog, now, kinds=kinds)
+            if findings is None:
+                findings = self._evaluate([(job, kinds)], now)
             planned = plan(findings, self.catalog, history, now, evaluated_kinds=kinds)
         recorded = self.outbox.record(planned, now)
         if recorded:
@@ -182,7 +229,7 @@ class SimulatedGovernance:
         self._deliver(now)
         if job is not None:
             for at, kind in self._next_steps_due(job, now, kinds):
-                self.pool.at(at, self.check, job_id, attempt, (kind,))
+                self._look_at(at, job_id, attempt, (kind,))
 
     def _deliver(self, now: dt.datetime) -> None:
         report = self.outbox.deliver({"allocator": self.enforcer}, now)
@@ -209,29 +256,43 @@ class SimulatedGovernance:
                 due.append((at, previous.kind))
         return sorted(set(due))
 
-    def _inputs(self, job: Job, now: dt.datetime, lookback: dt.timedelta) -> PolicyInputs:
-        view = job_view(job)
-        queue = self.pool.engine.queues[job.spec.queue]
-        allocations = allocations_from_jobs(
-            [view], {queue.name: {"max_runtime_s": queue.max_runtime_s, "low_priority": queue.low_priority}})
-        slot_to_allocation = {
-            f"{r['host']}/{r['gpu']}" + ("" if r["gpu_instance_id"] is None else f"/{r['gpu_instance_id']}"):
-                r["allocation_id"]
-            for r in allocations.iter_rows(named=True)
-        }
-        series = self.pool.minutes(job.job_id, now - lookback, now)
-        minutes = pl.concat([
-            pl.DataFrame({"allocation_id": slot_to_allocation[s["slot_id"]], "minute_at": s["minute_at"],
-                          "activity": s["activity"], "fb_used_mib": s["fb_used_mib"]})
-            for s in series
-        ]) if series else None
-        # progress: the attempt's start event; its work reports (checkpoints, logs) while it works
-        progress = [{"job_id": job.job_id, "attempt": job.attempt, "at": job.started_at}]
-        if minutes is not None:
-            busy = minutes.filter(pl.col("activity") >= 0.05)
-            if busy.height:
-                progress.append({"job_id": job.job_id, "attempt": job.attempt, "at": busy["minute_at"].max()})
-        return PolicyInputs(allocations=allocations, minutes=minutes, progress=pl.DataFrame(progress))
+    def _inputs(self, looks: list[tuple[Job, dt.timedelta]], now: dt.datetime) -> PolicyInputs:
+        """The policies' frames for these running attempts, each with its telemetry over its lookback,
+        built from the simulator's arrays in one go."""
+        queues = {q.name: {"max_runtime_s": q.max_runtime_s, "low_priority": q.low_priority}
+                  for q in (self.pool.engine.queues[name] for name in {job.spec.queue for job, _ in looks})}
+        allocations = allocations_from_jobs([job_view(job) for job, _ in looks], queues)
+        slots = allocations.select(
+            "job_id", "allocation_id",
+            slot_id=pl.concat_str("host", pl.lit("/"), pl.col("gpu").cast(pl.String),
+                                  ("/" + pl.col("gpu_instance_id").cast(pl.String)).fill_null("")),
+        )
+        allocation_of = dict(zip(zip(slots["job_id"], slots["slot_id"]), slots["allocation_id"]))
+        ids, lengths, stamps, activity, fb = [], [], [], [], []
+        # progress: each attempt's start event; its work reports (checkpoints, logs) while it works
+        progress = {"job_id": [], "attempt": [], "at": []}
+        for job, lookback in looks:
+            progress["job_id"].append(job.job_id), progress["attempt"].append(job.attempt)
+            progress["at"].append(job.started_at)
+            busy_until = None
+            for s in self.pool.minutes(job.job_id, now - lookback, now):
+                ids.append(allocation_of[(job.job_id, s["slot_id"])])
+                lengths.append(len(s["minute_at"]))
+                stamps.append(s["minute_at"]), activity.append(s["activity"]), fb.append(s["fb_used_mib"])
+                busy = ~(s["activity"] < 0.05)  # NaN counts as busy, as in Polars' ordering
+                if busy.any():
+                    last = s["minute_at"][busy].max()
+                    busy_until = last if busy_until is None else max(busy_until, last)
+            if busy_until is not None:
+                progress["job_id"].append(job.job_id), progress["attempt"].append(job.attempt)
+                progress["at"].append(busy_until.astype(dt.datetime))
+        minutes = pl.DataFrame({
+            "allocation_id": pl.Series(ids, dtype=pl.String).gather(np.repeat(np.arange(len(ids)), lengths)),
+            "minute_at": np.concatenate(stamps), "activity": np.concatenate(activity),
+            "fb_used_mib": np.concatenate(fb),
+        }, schema=MINUTE_SCHEMA) if ids else None
+        return PolicyInputs(allocations=allocations, minutes=minutes,
+                            progress=pl.DataFrame(progress, schema=PROGRESS_SCHEMA))
 
     def _close(self, now: dt.datetime) -> None:
         self._deliver(now)

@@ -7,8 +7,8 @@ A tick, at `now` (UTC, naive):
    engine's answers to earlier actions come back into the warehouse this way, closing the loop;
 2. lists the running jobs and the queues through the API;
 3. builds the policies' inputs from the freshest data there is: the scrape rounds the
-   `dcgm_scrape` sensor landed in the last `lookback` (pipelines/governance/live.py: samples ->
-   per-GPU minutes -> per-allocation minutes), the running jobs' allocations, and their progress
+   `dcgm_scrape` sensor landed in the last `lookback` (pipelines/governance/live.py: per-GPU
+   minutes kept from earlier ticks plus those of the new rounds -> per-allocation minutes), the running jobs' allocations, and their progress
    signals (every event of the attempt in the pulled log, and the attempt's start);
 4. evaluates the live kinds (idle allocation, zombie, idle interactive, overrun);
 5. plans the due steps (`plan`), where an attempt with an open finding that no longer runs has
@@ -36,7 +36,7 @@ import polars as pl
 from pipelines.connectors.allocator import LANDING
 from pipelines.contracts import PolicyKind
 from pipelines.enforcement.base import Enforcer
-from pipelines.governance.live import allocation_minutes, allocations_from_jobs, gpu_minutes, recent_samples
+from pipelines.governance.live import allocation_minutes, allocations_from_jobs, recent_gpu_minutes
 from pipelines.governance.outbox import DeliveryReport, Outbox
 from pipelines.policies.catalog import PolicyCatalog
 from pipelines.policies.evaluate import evaluate
@@ -157,7 +157,7 @@ def live_inputs(landing: Path, jobs: list[dict], queues: list[dict], now: dt.dat
                 lookback: dt.timedelta) -> PolicyInputs:
     """The live kinds' inputs from the landing zone and the allocator's running jobs."""
     allocations = allocations_from_jobs(jobs, {q["name"]: q for q in queues})
-    minutes = allocation_minutes(allocations, gpu_minutes(recent_samples(landing, now, lookback)))
+    minutes = allocation_minutes(allocations, recent_gpu_minutes(landing, now, lookback))
     return PolicyInputs(allocations=allocations, minutes=minutes,
                         progress=recent_progress(landing, jobs, now, lookback))
 

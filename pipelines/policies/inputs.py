@@ -71,6 +71,8 @@ def conform(frame: pl.DataFrame | None, schema: dict[str, pl.DataType], required
     missing = [c for c in required if c not in frame.columns]
     if missing:
         raise InputError(f"{name} frame lacks column(s) {missing}; see pipelines/policies/inputs.py")
+    if list(frame.schema.items()) == list(schema.items()):  # already conformed: no Polars pass
+        return frame
     return frame.select(
         (pl.col(c) if c in frame.columns else pl.lit(None)).cast(t).alias(c) for c, t in schema.items()
     )

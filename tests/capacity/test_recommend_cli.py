@@ -1,4 +1,5 @@
-"""`gpupool recommend` end to end on a small demo month: advice stored, the top one replayed."""
+"""`gpupool recommend` end to end on a small demo month: advice stored, the top one replayed and its
+smallest sufficient change searched."""
 from __future__ import annotations
 
 import json
@@ -10,7 +11,7 @@ import pytest
 
 from pipelines.warehouse import Warehouse
 
-pytestmark = pytest.mark.slow  # the shared 3-day demo, then two short replays
+pytestmark = pytest.mark.slow  # the shared 3-day demo, then a few short replays
 
 
 def test_recommend_stores_ranked_advice_and_replays_the_top_one(home: Path) -> None:
@@ -30,3 +31,11 @@ def test_recommend_stores_ranked_advice_and_replays_the_top_one(home: Path) -> N
     replayed = [json.loads(r[4]) for r in rows if r[4]]
     assert len(replayed) == 1 and replayed[0]["confirms"] and "what-if (+" in done.stdout
     assert replayed[0]["wait_p95_H100_min"]["changed"] < replayed[0]["wait_p95_H100_min"]["baseline"]
+    # the search: the baseline and the advised size replayed once each, the smallest sufficient size at most
+    # the advised one, and the curve printed
+    search = replayed[0]["search"]
+    sizes = [p["size"] for p in search["curve"]]
+    assert sizes[0] == 0 and sizes[-1] == search["advised"] and len(set(sizes)) == len(sizes)
+    assert 1 <= search["smallest_sufficient"] <= search["advised"]
+    assert replayed[0]["smallest_change"] == search["smallest_change"]
+    assert "smallest sufficient change: +" in done.stdout and "0 (baseline)" in done.stdout

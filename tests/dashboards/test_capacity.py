@@ -7,7 +7,7 @@ import json
 import streamlit as st
 
 from dashboards.i18n import STRINGS
-from dashboards.views.capacity import _figures, _whatif
+from dashboards.views.capacity import _figures, _search_curve, _whatif
 from tests.dashboards.conftest import errors, frames, signed_in
 
 
@@ -77,3 +77,19 @@ def test_json_readably():
     whatif = _whatif(json.dumps({"confirms": True, "wait_p95_min": {"baseline": 10.0, "changed": 2.5}}))
     assert whatif.row(0) == ("wait_p95_min", 10.0, 2.5, None)
     assert _figures(None).is_empty()
+
+
+def test_the_smallest_change_search_shows_as_its_curve_not_as_a_what_if_row():
+    point = {"wait_p95_min": 300.0, "wait_p95_H100_min": 800.0, "pool_utilisation_pct": 22.0,
+             "share_of_full_effect": 0.0, "sufficient": False, "replay_seconds": 5.0}
+    doc = {"wait_p95_min": {"baseline": 300.0, "changed": 250.0}, "smallest_change": "+1 H100 node",
+           "search": {"decided_by": "wait_p95_H100_min", "smallest_change": "+1 H100 node", "curve": [
+               {**point, "size": 0, "change": "baseline"},
+               {**point, "size": 1, "change": "+1 H100 node", "wait_p95_H100_min": 150.0,
+                "share_of_full_effect": 0.82, "sufficient": True}]}}
+    assert _whatif(json.dumps(doc))["measure"].to_list() == ["wait_p95_min"]
+    search, curve = _search_curve(json.dumps(doc))
+    assert search["smallest_change"] == "+1 H100 node"
+    assert curve["change"].to_list() == ["baseline", "+1 H100 node"]
+    assert curve["sufficient"].to_list() == [False, True]
+    assert _search_curve(json.dumps({"confirms": True})) is None

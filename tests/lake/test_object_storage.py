@@ -21,6 +21,7 @@ import duckdb
 import polars as pl
 import pytest
 import requests
+from deltalake import write_deltalake
 
 from pipelines.lake import tables
 from pipelines.lake.tables import LAKE_URI_ENV, DeltaStore, LakeError
@@ -170,21 +171,22 @@ def test_partitions_time_travel_files_and_vacuum_on_s3(s3_endpoint: str, lake_ur
 def test_a_same_day_commit_that_loses_the_race_is_retried(lake_uri: str, tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch,
                                                           caplog: pytest.LogCaptureFixture) -> None:
-    """Another writer commits the same day between our table load and our commit: S3 refuses our
-    commit's log entry (its key exists), delta-rs reports the conflict, and the retry wins cleanly."""
+    """Another writer commits the same day between our table load and our commit (our file already
+    written): S3 refuses our commit's log entry (its key exists), delta-rs reports the conflict, and
+    the retry commits the same file cleanly."""
     store = DeltaStore.from_environment(tmp_path / "unused")
     store.replace_partition(TABLE, day(0), day_frame(day(0)), "partition_date")
-    write = tables.write_deltalake
+    commit = tables.DeltaStore._commit_actions
     raced = []
 
-    def other_writer_first(target, data, **options):
-        if not raced:  # first attempt: `target` is already loaded at the version before the race
-            raced.append(write(store.location(TABLE), day_frame(day(0), writer="other", rows=7).to_arrow(),
-                               mode="overwrite", predicate="partition_date = '2026-11-01'",
-                               storage_options=store.storage_options))
-        return write(target, data, **options)
+    def other_writer_first(self, name, table, actions, partition_by, replaced):
+        if not raced:  # first attempt: `table` is already loaded at the version before the race
+            raced.append(write_deltalake(store.location(TABLE), day_frame(day(0), writer="other", rows=7).to_arrow(),
+                                         mode="overwrite", predicate="partition_date = '2026-11-01'",
+                                         storage_options=store.storage_options))
+        return commit(self, name, table, actions, partition_by, replaced)
 
-    monkeypatch.setattr(tables, "write_deltalake", other_writer_first)
+    monkeypatch.setattr(tables.DeltaStore, "_commit_actions", other_writer_first)
     before = store.version(TABLE)
     caplog.set_level(logging.INFO, logger=tables.__name__)
     version = store.replace_partition(TABLE, day(0), day_frame(day(0), writer="mine", rows=3), "partition_date")

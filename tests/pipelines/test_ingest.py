@@ -75,7 +75,7 @@ def test_a_crash_while_writing_the_lake_keeps_the_previous_version(warehouse, re
         (folder / "part-00000-half-written.parquet").write_bytes(b"PAR1 truncated")
         raise OSError("disk full")
 
-    monkeypatch.setattr(tables, "write_deltalake", crash)
+    monkeypatch.setattr(tables.DeltaStore, "_write_file", crash)
     with pytest.raises(OSError, match="disk full"):
         ingest_partition(warehouse, "dcgm_text", DAY)
     monkeypatch.undo()
