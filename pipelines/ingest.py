@@ -22,16 +22,20 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from functools import cache
 from pathlib import Path
 
 import polars as pl
 
-from expectations.validate import split_valid
-from pipelines.contracts import GAPS_SCHEMA, SCRAPE_GAPS_DDL, contract
-from pipelines.sources.base import empty_quarantine
+from expectations.suites import build_suite, reason_of
+from expectations.validate import EXAMPLES_LIMIT, split_valid
+from pipelines.contracts import GAPS_SCHEMA, LAKE_TABLES, SCRAPE_GAPS_DDL, contract
+from pipelines.sources import dcgm_parquet
+from pipelines.sources.base import ParseResult, empty_quarantine
+from pipelines.sources.dcgm_parquet import UnreadableSlice
 from pipelines.sources.registry import IngestSource, source
-from pipelines.warehouse import IngestReport, Warehouse
+from pipelines.warehouse import IngestReport, LakeRowsWrite, Warehouse
 
 
 def landing_folder(warehouse: Warehouse, source_name: str, day: dt.date) -> Path:
@@ -85,48 +89,45 @@ def ingest_partition(
     run_first: dt.date | None = None,
     spilled: Spilled | None = None,
 ) -> IngestReport:
-    """Parse the day's landing files of one source and replace that source's partition (module doc)."""
+    """Parse the day's landing files of one source and replace that source's partition (module doc).
+
+    Memory is bounded by SLICE_ROWS, not by the day: parsed records are validated and split by day
+    a batch of at least SLICE_ROWS rows at a time (every file's records when the day is smaller),
+    and the lake tables' rows are written as each batch's Parquet files, all committed at the end.
+    Sources in SLICED read a large file a slice at a time too."""
     src = source(source_name)
     started_at = dt.datetime.now(dt.UTC).replace(tzinfo=None)
     files = src.files_in(landing_folder(warehouse, source_name, day))
-    parts: dict[str, list[pl.DataFrame]] = {t: [] for t in src.tables}
-    quarantines = [empty_quarantine()]
-    records_read = records_loaded = files_empty = 0
-    notes: list[str] = []
+    load = _DayLoad(src, day, validate, {t: warehouse.lake_rows_write(t, day, source_name)
+                                         for t in src.tables if t in LAKE_TABLES})
     for path in files:
         if on_file:
             on_file(path)
         if is_empty_file(path):
-            files_empty += 1
-            notes.append(f"{path.name}: {EMPTY_FILE_NOTE}")
+            load.files_empty += 1
+            load.notes.append(f"{path.name}: {EMPTY_FILE_NOTE}")
             continue
-        result = src.parse_file(path)
-        records_read += result.records_read
-        records_loaded += result.records_loaded
-        quarantines.append(result.quarantine)
-        notes.extend(f"{path.name}: {note}" for note in result.notes)
-        for table in src.tables:
-            if table in result.tables:
-                parts[table].append(_with_own_day(src, table, result.tables[table], result.untimed.get(table)))
-    tables = {
-        t: pl.concat(frames, how="vertical") if frames else _with_own_day(src, t, contract(t).empty_frame(), None)
-        for t, frames in parts.items()
-    }
-    parse_quarantined = sum(q.height for q in quarantines)
-    validate_rejected = 0
-    outcomes: dict[str, dict] = {}
-    if validate:
-        tables, rejected, validate_rejected, outcomes = _validate(src, tables)
-        quarantines.append(rejected)
-        records_loaded -= validate_rejected
-    quarantine = pl.concat(quarantines, how="vertical")
-    tables, elsewhere = _split_by_day(src, tables, day)
+        slices = SLICED.get(source_name)
+        if slices is None:
+            load.take(path, src.parse_file(path))
+            continue
+        load.flush()  # a rejected file's slices are dropped by rolling back to here
+        mark = load.mark()
+        try:
+            for result in slices(path):
+                load.take(path, result)
+        except UnreadableSlice:
+            load.rollback(mark)
+            load.take(path, src.parse_file(path))
+    load.flush(final=True)
+    quarantine = pl.concat(load.quarantines, how="vertical")
     if src.time_columns:
         warehouse.drop_moved_rows(source_name, day, list(src.time_columns), landing_folder(warehouse, source_name, day))
     carried = {} if carried is None else carried
     for table, frames in carried.pop(day, {}).items():
-        tables[table] = pl.concat([tables[table], *frames], how="vertical")
-    for other, other_tables in sorted(elsewhere.items()):
+        load.keep(table, frames)
+    notes = load.notes
+    for other, other_tables in sorted(load.elsewhere().items()):
         rows = other_tables[src.tables[0]].height  # the first table is 1:1 with the records
         if run_last is not None and day < other <= run_last:
             for table, frame in other_tables.items():
@@ -140,16 +141,158 @@ def ingest_partition(
     report = warehouse.replace_partition(
         ingest_source=source_name,
         partition_date=day,
-        tables=tables,
+        tables=load.tables(),
         quarantine=quarantine,
         files_read=len(files),
-        records_read=records_read,
-        records_loaded=records_loaded,
-        records_quarantined=parse_quarantined + validate_rejected,
+        records_read=load.records_read,
+        records_loaded=load.records_loaded - load.validate_rejected,
+        records_quarantined=load.parse_quarantined + load.validate_rejected,
         started_at=started_at,
         notes=notes,
     )
-    return dataclasses.replace(report, validation=outcomes, files_empty=files_empty)
+    return dataclasses.replace(report, validation=load.outcomes(), files_empty=load.files_empty)
+
+
+# Rows validated and split by day at a time (and, for lake tables, written as one Parquet file): a day
+# of small files is still validated in one go, a large day in batches (about 50 MB of samples each,
+# twice that while GX validates its pandas copy).
+SLICE_ROWS = dcgm_parquet.SLICE_ROWS
+# Sources whose large files are read a slice at a time (the same records as their parse_file).
+SLICED: dict[str, Callable[[Path], Iterator[ParseResult]]] = {
+    dcgm_parquet.SOURCE: dcgm_parquet.parse_dcgm_parquet_slices,
+}
+
+
+class _DayLoad:
+    """What one day's ingest has taken so far: counts, quarantine and notes, the parsed batch not yet
+    validated, the rows kept for the day (lake tables: written as they come), and those of other days."""
+
+    def __init__(self, src: IngestSource, day: dt.date, validate: bool, lake: dict[str, LakeRowsWrite]) -> None:
+        self.src, self.day, self.validate, self.lake = src, day, validate, lake
+        self.records_read = self.records_loaded = self.parse_quarantined = self.validate_rejected = 0
+        self.files_empty = 0
+        self.quarantines = [empty_quarantine()]
+        self.notes: list[str] = []
+        self.pending: list[dict[str, pl.DataFrame]] = []
+        self.pending_rows = 0
+        self.here: dict[str, list[pl.DataFrame]] = {t: [] for t in src.tables if t not in lake}
+        self.away: list[tuple[dt.date, str, pl.DataFrame]] = []
+        self.validated: list[dict[str, dict]] = []  # each batch's outcomes per table
+        self.batches = 0
+
+    def take(self, path: Path, result: ParseResult) -> None:
+        """A parse result of `path` (a file, or a slice of one): counted now, validated with its batch."""
+        self.records_read += result.records_read
+        self.records_loaded += result.records_loaded
+        self.parse_quarantined += result.quarantine.height
+        self.quarantines.append(result.quarantine)
+        self.notes.extend(f"{path.name}: {note}" for note in result.notes)
+        self.pending.append({table: _with_own_day(self.src, table, frame, result.untimed.get(table))
+                             for table, frame in result.tables.items() if table in self.src.tables})
+        self.pending_rows += sum(frame.height for frame in result.tables.values())
+        if self.pending_rows >= SLICE_ROWS:
+            self.flush()
+
+    def flush(self, final: bool = False) -> None:
+        """Validate the pending batch, split it by day and keep or write its rows. The final flush of a
+        day with nothing pending still runs once when no batch did (the tables' empty outcomes)."""
+        if not self.pending and (not final or self.batches):
+            return
+        tables = {
+            t: pl.concat(frames, how="vertical") if (frames := [p[t] for p in self.pending if t in p])
+            else _with_own_day(self.src, t, contract(t).empty_frame(), None)
+            for t in self.src.tables
+        }
+        self.pending, self.pending_rows = [], 0
+        self.batches += 1
+        if self.validate:
+            tables, rejected, rejected_records, outcomes = _validate(self.src, tables)
+            self.quarantines.append(rejected)
+            self.validate_rejected += rejected_records
+            self.validated.append(outcomes)
+        here, elsewhere = _split_by_day(self.src, tables, self.day)
+        del tables
+        for table, frame in here.items():
+            self.keep(table, [frame])
+        self.away.extend((other, table, frame) for other, frames in elsewhere.items() for table, frame in frames.items())
+
+    def keep(self, table: str, frames: list[pl.DataFrame]) -> None:
+        """Rows of the day: a lake table's are written now, the others' kept for the commit."""
+        for frame in frames:
+            if table in self.lake:
+                self.lake[table].add(frame)
+            else:
+                self.here[table].append(frame)
+
+    def mark(self) -> tuple:
+        """A point to `rollback` to (after a flush: nothing pending)."""
+        return (self.records_read, self.records_loaded, self.parse_quarantined, self.validate_rejected,
+                len(self.quarantines), len(self.notes), {t: len(f) for t, f in self.here.items()}, len(self.away),
+                len(self.validated), self.batches, {t: w.write.mark() for t, w in self.lake.items()})
+
+    def rollback(self, mark: tuple) -> None:
+        """Forget everything taken after `mark` (the slices of a file that turned out unreadable)."""
+        (self.records_read, self.records_loaded, self.parse_quarantined, self.validate_rejected, quarantines,
+         notes, here, away, validated, self.batches, lake) = mark
+        del self.quarantines[quarantines:], self.notes[notes:], self.away[away:], self.validated[validated:]
+        for table, count in here.items():
+            del self.here[table][count:]
+        for table, written in lake.items():
+            self.lake[table].write.rollback(written)
+        self.pending, self.pending_rows = [], 0
+
+    def tables(self) -> dict[str, pl.DataFrame | LakeRowsWrite]:
+        return {t: self.lake[t] if t in self.lake else pl.concat(self.here[t], how="vertical")
+                for t in self.src.tables}
+
+    def elsewhere(self) -> dict[dt.date, dict[str, pl.DataFrame]]:
+        """The rows of other days, every table of the source for each (so each is merged per file)."""
+        days = sorted({other for other, _, _ in self.away})
+        return {other: {t: pl.concat([f for d, table, f in self.away if d == other and table == t], how="vertical")
+                        for t in self.src.tables}
+                for other in days}
+
+    def outcomes(self) -> dict[str, dict]:
+        """Each table's validation outcome over the day, as one validation of all its rows would say."""
+        if not self.validated:
+            return {}
+        return {t: _merge_outcomes(t, [batch[t] for batch in self.validated]) for t in self.validated[0]}
+
+
+def _merge_outcomes(table: str, batches: list[dict]) -> dict:
+    """One SuiteOutcome.to_metadata over consecutive batches of a table's rows: counts add up, first rows
+    are positions in all the rows, examples the first distinct ones, failures in the suite's order."""
+    if len(batches) == 1:
+        return batches[0]
+    failed: dict[tuple, dict] = {}
+    offset = 0
+    for batch in batches:
+        for f in batch["failed"]:
+            key = (f["expectation"], f["column"], f["reason"])
+            merged = failed.setdefault(key, {**f, "unexpected_count": 0, "examples": [], "first_rows": []})
+            merged["unexpected_count"] += f["unexpected_count"]
+            for value in f["examples"]:
+                if value not in merged["examples"] and len(merged["examples"]) < EXAMPLES_LIMIT:
+                    merged["examples"].append(value)
+            merged["first_rows"] = (merged["first_rows"] + [offset + r for r in f["first_rows"]])[:EXAMPLES_LIMIT]
+        offset += batch["rows"]
+    order = _suite_order(table)
+    return {
+        "table": batches[0]["table"],
+        "success": all(b["success"] for b in batches),
+        "rows": offset,
+        "evaluated_expectations": max(b["evaluated_expectations"] for b in batches),
+        "unexpected_count": sum(b["unexpected_count"] for b in batches),
+        "failed": sorted(failed.values(), key=lambda f: order.get((f["expectation"], f["column"], f["reason"]),
+                                                                  len(order))),
+    }
+
+
+@cache
+def _suite_order(table: str) -> dict[tuple, int]:
+    """(expectation, column, reason) -> position in the table's suite (the order failures are listed in)."""
+    return {(e.expectation_type, getattr(e, "column", None), reason_of(e)): i
+            for i, e in enumerate(build_suite(table).expectations)}
 
 
 OWN_DAY = "_own_day"  # bookkeeping column (dropped before writing): the UTC day of the record's own time

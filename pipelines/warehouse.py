@@ -25,7 +25,7 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -421,7 +421,7 @@ class Warehouse:
         self,
         ingest_source: str,
         partition_date: dt.date,
-        tables: dict[str, pl.DataFrame],
+        tables: Mapping[str, pl.DataFrame | LakeRowsWrite],
         quarantine: pl.DataFrame,
         files_read: int,
         records_read: int,
@@ -433,7 +433,8 @@ class Warehouse:
         """Replace everything one ingest source loaded for one day, atomically per store.
 
         records_quarantined counts input records (a record may yield several quarantine rows);
-        it defaults to the number of quarantine rows.
+        it defaults to the number of quarantine rows. A lake table's rows may come already written
+        (`lake_rows_write`, a large day a slice at a time): they are committed here.
 
         Lake tables: one Delta commit per table replaces the (day, source) rows, outside the
         writers' lock (a crash leaves the previous commit; other days load at the same time).
@@ -460,20 +461,23 @@ class Warehouse:
         )
 
     def _replace_partition_locked(
-        self, ingest_source: str, partition_date: dt.date, tables: dict[str, pl.DataFrame], quarantine: pl.DataFrame,
-        files_read: int, records_read: int, records_loaded: int, records_quarantined: int,
+        self, ingest_source: str, partition_date: dt.date, tables: Mapping[str, pl.DataFrame | LakeRowsWrite],
+        quarantine: pl.DataFrame, files_read: int, records_read: int, records_loaded: int, records_quarantined: int,
         started_at: dt.datetime, notes: list[str] | None,
     ) -> dict[str, int]:
         ingested_at = dt.datetime.now(dt.UTC).replace(tzinfo=None)
         for name, frame in tables.items():
-            if name in LAKE_TABLES:
+            if isinstance(frame, LakeRowsWrite):
+                frame.write.commit()
+            elif name in LAKE_TABLES:
                 self._write_lake_partition(name, partition_date, ingest_source, frame, ingested_at)
-        rows_by_table = {name: frame.height for name, frame in tables.items()}
+        rows_by_table = {name: frame.rows if isinstance(frame, LakeRowsWrite) else frame.height
+                         for name, frame in tables.items()}
         with self.writer() as con:
             con.execute("begin transaction")
             try:
                 for name, frame in tables.items():
-                    if name in LAKE_TABLES:
+                    if name in LAKE_TABLES or isinstance(frame, LakeRowsWrite):
                         continue
                     self._replace_rows(con, contract(name).table, frame, partition_date, ingest_source, ingested_at)
                 self._replace_rows(con, "ops.quarantine", quarantine, partition_date, ingest_source, ingested_at)
@@ -643,6 +647,11 @@ class Warehouse:
             self.lake_table(name), partition_date, self._lake_frame(name, frame, partition_date, ingest_source),
             LAKE_DAY_COLUMN, where={"ingest_source": ingest_source})
 
+    def lake_rows_write(self, name: str, partition_date: dt.date, ingest_source: str) -> LakeRowsWrite:
+        """A `write_lake_rows` given a slice at a time, committed by `replace_partition` (pass it as
+        the table's rows): the ingest of a large day holds one slice, not the day."""
+        return LakeRowsWrite(self, name, partition_date, ingest_source)
+
     def _read_lake_rows(self, name: str, partition_date: dt.date, ingest_source: str) -> pl.DataFrame:
         """One (day, source) of a lake table at its latest version (the contract's columns and ingested_at)."""
         table = self.lake_table(name)
@@ -652,3 +661,25 @@ class Warehouse:
         return (pl.scan_delta(str(self.store.path(table)))
                 .filter((pl.col(LAKE_DAY_COLUMN) == partition_date) & (pl.col("ingest_source") == ingest_source))
                 .select(columns).collect())
+
+
+class LakeRowsWrite:
+    """One (day, source) of a lake table written a slice at a time (Warehouse.lake_rows_write): each
+    `add` writes the slice as the table stores it (a Parquet file no version holds yet);
+    Warehouse.replace_partition commits them all in one Delta commit. ingested_at is when the
+    write began."""
+
+    def __init__(self, warehouse: Warehouse, name: str, partition_date: dt.date, ingest_source: str) -> None:
+        self._warehouse, self._name, self._day, self._source = warehouse, name, partition_date, ingest_source
+        self._ingested_at = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+        self.write = warehouse.store.partition_write(warehouse.lake_table(name), partition_date, LAKE_DAY_COLUMN,
+                                                     where={"ingest_source": ingest_source})
+
+    @property
+    def rows(self) -> int:
+        return self.write.rows
+
+    def add(self, frame: pl.DataFrame) -> None:
+        self.write.add(self._warehouse._lake_frame(
+            self._name, frame.with_columns(ingested_at=pl.lit(self._ingested_at, dtype=pl.Datetime("us"))),
+            self._day, self._source))

@@ -76,6 +76,9 @@ class _JobHistory:
     def steps(self, finding_id: str):
         return self.outbox.steps(finding_id)
 
+    def steps_of(self, finding_ids):
+        return self.outbox.steps_of(finding_ids)
+
     def reclaims_since(self, since: dt.datetime) -> list[str]:
         return self.outbox.reclaims_since(since)
 
@@ -105,6 +108,9 @@ class SimulatedGovernance:
         self.with_findings: set[tuple[str, int]] = set()  # attempts with a decision recorded
         self.due: dict[dt.datetime, list[tuple[str, int, tuple[PolicyKind, ...]]]] = {}  # looks per minute
         self.enforcer = EngineEnforcer(pool, self.lose_answers)
+        # per running attempt: its API record and queue as last seen, and its allocation rows then
+        self.allocation_rows: dict[tuple[str, int], tuple[str, pl.DataFrame]] = {}
+        self.forget_above = 1024
         self.lookback = {kind: dt.timedelta(minutes=self._longest_window_minutes(kind) + 10) for kind in PolicyKind}
         pool.at(pool.end - dt.timedelta(seconds=1), self._close)
 
@@ -184,13 +190,19 @@ class SimulatedGovernance:
             if job is not None and (job_id, attempt) not in batch:
                 batch[(job_id, attempt)] = (job, kinds)
         found = self._evaluate(list(batch.values()), now) if batch else empty_findings()
+        # each attempt's findings of its look's kinds, split off in one pass (the frame keeps its order)
+        per_look = {
+            (job_id, attempt): part
+            for (job_id, attempt), part in found.filter(pl.struct("job_id", "attempt", "kind").is_in([
+                {"job_id": job_id, "attempt": attempt, "kind": k.value}
+                for (job_id, attempt), (_, kinds) in batch.items() for k in kinds
+            ])).partition_by("job_id", "attempt", as_dict=True, maintain_order=True).items()
+        } if not found.is_empty() else {}
         self.enforcer.acted_on.clear()
         for job_id, attempt, kinds in looks:
             ours = batch.pop((job_id, attempt), None)
             fresh = ours is not None and ours[1] == kinds and job_id not in self.enforcer.acted_on
-            findings = found.filter(
-                (pl.col("job_id") == job_id) & (pl.col("attempt") == attempt) & pl.col("kind").is_in([k.value for k in kinds])
-            ) if fresh else None
+            findings = per_look.get((job_id, attempt), found.clear()) if fresh else None
             self.check(now, job_id, attempt, kinds, findings)
 
     def _evaluate(self, looks: list[tuple[Job, tuple[PolicyKind, ...]]], now: dt.datetime) -> pl.DataFrame:
@@ -259,9 +271,7 @@ class SimulatedGovernance:
     def _inputs(self, looks: list[tuple[Job, dt.timedelta]], now: dt.datetime) -> PolicyInputs:
         """The policies' frames for these running attempts, each with its telemetry over its lookback,
         built from the simulator's arrays in one go."""
-        queues = {q.name: {"max_runtime_s": q.max_runtime_s, "low_priority": q.low_priority}
-                  for q in (self.pool.engine.queues[name] for name in {job.spec.queue for job, _ in looks})}
-        allocations = allocations_from_jobs([job_view(job) for job, _ in looks], queues)
+        allocations = self._allocations([job for job, _ in looks])
         slots = allocations.select(
             "job_id", "allocation_id",
             slot_id=pl.concat_str("host", pl.lit("/"), pl.col("gpu").cast(pl.String),
@@ -293,6 +303,29 @@ class SimulatedGovernance:
         }, schema=MINUTE_SCHEMA) if ids else None
         return PolicyInputs(allocations=allocations, minutes=minutes,
                             progress=pl.DataFrame(progress, schema=PROGRESS_SCHEMA))
+
+    def _allocations(self, jobs: list[Job]) -> pl.DataFrame:
+        """`allocations_from_jobs` of these attempts, built once per attempt while its API record and
+        queue stay the same (a job's rows do not depend on the other jobs')."""
+        seen = {}
+        for job in jobs:
+            queue = self.pool.engine.queues[job.spec.queue]
+            seen[(job.job_id, job.attempt)] = repr((job_view(job), queue.max_runtime_s, queue.low_priority))
+        missing = [job for job in jobs if self.allocation_rows.get((job.job_id, job.attempt), ("",))[0]
+                   != seen[(job.job_id, job.attempt)]]
+        if missing:
+            if len(self.allocation_rows) >= self.forget_above:  # ended attempts are never looked at again
+                self.allocation_rows = {k: v for k, v in self.allocation_rows.items() if self.pool.running(*k)}
+                self.forget_above = max(1024, 2 * len(self.allocation_rows))
+            queues = {q.name: {"max_runtime_s": q.max_runtime_s, "low_priority": q.low_priority}
+                      for q in (self.pool.engine.queues[name] for name in {job.spec.queue for job in missing})}
+            built = allocations_from_jobs([job_view(job) for job in missing], queues)
+            parts = built.partition_by("job_id", "attempt", as_dict=True, maintain_order=True)
+            for job in missing:
+                key = (job.job_id, job.attempt)
+                self.allocation_rows[key] = (seen[key], parts.get(key, built.clear()))
+        frames = [self.allocation_rows[(job.job_id, job.attempt)][1] for job in jobs]
+        return frames[0] if len(frames) == 1 else pl.concat(frames)
 
     def _close(self, now: dt.datetime) -> None:
         self._deliver(now)

@@ -382,41 +382,16 @@ class DeltaStore:
         the day's other rows stay, and two writers of one day conflict and retry.
 
         The commit is a file swap (the module's docstring): the new file is written once, and each
-        attempt removes the files that the table's latest version holds for these rows."""
-        if day_column not in frame.columns:
-            raise LakeError(f"{name}: the frame has no day column {day_column!r}")
-        values = frame.get_column(day_column)
-        if values.dtype != pl.Date:
-            raise LakeError(f"{name}.{day_column}: expected a Date column, got {values.dtype}")
-        if frame.height and (values.null_count() or (values != day).any()):
-            raise LakeError(f"{name}: rows outside {day.isoformat()} in {day_column!r}; "
-                            "replace_partition writes exactly one day")
-        for column, value in (where or {}).items():
-            if column not in frame.columns:
-                raise LakeError(f"{name}: the frame has no column {column!r} named in `where`")
-            if frame.height and (frame.get_column(column).cast(pl.String) != value).fill_null(True).any():
-                raise LakeError(f"{name}: rows with {column} other than {value!r}; they would not be replaced")
-        frame = _for_delta(frame)
-        self._create_if_missing(name, frame.head(0).to_arrow(), [day_column])
-        replaced = {day_column: day.isoformat(), **(where or {})}
-        # The new file once written: a retry after a conflict commits it again (delta-rs' own writes left
-        # one file per lost attempt). Never committed (process killed, every attempt lost, a later attempt
-        # overwriting by predicate), it stays in the folder unreferenced, as theirs did.
-        written: list[AddAction] = []
+        attempt removes the files that the table's latest version holds for these rows. A day too
+        large to hold at once goes through `partition_write` instead, a slice at a time."""
+        write = self.partition_write(name, day, day_column, where)
+        write.add(frame, now=False)
+        return write.commit()
 
-        def write() -> int:
-            table = DeltaTable(self.location(name), storage_options=self.storage_options)
-            removals = _swap_removals(table, frame, day_column, day, where or {})
-            if removals is None:
-                predicate = " and ".join(f"\"{column}\" = '{str(value).replace(chr(39), chr(39) * 2)}'"
-                                         for column, value in replaced.items())
-                return self._commit(name, frame.to_arrow(), mode="overwrite", predicate=predicate,
-                                    partition_by=[day_column])
-            if frame.height and not written:
-                written.append(self._write_file(name, table, frame, day_column, day))
-            return self._commit_actions(name, table, [*written, *removals], [day_column], replaced)
-
-        return _with_retry(f"{name} day {day.isoformat()}", write)
+    def partition_write(self, name: str, day: date, day_column: str,
+                        where: dict[str, str] | None = None) -> PartitionWrite:
+        """A `replace_partition` of the day given in slices (PartitionWrite.add), committed once."""
+        return PartitionWrite(self, name, day, day_column, dict(where or {}))
 
     def _write_file(self, name: str, table: DeltaTable, frame: pl.DataFrame, day_column: str, day: date) -> AddAction:
         """Write the day's rows as one Parquet file in the table (not yet in any version) and return its
@@ -569,3 +544,107 @@ class DeltaStore:
         A no-op for day partitions that are already one file each."""
         return _with_retry(f"{name} compact",
                            lambda: self._table(name).optimize.compact(writer_properties=_writer_properties()))
+
+
+class PartitionWrite:
+    """One day's replacement (DeltaStore.replace_partition) given a slice at a time: each `add` writes
+    its rows as a Parquet file of the table that no version holds yet, `commit` adds them all and
+    removes the files they replace, in one Delta commit. The memory is a slice's, whatever the day's
+    size. Files of a write never committed (a crash, a rejected file's slices dropped by `rollback`,
+    a commit overwriting by predicate) stay unreferenced until vacuum, as delta-rs' own writes left."""
+
+    def __init__(self, store: DeltaStore, name: str, day: date, day_column: str, where: dict[str, str]) -> None:
+        self.store, self.name, self.day, self.day_column, self.where = store, name, day, day_column, where
+        self.files: list[tuple[AddAction, int]] = []  # written, with their row counts
+        self._pending: pl.DataFrame | None = None  # a slice kept to be written only if a swap can commit it
+        self._empty: pl.DataFrame | None = None  # the first slice's columns and types, as Delta stores them
+        self._table: DeltaTable | None = None
+
+    @property
+    def rows(self) -> int:
+        return sum(rows for _, rows in self.files) + (self._pending.height if self._pending is not None else 0)
+
+    def add(self, frame: pl.DataFrame, now: bool = True) -> None:
+        """Write the slice's rows (every one on the day, matching `where`) as a file of the table. With
+        `now` False the slice is kept and written by the commit, and only when a file swap can commit it."""
+        name, day_column = self.name, self.day_column
+        if day_column not in frame.columns:
+            raise LakeError(f"{name}: the frame has no day column {day_column!r}")
+        values = frame.get_column(day_column)
+        if values.dtype != pl.Date:
+            raise LakeError(f"{name}.{day_column}: expected a Date column, got {values.dtype}")
+        if frame.height and (values.null_count() or (values != self.day).any()):
+            raise LakeError(f"{name}: rows outside {self.day.isoformat()} in {day_column!r}; "
+                            "replace_partition writes exactly one day")
+        for column, value in self.where.items():
+            if column not in frame.columns:
+                raise LakeError(f"{name}: the frame has no column {column!r} named in `where`")
+            if frame.height and (frame.get_column(column).cast(pl.String) != value).fill_null(True).any():
+                raise LakeError(f"{name}: rows with {column} other than {value!r}; they would not be replaced")
+        frame = _for_delta(frame)
+        if self._empty is None:
+            self._empty = frame.head(0)
+            self.store._create_if_missing(name, self._empty.to_arrow(), [day_column])
+        elif frame.schema != self._empty.schema:
+            raise LakeError(f"{name}: a slice's columns {dict(frame.schema)} differ from the first slice's "
+                            f"{dict(self._empty.schema)}; every slice of a day must have the same")
+        if self._pending is not None:
+            raise LakeError(f"{name}: a slice kept for the commit must be the write's only one")
+        if not now:
+            self._pending = frame
+        elif frame.height:
+            self.files.append((self.store._write_file(name, self._table_for_stats(), frame, day_column, self.day),
+                               frame.height))
+
+    def mark(self) -> int:
+        """A point to `rollback` to: the slices written so far."""
+        return len(self.files)
+
+    def rollback(self, mark: int) -> None:
+        """Leave out of the commit the slices written after `mark` (their files stay unreferenced)."""
+        del self.files[mark:]
+
+    def commit(self) -> int:
+        """Swap the written files in for the day's rows (`where`) in one commit; returns the new version.
+        Retried on conflict without writing a file again."""
+        if self._empty is None:
+            raise LakeError(f"{self.name}: nothing added to the write of {self.day.isoformat()}; "
+                            "add at least an empty frame (it gives the table's columns)")
+        replaced = {self.day_column: self.day.isoformat(), **self.where}
+
+        def write() -> int:
+            table = DeltaTable(self.store.location(self.name), storage_options=self.store.storage_options)
+            removals = _swap_removals(table, self._empty, self.day_column, self.day, self.where)
+            if removals is None:
+                predicate = " and ".join(f"\"{column}\" = '{str(value).replace(chr(39), chr(39) * 2)}'"
+                                         for column, value in replaced.items())
+                return self.store._commit(self.name, self._all_rows().to_arrow(), mode="overwrite",
+                                          predicate=predicate, partition_by=[self.day_column])
+            if self._pending is not None:
+                if self._pending.height:
+                    self.files.append((self.store._write_file(self.name, table, self._pending, self.day_column,
+                                                              self.day), self._pending.height))
+                self._pending = None
+            return self.store._commit_actions(self.name, table, [*(a for a, _ in self.files), *removals],
+                                              [self.day_column], replaced)
+
+        return _with_retry(f"{self.name} day {self.day.isoformat()}", write)
+
+    def _table_for_stats(self) -> DeltaTable:
+        # the table's settings name the columns a file keeps statistics for: read once per write
+        if self._table is None:
+            self._table = DeltaTable(self.store.location(self.name), storage_options=self.store.storage_options)
+        return self._table
+
+    def _all_rows(self) -> pl.DataFrame:
+        """Every row added, in one frame, for delta-rs' predicate overwrite (a swap cannot replace the
+        day's rows: see _swap_removals): the files written are read back."""
+        assert self._empty is not None
+        frames = [self._pending] if self._pending is not None else []
+        if self.files:
+            root = self.store.location(self.name)
+            paths = [f"{root}/{unquote(a.path)}" for a, _ in self.files]
+            read = pl.read_parquet(paths, storage_options=self.store.storage_options or None)
+            frames.insert(0, read.with_columns(pl.lit(self.day, dtype=pl.Date).alias(self.day_column))
+                          .select(self._empty.columns).cast(dict(self._empty.schema)))
+        return pl.concat(frames, how="vertical") if frames else self._empty

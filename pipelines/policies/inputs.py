@@ -71,8 +71,11 @@ def conform(frame: pl.DataFrame | None, schema: dict[str, pl.DataType], required
     missing = [c for c in required if c not in frame.columns]
     if missing:
         raise InputError(f"{name} frame lacks column(s) {missing}; see pipelines/policies/inputs.py")
-    if list(frame.schema.items()) == list(schema.items()):  # already conformed: no Polars pass
+    have = frame.schema
+    if list(have.items()) == list(schema.items()):  # already conformed: no Polars pass
         return frame
+    if all(have.get(c) == t for c, t in schema.items()):  # extra columns only: a projection, no casts
+        return frame.select(list(schema))
     return frame.select(
         (pl.col(c) if c in frame.columns else pl.lit(None)).cast(t).alias(c) for c, t in schema.items()
     )
@@ -100,21 +103,36 @@ class PolicyInputs:
 def with_rules(frame: pl.DataFrame, catalog: PolicyCatalog, policy: str, params: Iterable[str]) -> pl.DataFrame:
     """The frame's rows whose resolved rule is enabled, with the rule's scope and the named scalar
     parameters as columns. Rules are resolved once per distinct (queue, template), not per row."""
-    params = list(params)
-    pairs = frame.select("queue", "template").unique()
-    resolved = [(q, t, catalog.rule(policy, queue=q, template=t)) for q, t in pairs.iter_rows()]
+    params = tuple(params)
+    pairs = tuple(sorted(frame.select("queue", "template").unique().iter_rows(), key=repr))
+    table = _rule_table(catalog, policy, params, pairs)
+    return frame.join(table, on=["queue", "template"], how="left", nulls_equal=True).filter(pl.col("scope").is_not_null())
+
+
+# Rule tables by (catalog, policy, parameters, pairs): a simulated month asks for the same few again
+# and again. Each entry holds its catalog, so an id is never reused while its entry is kept.
+_RULE_TABLES: dict[tuple, tuple[PolicyCatalog, pl.DataFrame]] = {}
+
+
+def _rule_table(catalog: PolicyCatalog, policy: str, params: tuple[str, ...],
+                pairs: tuple[tuple[str | None, str | None], ...]) -> pl.DataFrame:
+    """(queue, template) -> scope and parameters, for the pairs whose rule is enabled."""
+    key = (id(catalog), policy, params, pairs)
+    entry = _RULE_TABLES.get(key)
+    if entry is not None and entry[0] is catalog:
+        return entry[1]
+    if len(_RULE_TABLES) >= 4096:
+        _RULE_TABLES.clear()
+    resolved = [(q, t, catalog.rule(policy, queue=q, template=t)) for q, t in pairs]
     table = pl.DataFrame([
         pl.Series("queue", [q for q, _, _ in resolved], pl.String),
         pl.Series("template", [t for _, t, _ in resolved], pl.String),
         pl.Series("scope", [r.scope for _, _, r in resolved], pl.String),
         pl.Series("_enabled", [bool(r.params.get("enabled", True)) for _, _, r in resolved], pl.Boolean),
         *(_param_series(p, [r.params.get(p) for _, _, r in resolved]) for p in params),
-    ])
-    return (
-        frame.join(table, on=["queue", "template"], how="left", nulls_equal=True)
-        .filter(pl.col("_enabled"))
-        .drop("_enabled")
-    )
+    ]).filter(pl.col("_enabled")).drop("_enabled")
+    _RULE_TABLES[key] = (catalog, table)
+    return table
 
 
 def _param_series(name: str, values: list) -> pl.Series:

@@ -62,8 +62,12 @@ class RateLimits:
     reclaims_per_hour_per_tenant: int = 5
 
 
+_NO_FINDINGS = pl.DataFrame(schema=FINDING_SCHEMA)
+
+
 def empty_findings() -> pl.DataFrame:
-    return pl.DataFrame(schema=FINDING_SCHEMA)
+    # a copy of one frame built once: building a frame from the schema costs a look ~0.2 ms
+    return _NO_FINDINGS.clone()
 
 
 def finding_key(policy: str, version: str, job_id: str, attempt: int, window_start_iso: str) -> str:

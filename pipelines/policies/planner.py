@@ -24,7 +24,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections import Counter
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -255,10 +255,20 @@ class _Budget:
         self.total += 1
 
 
-def _next_step(history: ActionHistory, finding_id: str, steps: tuple[Step, ...],
+def _steps_reader(history: ActionHistory, finding_ids: Iterable[str]) -> Callable[[str], list[DeliveredStep]]:
+    """`history.steps`, with the steps of these findings read at once where the history offers
+    `steps_of(finding_ids)` (the outbox: one query per plan rather than one per finding)."""
+    many = getattr(history, "steps_of", None)
+    if many is None:
+        return history.steps
+    found = many(list(dict.fromkeys(finding_ids)))
+    return lambda finding_id: found.get(finding_id, [])
+
+
+def _next_step(steps_of: Callable[[str], list[DeliveredStep]], finding_id: str, steps: tuple[Step, ...],
                detected_at: dt.datetime) -> tuple[int, dt.datetime] | None:
     """(index, due time) of the finding's next step; None when it is closed or has no step left."""
-    decided = [s for s in history.steps(finding_id) if s.status != DecisionStatus.RATE_LIMITED]
+    decided = [s for s in steps_of(finding_id) if s.status != DecisionStatus.RATE_LIMITED]
     if any(s.status == DecisionStatus.DROPPED for s in decided):
         return None
     index = max((s.step_index for s in decided), default=-1) + 1
@@ -394,9 +404,10 @@ def plan(
     open_before = history.open_findings(now - OPEN_FINDING_LOOKBACK)
     rows = _continued(findings, open_before)
     rows = rows.sort(["detected_at", "finding_id"]).unique("finding_id", keep="last", maintain_order=True)
+    steps_of = _steps_reader(history, [*rows["finding_id"], *(p.finding_id for p in open_before)])
     for finding in rows.iter_rows(named=True):
         rule = catalog.rule(finding["policy"], queue=finding["queue"], template=finding["template"])
-        due = _next_step(history, finding["finding_id"], rule.steps, finding["detected_at"])
+        due = _next_step(steps_of, finding["finding_id"], rule.steps, finding["detected_at"])
         if due is None or now < due[1]:
             continue
         holds = None
@@ -414,7 +425,7 @@ def plan(
                 continue
             rule = catalog.rule(previous.policy, queue=previous.queue, template=previous.evidence.get("template"))
             detected = dt.datetime.fromisoformat(str(previous.evidence.get("detected_at")).rstrip("Z"))
-            due = _next_step(history, previous.finding_id, rule.steps, detected)
+            due = _next_step(steps_of, previous.finding_id, rule.steps, detected)
             if due is not None and now >= due[1]:
                 out.append(_vanished(previous, rule, due[0]))
     return out

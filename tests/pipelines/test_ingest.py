@@ -4,6 +4,7 @@ import shutil
 
 import polars as pl
 import pytest
+from polars.testing import assert_frame_equal
 
 from pipelines.ingest import ingest_partition, stage_files
 from pipelines.lake import tables
@@ -99,3 +100,58 @@ def test_an_empty_landing_day_replaces_with_nothing(warehouse, real_data):
     report = ingest_partition(warehouse, "k8s_audit", DAY)
     assert report.records_read == 0
     assert _table(warehouse, "raw.audit_events").height == 0
+
+
+def _telemetry_day(folder) -> None:
+    """Two DCGM Parquet files of the day: rows the parse quarantines (NaN), rows the validation
+    quarantines (a negative GPU, a ratio above 1) and rows timestamped on the next day."""
+    t0 = dt.datetime(2026, 11, 1, 23, 50)
+    for n, name in ((23, "a.parquet"), (17, "b.parquet")):
+        minutes = list(range(n))
+        pl.DataFrame({
+            "sampled_at": [t0 + dt.timedelta(minutes=m) for m in minutes],
+            "host": [f"h100-{m % 3:02d}" for m in minutes],
+            "gpu": [-1 if m % 7 == 3 else m % 8 for m in minutes],
+            "metric": ["DCGM_FI_PROF_SM_ACTIVE"] * n,
+            "value": [float("nan") if m % 11 == 5 else 1.5 if m % 5 == 1 else 0.25 for m in minutes],
+        }, schema_overrides={"gpu": pl.Int32}).write_parquet(folder / name)
+
+
+@pytest.mark.parametrize("unreadable", [False, True])
+def test_a_day_loaded_in_slices_is_the_day_loaded_whole(tmp_path, monkeypatch, unreadable):
+    """Slices (and a file dropped mid-way and parsed whole) change nothing: rows, quarantine, counts,
+    notes and the validation's outcome are those of one pass over the day."""
+    from pipelines import ingest
+    from pipelines.sources import dcgm_parquet
+
+    def load(home, slice_rows: int) -> tuple:
+        wh = Warehouse(home)
+        folder = tmp_path / "files"
+        folder.mkdir(exist_ok=True)
+        _telemetry_day(folder)
+        stage_files(wh, "dcgm_parquet", folder, DAY)
+
+        def slices(path):
+            for i, result in enumerate(dcgm_parquet.parse_dcgm_parquet_slices(path, slice_rows)):
+                if unreadable and path.name == "b.parquet" and i == 1:
+                    raise dcgm_parquet.UnreadableSlice("a bad page")
+                yield result
+
+        monkeypatch.setattr(ingest, "SLICE_ROWS", slice_rows)
+        monkeypatch.setitem(ingest.SLICED, "dcgm_parquet", slices)
+        report = ingest_partition(wh, "dcgm_parquet", DAY)
+        summary = (report.records_read, report.records_loaded, report.records_quarantined, report.rows_by_table,
+                   [n.replace(str(home), "") for n in report.notes], report.validation)
+        quarantine = _table(wh, "ops.quarantine").with_columns(
+            pl.col("source_file", "raw").str.replace_all(str(home), "", literal=True))
+        samples = _table(wh, "raw.dcgm_samples").with_columns(
+            pl.col("source_file").str.replace(str(home), "", literal=True))
+        return summary, quarantine, samples
+
+    whole = load(tmp_path / "whole", 1 << 20)
+    sliced = load(tmp_path / "sliced", 4)
+    assert whole[0] == sliced[0]
+    assert_frame_equal(whole[1], sliced[1])
+    assert_frame_equal(whole[2], sliced[2])
+    assert whole[0][2] > 0 and whole[0][5]["dcgm_samples"]["failed"]  # both kinds of quarantine happened
+    assert any("went to that day's partition" in note for note in whole[0][4])

@@ -4,7 +4,7 @@ import io
 
 import polars as pl
 
-from pipelines.sources.dcgm_parquet import parse_dcgm_parquet
+from pipelines.sources.dcgm_parquet import parse_dcgm_parquet, parse_dcgm_parquet_slices
 
 T0 = dt.datetime(2026, 11, 1)
 
@@ -48,3 +48,23 @@ def test_a_file_missing_required_columns_is_one_quarantined_record():
 def test_a_file_that_is_not_parquet_is_quarantined():
     result = parse_dcgm_parquet(b"PAR1 not really", "broken.parquet")
     assert result.quarantine["reason"][0].startswith("not a readable Parquet file")
+
+
+def test_a_file_read_in_slices_gives_the_whole_file_parse(tmp_path):
+    path = tmp_path / "samples.parquet"
+    samples = _samples().with_columns(pl.col("gpu").cast(pl.Int32))  # the contract's types: no cast to fail
+    pl.concat([samples] * 3).write_parquet(path)
+    whole = parse_dcgm_parquet(path.read_bytes(), str(path))
+    slices = list(parse_dcgm_parquet_slices(path, slice_rows=5))
+    assert len(slices) == 3
+    assert pl.concat([s.tables["dcgm_samples"] for s in slices]).equals(whole.tables["dcgm_samples"])
+    assert pl.concat([s.quarantine for s in slices]).equals(whole.quarantine)
+    assert sum(s.records_read for s in slices) == whole.records_read == 12
+
+
+def test_a_file_whose_columns_need_a_cast_is_parsed_whole(tmp_path):
+    path = tmp_path / "samples.parquet"
+    _samples(value=["0.5", "x", "0.7", "0.1"]).write_parquet(path)  # strings: a cast that can fail
+    (result,) = parse_dcgm_parquet_slices(path, slice_rows=1)
+    assert result.records_read == 1
+    assert result.quarantine["reason"][0].startswith("columns do not cast to the contract's types")
