@@ -121,7 +121,8 @@ class PhaseMeter:
     sum sampled every `interval_s` by a background thread, whichever is larger. A sum over processes
     counts the pages they share once per process, so with children it errs high. Without /proc (not
     Linux) the figure is unknown and the table says so; `resource.getrusage`'s ru_maxrss cannot stand
-    in: it is a high-water mark over the whole life of the process."""
+    in: it is a high-water mark over the whole life of the process. The reset lowers that mark too, so
+    `/usr/bin/time -v` around a demo reports only the last phase's peak: read this table instead."""
 
     def __init__(self, interval_s: float = 0.25):
         self.interval_s = interval_s

@@ -39,9 +39,9 @@ def machine(monkeypatch):
 
 
 # -- sizing -------------------------------------------------------------------------------------
-def test_a_quarter_of_the_machine_without_the_variable():
-    assert memory_limit(16 * GIB, env={}) == "4096MiB"
-    assert memory_limit(16 * GIB, env={MEMORY_LIMIT_ENV: "  "}) == "4096MiB"  # blank is unset
+def test_an_eighth_of_the_machine_without_the_variable():
+    assert memory_limit(16 * GIB, env={}) == "2048MiB"
+    assert memory_limit(16 * GIB, env={MEMORY_LIMIT_ENV: "  "}) == "2048MiB"  # blank is unset
 
 
 def test_a_tiny_machine_gets_the_floor():
@@ -68,7 +68,7 @@ def test_outside_a_container_the_physical_memory(machine, tmp_path):
 def test_a_container_limit_below_the_machine_wins(machine, tmp_path):
     (tmp_path / "memory.max").write_text(f"{3 * GIB}\n")
     assert machine_memory_bytes(tmp_path) == 3 * GIB
-    assert writer_limits(tmp_path / "home", env={}, cgroup_root=tmp_path).memory_limit == "768MiB"
+    assert writer_limits(tmp_path / "home", env={}, cgroup_root=tmp_path).memory_limit == "384MiB"
 
 
 def test_a_container_limit_above_the_machine_is_ignored(machine, tmp_path):
