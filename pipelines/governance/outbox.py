@@ -219,13 +219,16 @@ class Outbox:
                 "order by step_index", [finding_id]).fetchall()
         return [DeliveredStep(i, a, dt.datetime.fromisoformat(at), DecisionStatus(s), o) for i, a, at, s, o in rows]
 
+    # ids per query of `steps_of`: well under SQLite's limit on bound parameters
+    _STEPS_CHUNK = 500
+
     def steps_of(self, finding_ids: Iterable[str]) -> dict[str, list[DeliveredStep]]:
-        """`steps` of many findings in one query per 500 ids: finding_id -> its steps (none: absent)."""
+        """`steps` of many findings in one query per _STEPS_CHUNK ids: finding_id -> its steps (none: absent)."""
         ids = list(finding_ids)
         out: dict[str, list[DeliveredStep]] = {}
         with self._lock:
-            for i in range(0, len(ids), 500):
-                chunk = ids[i:i + 500]
+            for i in range(0, len(ids), self._STEPS_CHUNK):
+                chunk = ids[i:i + self._STEPS_CHUNK]
                 for fid, index, action, at, status, outcome in self._db.execute(
                         "select finding_id, step_index, action, decided_at, status, outcome from decisions "
                         f"where finding_id in ({', '.join('?' * len(chunk))}) order by finding_id, step_index",

@@ -236,3 +236,17 @@ def test_a_configuration_error_is_reported_and_the_action_kept(outbox, allocator
     assert outbox.rows()[0]["status"] == "queued" and outbox.rows()[0]["attempts"] == 1
     report = outbox.deliver({}, at(5))
     assert report.errors == [f"{outbox.rows()[0]['idempotency_key']}: no enforcer for engine allocator"]
+
+
+def test_the_steps_of_many_findings_at_once_are_each_findings_steps(outbox, monkeypatch):
+    """The planner reads a plan's steps in one query (`steps_of`): the same steps as one `steps`
+    call per finding, across the query's chunks, and nothing for a finding without a decision."""
+    monkeypatch.setattr(Outbox, "_STEPS_CHUNK", 2)  # three queries for five findings
+    frame = findings(*(finding(f"j-{n}") for n in range(5)))
+    outbox.record(plan(frame, catalog(), outbox, T0), T0)
+    outbox.deliver({"allocator": Recorder()}, at(1))
+    ids = [row["finding_id"] for row in outbox.rows()]
+    assert len(ids) == 5
+    many = outbox.steps_of([*ids, "no-such-finding"])
+    assert many == {fid: outbox.steps(fid) for fid in ids}
+    assert all(step.status == DecisionStatus.ANSWERED for steps in many.values() for step in steps)
