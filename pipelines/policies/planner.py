@@ -24,7 +24,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -77,6 +77,11 @@ class ActionHistory(Protocol):
         """The finding's recorded steps by step_index (rate-limited ones included, with that status)."""
         ...
 
+    def steps_of(self, finding_ids: Iterable[str]) -> dict[str, list[DeliveredStep]]:
+        """`steps` of many findings at once (a plan reads its findings' steps in one go): finding_id ->
+        its steps, absent when it has none."""
+        ...
+
     def reclaims_since(self, since: dt.datetime) -> list[str]:
         """The tenant of every reclaim or preempt queued or answered since `since` (one entry each)."""
         ...
@@ -108,6 +113,9 @@ class MemoryHistory:
         found = [DeliveredStep(a.step_index, a.action.value, at, a.status)
                  for a, at in self._decided.values() if a.finding_id == finding_id]
         return sorted(found, key=lambda s: s.step_index)
+
+    def steps_of(self, finding_ids: Iterable[str]) -> dict[str, list[DeliveredStep]]:
+        return {fid: steps for fid in finding_ids if (steps := self.steps(fid))}
 
     def reclaims_since(self, since: dt.datetime) -> list[str]:
         return [
@@ -255,20 +263,10 @@ class _Budget:
         self.total += 1
 
 
-def _steps_reader(history: ActionHistory, finding_ids: Iterable[str]) -> Callable[[str], list[DeliveredStep]]:
-    """`history.steps`, with the steps of these findings read at once where the history offers
-    `steps_of(finding_ids)` (the outbox: one query per plan rather than one per finding)."""
-    many = getattr(history, "steps_of", None)
-    if many is None:
-        return history.steps
-    found = many(list(dict.fromkeys(finding_ids)))
-    return lambda finding_id: found.get(finding_id, [])
-
-
-def _next_step(steps_of: Callable[[str], list[DeliveredStep]], finding_id: str, steps: tuple[Step, ...],
+def _next_step(decided_steps: dict[str, list[DeliveredStep]], finding_id: str, steps: tuple[Step, ...],
                detected_at: dt.datetime) -> tuple[int, dt.datetime] | None:
     """(index, due time) of the finding's next step; None when it is closed or has no step left."""
-    decided = [s for s in steps_of(finding_id) if s.status != DecisionStatus.RATE_LIMITED]
+    decided = [s for s in decided_steps.get(finding_id, []) if s.status != DecisionStatus.RATE_LIMITED]
     if any(s.status == DecisionStatus.DROPPED for s in decided):
         return None
     index = max((s.step_index for s in decided), default=-1) + 1
@@ -404,10 +402,11 @@ def plan(
     open_before = history.open_findings(now - OPEN_FINDING_LOOKBACK)
     rows = _continued(findings, open_before)
     rows = rows.sort(["detected_at", "finding_id"]).unique("finding_id", keep="last", maintain_order=True)
-    steps_of = _steps_reader(history, [*rows["finding_id"], *(p.finding_id for p in open_before)])
+    # every step this plan needs, in one read of the history
+    decided = history.steps_of(dict.fromkeys([*rows["finding_id"], *(p.finding_id for p in open_before)]))
     for finding in rows.iter_rows(named=True):
         rule = catalog.rule(finding["policy"], queue=finding["queue"], template=finding["template"])
-        due = _next_step(steps_of, finding["finding_id"], rule.steps, finding["detected_at"])
+        due = _next_step(decided, finding["finding_id"], rule.steps, finding["detected_at"])
         if due is None or now < due[1]:
             continue
         holds = None
@@ -425,7 +424,7 @@ def plan(
                 continue
             rule = catalog.rule(previous.policy, queue=previous.queue, template=previous.evidence.get("template"))
             detected = dt.datetime.fromisoformat(str(previous.evidence.get("detected_at")).rstrip("Z"))
-            due = _next_step(steps_of, previous.finding_id, rule.steps, detected)
+            due = _next_step(decided, previous.finding_id, rule.steps, detected)
             if due is not None and now >= due[1]:
                 out.append(_vanished(previous, rule, due[0]))
     return out
