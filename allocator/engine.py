@@ -16,8 +16,11 @@ Enforcement (`apply_action`). Every action is audited (`enforcement.<kind>`, quo
 remind (audit only), reclaim (the job finishes CANCELLED, reason `reclaimed: <reason>`), preempt
 (the preempt + requeue path, at once), cap_runtime (a shorter cap for the running attempt; if it
 is already past, the job ends TIMEOUT now), quota_change (a proposal `qp-...`, applied by
-`approve`). Inference is refused for reclaim, preempt and cap_runtime; preempt is refused for a
-non-preemptible queue. A dry run reports `dry_run` (or `refused`) and changes nothing. An action
+`approve`), drain (a node `host` or a GPU `host/gpu` takes no new placements; what runs there
+keeps running; audited with object kind node or gpu), undrain (it takes work again). Inference
+is refused for reclaim, preempt and cap_runtime; preempt is refused for a non-preemptible queue;
+drain is refused for a target the pool does not have or one already drained (the answer names
+the key that drained it), undrain for a target that is not drained. A dry run reports `dry_run` (or `refused`) and changes nothing. An action
 that was applied or proposed is remembered by its idempotency key: the same key again answers
 `already_done` with the first answer's effects (a key reused for another action or target is
 refused). A refused action is not remembered, so it can be retried once the reason is gone.
@@ -37,7 +40,19 @@ from dataclasses import dataclass
 
 from allocator import records
 from allocator.admission import queue_changes, quota_problem
-from allocator.model import Action, ActionKind, ActionResult, Job, JobState, Outcome, PoolConfig, QueueSpec
+from allocator.model import (
+    NODE_ACTIONS,
+    Action,
+    ActionKind,
+    ActionResult,
+    Job,
+    JobState,
+    Outcome,
+    PoolConfig,
+    QueueSpec,
+    drain_object_kind,
+    drain_target,
+)
 from allocator.scheduler import Scheduler
 from allocator.state import EngineState, job_state, queue_to_dict
 
@@ -92,6 +107,8 @@ class Engine(Scheduler):
     def _decide(self, action: Action, now: dt.datetime) -> _Decision:
         if action.kind == ActionKind.QUOTA_CHANGE:
             return self._decide_quota_change(action)
+        if action.kind in NODE_ACTIONS:
+            return self._decide_drain(action, now)
         job, refusal = self._job_object(action)
         if refusal is not None:
             return refusal
@@ -143,6 +160,75 @@ class Engine(Scheduler):
                              apply=lambda: self._cap(job, new, now), **base)
         raise ValueError(f"unknown action kind {action.kind!r}")
 
+    def _decide_drain(self, action: Action, now: dt.datetime) -> _Decision:
+        kind, target = drain_object_kind(action.target), action.target
+        try:
+            node, gpu = drain_target(target)
+        except ValueError as error:
+            return _Decision(Outcome.REFUSED, str(error), kind, target)
+        slots = self.target_slots(node, gpu)
+        if not slots:
+            known = self.target_slots(node, None)
+            if not known:
+                return _Decision(Outcome.REFUSED, f"no node {node} in the pool", kind, target)
+            indices = sorted({self._shape.slots[s].gpu for s in known})
+            return _Decision(
+                Outcome.REFUSED, f"node {node} has no GPU {gpu} (its GPUs: {indices})", kind, target
+            )
+        drained = self._drained.get(target)
+        holders = self.holders()
+        running = sorted({holders[s].job_id for s in slots if s in holders})
+        before = {"drained": drained is not None, "slots": slots, "running_jobs": running}
+        if action.evidence:
+            before["evidence"] = action.evidence
+        reason = self._reason(action)
+        if action.kind == ActionKind.DRAIN:
+            if drained is not None:
+                return _Decision(
+                    Outcome.REFUSED,
+                    f"{kind} {target} is already drained (key "
+                    f"{drained['idempotency_key']} at {drained['at']}: {drained['reason']})",
+                    kind,
+                    target,
+                    before=before,
+                )
+            info = {
+                "idempotency_key": action.idempotency_key,
+                "reason": reason,
+                "at": records.rfc3339(now),
+                "actor": action.actor,
+            }
+            return _Decision(
+                Outcome.APPLIED,
+                reason,
+                kind,
+                target,
+                before=before,
+                after={"drained": True, "reason": reason},
+                effects={"drained": True, "slots": slots, "running_jobs": running},
+                apply=lambda: self._set_drained({**self._drained, target: info}) or {},
+            )
+        if drained is None:
+            hint = (
+                f"; its node {node} is drained: undrain {node}"
+                if gpu is not None and node in self._drained
+                else ""
+            )
+            return _Decision(
+                Outcome.REFUSED, f"{kind} {target} is not drained{hint}", kind, target, before=before
+            )
+        rest = {t: i for t, i in self._drained.items() if t != target}
+        return _Decision(
+            Outcome.APPLIED,
+            reason,
+            kind,
+            target,
+            before={**before, "drained_by": drained},
+            after={"drained": False},
+            effects={"drained": False, "slots": slots},
+            apply=lambda: self._set_drained(rest) or {},
+        )
+
     def _decide_quota_change(self, action: Action) -> _Decision:
         queue = self.queues.get(action.target)
         if queue is None:
@@ -173,6 +259,8 @@ class Engine(Scheduler):
             if kind == ActionKind.QUOTA_CHANGE:
                 object_kind, queue = "queue", self.queues.get(action.target)
                 namespace = queue.tenant if queue else None
+            elif kind in NODE_ACTIONS:
+                object_kind, namespace = drain_object_kind(action.target), None
             else:
                 object_kind, job = "job", self.jobs.get(action.target)
                 namespace = job.spec.tenant if job else None
@@ -297,8 +385,13 @@ class Engine(Scheduler):
         return EngineState(
             queues=[self.queues[q.name] for q in self.pool.queues],
             jobs=[(job, self._track.get(job_id)) for job_id, job in self.jobs.items()],
-            counters=self._counters, actions=self._actions, proposals=self._proposals, dirty_keys=self._dirty_keys,
-            boundaries_done=self._boundaries_done, started_unreported=[j.job_id for j in self._started],
+            counters=self._counters,
+            actions=self._actions,
+            proposals=self._proposals,
+            dirty_keys=self._dirty_keys,
+            boundaries_done=self._boundaries_done,
+            started_unreported=[j.job_id for j in self._started],
+            drained=self._drained,
         ).to_dict()
 
     @classmethod
@@ -321,5 +414,10 @@ class Engine(Scheduler):
         engine._dirty_keys = saved.dirty_keys
         engine._boundaries_done = saved.boundaries_done
         engine._started = [engine.jobs[j] for j in saved.started_unreported]
+        for target in saved.drained:
+            node, gpu = drain_target(target)
+            if not engine.target_slots(node, gpu):
+                raise ValueError(f"engine state has drained {target!r}, which the pool does not")
+        engine._set_drained(saved.drained)
         engine.dirty_jobs.clear()
         return engine

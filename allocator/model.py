@@ -259,6 +259,25 @@ class ActionKind(StrEnum):
     PREEMPT = "preempt"
     CAP_RUNTIME = "cap_runtime"
     QUOTA_CHANGE = "quota_change"  # a proposal; applied only after an admin approves it
+    DRAIN = "drain"  # a node or GPU takes no new work; what runs there keeps running
+    UNDRAIN = "undrain"  # a drained node or GPU takes work again
+
+
+NODE_ACTIONS = frozenset({ActionKind.DRAIN, ActionKind.UNDRAIN})
+
+
+def drain_target(target: str) -> tuple[str, int | None]:
+    """A drain target as (node, GPU index or None): "node-07" is a node, "node-07/3" its GPU 3.
+    ValueError saying the expected form for anything else."""
+    node, slash, gpu = target.partition("/")
+    if not node or (slash and not gpu.isdigit()):
+        raise ValueError(f"drain target {target!r} is not a node (node-07) or a GPU of one (node-07/3)")
+    return node, int(gpu) if slash else None
+
+
+def drain_object_kind(target: str) -> str:
+    """What a drain target is, as audit records name it: gpu for `node/gpu`, node otherwise."""
+    return "gpu" if "/" in target else "node"
 
 
 class Outcome(StrEnum):
@@ -275,7 +294,10 @@ class Action:
 
     kind: ActionKind
     idempotency_key: str
-    target: str  # job id; for quota_change the queue name
+    # job id; for quota_change the queue name; for drain and undrain a node ("node-07") or one of
+    # its GPUs ("node-07/3", by index); engines that cannot drain a single GPU (Slurm, Kubernetes)
+    # drain its node and say so in the answer's reason
+    target: str
     actor: str
     reason: str = ""
     policy: str | None = None

@@ -42,6 +42,12 @@ group are tried only if the blocked job could take their capacity back by preemp
 in quota while the blocked job is borrowing. So backfill never delays a blocked job by more than a
 preemption grace, and low-priority queues fill whatever is idle.
 
+Drained nodes and GPUs (`drain`/`undrain`, enforcement actions of `allocator.engine`). A slot of a
+drained node or GPU takes no new work: placement, preemption plans (a job holding a drained slot
+is no victim: its slots could not be given away) and reservations all skip it, as they skip
+reserved slots. What runs there, and a job already admitted there waiting for its victims' grace,
+keeps going. Node and GPU drains are separate: undraining a node leaves its drained GPUs drained.
+
 Run-time caps and retries. A started attempt's cap is the smallest of the job's `time_limit_s`,
 the queue's `max_runtime_s` and, on a reservation, the time left in it; `cap_runtime` shortens it
 for the current attempt. At the cap, `tick` ends the job TIMEOUT (not retried). A job that ends
@@ -126,6 +132,8 @@ class Scheduler:
         self._timers: list[tuple[dt.datetime, int, str, int]] = []
         self._counters = {"event": 0, "audit": 0, "job": 0, "seq": 0, "proposal": 0, "request": 0}
         self._started: list[Job] = []
+        self._drained: dict[str, dict] = {}  # node or host/gpu -> how it was drained (key, reason, at, actor)
+        self._drained_slots: frozenset[str] = _NONE
 
     # --- read access ----------------------------------------------------------------------
 
@@ -158,6 +166,32 @@ class Scheduler:
         """Jobs waiting (not yet started), in submission order."""
         return sorted((self.jobs[j] for j, t in self._track.items() if self.jobs[j].state == JobState.PENDING),
                       key=lambda job: self._track[job.job_id].seq)
+
+    def drained(self) -> dict[str, dict]:
+        """Drained nodes and GPUs (`host` or `host/gpu`) → how they were drained."""
+        return {target: dict(info) for target, info in self._drained.items()}
+
+    def drained_slots(self) -> frozenset[str]:
+        """The slot ids that take no new work: those of drained nodes and GPUs."""
+        return self._drained_slots
+
+    def target_slots(self, node: str, gpu: int | None) -> list[str]:
+        """The slot ids of a node, or of one of its GPUs, in slot order; empty when the pool has none."""
+        return [
+            sid for sid, s in self._shape.slots.items() if s.host == node and (gpu is None or s.gpu == gpu)
+        ]
+
+    def _set_drained(self, drained: dict[str, dict]) -> None:
+        """The drained targets in force; work waiting for capacity they give back is looked at again."""
+        before = self._drained_slots
+        self._drained = drained
+        slots: set[str] = set()
+        for target in drained:
+            node, _, gpu = target.partition("/")
+            slots.update(self.target_slots(node, int(gpu) if gpu else None))
+        self._drained_slots = frozenset(slots)
+        for model in sorted({self._shape.slots[s].gpu_model for s in before - self._drained_slots}):
+            self._touch_model(model)  # reservation groups included: they are keyed by their jobs' model
 
     def current_pool(self) -> PoolConfig:
         """The pool with the queue settings in force (for `records.pool_snapshot`)."""
@@ -351,7 +385,11 @@ class Scheduler:
         r = self._shape.reservations[job.spec.reservation]
         if not r.start <= now < r.end:
             return False
-        free = [self._shape.slots[s] for s in r.slot_ids if s in self._free[self._kind_of[s]]]
+        free = [
+            self._shape.slots[s]
+            for s in r.slot_ids
+            if s in self._free[self._kind_of[s]] and s not in self._drained_slots
+        ]
         slots = place(Request.of(job.spec), free, self._shape.node_size[job.spec.gpu_model])
         if slots is None:
             return False
@@ -406,12 +444,12 @@ class Scheduler:
         return min(caps) if caps else None
 
     def _excluded(self, job: Job, now: dt.datetime) -> frozenset[str] | set[str]:
-        """Reserved slots this (non-reservation) job may not take: those of a reservation that has
-        not ended, unless the job's cap ends it before the reservation starts."""
+        """Slots this (non-reservation) job may not take: drained ones, and the reserved ones of a
+        reservation that has not ended, unless the job's cap ends it before the reservation starts."""
         if not self._shape.reservations:
-            return _NONE
+            return self._drained_slots
         cap = self._base_cap(job, now)
-        out: set[str] = set()
+        out: set[str] = set(self._drained_slots)
         for r in self._shape.reservations.values():
             if r.end <= now or (cap is not None and now + dt.timedelta(seconds=cap) <= r.start):
                 continue

@@ -1,4 +1,5 @@
-"""The allocator's HTTP API (FastAPI): jobs, enforcement actions, queues, the logs by cursor, node metrics.
+"""The allocator's HTTP API (FastAPI): jobs, enforcement actions, queues, nodes and their drains, the logs
+by cursor, node metrics.
 
 Roles (see `allocator.auth`): an admin does everything; the governance bot reads everything, sends
 enforcement actions and reports finished work; a tenant member sees and changes only its tenant's
@@ -46,7 +47,7 @@ from allocator.inputs import (
     dumps_safe,
     parse_strict_json,
 )
-from allocator.model import ActionKind, JobState, PoolConfig, ShareMode, Template
+from allocator.model import NODE_ACTIONS, ActionKind, JobState, PoolConfig, ShareMode, Template, drain_target
 from allocator.records import pool_snapshot
 from allocator.store import CommandResult, Store, job_view, queue_view
 from allocator.telemetry import ActivityProfile, render_node_metrics
@@ -114,7 +115,7 @@ class ActionRequest(_Body):
 
     kind: ActionKind
     idempotency_key: Name
-    target: Name  # a job id; for quota_change a queue name
+    target: Name  # a job id; for quota_change a queue name; for drain/undrain a node or node/gpu
     reason: Text = ""
     policy: Name | None = None
     policy_version: Name | None = None
@@ -129,6 +130,10 @@ class ActionRequest(_Body):
             raise ValueError("cap_runtime needs runtime_s")
         if self.kind == ActionKind.QUOTA_CHANGE and not self.quota:
             raise ValueError("quota_change needs quota (GPUs per GPU model)")
+        if self.kind in NODE_ACTIONS:
+            if self.runtime_s is not None or self.quota is not None:
+                raise ValueError(f"{self.kind.value} takes no runtime_s or quota")
+            drain_target(self.target)  # its ValueError says the form expected
         return self
 
 
@@ -444,6 +449,38 @@ def create_app(
     def pool(who: Anyone) -> dict:
         with store.lock:
             return pool_snapshot(store.engine.current_pool(), None, store.now(clock()))
+
+    @app.get("/v1/nodes")
+    def nodes(who: Anyone) -> dict:
+        """The pool's nodes and GPUs with their drains: `drained` on a GPU is true when it or its node
+        is drained (it takes no new work); `drain` says how that target itself was drained."""
+        with store.lock:
+            drained = store.engine.drained()
+        out = []
+        for node in store.pool.nodes:
+            node_drain = drained.get(node.host)
+            gpus = []
+            for g in node.gpus:
+                drain = drained.get(f"{node.host}/{g.index}")
+                gpus.append(
+                    {
+                        "gpu": g.index,
+                        "uuid": g.uuid,
+                        "gpu_model": g.gpu_model,
+                        "drained": bool(drain or node_drain),
+                        "drain": drain,
+                    }
+                )
+            out.append(
+                {
+                    "host": node.host,
+                    "node_pool": node.node_pool,
+                    "drained": node_drain is not None,
+                    "drain": node_drain,
+                    "gpus": gpus,
+                }
+            )
+        return {"nodes": out}
 
     @app.get("/v1/events", response_model=Page)
     def events(

@@ -3,8 +3,8 @@
 `EngineState` is everything needed to resume, JSON-serialisable through `to_dict`: the queues in
 force, the jobs with the engine's bookkeeping of the live ones (`Track`), idempotency keys and
 their results, proposals, id counters, the groups due for a look, the reservation boundaries
-passed. Timers and indexes are not saved: the engine rebuilds them from the jobs. `job_state`
-gives one job as `EngineState.to_dict()["jobs"]` holds it.
+passed, the drained nodes and GPUs. Timers and indexes are not saved: the engine rebuilds them
+from the jobs. `job_state` gives one job as `EngineState.to_dict()["jobs"]` holds it.
 """
 from __future__ import annotations
 
@@ -120,6 +120,7 @@ class EngineState:
     dirty_keys: set[str]
     boundaries_done: int
     started_unreported: list[str]  # job ids started since the last `schedule` answer
+    drained: dict[str, dict]  # drained node or host/gpu -> how it was drained
 
     def to_dict(self) -> dict:
         return {
@@ -132,6 +133,7 @@ class EngineState:
             "dirty_keys": sorted(self.dirty_keys),
             "boundaries_done": self.boundaries_done,
             "started_unreported": list(self.started_unreported),
+            "drained": {k: dict(v) for k, v in self.drained.items()},
         }
 
     @classmethod
@@ -154,6 +156,8 @@ class EngineState:
                 raise ValueError(f"engine state: job {data.get('job_id')} holds slot {error}, not in the pool") from None
             track = data.get("track")
             jobs.append((job, None if track is None else track_from_dict(track)))
+        # states saved before drains existed have none
         return cls(queues, jobs, dict(state["counters"]), {k: dict(v) for k, v in state["actions"].items()},
                    {k: dict(v) for k, v in state["proposals"].items()}, set(state["dirty_keys"]),
-                   state["boundaries_done"], list(state.get("started_unreported", [])))
+                   state["boundaries_done"], list(state.get("started_unreported", [])),
+                   {k: dict(v) for k, v in state.get("drained", {}).items()})

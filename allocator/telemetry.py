@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import itertools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -41,6 +42,7 @@ RESERVED_MIB = 512  # framebuffer the driver keeps on a whole GPU (FB_FREE = tot
 CONTEXT_MEM_FRAC = 0.006  # a CUDA context on a GPU the job holds but does not use
 IDLE_ACTIVITY = 0.05  # an allocation below this ... (PRODUCT.md's idle definition)
 IDLE_WINDOW_S = 30 * 60  # ... for this long is idle
+FULL_MEM_FRAC = 0.99  # memory share of an attempt about to run out of memory
 
 GR_ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
@@ -58,6 +60,15 @@ METRIC_HELP: dict[str, str] = {
     GR_ENGINE_ACTIVE: "Ratio of time the graphics engine is active.",
 }
 BULK_SOURCE = "dcgm_parquet"
+# health series (dcgm-exporter field names); the XID count is a gauge over the exporter's window
+XID_ERRORS = "DCGM_FI_DEV_XID_ERRORS"
+XID_COUNT = "DCGM_EXP_XID_ERRORS_COUNT"
+XID_WINDOW_S = 300  # dcgm-exporter's default XID count window (5 min)
+ECC_DBE_VOL = "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"
+ECC_DBE_AGG = "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL"
+UNCORRECTABLE_REMAPPED = "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"
+ROW_REMAP_FAILURE = "DCGM_FI_DEV_ROW_REMAP_FAILURE"
+ECC_SERIES = (ECC_DBE_VOL, ECC_DBE_AGG, UNCORRECTABLE_REMAPPED, ROW_REMAP_FAILURE)
 # DGX H100 / HGX bus ids of GPUs 0-7 (nvidia-smi -q)
 _PCI_BUS = ("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB")
 _EPOCH = dt.datetime(1970, 1, 1)
@@ -89,6 +100,8 @@ class ActivityProfile:
     idle_mem_frac: float = 0.5
     working_gpus: int | None = None
     diurnal: bool = False
+    mem_full_after_s: float | None = None  # from this age the memory is full (an attempt about to run out)
+    loader_bound: bool = False  # its host's CPUs and disk limit it: the host is saturated while the GPU waits
 
 
 def typical_profile(template: Template | str, u: Sequence[float]) -> ActivityProfile:
@@ -340,6 +353,10 @@ def _work_params(works: Sequence[Work]) -> dict[str, np.ndarray]:
             [math.inf if x.working_gpus is None else x.working_gpus for x in p], dtype=np.float64
         ),
         "diurnal": np.array([x.diurnal for x in p], dtype=bool),
+        "mem_full": np.array(
+            [math.inf if x.mem_full_after_s is None else x.mem_full_after_s for x in p], dtype=np.float64
+        ),
+        "loader": np.array([x.loader_bound for x in p], dtype=bool),
     }
 
 
@@ -366,6 +383,8 @@ def _profile_values(
         CONTEXT_MEM_FRAC,
         np.where(stopped, params["idle_mem"][w], params["mem"][w] * (0.97 + 0.03 * u)),
     )
+    # an attempt that runs out of memory fills its GPU in its last minutes
+    memory = np.where(age >= params["mem_full"][w], FULL_MEM_FRAC + 0.004 * u, memory)
     return activity, memory
 
 
@@ -395,7 +414,10 @@ def _grid(table: _UnitTable, works: Sequence[Work], times: np.ndarray) -> _Grid:
     rogue_mem[cell[~owned]] = mem_w[~owned]
     occupied = count > 0
     activity = np.round(np.where(occupied, np.minimum(act_sum, 1.0), rogue_act), 6)
-    mem_frac = np.where(occupied, np.minimum(mem_sum, 0.97), rogue_mem)
+    # memory is capped below full, except on a unit whose work is filling it (out of memory)
+    filling = (times[step] - params["start"][rows_w]) >= params["mem_full"][rows_w]
+    cap = np.where(np.bincount(cell[owned & filling], minlength=cells) > 0, 1.0, 0.97)
+    mem_frac = np.where(occupied, np.minimum(mem_sum, cap), rogue_mem)
     unit_of_cell = np.repeat(np.arange(n_units), steps)
     step_of_cell = np.tile(np.arange(steps), n_units)
     usable = table.memory[unit_of_cell] - table.reserved[unit_of_cell]
@@ -573,6 +595,32 @@ class DayTelemetry:
     active_gpu_hours: float  # allocated weighted by the unit's activity
     idle_gpu_hours: float  # allocated time inside runs below 5% activity lasting 30 min or more
     rogue_busy_gpu_hours: float  # unallocated units busy (activity >= 5%)
+    host_load: HostLoad | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
+class HostLoad:
+    """What the jobs on each host ask of it, per host x time step (hosts in pool order): the GPU share
+    held, that share weighted by activity, and the share held by loader-bound work (all 0..1 of the
+    host's GPUs)."""
+
+    hosts: tuple[str, ...]
+    held: np.ndarray  # [host, step]
+    active: np.ndarray
+    loader: np.ndarray
+
+
+@dataclass(frozen=True)
+class HealthEvent:
+    """A health signal on a physical GPU: an XID, double-bit ECC errors (each retires a row), or a
+    row-remap failure (no spare row left)."""
+
+    host: str
+    gpu: int
+    at: dt.datetime
+    xid: int | None = None
+    dbe: int = 0
+    remap_failure: bool = False
 
 
 class BulkTelemetry:
@@ -585,6 +633,17 @@ class BulkTelemetry:
         self.table = _UnitTable(telemetry_units(pool.nodes))
         fractions: dict[str, float] = {s.slot_id: s.fraction for s in pool.slots()}
         self.slot_fraction = fractions
+        self.hosts = tuple(n.host for n in pool.nodes)
+        host_index = {h: i for i, h in enumerate(self.hosts)}
+        self._unit_host = np.array([host_index[u.host] for u in self.table.units], dtype=np.int64)
+        gpus = np.zeros(len(self.hosts))
+        np.add.at(gpus, self._unit_host, self.table.weight)
+        self._host_gpus = gpus
+        # per physical GPU: double-bit errors and row-remap failure so far (health counters carry over days)
+        self.health_totals: dict[tuple[str, int], tuple[int, int]] = {}
+        self._first_unit: dict[tuple[str, int], int] = {}
+        for i, u in enumerate(self.table.units):
+            self._first_unit.setdefault((u.host, u.gpu), i)
 
     def unit_of(self, slot_id: str) -> int:
         return self.table.by_slot[slot_id]
@@ -610,12 +669,16 @@ class BulkTelemetry:
         source_file: str,
         work_fractions: Sequence[float] | None = None,
         path: Path | None = None,
+        health: Sequence[HealthEvent] = (),
+        hosts: bool = False,
     ) -> DayTelemetry:
         """Samples of every unit for one UTC day, and the day's figures.
 
         work_fractions: each work's slot fraction (default: its unit's slot share). With `path`, the frames
         are written to that Parquet file one metric at a time (so that a big pool's day is never
-        whole in memory) and `frames` comes back empty.
+        whole in memory) and `frames` comes back empty. health: the day's health events, written as
+        the exporter's health series on their GPUs (`health_table`). hosts: also return the
+        day's `HostLoad` (for the host telemetry).
         """
         start = epoch_seconds(dt.datetime.combine(day, dt.time()))
         times = start + np.arange(0, 86400, self.interval_s, dtype=np.float64)
@@ -645,8 +708,11 @@ class BulkTelemetry:
         frames: list[pl.DataFrame] = []
         samples = 0
         writer = None
+        tables = self._tables(grid, works, times, source_file)
+        if health:
+            tables = itertools.chain(tables, [self.health_table(health, times, source_file)])
         try:
-            for table in self._tables(grid, works, times, source_file):
+            for table in tables:
                 samples += table.num_rows
                 if path is None:
                     frames.append(pl.from_arrow(table).with_columns(pl.col(pl.Categorical).cast(pl.String)))
@@ -673,6 +739,117 @@ class BulkTelemetry:
             active_gpu_hours=float((alloc_rows * act).sum() * step_h),
             idle_gpu_hours=float(alloc_rows[idle].sum() * step_h),
             rogue_busy_gpu_hours=float(self.table.weight[rogue_units].sum() * step_h),
+            host_load=self._host_load(grid, works, alloc_rows, act) if hosts else None,
+        )
+
+    def _host_load(self, grid: _Grid, works: Sequence[Work], alloc: np.ndarray, act: np.ndarray) -> HostLoad:
+        steps = grid.steps
+        unit = grid.work_cell // steps
+        cell = self._unit_host[unit] * steps + grid.work_cell % steps
+        size = len(self.hosts) * steps
+        loader = np.array([w.profile.loader_bound for w in works], dtype=bool)[grid.work_rows]
+        per_gpu = self._host_gpus[:, None]
+
+        def total(weights: np.ndarray) -> np.ndarray:
+            return (
+                np.bincount(cell, weights=weights, minlength=size).reshape(len(self.hosts), steps) / per_gpu
+            )
+
+        return HostLoad(self.hosts, total(alloc), total(alloc * act), total(alloc * loader))
+
+    def health_table(self, events: Sequence[HealthEvent], times: np.ndarray, source_file: str) -> pa.Table:
+        """The day's health series of the GPUs with events, as dcgm-exporter writes them, in the
+        dcgm_samples contract (device-level: no GPU instance). For each such GPU, every step of the day:
+        DCGM_FI_DEV_XID_ERRORS (the last XID code, 0 before the first); and where a GPU had ECC
+        events, the aggregate and volatile double-bit counters, uncorrectable remapped rows and the
+        row-remap failure flag (counters as totals since the run began, so the day starts from the
+        GPU's earlier count). DCGM_EXP_XID_ERRORS_COUNT{xid} is the exporter's windowed gauge: the
+        XIDs of that code seen in the last XID_WINDOW_S, at the steps inside the window."""
+        steps = len(times)
+        t_event = np.array([epoch_seconds(e.at) for e in events])
+        by_gpu: dict[tuple[str, int], list[int]] = {}
+        for i, e in enumerate(events):
+            by_gpu.setdefault((e.host, e.gpu), []).append(i)
+        rows_unit: list[np.ndarray] = []
+        rows_step: list[np.ndarray] = []
+        metric: list[np.ndarray] = []
+        labels: list[np.ndarray] = []
+        values: list[np.ndarray] = []
+        names = [XID_ERRORS, XID_COUNT, *ECC_SERIES]
+        label_names = [f'DCGM_FI_DRIVER_VERSION="{DRIVER_VERSION}"']
+
+        def add(unit: int, step: np.ndarray, name: str, value: np.ndarray, label: int = 0) -> None:
+            rows_unit.append(np.full(len(step), unit))
+            rows_step.append(step)
+            metric.append(np.full(len(step), names.index(name)))
+            labels.append(np.full(len(step), label))
+            values.append(value.astype(np.float64))
+
+        everyday = np.arange(steps)
+        for (host, gpu), idx in sorted(by_gpu.items()):
+            unit = self._first_unit[(host, gpu)]
+            idx = sorted(idx, key=lambda i: t_event[i])
+            before = self.health_totals.get((host, gpu), (0, 0))
+            at = np.searchsorted(times, t_event[idx], "left")  # the first step that sees it
+            xids = [(events[i].xid, a) for i, a in zip(idx, at, strict=True) if events[i].xid is not None]
+            if xids:
+                last = np.zeros(steps)
+                for code, a in xids:
+                    last[a:] = code
+                add(unit, everyday, XID_ERRORS, last)
+                window = XID_WINDOW_S // self.interval_s
+                for code in sorted({c for c, _ in xids}):
+                    seen = np.zeros(steps)
+                    for c, a in xids:
+                        if c == code:
+                            seen[a : a + window] += 1
+                    text = f'DCGM_FI_DRIVER_VERSION="{DRIVER_VERSION}",window_size_in_ms="{XID_WINDOW_S * 1000}",xid="{code}"'
+                    if text not in label_names:
+                        label_names.append(text)
+                    hit = np.flatnonzero(seen)
+                    add(unit, hit, XID_COUNT, seen[hit], label_names.index(text))
+            dbe = [(events[i].dbe, events[i].remap_failure, a) for i, a in zip(idx, at, strict=True)]
+            if any(d or f for d, f, _ in dbe):
+                errors = np.full(steps, float(before[0]))
+                failed = np.full(steps, float(before[1]))
+                for d, f, a in dbe:
+                    errors[a:] += d
+                    failed[a:] = np.maximum(failed[a:], float(f))
+                for name in (ECC_DBE_VOL, ECC_DBE_AGG, UNCORRECTABLE_REMAPPED):
+                    add(unit, everyday, name, errors)
+                add(unit, everyday, ROW_REMAP_FAILURE, failed)
+                self.health_totals[(host, gpu)] = (int(errors[-1]), int(failed[-1]))
+        unit = np.concatenate(rows_unit).astype(np.int64)
+        step = np.concatenate(rows_step).astype(np.int64)
+        n = len(unit)
+        t = self.table
+        device_level = np.full(n, -1, dtype=np.int32)
+        return pa.table(
+            {
+                "sampled_at": pa.array((times[step] * 1_000_000).astype(np.int64), pa.timestamp("us")),
+                "host": _dict(t.strings["host"], unit),
+                "gpu": pa.array(t.gpu[unit], pa.int32()),
+                "uuid": _dict(t.strings["uuid"], unit),
+                "device": _dict(t.strings["device"], unit),
+                "pci_bus_id": _dict(t.strings["pci_bus_id"], unit),
+                "model_name": _dict(t.strings["model_name"], unit),
+                "gpu_instance_id": pa.array(device_level, pa.int32(), mask=device_level < 0),
+                "gpu_instance_profile": _dict((device_level, [""]), np.arange(n)),
+                "metric": _dict((np.arange(len(names), dtype=np.int32), names), np.concatenate(metric)),
+                "value": pa.array(np.concatenate(values), pa.float64()),
+                "k8s_namespace": pa.nulls(n, pa.string()),
+                "k8s_pod": pa.nulls(n, pa.string()),
+                "k8s_container": pa.nulls(n, pa.string()),
+                "hpc_job": pa.DictionaryArray.from_arrays(
+                    pa.array(np.zeros(n, dtype=np.int32), mask=np.ones(n, dtype=bool)),
+                    pa.array([""], pa.string()),
+                ),
+                "extra_labels": _dict(
+                    (np.arange(len(label_names), dtype=np.int32), label_names), np.concatenate(labels)
+                ),
+                "source": _constant(BULK_SOURCE, n),
+                "source_file": _constant(source_file, n),
+            }
         )
 
     def _tables(self, grid: _Grid, works: Sequence[Work], times: np.ndarray, source_file: str):

@@ -15,6 +15,7 @@ from great_expectations.expectations.expectation_configuration import Expectatio
 from great_expectations.expectations.row_conditions import Column
 
 from pipelines.contracts import contract
+from pipelines.sources.node_exporter import KEPT_METRICS
 
 SUITE_TABLES: tuple[str, ...] = (
     "dcgm_samples",
@@ -24,6 +25,7 @@ SUITE_TABLES: tuple[str, ...] = (
     "gpu_inventory",
     "queue_quotas",
     "governance_actions",
+    "host_samples",
 )
 
 # DCGM profiling metrics exported as a ratio of time or cycles (0..1).
@@ -61,6 +63,7 @@ SOURCES: dict[str, tuple[str, ...]] = {
     "audit_events": ("allocator", "k8s", "slurm", "kueue"),
     "gpu_inventory": ("allocator", "slurm", "k8s"),
     "queue_quotas": ("allocator", "slurm", "kueue"),
+    "host_samples": ("node_exporter", "node_exporter_parquet"),
 }
 
 
@@ -117,6 +120,15 @@ def _dcgm_rules() -> list[gxe.Expectation]:
             min_value=0,
             row_condition=Column("metric").is_in(NON_NEGATIVE_METRICS),
         ),
+    ]
+
+
+def _host_rules() -> list[gxe.Expectation]:
+    # Every kept metric is a byte count, seconds, a load average or a clock: none is negative.
+    return [
+        _in_set("source", SOURCES["host_samples"]),
+        _in_set("metric", KEPT_METRICS, "metric is not one raw.host_samples keeps"),
+        _between("value", "host metric value is negative", min_value=0),
     ]
 
 
@@ -194,6 +206,7 @@ _DOMAIN_RULES: dict[str, Callable[[], list[gxe.Expectation]]] = {
     "gpu_inventory": _gpu_inventory_rules,
     "queue_quotas": _queue_quotas_rules,
     "governance_actions": _governance_actions_rules,
+    "host_samples": _host_rules,
 }
 
 

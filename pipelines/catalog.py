@@ -4,8 +4,9 @@ The catalog names every metric once: its group, labels in English and Chinese, f
 grain and the metrics view column that holds it. It is one catalog in several files: version.yml
 (the catalog version) and one `<group>.yml` per group, read in GROUPS order.
 
-The models are documented in dbt's properties files, one per layer (models/<layer>/_models.yml,
-models/seeds/_seeds.yml): each model's description, `config.meta.grain` and every column. They are
+The models are documented in dbt's properties files: per layer models/<layer>/_models.yml
+(models/seeds/_seeds.yml) and topic files beside it (`_<topic>.yml`, e.g. marts/_health.yml):
+each model's description, `config.meta.grain` and every column. They are
 read here as YAML, not through `dbt parse`: the same files dbt reads, in milliseconds, with no
 profile, packages or warehouse (tests/models/test_catalog.py checks that dbt's manifest agrees).
 A column carrying a catalog metric is described by the docs block `metric_<name>`, which `gpupool
@@ -30,6 +31,8 @@ GROUPS = ("resource", "task", "governance")  # also the catalog's files, <group>
 METRIC_TYPES = ("simple", "ratio", "derived")
 MODEL_LAYERS = ("staging", "marts", "metrics")
 PROPERTIES = {"seeds": "_seeds.yml", "staging": "_models.yml", "marts": "_models.yml", "metrics": "_models.yml"}
+# dbt files in a layer folder that describe no model: sources and unit tests
+NOT_PROPERTIES = frozenset({"_sources.yml", "_unit_tests.yml"})
 _DOCS_BLOCK = re.compile(r"{%-?\s*docs\s+(\w+)\s*-?%}(.*?){%-?\s*enddocs\s*-?%}", re.DOTALL)
 _DOC_REF = re.compile(r"^{{\s*doc\(\s*['\"](\w+)['\"]\s*\)\s*}}$")
 _VERSION = re.compile(r"^\d+\.\d+\.\d+$")
@@ -273,15 +276,28 @@ def model_files(folder: Path, layer: str) -> list[Path]:
     return sorted(f for pattern in patterns for f in folder.glob(pattern))
 
 
+def properties_files(models_dir: Path, layer: str) -> list[Path]:
+    """The layer's properties files: its main one (which must exist), then its topic files by name."""
+    folder = models_dir / layer
+    topics = sorted(p for p in folder.glob("_*.yml") if p.name != PROPERTIES[layer] and p.name not in NOT_PROPERTIES)
+    return [folder / PROPERTIES[layer], *topics]
+
+
 def load_model_docs(models_dir: Path = MODELS_DIR) -> dict[str, ModelDoc]:
-    """Every seed and SQL model as its properties file documents it, keyed by schema-qualified name
-    (e.g. marts.dim_jobs). A model without properties, or properties without a model, fails."""
+    """Every seed and SQL model as its properties files document it, keyed by schema-qualified name
+    (e.g. marts.dim_jobs). A model without properties, properties without a model, or a model
+    described twice fails."""
     blocks = doc_blocks(models_dir)
     docs: dict[str, ModelDoc] = {}
     for layer in ("seeds", *MODEL_LAYERS):
         folder = models_dir / layer
         path = folder / PROPERTIES[layer]
-        found = {doc.name: doc for doc in load_properties(path, layer, blocks)}
+        found: dict[str, ModelDoc] = {}
+        for props in properties_files(models_dir, layer):
+            for doc in load_properties(props, layer, blocks):
+                if doc.name in found:
+                    raise CatalogError(f"{props}: {doc.name} is described again (first in {found[doc.name].path.name})")
+                found[doc.name] = doc
         files = {f.stem for f in model_files(folder, layer)}
         if files - set(found):
             raise CatalogError(f"{path}: no properties for {sorted(files - set(found))}")
@@ -304,7 +320,7 @@ def catalog_link_problems(catalog: Catalog, docs: dict[str, ModelDoc]) -> list[s
         doc = docs.get(view)
         col = next((c for c in doc.columns if c.name == column), None) if doc else None
         if col is None:
-            problems.append(f"{view}.{column}: carries metric {name} but is not in {PROPERTIES['metrics']}")
+            problems.append(f"{view}.{column}: carries metric {name} but is not in metrics' properties files")
         elif col.doc != metric_doc_name(name):
             problems.append(f"{view}.{column}: carries metric {name}; its description must be "
                             f"\"{{{{ doc('{metric_doc_name(name)}') }}}}\"")

@@ -22,7 +22,7 @@ import yaml
 
 from pipelines.paths import CONTRACTS_DIR
 
-LAKE_TABLES = ("dcgm_samples",)  # raw tables kept as Parquet, exposed by a view
+LAKE_TABLES = ("dcgm_samples", "host_samples")  # raw tables kept as Parquet, exposed by a view
 # columns the warehouse adds to every raw table
 PARTITION_COLUMNS = ",\n  partition_date DATE,\n  ingest_source VARCHAR,\n  ingested_at TIMESTAMP"
 

@@ -30,7 +30,6 @@ import yaml
 
 from pipelines.catalog import (
     MODEL_LAYERS,
-    PROPERTIES,
     Catalog,
     CatalogError,
     Metric,
@@ -39,6 +38,7 @@ from pipelines.catalog import (
     load_model_docs,
     metric_doc_name,
     model_files,
+    properties_files,
 )
 from pipelines.contracts import TABLES, contracts
 from pipelines.paths import MODELS_DIR, REPO_ROOT
@@ -114,8 +114,9 @@ def _configs(models_dir: Path) -> dict[str, dict]:
     """schema.model -> its properties' config (for the materialization)."""
     out = {}
     for layer in MODEL_LAYERS:
-        doc = yaml.safe_load((models_dir / layer / PROPERTIES[layer]).read_text()) or {}
-        out.update({f"{layer}.{m['name']}": m.get("config") or {} for m in doc.get("models") or []})
+        for path in properties_files(models_dir, layer):
+            doc = yaml.safe_load(path.read_text()) or {}
+            out.update({f"{layer}.{m['name']}": m.get("config") or {} for m in doc.get("models") or []})
     return out
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install the Debian packages of the real components the tests run against: Prometheus and Chromium here,
+# Install the Debian packages of the real components the tests run against: Prometheus, node_exporter and Chromium here,
 # Slurm and its accounting database through scripts/slurm-up.sh, PostgreSQL (the release catalog's
 # many-machine mode) through scripts/postgres-up.sh: the tests call those two to start their servers,
 # and they install their packages when missing.
@@ -8,13 +8,20 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
-  echo "▸ not root or no apt-get: Prometheus, Slurm and browser tests skip unless those are installed" >&2
+  echo "▸ not root or no apt-get: Prometheus, node_exporter, Slurm and browser tests skip unless those are installed" >&2
   exit 0
 fi
 if ! command -v prometheus >/dev/null 2>&1; then
   echo "▸ installing prometheus (Debian package)"
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+fi
+if ! command -v prometheus-node-exporter >/dev/null 2>&1; then
+  # the host metrics' parser and scrape tests run the real node_exporter (tests/node_exporter_daemon.py);
+  # policy-rc.d or no init system keeps the package's own service from starting
+  echo "▸ installing prometheus-node-exporter (Debian package)"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus-node-exporter >/dev/null
 fi
 if ! command -v chromium >/dev/null 2>&1; then
   # the browser test (tests/dashboards/test_browser.py) drives Debian's Chromium with Playwright;

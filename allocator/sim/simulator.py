@@ -53,6 +53,8 @@ from allocator.model import (
 )
 from allocator.pool import default_pool, pool_capacity, validate_pool
 from allocator.sim.admin import ADMIN_ACTIVITY, Admin, AdminActivity
+from allocator.sim.faults import Fault, plan_faults
+from allocator.sim.hosts import HOST_SOURCE, HostTelemetry
 from allocator.sim.workload import (
     CALIBRATION,
     Calibration,
@@ -67,6 +69,7 @@ from allocator.telemetry import (
     IDLE_WINDOW_S,
     ActivityProfile,
     BulkTelemetry,
+    HealthEvent,
     TelemetryUnit,
     Work,
     _grid,
@@ -78,8 +81,9 @@ DEFAULT_START = dt.date(2026, 11, 1)
 TELEMETRY_SOURCE = "dcgm_parquet"
 _DAY = dt.timedelta(days=1)
 # what happens first at the same instant: midnight, work ending, users cancelling, new work, admins
-_MIDNIGHT, _END, _CANCEL, _GIVE_UP, _SUBMIT, _ADMIN = range(6)
+_MIDNIGHT, _END, _CANCEL, _GIVE_UP, _SUBMIT, _ADMIN, _FAULT = range(7)
 _FAILED = frozenset(s.value for s in FINAL_FAILURES)
+_OOM_RAMP_S = 180  # an attempt that runs out of memory holds its GPUs' memory full this long before it ends
 
 
 # --- the pool at another size ------------------------------------------------------------------
@@ -247,6 +251,10 @@ class SimulationReport:
     borrowing_tenant: str | None = None
     borrowed_starts: int = 0  # starts of the over-using tenant's jobs on borrowed quota
     scarce_model: str | None = None
+    faults: dict[str, int] = field(default_factory=dict)  # fault kind -> faults injected
+    fault_kills: int = 0  # attempts a fault ended
+    app_xids: int = 0  # user-code failures that raised an application XID
+    host_samples: int = 0
 
     @property
     def allocation_rate(self) -> float:
@@ -298,6 +306,10 @@ class SimulationReport:
                     f"retries {self.retries}"
                 ),
                 f"planted: {planted}",
+                (
+                    f"faults: {', '.join(f'{k} {v}' for k, v in self.faults.items()) or 'none'}; "
+                    f"attempts killed {self.fault_kills}, application XIDs {self.app_xids}"
+                ),
                 f"audit: {audit or 'none'}",
             ]
         )
@@ -348,6 +360,7 @@ class _Simulation:
         admin: AdminActivity | None = None,
         governance: Governance | None = None,
         write: bool = True,
+        fault_scale: float = 1.0,
     ):
         self.pool, self.workload, self.out, self.start, self.days = pool, workload, out, start, days
         self.end = start + days * _DAY
@@ -372,6 +385,9 @@ class _Simulation:
         self.borrowed_starts = 0
         self.admin = None if admin is None else Admin(self, admin, report.seed)
         self.governance = governance
+        self.faults = plan_faults(pool, start, days, report.seed, fault_scale)
+        self.health: list[HealthEvent] = []  # health events not yet written (today's)
+        self.hosts = HostTelemetry(pool, interval_s, start)
 
     def push(self, at: dt.datetime, kind: int, *payload: object) -> None:
         heapq.heappush(self.heap, (at, kind, next(self.seq), payload))
@@ -385,6 +401,8 @@ class _Simulation:
             self.push(plan.submit_at, _SUBMIT, plan)
         for k in range(self.days + 1):
             self.push(self.start + k * _DAY, _MIDNIGHT, k)
+        for fault in self.faults:
+            self.push(fault.at, _FAULT, fault)
         if self.admin is not None:
             self.admin.plan()
         if self.governance is not None:
@@ -413,6 +431,9 @@ class _Simulation:
             step, *args = payload
             step(now, *args)
             return
+        if kind == _FAULT:
+            self.fault(now, payload[0])
+            return
         if kind == _SUBMIT:
             plan: PlannedJob = payload[0]
             try:
@@ -440,8 +461,37 @@ class _Simulation:
         if kind == _CANCEL:
             self.engine.cancel(job.job_id, now, job.spec.user, action)
         else:
-            state, exit_code, reason = action
+            state, exit_code, reason, xid = action
+            if xid is not None:  # user code crashed on the GPU: the driver logs it on each of the job's GPUs
+                self.report.app_xids += 1
+                self.health.extend(HealthEvent(h, g, now, xid) for h, g in self.physical_gpus(job.job_id))
             self.engine.finish(job.job_id, now, state, exit_code, reason)
+        self.drain(now)
+
+    def physical_gpus(self, job_id: str) -> list[tuple[str, int]]:
+        """The physical GPUs (host, index) of the job's running attempt."""
+        run = self.running.get(job_id)
+        if run is None:
+            return []
+        units = {self.units[self.works[wid][0].unit] for wid in run.works}
+        return sorted({(u.host, u.gpu) for u in units})
+
+    def fault(self, now: dt.datetime, fault: Fault) -> None:
+        """A GPU fails (its health series show it) or a host goes down; the attempts on it end as the
+        scheduler records them."""
+        self.report.faults[fault.kind] = self.report.faults.get(fault.kind, 0) + 1
+        if fault.gpu is not None:
+            self.health.append(
+                HealthEvent(fault.host, fault.gpu, now, fault.xid, fault.dbe, fault.remap_failure)
+            )
+        state, exit_code, reason = fault.end
+        for job_id in sorted(self.running):
+            gpus = self.physical_gpus(job_id)
+            hit = any(h == fault.host and (fault.gpu is None or g == fault.gpu) for h, g in gpus)
+            job = self.engine.jobs[job_id]
+            if hit and job.state == JobState.RUNNING:
+                self.report.fault_kills += 1
+                self.engine.finish(job_id, now, state, exit_code, reason)
         self.drain(now)
 
     def drain(self, now: dt.datetime) -> None:
@@ -479,16 +529,25 @@ class _Simulation:
         # how this attempt ends, if nothing else ends it first
         ends: list[tuple[float, int, object]] = []
         if self.failures[job_id] < b.failing_attempts:
-            ends.append((b.fail_after_s, _END, (JobState.FAILED, b.exit_code or 1, b.reason)))
+            ends.append((b.fail_after_s, _END, (JobState.FAILED, b.exit_code or 1, b.reason, None)))
         elif b.work_s is not None:
             ends.append(
-                (max(b.work_s - self.progress[job_id], 1.0), _END, (b.outcome, b.exit_code, b.reason))
+                (max(b.work_s - self.progress[job_id], 1.0), _END, (b.outcome, b.exit_code, b.reason, b.xid))
             )
         if b.cancel_after_run_s is not None:
             ends.append((b.cancel_after_run_s, _CANCEL, _cancel_reason(b.waste)))
         if ends:
             after, kind, action = min(ends, key=lambda e: (e[0], e[1]))
             self.push(now + dt.timedelta(seconds=round(after)), kind, job_id, attempt, action)
+            if kind == _END and action[0] == JobState.OUT_OF_MEMORY:
+                # it fills its GPUs' memory in the last minutes before it is killed
+                full = max(round(after) - _OOM_RAMP_S, 0)
+                for wid in ids:
+                    work, fraction = self.works[wid]
+                    self.works[wid] = (
+                        replace(work, profile=replace(work.profile, mem_full_after_s=full)),
+                        fraction,
+                    )
         if self.governance is not None:
             self.governance.job_started(job, b.profile, now)
 
@@ -553,10 +612,25 @@ class _Simulation:
                     unit = self.rogue_unit[rogue.rogue_id] = self.free_unit(rogue, works, rogue_end)
                 works.append(Work(unit, None, 0, rogue.start, rogue_end, rogue.profile))
                 fractions.append(0.0)
+        health = [e for e in self.health if e.at < day_end]
+        self.health = [e for e in self.health if e.at >= day_end]
         if self.write:
             relative = Path(TELEMETRY_SOURCE) / day_start.date().isoformat() / "samples.parquet"
-            day = self.bulk.day(day_start.date(), works, relative.as_posix(), fractions, path=self.out / relative)
+            day = self.bulk.day(
+                day_start.date(),
+                works,
+                relative.as_posix(),
+                fractions,
+                path=self.out / relative,
+                health=health,
+                hosts=True,
+            )
             self.report.files.append(relative.as_posix())
+            host_file = Path(HOST_SOURCE) / day_start.date().isoformat() / "samples.parquet"
+            self.report.host_samples += self.hosts.day(
+                day_start, day.host_load, self.out / host_file, host_file.as_posix()
+            )
+            self.report.files.append(host_file.as_posix())
             self.report.samples += day.samples
             figures = (day.allocated_gpu_hours, day.active_gpu_hours, day.idle_gpu_hours, day.rogue_busy_gpu_hours)
         else:
@@ -651,6 +725,7 @@ def _clear(out: Path, start: dt.date, days: int) -> None:
         records.AUDIT_SOURCE: "audit.jsonl",
         records.POOL_SOURCE: "pool.json",
         TELEMETRY_SOURCE: "samples.parquet",
+        HOST_SOURCE: "samples.parquet",
     }
     for k in range(days):
         day = (start + dt.timedelta(days=k)).isoformat()
@@ -673,6 +748,7 @@ def simulate(
     governance: Governance | None = None,
     workload: Workload | None = None,
     write: bool = True,
+    fault_scale: float = 1.0,
 ) -> SimulationReport:
     """Simulate `days` days of the pool from `start` and write the landing layout under `out`.
 
@@ -684,6 +760,8 @@ def simulate(
     workload: run these jobs (e.g. a month's demand read back from a warehouse) instead of generating them.
     write: False writes nothing under `out` (no records, pool snapshots or telemetry files; a governance
     keeps its own state): the report's figures are still computed, from the same telemetry values.
+    fault_scale: multiplies the published fault rates (`allocator.sim.faults`; 0 keeps only the one GPU
+    fault and the one host going down every run has).
     """
     if days < 1:
         raise ValueError(f"days {days}: expected at least 1")
@@ -706,7 +784,20 @@ def simulate(
         nodes=len(pool.nodes),
         interval_s=interval_s,
     )
-    sim = _Simulation(pool, workload, out, begin, days, interval_s, report, on_progress, admin, governance, write)
+    sim = _Simulation(
+        pool,
+        workload,
+        out,
+        begin,
+        days,
+        interval_s,
+        report,
+        on_progress,
+        admin,
+        governance,
+        write,
+        fault_scale,
+    )
     try:
         sim.run()
     finally:

@@ -55,6 +55,7 @@ class Behaviour:
     resubmit_delay_s: int = 0
     checkpointed: bool = False  # progress survives a preemption (at hourly checkpoints)
     waste: Waste | None = None
+    xid: int | None = None  # the application XID its failure raises on its GPUs (user code: 13, 43)
 
 
 @dataclass(frozen=True)
@@ -108,13 +109,14 @@ class Calibration:
     completed: float = 0.65  # final states: completed / failed / cancelled
     failed: float = 0.20
     cancelled: float = 0.15
+    # user-caused failures; hardware ones (NODE_FAIL, FAILED on a GPU fault) come from allocator.sim.faults
     failure_states: Mapping[JobState, float] = field(
         default_factory=lambda: {
-            JobState.FAILED: 0.80,
-            JobState.OUT_OF_MEMORY: 0.15,
-            JobState.NODE_FAIL: 0.05,
+            JobState.FAILED: 0.84,
+            JobState.OUT_OF_MEMORY: 0.16,
         }
     )
+    loader_bound: float = 0.06  # of ordinary training: limited by its host's CPUs and disk (an assumption)
     # arrivals per hour of day (UTC) and per weekday (Monday first), relative
     hourly: tuple[float, ...] = (
         0.35,
@@ -186,8 +188,9 @@ _FAIL_REASONS = {
         ("CUDA error: an illegal memory access", 134),
     ),
     JobState.OUT_OF_MEMORY: (("CUDA out of memory", 137),),
-    JobState.NODE_FAIL: (("node lost contact (Xid 79)", 0),),
 }
+# user code that crashes on the GPU: the driver logs an application-class XID on the job's GPUs
+_APP_XID = {"CUDA error: an illegal memory access": 13, "Segmentation fault": 43}
 _NAMES = {
     Template.TRAINING: (
         "resnet50",
@@ -345,6 +348,7 @@ class _Draw:
     planted: np.ndarray  # uniforms for a planted case's parameters (n x 3)
     patience: np.ndarray  # seconds the user waits in the queue before cancelling
     u: np.ndarray  # uniforms per job for its other choices (n x _U): no generator calls per job
+    loader_u: np.ndarray | None = None  # uniform deciding a loader-bound job (its own generator)
 
 
 def _draw(rng: np.random.Generator, cal: Calibration, templates: np.ndarray) -> _Draw:
@@ -428,7 +432,10 @@ def generate_workload(
     templates = np.concatenate([opening_templates, templates])
     order = np.argsort(times, kind="stable")
     times, templates = times[order], templates[order]
-    draw = _draw(rng, cal, templates)
+    # from a generator of its own, so adding loader-bound jobs moved no other draw
+    draw = replace(
+        _draw(rng, cal, templates), loader_u=np.random.default_rng([seed, 0x10AD]).random(len(times))
+    )
     builder = _Builder(pool, cal, capacity)
     jobs = [
         builder.job(i, start + dt.timedelta(seconds=float(round(t, 3))), draw) for i, t in enumerate(times)
@@ -630,12 +637,25 @@ class _Builder:
             reasons = _FAIL_REASONS[state]
             reason, code = reasons[int(u[_COL["reason"]] * len(reasons))]
             base = replace(
-                base, work_s=max(int(work * d.fail_at[i]), 20), outcome=state, exit_code=code, reason=reason
+                base,
+                work_s=max(int(work * d.fail_at[i]), 20),
+                outcome=state,
+                exit_code=code,
+                reason=reason,
+                xid=_APP_XID.get(reason),
             )
         elif fate == 2:
             base = replace(base, cancel_after_run_s=max(int(work * d.cancel_at[i]), 30))
         kind = self._waste_kind(template, spec, d.waste_u[i])
-        return base if kind is None else planted(kind, spec, base, d.planted[i])
+        if kind is not None:
+            return planted(kind, spec, base, d.planted[i])
+        if template == Template.TRAINING and d.loader_u is not None and d.loader_u[i] < self.cal.loader_bound:
+            # its GPUs wait on the data loader: low activity while the host's CPUs are saturated
+            p = base.profile
+            return replace(
+                base, profile=replace(p, level=0.1 + 0.15 * p.level / 0.92, swing=0.03, loader_bound=True)
+            )
+        return base
 
     def _waste_kind(self, template: Template, spec: JobSpec, u: float) -> Waste | None:
         """Which planted waste (if any) this job is, with the calibrated probabilities."""
@@ -706,7 +726,7 @@ PER_JOB_WASTE = (
 def planted(kind: Waste, spec: JobSpec, b: Behaviour, u: np.ndarray) -> Behaviour:
     """Ordinary work `b` turned into planted waste of `kind` (u: uniforms for its parameters)."""
     clean = replace(
-        b, outcome=JobState.COMPLETED, exit_code=0, reason=None, cancel_after_run_s=None, waste=kind
+        b, outcome=JobState.COMPLETED, exit_code=0, reason=None, cancel_after_run_s=None, waste=kind, xid=None
     )
     work = float(b.work_s or 3600)
     a, c, e = (float(x) for x in u[:3])

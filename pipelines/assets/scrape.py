@@ -15,6 +15,10 @@ best) cannot. Each tick:
 
 The cursor (JSON) keeps the day, the round counts and the totals; a tick without a run request
 reports the round's counts as its skip message, so the tick history shows every round.
+
+The `node_exporter_scrape` sensor does the same for the node_exporter targets of the
+`node_exporter` section: rounds in `landing/node_exporter_parquet/<day>/`, re-ingested by
+`raw_node_exporter_parquet` (it scrapes over HTTP itself: there is no offline resource for it).
 """
 
 from __future__ import annotations
@@ -27,12 +31,23 @@ import dagster as dg
 
 from pipelines.assets.ingest import asset_name
 from pipelines.config import section
-from pipelines.connectors.scrape import LANDING_SOURCE, DcgmConfig, ScrapeRound, utc_naive, write_round
+from pipelines.connectors.scrape import (
+    LANDING_SOURCE,
+    NODE_EXPORTER,
+    DcgmConfig,
+    NodeExporterConfig,
+    ScrapeRound,
+    shared_scraper,
+    targets_of,
+    utc_naive,
+    write_round,
+)
 from pipelines.ingest import record_scrape_gaps
 from pipelines.resources.telemetry import TelemetrySource
 from pipelines.resources.warehouse import WarehouseResource
 
 RAW_DCGM_PARQUET = dg.AssetKey(asset_name(LANDING_SOURCE))
+RAW_NODE_EXPORTER_PARQUET = dg.AssetKey(asset_name(NODE_EXPORTER.landing_source))
 TRIGGER_TAG = "gpupool/trigger"
 
 
@@ -63,16 +78,17 @@ def advance(
     cursor: ScrapeCursor, scrape: ScrapeRound, every: int
 ) -> tuple[ScrapeCursor, list[tuple[str, str]]]:
     """The cursor after `scrape`, and the (partition day, run key) ingests to request."""
+    source = scrape.landing_source
     day = scrape.round_at.date().isoformat()
     rounds = cursor.rounds + 1
     ingests: list[tuple[str, str]] = []
     since = cursor.since_ingest if cursor.day == day else 0
     if cursor.day is not None and cursor.day != day and cursor.since_ingest > 0:
-        ingests.append((cursor.day, f"{LANDING_SOURCE}:{cursor.day}:final"))
+        ingests.append((cursor.day, f"{source}:{cursor.day}:final"))
     if scrape.samples.height:
         since += 1
     if since >= every:
-        ingests.append((day, f"{LANDING_SOURCE}:{day}:{rounds}"))
+        ingests.append((day, f"{source}:{day}:{rounds}"))
         since = 0
     return (
         replace(
@@ -119,22 +135,61 @@ def build_scrape_sensor(
             return dg.SensorResult(
                 skip_reason=f"no targets to scrape ({telemetry.describe()})", cursor=context.cursor
             )
-        wh = warehouse.get()
-        path = write_round(wh.landing, scrape)
-        record_scrape_gaps(wh, scrape.gaps)
-        cursor, ingests = advance(ScrapeCursor.parse(context.cursor), scrape, every)
-        context.log.info(f"{scrape.summary()}; written to {path}" if path else scrape.summary())
-        runs = [
-            dg.RunRequest(run_key=key, partition_key=day, tags={TRIGGER_TAG: name}) for day, key in ingests
-        ]
-        if runs:
-            return dg.SensorResult(run_requests=runs, cursor=cursor.to_json())
-        return dg.SensorResult(skip_reason=scrape.summary(), cursor=cursor.to_json())
+        return _land(context, scrape, warehouse, every, name)
+
+    return _scrape
+
+
+def _land(
+    context: dg.SensorEvaluationContext, scrape: ScrapeRound, warehouse: WarehouseResource, every: int, name: str
+) -> dg.SensorResult:
+    """Write the round and its gaps, advance the cursor, and request the ingests that are due."""
+    wh = warehouse.get()
+    path = write_round(wh.landing, scrape)
+    record_scrape_gaps(wh, scrape.gaps)
+    cursor, ingests = advance(ScrapeCursor.parse(context.cursor), scrape, every)
+    context.log.info(f"{scrape.summary()}; written to {path}" if path else scrape.summary())
+    runs = [dg.RunRequest(run_key=key, partition_key=day, tags={TRIGGER_TAG: name}) for day, key in ingests]
+    if runs:
+        return dg.SensorResult(run_requests=runs, cursor=cursor.to_json())
+    return dg.SensorResult(skip_reason=scrape.summary(), cursor=cursor.to_json())
+
+
+def build_node_exporter_sensor(
+    name: str = "node_exporter_scrape",
+    default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED,
+) -> dg.SensorDefinition:
+    """The node_exporter scrape sensor; interval and re-ingest cadence from the `node_exporter`
+    section (read once, here), else 15 s and 40 rounds. Its targets are re-read each tick."""
+    settings = section("node_exporter", NodeExporterConfig) or NodeExporterConfig()
+
+    @dg.sensor(
+        name=name,
+        minimum_interval_seconds=max(1, math.ceil(settings.interval_s)),
+        asset_selection=[RAW_NODE_EXPORTER_PARQUET],
+        default_status=default_status,
+        description=(
+            f"Scrapes every node_exporter target each {settings.interval_s:g} s into "
+            f"landing/{NODE_EXPORTER.landing_source}/<day>/ (gaps in ops.scrape_gaps) and re-ingests the day's "
+            f"{RAW_NODE_EXPORTER_PARQUET.to_user_string()} partition every {settings.ingest_every_rounds} rounds."
+        ),
+    )
+    def _scrape(context: dg.SensorEvaluationContext, warehouse: WarehouseResource) -> dg.SensorResult:
+        config = section("node_exporter", NodeExporterConfig)
+        targets = targets_of(config) if config is not None else []
+        if not targets:
+            return dg.SensorResult(
+                skip_reason="no node_exporter targets (the node_exporter section of gpupool.yml)",
+                cursor=context.cursor,
+            )
+        scrape = shared_scraper(config, NODE_EXPORTER).scrape_round(utc_naive(), targets)
+        return _land(context, scrape, warehouse, settings.ingest_every_rounds, name)
 
     return _scrape
 
 
 dcgm_scrape_sensor = build_scrape_sensor()
+node_exporter_scrape_sensor = build_node_exporter_sensor()
 
 
-defs = dg.Definitions(sensors=[dcgm_scrape_sensor])
+defs = dg.Definitions(sensors=[dcgm_scrape_sensor, node_exporter_scrape_sensor])

@@ -17,6 +17,11 @@ short), too_large, garbage (not text, or every sample line quarantined), empty (
 deadline (the round's time ran out before the target's turn), error (anything else). A target
 whose body loads but has some lines quarantined is recorded as `partial`, with the count and the
 first reason: its good samples are kept. No target's failure touches another's samples.
+
+node_exporter targets (the `node_exporter` section) are scraped by the same code with another
+`Feed`: each body is parsed on its own by the node_exporter parser (host: the target's host name,
+else the exposition's node_uname_info nodename; time: node_time_seconds, else the round's time),
+and the round lands in `landing/node_exporter_parquet/<day>/` in the raw.host_samples contract.
 """
 
 from __future__ import annotations
@@ -27,9 +32,10 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from ipaddress import ip_address
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -50,6 +56,7 @@ from pipelines.connectors.http import (
 )
 from pipelines.contracts import GAPS_SCHEMA, contract
 from pipelines.sources.dcgm_text import parse_dcgm_text
+from pipelines.sources.node_exporter import parse_node_exporter_text
 
 LANDING_SOURCE = "dcgm_parquet"
 ACCEPT = "text/plain;version=0.0.4;q=1,*/*;q=0.1"
@@ -107,6 +114,11 @@ class DcgmConfig(BaseModel):
     @property
     def retry(self) -> RetryPolicy:
         return RetryPolicy(retries=self.retries, backoff_s=self.backoff_s)
+
+
+class NodeExporterConfig(DcgmConfig):
+    """The `node_exporter` section of gpupool.yml: the same settings as `dcgm`, for node_exporter
+    targets (port 9100); the `node_exporter_scrape` sensor lands them in node_exporter_parquet."""
 
 
 # -- targets -----------------------------------------------------------------------------------
@@ -288,6 +300,25 @@ def read_folder(
     return out
 
 
+# -- what a round parses into -------------------------------------------------------------------
+# The round's bodies (with their targets), its time and id -> (samples, each body's sample-line count,
+# each body's (quarantined lines, first bad line's number within the body, its reason) or None).
+ParseBodies = Callable[
+    [Sequence[tuple["Target", bytes]], dt.datetime, str],
+    tuple[pl.DataFrame, list[int], list[tuple[int, int, str] | None]],
+]
+
+
+@dataclass(frozen=True)
+class Feed:
+    """One kind of exporter: how its bodies parse and where a round of them lands."""
+
+    name: str
+    landing_source: str  # ingest source reading the rounds' Parquet: landing/<landing_source>/<day>/
+    table: str  # the raw contract of the rounds' samples
+    parse: ParseBodies
+
+
 # -- a round -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ScrapeRound:
@@ -296,13 +327,15 @@ class ScrapeRound:
     round_id: str
     round_at: dt.datetime  # UTC, naive: every line without a timestamp gets this time
     targets: int
-    samples: pl.DataFrame = field(repr=False)  # raw.dcgm_samples contract
+    samples: pl.DataFrame = field(repr=False)  # the Feed's contract (raw.dcgm_samples, raw.host_samples)
     gaps: pl.DataFrame = field(repr=False)  # GAPS_SCHEMA, one row per target with a problem
     records_read: int = 0
     records_quarantined: int = 0
     bytes_read: int = 0
     fetch_s: float = 0.0
     parse_s: float = 0.0
+    landing_source: str = LANDING_SOURCE  # the Feed's: where write_round lands the samples
+    table: str = "dcgm_samples"  # the Feed's contract
 
     @property
     def targets_ok(self) -> int:
@@ -341,11 +374,16 @@ def _is_text(body: bytes, content_type: str | None) -> str | None:
 
 
 def assemble_round(
-    fetched: Sequence[Fetched], round_at: dt.datetime, round_id: str | None = None, fetch_s: float = 0.0
+    fetched: Sequence[Fetched],
+    round_at: dt.datetime,
+    round_id: str | None = None,
+    fetch_s: float = 0.0,
+    feed: Feed | None = None,
 ) -> ScrapeRound:
     """Parse the round's bodies in one go and decide each target's gap, if any."""
     round_id = round_id or new_round_id()
     round_at = utc_naive(round_at)
+    feed = feed or DCGM
     gaps: list[dict] = []
 
     def gap(f: Fetched, kind: str, error: str) -> None:
@@ -371,7 +409,7 @@ def assemble_round(
             body = f.body.removeprefix(b"\xef\xbb\xbf")
             texts.append((f, body if body.endswith(b"\n") or not body else body + b"\n"))
     started = time.perf_counter()
-    samples, records, quarantined = _parse_bodies([b for _, b in texts], round_at, round_id)
+    samples, records, quarantined = feed.parse([(f.target, b) for f, b in texts], round_at, round_id)
     for (f, _), n_records, bad in zip(texts, records, quarantined, strict=True):
         if n_records == 0:
             gap(f, "empty", "no sample lines in the body")
@@ -394,14 +432,17 @@ def assemble_round(
         bytes_read=sum(len(f.body) for f in fetched if f.body is not None),
         fetch_s=fetch_s,
         parse_s=time.perf_counter() - started,
+        landing_source=feed.landing_source,
+        table=feed.table,
     )
 
 
-def _parse_bodies(
-    bodies: Sequence[bytes], round_at: dt.datetime, round_id: str
+def _parse_dcgm_bodies(
+    texts: Sequence[tuple[Target, bytes]], round_at: dt.datetime, round_id: str
 ) -> tuple[pl.DataFrame, list[int], list[tuple[int, int, str] | None]]:
     """Samples of all bodies, and per body: its sample lines, and (quarantined lines, the first
     bad line's number within the body, its reason) or None."""
+    bodies = [body for _, body in texts]
     if not bodies:
         return contract("dcgm_samples").empty_frame(), [], []
     data = b"".join(bodies)
@@ -436,14 +477,49 @@ def _parse_bodies(
     return result.tables["dcgm_samples"], records.tolist(), problems
 
 
+def target_host(target: Target) -> str | None:
+    """The node a target names: its URL's host name, or None for an IP address or localhost (then the
+    exposition's node_uname_info nodename names it)."""
+    host = urlsplit(target.url).hostname
+    if not host or host == "localhost":
+        return None
+    try:
+        ip_address(host)
+    except ValueError:
+        return host
+    return None
+
+
+def _parse_node_bodies(
+    texts: Sequence[tuple[Target, bytes]], round_at: dt.datetime, round_id: str
+) -> tuple[pl.DataFrame, list[int], list[tuple[int, int, str] | None]]:
+    """Each body parsed on its own: its host and node_time_seconds are its own (the bodies are small,
+    ~60 KB, so one parse per target costs little)."""
+    frames, records, problems = [contract("host_samples").empty_frame()], [], []
+    for target, body in texts:
+        result = parse_node_exporter_text(body, target.url, host=target_host(target), scraped_at=round_at)
+        frames.append(result.tables["host_samples"])
+        records.append(result.records_read)
+        bad = result.quarantine.sort("line_number", nulls_last=True)
+        problems.append(
+            (bad.height, bad.item(0, "line_number"), bad.item(0, "reason")) if bad.height else None
+        )
+    return pl.concat(frames), records, problems
+
+
+DCGM = Feed("dcgm", LANDING_SOURCE, "dcgm_samples", _parse_dcgm_bodies)
+NODE_EXPORTER = Feed("node_exporter", "node_exporter_parquet", "host_samples", _parse_node_bodies)
+
+
 # -- the scraper -------------------------------------------------------------------------------
 class Scraper:
     """Scrapes the configured targets; keeps one Session and thread pool across rounds so that
     connections to the exporters are reused (dcgm-exporter keeps them alive)."""
 
-    def __init__(self, config: DcgmConfig):
+    def __init__(self, config: DcgmConfig, feed: Feed | None = None):
         self.config = config
-        self._executor = ThreadPoolExecutor(config.concurrency, thread_name_prefix="dcgm-scrape")
+        self.feed = feed or DCGM
+        self._executor = ThreadPoolExecutor(config.concurrency, thread_name_prefix=f"{self.feed.name}-scrape")
         self._session: requests.Session | None = None
         self._hosts = 0
         self._lock = threading.Lock()
@@ -471,7 +547,7 @@ class Scraper:
             started + self.config.interval_s - self.config.connect_timeout_s - self.config.read_timeout_s
         )
         fetched = list(self._executor.map(lambda t: fetch_target(session, t, self.config, deadline), targets))
-        return assemble_round(fetched, round_at, fetch_s=time.monotonic() - started)
+        return assemble_round(fetched, round_at, fetch_s=time.monotonic() - started, feed=self.feed)
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)
@@ -483,24 +559,25 @@ _SCRAPERS: dict[str, Scraper] = {}
 _SCRAPERS_LOCK = threading.Lock()
 
 
-def shared_scraper(config: DcgmConfig) -> Scraper:
-    """One Scraper per configuration per process: Dagster builds resources afresh for every
-    sensor tick, while the connections should outlive the tick."""
+def shared_scraper(config: DcgmConfig, feed: Feed | None = None) -> Scraper:
+    """One Scraper per feed and configuration per process: Dagster builds resources afresh for every
+    sensor tick, while the connections should outlive the tick. A feed's new configuration closes
+    its old Scraper."""
+    feed = feed or DCGM
     key = config.model_dump_json()
     with _SCRAPERS_LOCK:
-        scraper = _SCRAPERS.get(key)
-        if scraper is None:
-            for old in _SCRAPERS.values():
-                old.close()
-            _SCRAPERS.clear()
-            scraper = _SCRAPERS[key] = Scraper(config)
+        scraper = _SCRAPERS.get(feed.name)
+        if scraper is None or scraper.config.model_dump_json() != key:
+            if scraper is not None:
+                scraper.close()
+            scraper = _SCRAPERS[feed.name] = Scraper(config, feed)
         return scraper
 
 
 # -- writing -----------------------------------------------------------------------------------
 def round_path(landing: Path, scrape: ScrapeRound) -> Path:
     day = scrape.round_at.date().isoformat()
-    return Path(landing) / LANDING_SOURCE / day / f"scrape-{scrape.round_at:%H%M%S}-{scrape.round_id}.parquet"
+    return Path(landing) / scrape.landing_source / day / f"scrape-{scrape.round_at:%H%M%S}-{scrape.round_id}.parquet"
 
 
 def write_round(landing: Path, scrape: ScrapeRound) -> Path | None:
@@ -512,7 +589,7 @@ def write_round(landing: Path, scrape: ScrapeRound) -> Path | None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
         try:
-            contract("dcgm_samples").conform(scrape.samples).write_parquet(tmp, compression="zstd")
+            contract(scrape.table).conform(scrape.samples).write_parquet(tmp, compression="zstd")
             os.replace(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)

@@ -1,7 +1,7 @@
 """The interface every engine's enforcement goes through, and the ledger that makes it safe.
 
 An `Enforcer` takes an `allocator.model.Action` (remind, reclaim, preempt, cap_runtime,
-quota_change) and answers an `ActionResult` (applied, refused with a reason, already_done,
+quota_change, drain, undrain) and answers an `ActionResult` (applied, refused with a reason, already_done,
 dry_run, proposed). The built-in allocator does idempotency and auditing itself; engines that
 know nothing of either (Slurm, Kueue) get them from `ActionLedger`: a SQLite table of applied
 idempotency keys, consulted before and written after each action, and an audit record in
@@ -33,6 +33,8 @@ ACTION_AUDIT = {
     ActionKind.PREEMPT: "enforcement.preempt",
     ActionKind.CAP_RUNTIME: "enforcement.cap_runtime",
     ActionKind.QUOTA_CHANGE: "enforcement.quota_proposal",
+    ActionKind.DRAIN: "enforcement.drain",
+    ActionKind.UNDRAIN: "enforcement.undrain",
 }
 
 

@@ -19,6 +19,8 @@ The target of a job action is `<namespace>/<workload name>` (the job_id the `kue
                   Kueue does when the cap runs out (state TIMEOUT); any other admitted one is refused,
                   with the time the cap would end it.
     remind        annotate the Workload: gpupool.io/reminded-at (RFC 3339) and gpupool.io/reminder.
+    drain,        cordon / uncordon the node (target `node-07`, or a GPU `node-07/3`: its node), handed to
+    undrain       `KubernetesNodeEnforcer` (pipelines/enforcement/kubernetes.py) with this ledger and lock
     quota_change  proposed only (target: a ClusterQueue, or a LocalQueue `<namespace>/<name>`, resolved
                   to its ClusterQueue; quota {GPU model: GPUs}): each model maps to the flavor of the
                   ClusterQueue that carries it (`flavor_gpu_models`, the GPU family in the flavor's name,
@@ -48,13 +50,13 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-import urllib3
 from kubernetes.client import CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
-from allocator.model import Action, ActionKind, ActionResult, Outcome
+from allocator.model import NODE_ACTIONS, Action, ActionKind, ActionResult, Outcome
 from pipelines.connectors.kubernetes import KubernetesConfig, api_client
 from pipelines.enforcement.base import ActionLedger, action_reason, claim_key
+from pipelines.enforcement.kubernetes import CONNECTION_ERRORS, KubernetesNodeEnforcer, api_error
 from pipelines.sources.jsonl import RecordError
 from pipelines.sources.kueue_objects import (
     DEACTIVATION_REASONS,
@@ -70,20 +72,6 @@ from pipelines.sources.kueue_objects import (
 REMINDED_AT = "gpupool.io/reminded-at"
 REMINDER = "gpupool.io/reminder"
 ANNOTATION_LIMIT = 1024
-CONNECTION_ERRORS = (ApiException, urllib3.exceptions.HTTPError, OSError)
-
-
-def api_error(error: BaseException) -> str:
-    """What the API server said: `HTTP 409 Conflict: <Status.message>`, or the connection error."""
-    if not isinstance(error, ApiException):
-        return f"{type(error).__name__}: {error}"
-    message = None
-    try:
-        body = json.loads(error.body) if error.body else None
-        message = body.get("message") if isinstance(body, dict) else None
-    except (TypeError, ValueError):
-        message = str(error.body)[:300]
-    return f"HTTP {error.status} {error.reason}" + (f": {message}" if message else "")
 
 
 @dataclasses.dataclass
@@ -122,6 +110,7 @@ class KueueEnforcer:
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
         lock_dir: Path | None = None,
+        core: object | None = None,
     ):
         if ledger.engine != self.engine:
             raise ValueError(f"the ledger is for engine {ledger.engine!r}, expected {self.engine!r}")
@@ -131,10 +120,14 @@ class KueueEnforcer:
         self.sleep = sleep
         self.clock = clock
         self.lock_dir = Path(lock_dir) if lock_dir else ledger.audit_root.parent / ".locks" / "kueue"
+        # nodes are not Kueue's: the same cluster's node enforcer, sharing this ledger and its key locks
+        self.nodes = KubernetesNodeEnforcer(ledger, self.config, core, lock_dir=self.lock_dir)
 
     # --- the interface ----------------------------------------------------------------------
 
     def apply(self, action: Action, now: dt.datetime) -> ActionResult:
+        if ActionKind(action.kind) in NODE_ACTIONS:
+            return self.nodes.apply(action, now)
         with claim_key(self.lock_dir, action.idempotency_key):
             previous = self.ledger.answered_before(action, now, _object_kind(ActionKind(action.kind)))
             if previous is not None:

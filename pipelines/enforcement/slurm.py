@@ -7,6 +7,15 @@
     remind        no change in Slurm: audited only
     quota_change  proposed only: the answer carries the `sacctmgr` command an admin runs to apply
                   it (target = the Slurm account, quota = {GPU model: whole GPUs})
+    drain         scontrol update NodeName=<node> State=DRAIN Reason="gpupool: <reason>"
+    undrain       scontrol update NodeName=<node> State=RESUME
+
+Drain and undrain act on a node (target `node-07`; a GPU target `node-07/3` drains or resumes its
+whole node, since Slurm drains nodes, and the answer's reason says so). The node is read first
+(`scontrol -o show node`): one Slurm does not know is refused; a drain of a node already drained
+is refused (our own key again is `already_done`, from the ledger, before Slurm is asked), and so
+is an undrain of a node that is not drained, or that someone else drained: only a drain Reason
+starting with `gpupool:` is ours to lift. Running jobs keep running (DRAIN, not DOWN).
 
 Rules, as the allocator keeps them: the job is read from slurmctld first (`squeue --json`); a job
 Slurm no longer knows (ended more than MinJobAge ago, or never existed) or that is not RUNNING is
@@ -31,7 +40,15 @@ import shlex
 from collections.abc import Mapping
 from pathlib import Path
 
-from allocator.model import Action, ActionKind, ActionResult, Outcome
+from allocator.model import (
+    NODE_ACTIONS,
+    Action,
+    ActionKind,
+    ActionResult,
+    Outcome,
+    drain_object_kind,
+    drain_target,
+)
 from pipelines.connectors.slurm import Runner, SlurmCommandError, SlurmConfig, run_command
 from pipelines.enforcement.base import ActionLedger, action_reason, claim_key
 from pipelines.sources.jsonl import RecordError
@@ -39,6 +56,44 @@ from pipelines.sources.slurm_sacct import expand_hostlist
 from pipelines.sources.slurm_squeue import gres_gpu_indices, job_id_text, job_state, slurm_number
 
 UNLIMITED_MINUTES = 0xFFFFFFFE  # Slurm's INFINITE / NO_VAL sentinels start here
+DRAIN_MARK = "gpupool:"  # a drain Reason starting with it was set by gpupool: only those are undrained
+REASON_LIMIT = 240  # characters of the reason kept in Slurm's node Reason
+
+
+@dataclasses.dataclass(frozen=True)
+class SlurmNode:
+    """What drain and undrain need to know of a node, from `scontrol -o show node`."""
+
+    name: str
+    state: str  # e.g. IDLE, MIXED+DRAIN, ALLOCATED+DRAIN
+    reason: str | None
+    reason_by: str | None  # who set the reason, e.g. root
+
+    @property
+    def drained(self) -> bool:
+        return any(flag.startswith("DRAIN") for flag in self.state.split("+"))
+
+    def snapshot(self) -> dict:
+        out: dict = {"state": self.state, "drained": self.drained}
+        if self.reason:
+            out["reason"] = self.reason
+        if self.reason_by:
+            out["reason_set_by"] = self.reason_by
+        return out
+
+
+def slurm_node(line: str) -> SlurmNode:
+    """One node of `scontrol -o show node` (key=value pairs on one line; Reason, which may hold
+    spaces, is last and ends in ` [user@time]`)."""
+    head, _, reason = line.strip().partition(" Reason=")
+    fields = dict(token.partition("=")[::2] for token in head.split() if "=" in token)
+    if "NodeName" not in fields or "State" not in fields:
+        raise RecordError(f"scontrol show node answered a line without NodeName and State: {line[:120]!r}")
+    by = None
+    if reason.endswith("]") and " [" in reason:
+        reason, _, stamp = reason.rpartition(" [")
+        by = stamp.partition("@")[0] or None
+    return SlurmNode(fields["NodeName"], fields["State"], reason or None, by)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,7 +178,7 @@ class SlurmEnforcer:
 
     def apply(self, action: Action, now: dt.datetime) -> ActionResult:
         with claim_key(self.lock_dir, action.idempotency_key):
-            previous = self.ledger.answered_before(action, now, _object_kind(ActionKind(action.kind)))
+            previous = self.ledger.answered_before(action, now, _object_kind(action))
             if previous is not None:
                 return previous
             plan = self._plan(action, now)
@@ -147,6 +202,8 @@ class SlurmEnforcer:
     def _plan(self, action: Action, now: dt.datetime) -> _Plan:
         if action.kind == ActionKind.QUOTA_CHANGE:
             return self._plan_quota(action)
+        if action.kind in NODE_ACTIONS:
+            return self._plan_drain(action)
         try:
             job = self.find_job(action.target)
         except (SlurmCommandError, RecordError) as error:
@@ -203,6 +260,45 @@ class SlurmEnforcer:
         return _Plan(Outcome.APPLIED, reason, argv, before=before,
                      after={k: v for k, v in effects.items() if k != "state"}, effects=effects)
 
+    def _plan_drain(self, action: Action) -> _Plan:
+        kind = drain_object_kind(action.target)
+        try:
+            name, gpu = drain_target(action.target)
+        except ValueError as error:
+            return _Plan(Outcome.REFUSED, str(error), object_kind=kind)
+        try:
+            node = self.find_node(name)
+        except (SlurmCommandError, RecordError) as error:
+            return _Plan(Outcome.REFUSED, f"cannot read node {name} from Slurm: {error}", object_kind=kind)
+        if node is None:
+            return _Plan(Outcome.REFUSED, f"no node {name} in Slurm", object_kind=kind)
+        before = node.snapshot()
+        if action.evidence:
+            before["evidence"] = action.evidence
+        reason = action_reason(action)
+        if gpu is not None:
+            verb = "drains" if action.kind == ActionKind.DRAIN else "resumes"
+            reason += f"; Slurm {verb} whole nodes: GPU {gpu}'s node {name}, all its GPUs"
+        update = [self.config.scontrol, "update", f"NodeName={name}"]
+        if action.kind == ActionKind.DRAIN:
+            if node.drained:
+                return _Plan(Outcome.REFUSED, f"node {name} is already {node.state} (Reason={node.reason or 'none'}"
+                                              f", set by {node.reason_by or 'unknown'}): not drained by this key",
+                             object_kind=kind, before=before)
+            mark = f"{DRAIN_MARK} {action_reason(action)}"[:REASON_LIMIT]
+            return _Plan(Outcome.APPLIED, reason, [*update, "State=DRAIN", f"Reason={mark}"], object_kind=kind,
+                         before=before, after={"drained": True, "reason": mark},
+                         effects={"drained": True, "node": name})
+        if not node.drained:
+            return _Plan(Outcome.REFUSED, f"node {name} is not drained (State={node.state})", object_kind=kind,
+                         before=before)
+        if not (node.reason or "").startswith(DRAIN_MARK):
+            return _Plan(Outcome.REFUSED, f"node {name} was drained by someone else (Reason={node.reason or 'none'}, "
+                                          f"set by {node.reason_by or 'unknown'}): gpupool resumes only the nodes "
+                                          f"it drained", object_kind=kind, before=before)
+        return _Plan(Outcome.APPLIED, reason, [*update, "State=RESUME"], object_kind=kind, before=before,
+                     after={"drained": False}, effects={"drained": False, "node": name})
+
     def _plan_quota(self, action: Action) -> _Plan:
         account = action.target
         quota = action.quota
@@ -253,6 +349,20 @@ class SlurmEnforcer:
                 return slurm_job(entry)
         return None
 
+    def find_node(self, name: str) -> SlurmNode | None:
+        """The node as slurmctld knows it now, or None when it does not."""
+        result = self.run([self.config.scontrol, "-o", "show", "node", name], self.config.command_timeout_s)
+        out = result.stdout.decode()
+        if result.returncode != 0:
+            if f"Node {name} not found" in f"{out} {result.stderr}":  # scontrol says so on stdout
+                return None
+            raise SlurmCommandError(result.argv, f"exit {result.returncode}: {result.stderr or out or 'no message'}")
+        lines = [line for line in out.splitlines() if line.strip()]
+        if len(lines) != 1:
+            raise RecordError(f"scontrol show node {name} answered {len(lines)} lines, expected one")
+        node = slurm_node(lines[0])
+        return node if node.name == name else None
+
     def protection(self, job: SlurmJob) -> str | None:
         """Why the job is protected (a short description), or None."""
         config = self.config
@@ -276,5 +386,8 @@ class SlurmEnforcer:
 
 
 
-def _object_kind(kind: ActionKind) -> str:
+def _object_kind(action: Action) -> str:
+    kind = ActionKind(action.kind)
+    if kind in NODE_ACTIONS:
+        return drain_object_kind(action.target)
     return "account" if kind == ActionKind.QUOTA_CHANGE else "job"

@@ -16,6 +16,7 @@ from pipelines.sources import (
     governance,
     k8s_audit,
     kueue,
+    node_exporter,
     prometheus,
     slurm_sacct,
 )
@@ -78,6 +79,28 @@ SOURCES: dict[str, IngestSource] = {
             ("dcgm_samples",),
             dcgm_parquet.parse_dcgm_parquet,
             time_columns={"dcgm_samples": "sampled_at"},
+        ),
+        IngestSource(
+            "node_exporter",
+            "node_exporter /metrics text exposition files, one scrape each; the host is the file name up to its "
+            "first dot (node-07.prom, node-07.20261201T1030.prom), else node_uname_info's nodename",
+            ("*.prom", "*.txt", "*.metrics"),
+            ("host_samples",),
+            # Lines without a timestamp take node_time_seconds, else the file's modification time.
+            lambda data, source_file: node_exporter.parse_node_exporter_text(
+                data, source_file, host=node_exporter.host_from_file_name(Path(source_file).name)
+            ),
+            parse_path=node_exporter.parse_node_exporter_file,
+            time_columns={"host_samples": "sampled_at"},
+        ),
+        IngestSource(
+            "node_exporter_parquet",
+            "Host samples as Parquet in the raw.host_samples contract (the simulator's host telemetry, "
+            "node_exporter scrape rounds)",
+            ("*.parquet",),
+            ("host_samples",),
+            node_exporter.parse_node_exporter_parquet,
+            time_columns={"host_samples": "sampled_at"},
         ),
         IngestSource(
             "prometheus",

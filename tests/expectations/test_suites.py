@@ -170,6 +170,25 @@ def governance_actions_frame() -> pl.DataFrame:
     )
 
 
+def host_samples_frame() -> pl.DataFrame:
+    return contract("host_samples").conform(
+        pl.DataFrame(
+            {
+                "sampled_at": [_at(0), _at(0), _at(0), _at(1)],
+                "host": ["gpu-node-1"] * 4,
+                "metric": ["node_cpu_seconds_total", "node_memory_MemTotal_bytes",
+                           "node_network_receive_bytes_total", "node_load1"],
+                "value": [1234.5, 8.0e10, 1.0e9, 3.2],
+                "cpu": ["0", None, None, None],
+                "mode": ["idle", None, None, None],
+                "device": [None, None, "eth0", None],
+                "source": ["node_exporter"] * 4,
+                "source_file": ["gpu-node-1.prom"] * 4,
+            }
+        )
+    )
+
+
 CLEAN: dict[str, Callable[[], pl.DataFrame]] = {
     "dcgm_samples": dcgm_frame,
     "job_events": job_events_frame,
@@ -178,6 +197,7 @@ CLEAN: dict[str, Callable[[], pl.DataFrame]] = {
     "gpu_inventory": gpu_inventory_frame,
     "queue_quotas": queue_quotas_frame,
     "governance_actions": governance_actions_frame,
+    "host_samples": host_samples_frame,
 }
 
 

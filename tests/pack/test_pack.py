@@ -14,6 +14,7 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
+from pipelines.catalog import load_catalog
 from pipelines.pack.figures import FIGURES, TABLES, figure_value, previous_month, table_frame
 from tests.components import require_component
 from tests.conftest import copy_home
@@ -47,7 +48,7 @@ def _packs(home: Path) -> list[dict]:
 def test_every_number_equals_its_metrics_query(pack_home):
     out = (pack_home / _packs(pack_home)[0]["html_path"]).parent
     stored = json.loads((out / "figures.json").read_text())
-    assert stored["catalog_version"] == "1.5.0"
+    assert stored["catalog_version"] == load_catalog().version
     con = duckdb.connect(str(pack_home / "warehouse.duckdb"), read_only=True)
     try:
         for f in FIGURES:
@@ -65,7 +66,7 @@ def test_every_number_equals_its_metrics_query(pack_home):
     finally:
         con.close()
     html = (out / "pack.html").read_text()
-    assert "1.5.0" in html and "n/a" in html  # the previous month is absent in the demo
+    assert load_catalog().version in html and "n/a" in html  # the previous month is absent in the demo
 
 
 def test_pdf_pages_render(pack_home, tmp_path):
@@ -84,5 +85,5 @@ def test_second_build_keeps_the_first_and_chinese(pack_home):
     assert len(after) == len(first) + 1
     for entry in after:
         assert (pack_home / entry["pdf_path"]).exists()
-    assert after[-1]["lang"] == "zh" and after[-1]["catalog_version"] == "1.5.0"
+    assert after[-1]["lang"] == "zh" and after[-1]["catalog_version"] == load_catalog().version
     assert "GPU资源池月度报告" in (pack_home / after[-1]["html_path"]).read_text()

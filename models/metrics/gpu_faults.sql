@@ -1,0 +1,96 @@
+-- per GPU: its health history over the loaded window. A repeat offender had at least
+-- repeat_offender_faults hardware-fault minutes within some repeat_offender_days days; a node is one
+-- when its GPUs together were.
+with events as (
+  select * from {{ ref('fct_gpu_health_events') }}
+),
+
+params as (
+  -- repeat_offender_days is also the window of gpu_windows and node_windows below
+  select 2 as repeat_offender_faults, 30 as repeat_offender_days
+),
+
+as_of as (
+  select max(as_of_at) as as_of_at from {{ ref('dim_days') }}
+),
+
+fault_minutes as (
+  select distinct host, gpu, minute_at from events where is_hardware_fault
+),
+
+-- hardware-fault minutes in the repeat_offender_days (30) ending at each fault, per GPU and per node
+gpu_windows as (
+  select host, gpu, max(faults_in_window) as max_faults_in_window
+  from (
+    select host, gpu, count(*) over (
+      partition by host, gpu order by minute_at range between interval 30 days preceding and current row
+    ) as faults_in_window
+    from fault_minutes
+  )
+  group by host, gpu
+),
+
+node_windows as (
+  select host, max(faults_in_window) as max_node_faults_in_window
+  from (
+    select host, count(*) over (
+      partition by host order by minute_at range between interval 30 days preceding and current row
+    ) as faults_in_window
+    from fault_minutes
+  )
+  group by host
+),
+
+recent as (
+  select f.host, f.gpu, count(*) as hardware_faults_last_30d
+  from fault_minutes f
+  cross join as_of a
+  cross join params p
+  where f.minute_at > a.as_of_at - to_days(p.repeat_offender_days)
+  group by f.host, f.gpu
+),
+
+per_gpu as (
+  select
+    host,
+    gpu,
+    min(gpu_model) as gpu_model,
+    count(distinct minute_at) filter (where is_hardware_fault) as hardware_faults,
+    min(minute_at) filter (where is_hardware_fault) as first_fault_at,
+    max(minute_at) filter (where is_hardware_fault) as last_fault_at,
+    coalesce(sum(event_count) filter (where signal = 'xid' and is_hardware_fault), 0) as hardware_xids,
+    coalesce(sum(event_count) filter (where severity = 'application'), 0) as application_xids,
+    coalesce(sum(event_count) filter (where signal = 'ecc_dbe'), 0) as ecc_dbe_errors,
+    coalesce(sum(event_count) filter (where signal = 'ecc_sbe'), 0) as ecc_sbe_errors,
+    count(*) filter (where severity = 'warning') as warning_minutes,
+    string_agg(distinct cast(xid as varchar), ',' order by cast(xid as varchar)) filter (where xid is not null)
+      as xids_seen
+  from events
+  group by host, gpu
+),
+
+final as (
+  select
+    g.host,
+    g.gpu,
+    g.gpu_model,
+    g.hardware_faults,
+    g.first_fault_at,
+    g.last_fault_at,
+    coalesce(r.hardware_faults_last_30d, 0) as hardware_faults_last_30d,
+    g.hardware_xids,
+    g.application_xids,
+    g.ecc_dbe_errors,
+    g.ecc_sbe_errors,
+    g.warning_minutes,
+    g.xids_seen,
+    coalesce(w.max_faults_in_window, 0) >= p.repeat_offender_faults as is_repeat_offender,
+    coalesce(n.max_node_faults_in_window, 0) >= p.repeat_offender_faults as is_node_repeat_offender
+  from per_gpu g
+  cross join params p
+  left join recent r using (host, gpu)
+  left join gpu_windows w using (host, gpu)
+  left join node_windows n using (host)
+)
+
+select * from final

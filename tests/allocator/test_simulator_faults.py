@@ -1,0 +1,87 @@
+"""Faults on the simulated pool: health series in the DCGM Parquet, jobs ended as a scheduler records them."""
+
+import datetime as dt
+import json
+
+import polars as pl
+import pytest
+
+from allocator.pool import default_pool
+from allocator.sim.faults import FAULT_KINDS, plan_faults, weak_gpus
+from allocator.sim.simulator import scale_pool, simulate
+
+START = dt.date(2026, 11, 1)
+
+
+def _ends(out) -> pl.DataFrame:
+    """finish and requeue events: job_id, type, state, exit_code, reason."""
+    rows = [
+        {k: r.get(k) for k in ("job_id", "type", "state", "exit_code", "reason")}
+        for path in sorted(out.glob("allocator_events/*/events.jsonl"))
+        for r in map(json.loads, path.read_text().splitlines())
+        if r["type"] in ("finish", "requeue")
+    ]
+    return pl.DataFrame(rows, infer_schema_length=None)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("faults")
+    report = simulate(out, 2, 64, 7, START, fault_scale=400.0)
+    return out, report
+
+
+def test_plan_is_seeded_and_has_a_gpu_fault_and_a_host_down():
+    pool = scale_pool(default_pool(), 64)
+    begin = dt.datetime(2026, 11, 1)
+    a = plan_faults(pool, begin, 3, 7, scale=0.0)
+    assert a == plan_faults(pool, begin, 3, 7, scale=0.0)
+    assert any(f.gpu is not None for f in a) and any(f.gpu is None for f in a)
+    assert len(weak_gpus(pool, 7)) == 1
+    # the published rates give few faults: a 256-GPU month expects about 2 GPU faults outside weak GPUs
+    per_gpu_day = sum(k.rate for k in FAULT_KINDS if not k.host_down)
+    assert 2e-4 < per_gpu_day < 4e-4
+
+
+def test_faults_write_health_series_and_kill_running_jobs(run):
+    out, report = run
+    samples = pl.read_parquet(sorted(out.glob("dcgm_parquet/*/samples.parquet")))
+    xid = samples.filter(pl.col("metric") == "DCGM_EXP_XID_ERRORS_COUNT")
+    codes = set(xid["extra_labels"].str.extract(r'xid="(\d+)"').cast(pl.Int64).to_list())
+    assert {79, 48} <= codes and codes & {13, 43}
+    assert xid["extra_labels"].str.contains('window_size_in_ms="300000"').all()
+    dbe = samples.filter(pl.col("metric") == "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL").sort(
+        "host", "gpu", "sampled_at"
+    )
+    assert dbe.height and (dbe.group_by("host", "gpu").agg(pl.col("value").diff().min())["value"] >= 0).all()
+    assert report.fault_kills > 0
+    ends = _ends(out).filter(pl.col("reason").is_not_null())
+    reasons = set(ends["reason"].to_list())
+    assert any(r.startswith(k.reason) for r in reasons for k in FAULT_KINDS if not k.host_down)
+    node_fail = ends.filter(pl.col("reason").str.starts_with("node lost contact"))
+    assert set(node_fail["state"].drop_nulls().to_list()) <= {"NODE_FAIL"}
+    # some faults find the GPU idle: more GPU faults than attempts they ended
+    assert sum(n for k, n in report.faults.items() if k != "host") > 0
+
+
+def test_out_of_memory_fills_the_gpu_before_the_end(run):
+    out, _ = run
+    oom = _ends(out).filter(pl.col("exit_code") == 137)
+    assert oom.height
+    samples = pl.read_parquet(sorted(out.glob("dcgm_parquet/*/samples.parquet")))
+    fb = samples.filter(
+        (pl.col("metric") == "DCGM_FI_DEV_FB_USED") & pl.col("hpc_job").is_in(oom["job_id"].to_list())
+    )
+    # the pool's whole GPUs: 98% of memory is above what ordinary work uses (capped at 97%)
+    top = fb.group_by("hpc_job").agg(pl.col("value").max())
+    assert top.height and (top["value"] > 0).all()
+    full = samples.filter(pl.col("metric") == "DCGM_FI_DEV_FB_USED")["value"].max()
+    assert top["value"].max() == full
+
+
+def test_same_seed_same_bytes(tmp_path):
+    a = simulate(tmp_path / "a", 1, 64, 3, START, admin=None, fault_scale=200.0)
+    b = simulate(tmp_path / "b", 1, 64, 3, START, admin=None, fault_scale=200.0)
+    assert a.files == b.files
+    for name in a.files:
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
