@@ -35,17 +35,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from allocator.model import Job, NodeSpec, PoolConfig, ShareMode, Template
+from allocator.telemetry_units import GPU_UTIL, GR_ENGINE_ACTIVE, TelemetryUnit, telemetry_units
 
 DRIVER_VERSION = "580.105.08"
-PROFILING_MODELS = frozenset({"H100", "A100"})  # L40S: exporter without DCP profiling
 RESERVED_MIB = 512  # framebuffer the driver keeps on a whole GPU (FB_FREE = total - used - reserved)
 CONTEXT_MEM_FRAC = 0.006  # a CUDA context on a GPU the job holds but does not use
 IDLE_ACTIVITY = 0.05  # an allocation below this ... (PRODUCT.md's idle definition)
 IDLE_WINDOW_S = 30 * 60  # ... for this long is idle
 FULL_MEM_FRAC = 0.99  # memory share of an attempt about to run out of memory
 
-GR_ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
-GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
 FB_USED = "DCGM_FI_DEV_FB_USED"
 FB_FREE = "DCGM_FI_DEV_FB_FREE"
 POWER_USAGE = "DCGM_FI_DEV_POWER_USAGE"
@@ -60,17 +58,6 @@ METRIC_HELP: dict[str, str] = {
     GR_ENGINE_ACTIVE: "Ratio of time the graphics engine is active.",
 }
 BULK_SOURCE = "dcgm_parquet"
-# health series (dcgm-exporter field names); the XID count is a gauge over the exporter's window
-XID_ERRORS = "DCGM_FI_DEV_XID_ERRORS"
-XID_COUNT = "DCGM_EXP_XID_ERRORS_COUNT"
-XID_WINDOW_S = 300  # dcgm-exporter's default XID count window (5 min)
-ECC_DBE_VOL = "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"
-ECC_DBE_AGG = "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL"
-UNCORRECTABLE_REMAPPED = "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"
-ROW_REMAP_FAILURE = "DCGM_FI_DEV_ROW_REMAP_FAILURE"
-ECC_SERIES = (ECC_DBE_VOL, ECC_DBE_AGG, UNCORRECTABLE_REMAPPED, ROW_REMAP_FAILURE)
-# DGX H100 / HGX bus ids of GPUs 0-7 (nvidia-smi -q)
-_PCI_BUS = ("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB")
 _EPOCH = dt.datetime(1970, 1, 1)
 # min/max only where readers filter (string statistics on every label column double the write time)
 _STATISTICS = ["sampled_at", "host", "gpu", "metric", "value"]
@@ -169,87 +156,6 @@ def _hash01(key: np.ndarray, counter: np.ndarray) -> np.ndarray:
         z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
         z = z ^ (z >> np.uint64(31))
     return (z >> np.uint64(11)).astype(np.float64) * (1.0 / 9007199254740992.0)
-
-
-# --- telemetry units: what has its own series -------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TelemetryUnit:
-    """A series owner: a whole GPU, a MIG GPU instance, or a time-sliced GPU (all its replicas)."""
-
-    host: str
-    gpu: int
-    uuid: str
-    gpu_model: str
-    model_name: str
-    share_mode: ShareMode
-    gpu_instance_id: int | None  # MIG only; time-slice replicas share the GPU's series
-    profile: str | None
-    memory_mib: int
-    fraction: float  # of the physical GPU's compute: the MIG share, else 1
-    slot_ids: tuple[str, ...]
-    idle_w: float
-    max_w: float
-
-    @property
-    def profiling(self) -> bool:
-        return self.gpu_model in PROFILING_MODELS
-
-    @property
-    def activity_metric(self) -> str:
-        return GR_ENGINE_ACTIVE if self.profiling else GPU_UTIL
-
-    @property
-    def device(self) -> str:
-        return f"nvidia{self.gpu}"
-
-    @property
-    def pci_bus_id(self) -> str:
-        bus = _PCI_BUS[self.gpu] if self.gpu < len(_PCI_BUS) else f"{0xC0 + self.gpu:02X}"
-        return f"00000000:{bus}:00.0"
-
-
-def telemetry_units(nodes: Iterable[NodeSpec]) -> tuple[TelemetryUnit, ...]:
-    out: list[TelemetryUnit] = []
-    for node in nodes:
-        for g in node.gpus:
-            model = g.model
-            slots = g.slots()
-            common = {
-                "host": g.host,
-                "gpu": g.index,
-                "uuid": g.uuid,
-                "gpu_model": g.gpu_model,
-                "model_name": model.model_name,
-                "share_mode": g.share_mode,
-                "idle_w": model.idle_w,
-                "max_w": model.max_w,
-            }
-            if g.share_mode == ShareMode.MIG:
-                out.extend(
-                    TelemetryUnit(
-                        **common,
-                        gpu_instance_id=s.gpu_instance_id,
-                        profile=s.profile,
-                        memory_mib=s.memory_mib,
-                        fraction=s.fraction,
-                        slot_ids=(s.slot_id,),
-                    )
-                    for s in slots
-                )
-            else:
-                out.append(
-                    TelemetryUnit(
-                        **common,
-                        gpu_instance_id=None,
-                        profile=None,
-                        memory_mib=model.memory_mib,
-                        fraction=1.0,
-                        slot_ids=tuple(s.slot_id for s in slots),
-                    )
-                )
-    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -595,32 +501,20 @@ class DayTelemetry:
     active_gpu_hours: float  # allocated weighted by the unit's activity
     idle_gpu_hours: float  # allocated time inside runs below 5% activity lasting 30 min or more
     rogue_busy_gpu_hours: float  # unallocated units busy (activity >= 5%)
-    host_load: HostLoad | None = field(default=None, repr=False)
+    work_load: WorkLoad | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
-class HostLoad:
-    """What the jobs on each host ask of it, per host x time step (hosts in pool order): the GPU share
-    held, that share weighted by activity, and the share held by loader-bound work (all 0..1 of the
-    host's GPUs)."""
+class WorkLoad:
+    """What each work held at each step of the day: one entry per (work, step) row, works in unit order
+    (what the host telemetry aggregates per host)."""
 
-    hosts: tuple[str, ...]
-    held: np.ndarray  # [host, step]
-    active: np.ndarray
-    loader: np.ndarray
-
-
-@dataclass(frozen=True)
-class HealthEvent:
-    """A health signal on a physical GPU: an XID, double-bit ECC errors (each retires a row), or a
-    row-remap failure (no spare row left)."""
-
-    host: str
-    gpu: int
-    at: dt.datetime
-    xid: int | None = None
-    dbe: int = 0
-    remap_failure: bool = False
+    steps: int  # time steps of the day
+    unit: np.ndarray  # the unit held
+    step: np.ndarray
+    held: np.ndarray  # the slot fraction held
+    activity: np.ndarray  # the unit's activity (0..1)
+    loader_bound: np.ndarray  # bool: the work's profile is loader-bound
 
 
 class BulkTelemetry:
@@ -633,17 +527,6 @@ class BulkTelemetry:
         self.table = _UnitTable(telemetry_units(pool.nodes))
         fractions: dict[str, float] = {s.slot_id: s.fraction for s in pool.slots()}
         self.slot_fraction = fractions
-        self.hosts = tuple(n.host for n in pool.nodes)
-        host_index = {h: i for i, h in enumerate(self.hosts)}
-        self._unit_host = np.array([host_index[u.host] for u in self.table.units], dtype=np.int64)
-        gpus = np.zeros(len(self.hosts))
-        np.add.at(gpus, self._unit_host, self.table.weight)
-        self._host_gpus = gpus
-        # per physical GPU: double-bit errors and row-remap failure so far (health counters carry over days)
-        self.health_totals: dict[tuple[str, int], tuple[int, int]] = {}
-        self._first_unit: dict[tuple[str, int], int] = {}
-        for i, u in enumerate(self.table.units):
-            self._first_unit.setdefault((u.host, u.gpu), i)
 
     def unit_of(self, slot_id: str) -> int:
         return self.table.by_slot[slot_id]
@@ -669,16 +552,18 @@ class BulkTelemetry:
         source_file: str,
         work_fractions: Sequence[float] | None = None,
         path: Path | None = None,
-        health: Sequence[HealthEvent] = (),
-        hosts: bool = False,
+        extra: Iterable[pa.Table] = (),
+        load: bool = False,
+        absent: np.ndarray | None = None,
     ) -> DayTelemetry:
         """Samples of every unit for one UTC day, and the day's figures.
 
         work_fractions: each work's slot fraction (default: its unit's slot share). With `path`, the frames
         are written to that Parquet file one metric at a time (so that a big pool's day is never
-        whole in memory) and `frames` comes back empty. health: the day's health events, written as
-        the exporter's health series on their GPUs (`health_table`). hosts: also return the
-        day's `HostLoad` (for the host telemetry).
+        whole in memory) and `frames` comes back empty. extra: more tables in the contract, written after
+        the metrics (the simulator's health series). load: also return the day's `WorkLoad` (for the
+        host telemetry). absent: bool [unit, step], the samples nobody reports (a host that is down);
+        the day's figures still count every step.
         """
         start = epoch_seconds(dt.datetime.combine(day, dt.time()))
         times = start + np.arange(0, 86400, self.interval_s, dtype=np.float64)
@@ -708,9 +593,7 @@ class BulkTelemetry:
         frames: list[pl.DataFrame] = []
         samples = 0
         writer = None
-        tables = self._tables(grid, works, times, source_file)
-        if health:
-            tables = itertools.chain(tables, [self.health_table(health, times, source_file)])
+        tables = itertools.chain(self._tables(grid, works, times, source_file, absent), extra)
         try:
             for table in tables:
                 samples += table.num_rows
@@ -739,128 +622,38 @@ class BulkTelemetry:
             active_gpu_hours=float((alloc_rows * act).sum() * step_h),
             idle_gpu_hours=float(alloc_rows[idle].sum() * step_h),
             rogue_busy_gpu_hours=float(self.table.weight[rogue_units].sum() * step_h),
-            host_load=self._host_load(grid, works, alloc_rows, act) if hosts else None,
-        )
-
-    def _host_load(self, grid: _Grid, works: Sequence[Work], alloc: np.ndarray, act: np.ndarray) -> HostLoad:
-        steps = grid.steps
-        unit = grid.work_cell // steps
-        cell = self._unit_host[unit] * steps + grid.work_cell % steps
-        size = len(self.hosts) * steps
-        loader = np.array([w.profile.loader_bound for w in works], dtype=bool)[grid.work_rows]
-        per_gpu = self._host_gpus[:, None]
-
-        def total(weights: np.ndarray) -> np.ndarray:
-            return (
-                np.bincount(cell, weights=weights, minlength=size).reshape(len(self.hosts), steps) / per_gpu
+            work_load=WorkLoad(
+                grid.steps,
+                grid.work_cell // grid.steps,
+                grid.work_cell % grid.steps,
+                alloc_rows,
+                act,
+                np.array([w.profile.loader_bound for w in works], dtype=bool)[grid.work_rows],
             )
-
-        return HostLoad(self.hosts, total(alloc), total(alloc * act), total(alloc * loader))
-
-    def health_table(self, events: Sequence[HealthEvent], times: np.ndarray, source_file: str) -> pa.Table:
-        """The day's health series of the GPUs with events, as dcgm-exporter writes them, in the
-        dcgm_samples contract (device-level: no GPU instance). For each such GPU, every step of the day:
-        DCGM_FI_DEV_XID_ERRORS (the last XID code, 0 before the first); and where a GPU had ECC
-        events, the aggregate and volatile double-bit counters, uncorrectable remapped rows and the
-        row-remap failure flag (counters as totals since the run began, so the day starts from the
-        GPU's earlier count). DCGM_EXP_XID_ERRORS_COUNT{xid} is the exporter's windowed gauge: the
-        XIDs of that code seen in the last XID_WINDOW_S, at the steps inside the window."""
-        steps = len(times)
-        t_event = np.array([epoch_seconds(e.at) for e in events])
-        by_gpu: dict[tuple[str, int], list[int]] = {}
-        for i, e in enumerate(events):
-            by_gpu.setdefault((e.host, e.gpu), []).append(i)
-        rows_unit: list[np.ndarray] = []
-        rows_step: list[np.ndarray] = []
-        metric: list[np.ndarray] = []
-        labels: list[np.ndarray] = []
-        values: list[np.ndarray] = []
-        names = [XID_ERRORS, XID_COUNT, *ECC_SERIES]
-        label_names = [f'DCGM_FI_DRIVER_VERSION="{DRIVER_VERSION}"']
-
-        def add(unit: int, step: np.ndarray, name: str, value: np.ndarray, label: int = 0) -> None:
-            rows_unit.append(np.full(len(step), unit))
-            rows_step.append(step)
-            metric.append(np.full(len(step), names.index(name)))
-            labels.append(np.full(len(step), label))
-            values.append(value.astype(np.float64))
-
-        everyday = np.arange(steps)
-        for (host, gpu), idx in sorted(by_gpu.items()):
-            unit = self._first_unit[(host, gpu)]
-            idx = sorted(idx, key=lambda i: t_event[i])
-            before = self.health_totals.get((host, gpu), (0, 0))
-            at = np.searchsorted(times, t_event[idx], "left")  # the first step that sees it
-            xids = [(events[i].xid, a) for i, a in zip(idx, at, strict=True) if events[i].xid is not None]
-            if xids:
-                last = np.zeros(steps)
-                for code, a in xids:
-                    last[a:] = code
-                add(unit, everyday, XID_ERRORS, last)
-                window = XID_WINDOW_S // self.interval_s
-                for code in sorted({c for c, _ in xids}):
-                    seen = np.zeros(steps)
-                    for c, a in xids:
-                        if c == code:
-                            seen[a : a + window] += 1
-                    text = f'DCGM_FI_DRIVER_VERSION="{DRIVER_VERSION}",window_size_in_ms="{XID_WINDOW_S * 1000}",xid="{code}"'
-                    if text not in label_names:
-                        label_names.append(text)
-                    hit = np.flatnonzero(seen)
-                    add(unit, hit, XID_COUNT, seen[hit], label_names.index(text))
-            dbe = [(events[i].dbe, events[i].remap_failure, a) for i, a in zip(idx, at, strict=True)]
-            if any(d or f for d, f, _ in dbe):
-                errors = np.full(steps, float(before[0]))
-                failed = np.full(steps, float(before[1]))
-                for d, f, a in dbe:
-                    errors[a:] += d
-                    failed[a:] = np.maximum(failed[a:], float(f))
-                for name in (ECC_DBE_VOL, ECC_DBE_AGG, UNCORRECTABLE_REMAPPED):
-                    add(unit, everyday, name, errors)
-                add(unit, everyday, ROW_REMAP_FAILURE, failed)
-                self.health_totals[(host, gpu)] = (int(errors[-1]), int(failed[-1]))
-        unit = np.concatenate(rows_unit).astype(np.int64)
-        step = np.concatenate(rows_step).astype(np.int64)
-        n = len(unit)
-        t = self.table
-        device_level = np.full(n, -1, dtype=np.int32)
-        return pa.table(
-            {
-                "sampled_at": pa.array((times[step] * 1_000_000).astype(np.int64), pa.timestamp("us")),
-                "host": _dict(t.strings["host"], unit),
-                "gpu": pa.array(t.gpu[unit], pa.int32()),
-                "uuid": _dict(t.strings["uuid"], unit),
-                "device": _dict(t.strings["device"], unit),
-                "pci_bus_id": _dict(t.strings["pci_bus_id"], unit),
-                "model_name": _dict(t.strings["model_name"], unit),
-                "gpu_instance_id": pa.array(device_level, pa.int32(), mask=device_level < 0),
-                "gpu_instance_profile": _dict((device_level, [""]), np.arange(n)),
-                "metric": _dict((np.arange(len(names), dtype=np.int32), names), np.concatenate(metric)),
-                "value": pa.array(np.concatenate(values), pa.float64()),
-                "k8s_namespace": pa.nulls(n, pa.string()),
-                "k8s_pod": pa.nulls(n, pa.string()),
-                "k8s_container": pa.nulls(n, pa.string()),
-                "hpc_job": pa.DictionaryArray.from_arrays(
-                    pa.array(np.zeros(n, dtype=np.int32), mask=np.ones(n, dtype=bool)),
-                    pa.array([""], pa.string()),
-                ),
-                "extra_labels": _dict(
-                    (np.arange(len(label_names), dtype=np.int32), label_names), np.concatenate(labels)
-                ),
-                "source": _constant(BULK_SOURCE, n),
-                "source_file": _constant(source_file, n),
-            }
+            if load
+            else None,
         )
 
-    def _tables(self, grid: _Grid, works: Sequence[Work], times: np.ndarray, source_file: str):
+    def _tables(
+        self,
+        grid: _Grid,
+        works: Sequence[Work],
+        times: np.ndarray,
+        source_file: str,
+        absent: np.ndarray | None = None,
+    ):
         """One Arrow table per metric, columns in the dcgm_samples contract's order."""
         t = self.table
-        unit = (grid.row_cell // grid.steps).astype(np.int64)
-        step = grid.row_cell % grid.steps
+        row_cell, row_work = grid.row_cell, grid.row_work
+        if absent is not None:
+            kept = ~np.ravel(absent)[row_cell]
+            row_cell, row_work = row_cell[kept], row_work[kept]
+        unit = (row_cell // grid.steps).astype(np.int64)
+        step = row_cell % grid.steps
         n = len(unit)
         jobs = _codes([w.job_id for w in works])
-        job_code = np.where(grid.row_work < 0, 0, jobs[0][np.maximum(grid.row_work, 0)]).astype(np.int32)
-        no_job = grid.row_work < 0
+        job_code = np.where(row_work < 0, 0, jobs[0][np.maximum(row_work, 0)]).astype(np.int32)
+        no_job = row_work < 0
         instance = t.instance[unit]
         columns = {
             "sampled_at": pa.array((times[step] * 1_000_000).astype(np.int64), pa.timestamp("us")),
@@ -884,12 +677,12 @@ class BulkTelemetry:
             "source": _constant(BULK_SOURCE, n),
             "source_file": _constant(source_file, n),
         }
-        activity = grid.activity[grid.row_cell]
+        activity = grid.activity[row_cell]
         util = t.util_only[unit]
         metrics = (
             (_dict(t.strings["metric"], unit), np.where(util, np.round(activity * 100), activity)),
-            (_constant(FB_USED, n), grid.fb_used[grid.row_cell]),
-            (_constant(POWER_USAGE, n), grid.power[grid.row_cell]),
+            (_constant(FB_USED, n), grid.fb_used[row_cell]),
+            (_constant(POWER_USAGE, n), grid.power[row_cell]),
         )
         for metric, values in metrics:
             yield pa.table({**columns, "metric": metric, "value": pa.array(values, pa.float64()), **tail})

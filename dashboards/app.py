@@ -30,6 +30,7 @@ PAGES = [
     ("views/tenants.py", "page_tenants", ":material/groups:"),
     ("views/idle.py", "page_idle", ":material/bedtime:"),
     ("views/jobs.py", "page_jobs", ":material/work:"),
+    ("views/health.py", "page_health", ":material/health_and_safety:"),
     ("views/capacity.py", "page_capacity", ":material/trending_up:"),
     ("views/quality.py", "page_quality", ":material/verified:"),
     ("views/audit.py", "page_audit", ":material/policy:"),

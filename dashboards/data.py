@@ -263,6 +263,59 @@ def rightsizable_shapes(where: str, params: tuple) -> pl.DataFrame:
         params)
 
 
+# -- Health and failures -------------------------------------------------------------------------------
+def failure_causes(start, end, where: str, params: tuple) -> pl.DataFrame:
+    """metrics.failure_causes of the months from `start`'s to `end` (the view is monthly), summed over
+    the tenants `where` selects, per cause (cause 'all' first). Counts and GPU-hours lost add up; the
+    two rates are the view's own per-tenant rates weighted by their denominators (the tenant's ended
+    attempts, the cause's failures): the same ratio over the summed counts, with the view's definition."""
+    return query(
+        "with rows as (select * from metrics.failure_causes "
+        f"where tenant <> 'all' and ({COST_MONTHS}) and ({where or 'true'})), "
+        "ended as (select month, tenant, attempts as ended_attempts from rows where cause = 'all') "
+        "select cause, cast(sum(attempts) as bigint) as attempts, cast(sum(failures) as bigint) as failures, "
+        "sum(failure_rate_pct * ended_attempts) / nullif(sum(ended_attempts), 0) as failure_rate_pct, "
+        "sum(gpu_hours_lost) as gpu_hours_lost, "
+        "sum(not_user_fault_pct * failures) / nullif(sum(failures), 0) as not_user_fault_pct "
+        "from rows join ended using (month, tenant) group by cause "
+        "order by cause = 'all' desc, failures desc, gpu_hours_lost desc, cause", (start, end, *params))
+
+
+def failure_causes_per_tenant(start, end, where: str, params: tuple) -> pl.DataFrame:
+    """metrics.failure_causes' own rows (month x tenant x cause) of the months from `start`'s to `end`
+    that had failures, with each month and tenant's `all` row."""
+    return view("failure_causes", f"tenant <> 'all' and ({COST_MONTHS}) and ({where or 'true'}) "
+                "and (failures > 0 or cause = 'all')",
+                (start, end, *params), order="month, tenant, cause = 'all' desc, failures desc, cause",
+                columns="month, tenant, cause, attempts, failures, failure_rate_pct, gpu_hours_lost, "
+                        "not_user_fault_pct")
+
+
+def gpu_fault_counts(where: str, params: tuple) -> pl.DataFrame:
+    """How many GPUs of metrics.gpu_faults had a hardware fault, were repeat offenders, and on how many
+    hosts the node was a repeat offender (one row)."""
+    return query("select count(*) filter (where hardware_faults > 0) as gpus_with_faults, "
+                 "count(*) filter (where is_repeat_offender) as repeat_offender_gpus, "
+                 "count(distinct host) filter (where is_node_repeat_offender) as repeat_offender_nodes "
+                 f"from metrics.gpu_faults where {where}", params)
+
+
+def host_measure_days(column: str, where: str, params: tuple, top: int) -> pl.DataFrame:
+    """One metrics.host_daily column per day and host, for the `top` hosts with its highest daily value
+    in the rows `where` selects (a heatmap stays readable on a large pool)."""
+    if not column.isidentifier():
+        raise ValueError(f"host_daily column {column!r}: not a column name")
+    return query(
+        f"with rows as (select day, host, {column} as value from metrics.host_daily where {where}), "
+        f"top as (select host from rows group by host order by max(value) desc nulls last, host limit {int(top)}) "
+        "select day, host, value from rows where host in (select host from top) order by day, host", params)
+
+
+def hosts_known(where: str, params: tuple) -> int:
+    """How many hosts metrics.host_daily has in the rows `where` selects."""
+    return query(f"select count(distinct host) from metrics.host_daily where {where}", params).item()
+
+
 # -- Capacity ------------------------------------------------------------------------------------------
 def recommendation_months() -> pl.DataFrame:
     """The months with capacity recommendations, newest first."""

@@ -289,6 +289,93 @@ STRINGS: dict[str, dict[str, str]] = {
     "pool": {"en": "Pool", "zh": "资源池"},
     "submissions_share": {"en": "share of submissions", "zh": "提交数占比"},
     "gpu_hours_share": {"en": "share of allocated GPU-hours", "zh": "已分配 GPU 小时占比"},
+    # health and failures page
+    "page_health": {"en": "Health and failures", "zh": "健康与故障"},
+    "h_causes": {"en": "Why attempts ended: failures by cause", "zh": "尝试结束原因：按原因的失败"},
+    "h_causes_caption": {"en": "Every ended attempt has one cause, with its evidence (metrics.failure_causes, "
+                               "monthly: the months the period touches, {first} … {last}).",
+                         "zh": "每个结束的尝试都有一个原因及其证据（metrics.failure_causes，按月："
+                               "所选时间段涉及的月份，{first} … {last}）。"},
+    "h_no_attempts": {"en": "No attempt ended in these months and filters.",
+                      "zh": "这些月份和筛选条件下没有结束的尝试。"},
+    "h_no_failures": {"en": "No attempt failed in these months and filters.",
+                      "zh": "这些月份和筛选条件下没有失败的尝试。"},
+    "h_per_tenant": {"en": "Per tenant and month (the view's rows)", "zh": "按租户和月份（视图原始行）"},
+    "h_not_user_fault_tenant": {"en": "Failures not the user's fault, per tenant", "zh": "各租户非用户原因失败占比"},
+    "h_bad_gpus": {"en": "Bad GPUs: hardware faults and repeat offenders", "zh": "故障 GPU：硬件故障与反复故障"},
+    "h_bad_gpus_caption": {"en": "Whole loaded window (metrics.gpu_faults). A repeat offender had at least two "
+                                 "hardware-fault minutes within 30 days; application XIDs (13, 31, 43, 45: raised "
+                                 "by user code) are counted apart and are not faults.",
+                           "zh": "整个已加载窗口（metrics.gpu_faults）。反复故障 GPU：30 天内至少两个出现硬件故障的分钟；"
+                                 "应用类 XID（13、31、43、45：由用户代码引发）单独计数，不算故障。"},
+    "h_gpus_with_faults": {"en": "GPUs with a hardware fault", "zh": "出现硬件故障的 GPU"},
+    "h_repeat_gpus": {"en": "Repeat-offender GPUs", "zh": "反复故障 GPU"},
+    "h_repeat_nodes": {"en": "Repeat-offender nodes", "zh": "反复故障节点"},
+    "h_fault_history": {"en": "Fault history per GPU (every GPU with a health signal)",
+                        "zh": "各 GPU 的故障历史（所有出现健康信号的 GPU）"},
+    "h_no_health": {"en": "No GPU health signal in the loaded window (no XID, ECC, row-remap, throttle, NVLink or "
+                          "PCIe event in the DCGM telemetry).",
+                    "zh": "已加载窗口内没有 GPU 健康信号（DCGM 遥测中没有 XID、ECC、行重映射、降频、NVLink 或 PCIe 事件）。"},
+    "h_mtbf": {"en": "Mean time between hardware faults per GPU model", "zh": "各 GPU 型号的平均硬件故障间隔"},
+    "h_mtbf_caption": {"en": "Whole loaded window (metrics.gpu_model_reliability): observed GPU-hours over "
+                             "hardware-fault minutes. A model without a fault has no MTBF yet (n/a).",
+                       "zh": "整个已加载窗口（metrics.gpu_model_reliability）：观测 GPU 小时除以硬件故障分钟数。"
+                             "没有故障的型号尚无平均故障间隔（n/a）。"},
+    "h_hosts": {"en": "Hosts: CPU, memory, network and storage", "zh": "主机：CPU、内存、网络与存储"},
+    "h_hosts_caption": {"en": "Per day and host from node_exporter (metrics.host_daily): the {shown} of {total} "
+                              "hosts with the highest daily value of the chosen measure.",
+                        "zh": "按天和主机，来自 node_exporter（metrics.host_daily）：所选指标日值最高的 {shown} 台主机"
+                              "（共 {total} 台）。"},
+    "h_measure": {"en": "Measure", "zh": "指标"},
+    "h_no_hosts": {"en": "No host metrics in this period: node_exporter is not scraped or loaded "
+                         "(docs/connectors.md).",
+                   "zh": "该时间段内没有主机指标：未采集或未加载 node_exporter（见 docs/connectors.md）。"},
+    "h_host_rows": {"en": "Host metrics per day (the view's rows)", "zh": "每日主机指标（视图原始行）"},
+    "h_drains": {"en": "Drains and undrains", "zh": "隔离与解除隔离"},
+    "h_drains_caption": {"en": "GPUs and nodes taken out of the pool for repeated hardware faults, and put back "
+                               "once their health checks passed, as the engines audited them "
+                               "(metrics.enforcement_actions).",
+                         "zh": "因反复硬件故障被移出资源池、健康检查通过后恢复的 GPU 和节点，以执行引擎的审计记录为准"
+                               "（metrics.enforcement_actions）。"},
+    "h_no_drains": {"en": "No drain or undrain was audited in this period.",
+                    "zh": "该时间段内没有审计到隔离或解除隔离操作。"},
+    "h_host_axis": {"en": "host", "zh": "主机"},
+    "day_axis": {"en": "day (UTC)", "zh": "日期（UTC）"},
+    "col_host": {"en": "Host", "zh": "主机"},
+    "col_gpu": {"en": "GPU", "zh": "GPU"},
+    "col_gpu_model": {"en": "GPU model", "zh": "GPU 型号"},
+    "col_day": {"en": "Day", "zh": "日期"},
+    "col_month": {"en": "Month", "zh": "月份"},
+    "col_tenant": {"en": "Tenant", "zh": "租户"},
+    "col_is_node_repeat_offender": {"en": "Node is a repeat offender", "zh": "节点反复故障"},
+    "col_hardware_faults_last_30d": {"en": "Hardware faults, last 30 days", "zh": "近 30 天硬件故障"},
+    "col_first_fault_at": {"en": "First hardware fault", "zh": "首次硬件故障"},
+    "col_last_fault_at": {"en": "Last hardware fault", "zh": "最近硬件故障"},
+    "col_hardware_xids": {"en": "Hardware XIDs", "zh": "硬件类 XID"},
+    "col_application_xids": {"en": "Application XIDs (user code)", "zh": "应用类 XID（用户代码）"},
+    "col_xids_seen": {"en": "XID codes seen", "zh": "出现的 XID 代码"},
+    "col_ecc_dbe_errors": {"en": "ECC double-bit errors", "zh": "ECC 双比特错误"},
+    "col_ecc_sbe_errors": {"en": "ECC single-bit errors", "zh": "ECC 单比特错误"},
+    "col_warning_minutes": {"en": "Warning minutes (throttle, NVLink, PCIe)", "zh": "告警分钟数（降频、NVLink、PCIe）"},
+    "col_gpus": {"en": "GPUs", "zh": "GPU 数"},
+    "col_observed_gpu_hours": {"en": "Observed GPU-hours", "zh": "观测 GPU 小时"},
+    "col_hardware_faults": {"en": "Hardware faults", "zh": "硬件故障次数"},
+    "col_gpus_with_faults": {"en": "GPUs with a hardware fault", "zh": "出现硬件故障的 GPU"},
+    "col_cpus": {"en": "CPUs", "zh": "CPU 数"},
+    "col_memory_total_bytes": {"en": "Memory (bytes)", "zh": "内存总量（字节）"},
+    "col_minutes_with_data": {"en": "Minutes with data", "zh": "有数据的分钟数"},
+    "cause": {"en": "Cause", "zh": "原因"},
+    "cause_all": {"en": "All ended attempts", "zh": "全部结束的尝试"},
+    "cause_completed": {"en": "Completed", "zh": "完成"},
+    "cause_cancelled": {"en": "Cancelled", "zh": "取消"},
+    "cause_hardware": {"en": "Hardware fault", "zh": "硬件故障"},
+    "cause_preempted": {"en": "Preempted", "zh": "被抢占"},
+    "cause_reclaimed": {"en": "Reclaimed by policy", "zh": "被策略回收"},
+    "cause_capped": {"en": "Capped by policy", "zh": "被策略限时"},
+    "cause_time_limit": {"en": "Time limit", "zh": "超出时限"},
+    "cause_out_of_memory": {"en": "Out of memory", "zh": "内存不足"},
+    "cause_user_code": {"en": "User code", "zh": "用户代码"},
+    "cause_unknown": {"en": "Unknown", "zh": "未知"},
 }
 
 

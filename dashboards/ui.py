@@ -83,3 +83,17 @@ def bars(frame: pl.DataFrame, x: str, y: str, color: str | None, y_title: str, *
 def title(key: str) -> None:
     st.title(t(key))
     st.html(f'<span data-testid="gpupool-page" data-page="{key}" data-lang="{lang()}"></span>')
+
+
+def column_labels(view_name: str, columns: list[str], **formats: str) -> dict:
+    """st.dataframe column_config naming each of a view's columns by its catalog label, else by the
+    interface's word for it (i18n `col_<column>`; the raw name when neither has one), with number
+    formats by column where given."""
+    config = {}
+    for column in columns:
+        entry = data.metric(column, view_name)
+        name = label(entry, column) if entry else t(f"col_{column}")
+        name = column if name == f"col_{column}" else name
+        config[column] = (st.column_config.NumberColumn(name, format=formats[column]) if column in formats
+                          else st.column_config.Column(name, help=(entry or {}).get("description")))
+    return config

@@ -11,8 +11,8 @@ the previous warehouse intact, as the old single-transaction runner did. dbt's t
 
 Microbatch models (marts.fct_gpu_activity and the marts built from it day by day) get
 --event-time-start/--event-time-end, never dbt's default of every day from their `begin` or of
-today only: on a full refresh, or when one of them does not exist yet, the UTC days of
-raw.dcgm_samples' sampled_at;
+today only: on a full refresh, or when one of them does not exist yet, the UTC days of the
+telemetry's sampled_at (raw.dcgm_samples and raw.host_samples);
 otherwise the days of every partition ingested since the last successful build began (ops.ingest_log,
 any source: a re-ingested old day rebuilds that day), or the last day of data when none was.
 
@@ -271,7 +271,9 @@ def _event_time_window(con: duckdb.DuckDBPyConnection, warehouse: Warehouse, mic
     """[start, end) of the days the microbatch models rebuild. Without samples, today alone: the
     models are created empty rather than iterated day by day from their `begin`."""
     first, last = con.execute(
-        "select cast(min(sampled_at) as date), cast(max(sampled_at) as date) from raw.dcgm_samples"
+        "select cast(min(first) as date), cast(max(last) as date) from ("
+        " select min(sampled_at) as first, max(sampled_at) as last from raw.dcgm_samples union all"
+        " select min(sampled_at), max(sampled_at) from raw.host_samples)"
     ).fetchone()
     if first is None:
         today = dt.datetime.now(dt.UTC).date()

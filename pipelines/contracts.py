@@ -120,6 +120,8 @@ class PolicyKind(StrEnum):
     OVERSIZED = "oversized"
     RETRY_STORM = "retry_storm"
     TEMPLATE_BREACH = "template_breach"
+    HOST_BOUND = "host_bound"  # GPUs waiting on a saturated host: advice only (pipelines/policies/host.py)
+    GPU_HEALTH = "gpu_health"  # drain a GPU or node with repeated hardware faults (pipelines/policies/health.py)
 
 
 class Mode(StrEnum):
@@ -133,6 +135,8 @@ class StepAction(StrEnum):
     PREEMPT = "preempt"
     CAP_RUNTIME = "cap_runtime"
     RECOMMEND = "recommend"  # recorded advice (right-size); never sent to an engine
+    DRAIN = "drain"  # a node or GPU takes no new work (gpu_health); its running work keeps running
+    UNDRAIN = "undrain"  # the drained node or GPU takes work again once its health checks pass
 
 
 class DecisionStatus(StrEnum):
@@ -147,6 +151,8 @@ class DecisionStatus(StrEnum):
 
 # -- policy findings -------------------------------------------------------------------------------
 # One row per finding: a job attempt caught by one policy version over one evidence window.
+# gpu_health findings are about hardware, not work: job_id is the drain target ("node-07" or
+# "node-07/3", GPU 3 of node-07), attempt 0, tenant/queue/template "platform", user_name null.
 FINDING_SCHEMA: dict[str, pl.DataType] = {
     "finding_id": pl.String,  # finding_key(...)
     "policy": pl.String,

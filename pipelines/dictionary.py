@@ -64,7 +64,10 @@ _PARTITION_COLUMNS = (
     ("ingest_source", "VARCHAR", "ingest source that loaded the row (e.g. allocator_log, dcgm_text)"),
     ("ingested_at", "TIMESTAMP", "when the row was loaded, UTC"),
 )
-_LAKE = {"raw.dcgm_samples": "lake/raw/dcgm_samples/ under the gpupool home, with the day and the ingest source as columns"}
+_LAKE = {
+    "raw.dcgm_samples": "lake/raw/dcgm_samples/ under the gpupool home, with the day and the ingest source as columns",
+    "raw.host_samples": "lake/raw/host_samples/ under the gpupool home, with the day and the ingest source as columns",
+}
 
 
 @dataclass(frozen=True)

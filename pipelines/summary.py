@@ -35,6 +35,27 @@ def print_summary(wh: Warehouse) -> None:
         quarantined = con.execute(
             "select ingest_source, count(*) from ops.quarantine group by 1 order by 1"
         ).fetchall()
+        # the pool's rows of metrics.failure_causes (tenant 'all'), per month: counts add up over the
+        # window's months, the share not the user's fault weighs each month by its failures
+        causes = con.execute(
+            "select cause, sum(failures) as failures, 100.0 * sum(failures) / sum(sum(failures)) over () "
+            "from metrics.failure_causes where tenant = 'all' and cause <> 'all' and failures > 0 group by cause "
+            "order by failures desc, cause limit 3"
+        ).fetchall()
+        failures = con.execute(
+            "select sum(failures), sum(gpu_hours_lost), "
+            "sum(not_user_fault_pct * failures) / nullif(sum(failures), 0) from metrics.failure_causes "
+            "where tenant = 'all' and cause = 'all'"
+        ).fetchone()
+        faults = con.execute(
+            "select sum(hardware_faults), count(*) filter (where hardware_faults > 0), "
+            "count(*) filter (where is_repeat_offender) from metrics.gpu_faults"
+        ).fetchone()
+        # a host-day's mean weighs by its minutes with data; the p95 shown is the busiest host-day's
+        hosts = con.execute(
+            "select count(distinct host), sum(cpu_busy_pct_mean * minutes_with_data) / nullif(sum(minutes_with_data), 0), "
+            "max(cpu_busy_pct_p95), arg_max(host, cpu_busy_pct_p95) from metrics.host_daily"
+        ).fetchone()
         catalog = con.execute("select * from metrics.catalog_version").fetchone()
         ledger = con.execute(
             "select reclaims, pipeline_reclaims, recovered_gpu_hours, reused_gpu_hours, reuse_share_pct, "
@@ -52,11 +73,19 @@ def print_summary(wh: Warehouse) -> None:
         model, gpus, cap, alloc, active, idle_h, rate, util, pool_util = row[:9]
         click.echo(f"  {model:<6} {_fmt(gpus):>5} {_fmt(cap):>11} {_fmt(alloc):>12} {_fmt(active):>10} "
                    f"{_fmt(idle_h):>8} {_fmt(rate, '%'):>10} {_fmt(util, '%'):>10} {_fmt(pool_util, '%'):>9}")
+    if hosts[0]:
+        click.echo(f"  hosts (node_exporter): {hosts[0]:,}, CPU busy mean {_fmt(hosts[1], '%')}, "
+                   f"busiest day's p95 {_fmt(hosts[2], '%')} ({hosts[3]})")
     total, failed, failure_rate, retries, preemptions, wait_p50, wait_p95 = jobs
     click.echo(click.style("Jobs", bold=True))
     click.echo(f"  {total:,} jobs, {failed or 0:,} failed ({_fmt(failure_rate, '%')} of finished), "
                f"{retries or 0:,} retries, {preemptions or 0:,} preemptions; "
                f"queue wait p50 {_fmt(wait_p50, ' s')}, p95 {_fmt(wait_p95, ' s')}")
+    if failures[0]:
+        top = ", ".join(f"{cause.replace('_', ' ')} {share:.0f}%" for cause, _n, share in causes)
+        click.echo(f"  {int(failures[0]):,} failed attempts: {top}; {_fmt(failures[2], '%')} not the user's fault, "
+                   f"{_fmt(failures[1])} GPU-hours lost; GPU hardware faults {int(faults[0] or 0):,} on "
+                   f"{faults[1] or 0:,} GPUs, {faults[2] or 0:,} repeat offenders")
     click.echo(click.style("Waste and data quality", bold=True))
     click.echo(f"  {idle[0]:,} idle allocation windows, {_fmt(idle[1] or 0.0)} idle GPU-hours")
     for finding, n in findings:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from allocator.model import JobState, PoolConfig
+from allocator.model import Action, ActionKind, JobState, PoolConfig
 
 # The Llama 3 405B run: 16,384 GPUs x 54 days, on 8-GPU servers ("The Llama 3 Herd of Models", Table 5)
 LLAMA3_GPU_DAYS = 16_384 * 54
@@ -143,3 +143,18 @@ def _fault(
         remap_failure=remap,
         weak=(host, gpu) in weak,
     )
+
+
+# Time a host that went down stays out: an assumption (no public repair-time figure was found for
+# this: a switch or cable replaced, the node rebooted and health-checked).
+HOST_REPAIR_S = 4 * 3600
+NODE_HEALTH = "gpupool-node-health"  # the node health checker that drains a host it lost
+NODE_HEALTH_ROLE = "governance_bot"  # the role allowed to drain (allocator.auth.Role)
+
+
+def host_action(kind: ActionKind, host: str, down_at: dt.datetime) -> Action:
+    """The node health checker's drain of a host that went down at `down_at` (kind DRAIN), or its
+    undrain when the host is back (kind UNDRAIN); one key per outage, so a repeat is a no-op."""
+    reason = "node lost contact" if kind == ActionKind.DRAIN else "node back after repair"
+    key = f"node-health/{kind.value}/{host}/{down_at.isoformat()}"
+    return Action(kind, key, host, NODE_HEALTH, reason=reason)

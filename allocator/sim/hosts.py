@@ -12,6 +12,7 @@ hard from its disk while its GPUs wait. Values are functions of (host, minute): 
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from allocator.model import PoolConfig
-from allocator.telemetry import HostLoad, _constant, _hash01, _key64, epoch_seconds
+from allocator.telemetry import WorkLoad, _constant, _hash01, _key64, _UnitTable, epoch_seconds
 
 HOST_SOURCE = "node_exporter_parquet"
 NIC, DISK = "eth0", "nvme0n1"
@@ -43,6 +44,44 @@ _BUSY_RATE = np.array([3e9, 2e9, 2e8, 5e7])
 LOADER_READ_BPS = 2.5e9  # a loader-bound job streams its data from disk
 
 
+@dataclass(frozen=True)
+class HostLoad:
+    """What the jobs on each host ask of it, per host x time step (hosts in pool order): the GPU share
+    held, that share weighted by activity, and the share held by loader-bound work (all 0..1 of the
+    host's GPUs)."""
+
+    hosts: tuple[str, ...]
+    held: np.ndarray  # [host, step]
+    active: np.ndarray
+    loader: np.ndarray
+
+
+def host_load(hosts: tuple[str, ...], table: _UnitTable, load: WorkLoad) -> HostLoad:
+    """The day's `HostLoad` from what each work held (`BulkTelemetry.day(..., load=True)`)."""
+    index = {h: i for i, h in enumerate(hosts)}
+    unit_host = np.array([index[u.host] for u in table.units], dtype=np.int64)
+    per_gpu = np.zeros(len(hosts))
+    np.add.at(per_gpu, unit_host, table.weight)
+    cell = unit_host[load.unit] * load.steps + load.step
+    size = len(hosts) * load.steps
+
+    def total(weights: np.ndarray) -> np.ndarray:
+        return np.bincount(cell, weights=weights, minlength=size).reshape(len(hosts), load.steps) / per_gpu[:, None]
+
+    return HostLoad(hosts, total(load.held), total(load.held * load.activity), total(load.held * load.loader_bound))
+
+
+def down_steps(
+    hosts: tuple[str, ...], spans: list[tuple[str, dt.datetime, dt.datetime]], times: np.ndarray
+) -> np.ndarray:
+    """bool [host, step]: the steps (epoch seconds `times`) at which a host is down, from the
+    (host, down at, back at) spans."""
+    down = np.zeros((len(hosts), len(times)), dtype=bool)
+    for host, since, until in spans:
+        down[hosts.index(host)] |= (times >= epoch_seconds(since)) & (times < epoch_seconds(until))
+    return down
+
+
 class HostTelemetry:
     """node_exporter samples for a pool's hosts, one `day` after another (counters carry over)."""
 
@@ -63,8 +102,11 @@ class HostTelemetry:
         cpu = self.cpus[:, None] * uptime[:, None] * quiet[None, :]
         self.counters = np.round(np.hstack([cpu, uptime[:, None] * _BASE_RATE[None, :]]), 2)
 
-    def day(self, day_start: dt.datetime, load: HostLoad, path: Path, source_file: str) -> int:
-        """Write the day's samples to `path` (one row group per metric); returns the rows written."""
+    def day(
+        self, day_start: dt.datetime, load: HostLoad, path: Path, source_file: str, down: np.ndarray | None = None
+    ) -> int:
+        """Write the day's samples to `path` (one row group per metric); returns the rows written.
+        down: bool [host, step], steps at which a host is down: no sample, and its counters stand still."""
         if load.hosts != self.hosts:
             raise ValueError("host load: its hosts are not this pool's; build both from the same pool")
         steps = load.held.shape[1]
@@ -84,6 +126,8 @@ class HostTelemetry:
         rates = [(_BASE_RATE[k] + _BUSY_RATE[k] * load.active) * wobble for k in range(4)]
         rates[_READ - 4] = rates[_READ - 4] + LOADER_READ_BPS * load.loader * wobble
         increments = np.stack([*cpu, *(r * self.interval_s for r in rates)])  # [counter, host, step]
+        if down is not None:
+            increments[:, down] = 0.0
         totals = self.counters.T[:, :, None] + np.cumsum(increments, axis=2)
         self.counters = totals[:, :, -1].T.copy()
         used = np.clip(0.03 + 0.25 * load.held + 0.2 * load.loader + 0.01 * u, 0.0, 0.95)
@@ -98,6 +142,9 @@ class HostTelemetry:
         stamps = pa.array((np.tile(times, n_hosts) * 1_000_000).astype(np.int64), pa.timestamp("us"))
         hosts = pa.DictionaryArray.from_arrays(pa.array(host), pa.array(self.hosts, pa.string()))
         n = n_hosts * steps
+        kept = None if down is None else ~np.ravel(down)
+        if kept is not None:
+            stamps, hosts, n = stamps.filter(pa.array(kept)), hosts.filter(pa.array(kept)), int(kept.sum())
         path.parent.mkdir(parents=True, exist_ok=True)
         writer = None
         try:
@@ -107,7 +154,7 @@ class HostTelemetry:
                         "sampled_at": stamps,
                         "host": hosts,
                         "metric": _constant(metric, n),
-                        "value": pa.array(np.ravel(values), pa.float64()),
+                        "value": pa.array(np.ravel(values) if kept is None else np.ravel(values)[kept], pa.float64()),
                         "cpu": _label(cpu_label, n),
                         "mode": _label(mode, n),
                         "device": _label(device, n),

@@ -29,7 +29,6 @@ from __future__ import annotations
 import datetime as dt
 import heapq
 import itertools
-import math
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -43,18 +42,20 @@ from allocator.engine import Engine
 from allocator.model import (
     FINAL_FAILURES,
     Action,
+    ActionKind,
     ActionResult,
     AdmissionError,
     Job,
     JobState,
-    NodeSpec,
     PoolConfig,
     ShareMode,
 )
-from allocator.pool import default_pool, pool_capacity, validate_pool
+from allocator.pool import default_pool, pool_capacity
 from allocator.sim.admin import ADMIN_ACTIVITY, Admin, AdminActivity
-from allocator.sim.faults import Fault, plan_faults
-from allocator.sim.hosts import HOST_SOURCE, HostTelemetry
+from allocator.sim.faults import HOST_REPAIR_S, NODE_HEALTH_ROLE, Fault, host_action, plan_faults
+from allocator.sim.health import HealthEvent, HealthSeries
+from allocator.sim.hosts import HOST_SOURCE, HostTelemetry, down_steps, host_load
+from allocator.sim.scaling import scale_pool
 from allocator.sim.workload import (
     CALIBRATION,
     Calibration,
@@ -69,7 +70,6 @@ from allocator.telemetry import (
     IDLE_WINDOW_S,
     ActivityProfile,
     BulkTelemetry,
-    HealthEvent,
     TelemetryUnit,
     Work,
     _grid,
@@ -84,72 +84,6 @@ _DAY = dt.timedelta(days=1)
 _MIDNIGHT, _END, _CANCEL, _GIVE_UP, _SUBMIT, _ADMIN, _FAULT = range(7)
 _FAILED = frozenset(s.value for s in FINAL_FAILURES)
 _OOM_RAMP_S = 180  # an attempt that runs out of memory holds its GPUs' memory full this long before it ends
-
-
-# --- the pool at another size ------------------------------------------------------------------
-
-
-def scale_pool(pool: PoolConfig, gpus: int) -> PoolConfig:
-    """The pool with about `gpus` GPUs: each node group (node_pool) repeated or trimmed in
-    proportion, at least one node per group (the model and share-mode mix stays), whole nodes
-    (so the result is the nearest count the node sizes allow); quotas scale with their model's
-    capacity, rounded down so that they still fit. New hosts continue their group's numbering."""
-    total = sum(len(n.gpus) for n in pool.nodes)
-    if gpus < 1:
-        raise ValueError(f"gpus {gpus}: expected at least 1")
-    if gpus == total:
-        return pool
-    groups: dict[str, list[NodeSpec]] = {}
-    for n in pool.nodes:
-        groups.setdefault(n.node_pool or n.gpus[0].gpu_model, []).append(n)
-    target_nodes = max(len(groups), round(gpus / (total / len(pool.nodes))))
-    ideal = {g: len(nodes) * target_nodes / len(pool.nodes) for g, nodes in groups.items()}
-    count = {g: max(1, math.floor(v)) for g, v in ideal.items()}
-    by_remainder = sorted(groups, key=lambda g: (-(ideal[g] - count[g]), list(groups).index(g)))
-    for g in itertools.islice(itertools.cycle(by_remainder), max(0, target_nodes - sum(count.values()))):
-        count[g] += 1
-    for g in itertools.islice(
-        itertools.cycle(reversed(by_remainder)), max(0, sum(count.values()) - target_nodes)
-    ):
-        if count[g] > 1:
-            count[g] -= 1
-    used = {n.host for n in pool.nodes}
-    next_no: dict[str, int] = defaultdict(int)
-    for host in used:
-        prefix, number = _split_host(host)
-        next_no[prefix] = max(next_no[prefix], number)
-    nodes: list[NodeSpec] = []
-    for g, members in groups.items():
-        for i in range(count[g]):
-            node = members[i % len(members)]
-            if i >= len(members):
-                prefix, number = _split_host(node.host)
-                next_no[prefix] += 1
-                width = max(2, len(str(number)) if number else 2)
-                host = f"{prefix}{next_no[prefix]:0{width}d}"
-                node = NodeSpec(host, tuple(replace(gpu, host=host) for gpu in node.gpus), node.node_pool)
-            nodes.append(node)
-    scaled = replace(pool, nodes=tuple(nodes))
-    before, after = pool_capacity(pool), pool_capacity(scaled)
-    queues = tuple(
-        replace(
-            q,
-            quota={
-                m: float(math.floor(v * after.get(m, 0.0) / before[m] + 1e-9)) for m, v in q.quota.items()
-            },
-        )
-        for q in pool.queues
-    )
-    slot_ids = {s.slot_id for s in scaled.slots()}
-    reservations = tuple(r for r in pool.reservations if set(r.slot_ids) <= slot_ids)
-    scaled = replace(scaled, queues=queues, reservations=reservations)
-    validate_pool(scaled, "scaled pool: ")
-    return scaled
-
-
-def _split_host(host: str) -> tuple[str, int]:
-    digits = len(host) - len(host.rstrip("0123456789"))
-    return (host[:-digits], int(host[-digits:])) if digits else (f"{host}-", 0)
 
 
 # --- what policies acting on the simulated pool see ---------------------------------------------
@@ -387,7 +321,10 @@ class _Simulation:
         self.governance = governance
         self.faults = plan_faults(pool, start, days, report.seed, fault_scale)
         self.health: list[HealthEvent] = []  # health events not yet written (today's)
+        self.health_series = HealthSeries(self.bulk.table, interval_s)
         self.hosts = HostTelemetry(pool, interval_s, start)
+        self.down: dict[str, dt.datetime] = {}  # host -> when it went down, while it is down
+        self.outages: list[tuple[str, dt.datetime, dt.datetime]] = []  # host, down at, back at
 
     def push(self, at: dt.datetime, kind: int, *payload: object) -> None:
         heapq.heappush(self.heap, (at, kind, next(self.seq), payload))
@@ -478,7 +415,9 @@ class _Simulation:
 
     def fault(self, now: dt.datetime, fault: Fault) -> None:
         """A GPU fails (its health series show it) or a host goes down; the attempts on it end as the
-        scheduler records them."""
+        scheduler records them. A host that is down has nothing left to fail."""
+        if fault.host in self.down:
+            return
         self.report.faults[fault.kind] = self.report.faults.get(fault.kind, 0) + 1
         if fault.gpu is not None:
             self.health.append(
@@ -492,7 +431,19 @@ class _Simulation:
             if hit and job.state == JobState.RUNNING:
                 self.report.fault_kills += 1
                 self.engine.finish(job_id, now, state, exit_code, reason)
+        if fault.gpu is None:  # down until repaired; the platform's node health checker drains it meanwhile
+            self.down[fault.host] = now
+            if self.admin is not None:
+                self.engine.apply_action(host_action(ActionKind.DRAIN, fault.host, now), now, NODE_HEALTH_ROLE)
+            back = now + dt.timedelta(seconds=HOST_REPAIR_S)
+            self.outages.append((fault.host, now, back))
+            self.at(back, self.host_back, fault.host)
         self.drain(now)
+
+    def host_back(self, now: dt.datetime, host: str) -> None:
+        down_at = self.down.pop(host)
+        if self.admin is not None:
+            self.engine.apply_action(host_action(ActionKind.UNDRAIN, host, down_at), now, NODE_HEALTH_ROLE)
 
     def drain(self, now: dt.datetime) -> None:
         """Follow what the engine just recorded: open and close attempts."""
@@ -613,22 +564,23 @@ class _Simulation:
                 works.append(Work(unit, None, 0, rogue.start, rogue_end, rogue.profile))
                 fractions.append(0.0)
         health = [e for e in self.health if e.at < day_end]
-        self.health = [e for e in self.health if e.at >= day_end]
+        self.health = [e for e in self.health if e.at >= day_end] + HealthSeries.carry(health, day_end)
         if self.write:
             relative = Path(TELEMETRY_SOURCE) / day_start.date().isoformat() / "samples.parquet"
+            times = epoch_seconds(day_start) + np.arange(0, 86400, self.bulk.interval_s, dtype=np.float64)
+            down = down_steps(self.hosts.hosts, self.outages, times)  # down hosts report nothing
+            by_host = {h: down[i] for i, h in enumerate(self.hosts.hosts) if down[i].any()}
+            extra = [self.health_series.table(health, times, relative.as_posix(), by_host)] if health else []
+            absent = down[[self.hosts.hosts.index(u.host) for u in self.units]]
             day = self.bulk.day(
-                day_start.date(),
-                works,
-                relative.as_posix(),
-                fractions,
-                path=self.out / relative,
-                health=health,
-                hosts=True,
+                day_start.date(), works, relative.as_posix(), fractions, path=self.out / relative, extra=extra,
+                load=True, absent=absent,
             )
             self.report.files.append(relative.as_posix())
             host_file = Path(HOST_SOURCE) / day_start.date().isoformat() / "samples.parquet"
             self.report.host_samples += self.hosts.day(
-                day_start, day.host_load, self.out / host_file, host_file.as_posix()
+                day_start, host_load(self.hosts.hosts, self.bulk.table, day.work_load), self.out / host_file,
+                host_file.as_posix(), down
             )
             self.report.files.append(host_file.as_posix())
             self.report.samples += day.samples

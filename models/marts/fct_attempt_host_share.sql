@@ -3,14 +3,17 @@
 -- Share = the attempt's GPUs on the host (sum of fractions: a MIG slice k/7, a time-slice share
 -- 1/replicas) / the host's physical GPUs in the inventory in effect the day the attempt started;
 -- null (and nothing attributed) for a host outside the inventory.
--- A host-saturated minute: the host's CPU busy fraction >= saturated_cpu_busy while every one of the
--- attempt's GPUs on it with telemetry that minute is idle by the idle policy fct_idle_windows
--- applies (activity under the threshold, and under the memory floor where the policy has one):
--- a data-loader-bound job waits on the host, not on its GPUs.
-{%- set saturated_cpu_busy = 0.9 %}
+-- A host-saturated minute: the host's CPU busy fraction >= host_cpu_saturated while the attempt's
+-- GPUs on it with telemetry that minute are underused (their mean activity < gpu_underused_activity):
+-- a data-loader-bound job waits on the host, not on its GPUs. An idle GPU is underused too; the idle
+-- policies' 0.05 threshold alone would never see a loader-bound job working its GPUs at 10-25 %.
 with allocations as (
   select * from {{ ref('fct_allocations') }}
   where effective_ended_at > started_at
+),
+
+params as (
+  select 0.9 as host_cpu_saturated, 0.3 as gpu_underused_activity
 ),
 
 attempt_hosts as (
@@ -26,7 +29,8 @@ attempt_hosts as (
     min(started_at) as started_at,
     max(effective_ended_at) as ended_at,
     bool_or(is_running) as is_running,
-    sum(fraction) as attempt_gpus
+    sum(fraction) as attempt_gpus,
+    count(*) as attempt_allocations
   from allocations
   group by source, job_id, attempt, host
 ),
@@ -48,25 +52,7 @@ shares as (
     and g.day = cast(a.started_at as date)
 ),
 
--- the idle policy of each allocation, resolved as fct_idle_windows resolves it: queue, then
--- template, then default
-resolved_policy as (
-  select
-    a.allocation_id,
-    p.activity_threshold,
-    p.memory_floor_mib
-  from allocations a
-  join {{ ref('idle_policy') }} p
-    on (p.scope = 'queue' and p.scope_value = a.queue)
-    or (p.scope = 'template' and p.scope_value = a.template)
-    or p.scope = 'default'
-  qualify row_number() over (
-    partition by a.allocation_id
-    order by case p.scope when 'queue' then 1 when 'template' then 2 else 3 end
-  ) = 1
-),
-
--- per attempt, host and minute: whether all its GPUs with telemetry there were idle
+-- per attempt, host and minute: the mean activity of its GPUs with telemetry there
 gpu_minutes as (
   select
     a.source,
@@ -74,13 +60,9 @@ gpu_minutes as (
     a.attempt,
     a.host,
     m.minute_at,
-    bool_and(
-      m.activity < r.activity_threshold
-      and (r.memory_floor_mib is null or coalesce(m.fb_used_mib < r.memory_floor_mib, false))
-    ) as is_idle
+    avg(m.activity) as gpu_activity
   from {{ ref('fct_allocation_activity') }} m
   join allocations a using (allocation_id)
-  join resolved_policy r using (allocation_id)
   group by a.source, a.job_id, a.attempt, a.host, m.minute_at
 ),
 
@@ -105,6 +87,17 @@ host_minutes as (
     and h.minute_at < s.ended_at
 ),
 
+minutes as (
+  select
+    h.*,
+    g.minute_at is not null as is_observed,
+    g.gpu_activity,
+    h.cpu_busy_fraction >= p.host_cpu_saturated and g.gpu_activity < p.gpu_underused_activity as is_saturated
+  from host_minutes h
+  left join gpu_minutes g using (source, job_id, attempt, host, minute_at)
+  cross join params p
+),
+
 usage as (
   select
     h.source,
@@ -122,10 +115,13 @@ usage as (
     sum(h.network_transmit_bytes_per_s) * 60 as host_network_transmit_bytes,
     sum(h.disk_read_bytes_per_s) * 60 as host_disk_read_bytes,
     sum(h.disk_written_bytes_per_s) * 60 as host_disk_written_bytes,
-    count(g.minute_at) as observed_minutes,
-    count(*) filter (where g.is_idle and h.cpu_busy_fraction >= {{ saturated_cpu_busy }}) as host_saturated_minutes
-  from host_minutes h
-  left join gpu_minutes g using (source, job_id, attempt, host, minute_at)
+    count(*) filter (where h.is_observed) as observed_minutes,
+    avg(h.gpu_activity) as gpu_activity_mean,
+    count(*) filter (where h.is_saturated) as host_saturated_minutes,
+    avg(h.cpu_busy_fraction) filter (where h.is_saturated) as saturated_cpu_busy_fraction_mean,
+    avg(h.disk_read_bytes_per_s) filter (where h.is_saturated) as saturated_disk_read_bytes_per_s_mean,
+    avg(h.gpu_activity) filter (where h.is_saturated) as saturated_gpu_activity_mean
+  from minutes h
   group by h.source, h.job_id, h.attempt, h.host
 ),
 
@@ -143,6 +139,7 @@ final as (
     s.ended_at,
     s.is_running,
     s.attempt_gpus,
+    s.attempt_allocations,
     s.host_gpus,
     s.gpu_share,
     coalesce(u.host_minutes, 0) as host_minutes,
@@ -156,7 +153,12 @@ final as (
     s.gpu_share * u.host_network_transmit_bytes as attributed_network_transmit_bytes,
     s.gpu_share * u.host_disk_read_bytes as attributed_disk_read_bytes,
     s.gpu_share * u.host_disk_written_bytes as attributed_disk_written_bytes,
-    coalesce(u.host_saturated_minutes, 0) as host_saturated_minutes
+    u.gpu_activity_mean,
+    coalesce(u.host_saturated_minutes, 0) as host_saturated_minutes,
+    coalesce(u.host_saturated_minutes, 0) * s.attempt_gpus / 60.0 as host_saturated_gpu_hours,
+    u.saturated_cpu_busy_fraction_mean,
+    u.saturated_disk_read_bytes_per_s_mean,
+    u.saturated_gpu_activity_mean
   from shares s
   left join usage u using (source, job_id, attempt, host)
 )

@@ -1,6 +1,7 @@
--- month x tenant x cause of the attempts that ended in the month, plus cause = 'all' per month x tenant.
--- The failure rate of a cause is over all the month's ended attempts of the tenant.
-with outcomes as (
+-- month x tenant x cause of the attempts that ended in the month, plus cause = 'all' per month x tenant,
+-- and tenant = 'all' (the pool) for each month x cause.
+-- The failure rate of a cause is over all the month's ended attempts of the tenant (or the pool).
+with attempts as (
   select
     cast(date_trunc('month', ended_at) as date) as month,
     coalesce(tenant, 'unknown') as tenant,
@@ -9,6 +10,12 @@ with outcomes as (
     is_user_fault,
     gpu_hours_lost
   from {{ ref('fct_attempt_outcomes') }}
+),
+
+outcomes as (
+  select * from attempts
+  union all
+  select month, 'all' as tenant, cause, is_failure, is_user_fault, gpu_hours_lost from attempts
 ),
 
 by_cause as (

@@ -7,7 +7,7 @@
   `dagster sensor start idle_reclaim`) once the policies' modes are what you want.
 - `policy_findings` (daily partitions, after the marts it reads) re-evaluates every policy kind over
   the warehouse for one day, replaces that day's rows of governance.policy_findings, and records the
-  daily kinds' decisions (oversized, retry storm, template breach) through the outbox; their policy
+  daily kinds' decisions (oversized, retry storm, template breach, host bound, GPU health drains and undrains) through the outbox; their policy
   modes decide shadow or enforce, and the sensor delivers what is queued.
 - `policy_findings_schedule` materializes yesterday's partition at 01:10 UTC, after the nightly
   ingest (00:20) and model build (00:50).
@@ -27,6 +27,7 @@ from pipelines.governance.outbox import Outbox
 from pipelines.partitions import daily_partitions
 from pipelines.policies.catalog import PolicyCatalog
 from pipelines.policies.evaluate import evaluate
+from pipelines.policies.health import health_lookback
 from pipelines.policies.inputs import inputs_from_warehouse
 from pipelines.policies.planner import plan
 from pipelines.resources.governance import GovernanceResource
@@ -35,7 +36,8 @@ from pipelines.schedules import daily_schedule
 from pipelines.warehouse import Warehouse
 
 SENSOR_NAME = "idle_reclaim"
-DAILY_KINDS = (PolicyKind.OVERSIZED, PolicyKind.RETRY_STORM, PolicyKind.TEMPLATE_BREACH)
+DAILY_KINDS = (PolicyKind.OVERSIZED, PolicyKind.RETRY_STORM, PolicyKind.TEMPLATE_BREACH, PolicyKind.HOST_BOUND,
+               PolicyKind.GPU_HEALTH)
 DAILY_WRITER = "daily"
 
 
@@ -109,7 +111,7 @@ def record_day(warehouse: Warehouse, day: dt.date, catalog: PolicyCatalog, outbo
     end = min(start + dt.timedelta(days=1), now)
     con = warehouse.connect(read_only=True)
     try:
-        inputs = inputs_from_warehouse(con, start, end)
+        inputs = inputs_from_warehouse(con, start, end, health_lookback=health_lookback(catalog))
     finally:
         con.close()
     findings = evaluate(inputs, catalog, end)
@@ -125,12 +127,13 @@ def record_day(warehouse: Warehouse, day: dt.date, catalog: PolicyCatalog, outbo
     kinds={"duckdb", "polars"},
     # What pipelines/policies/inputs.py reads (tests/pipelines/test_asset_graph.py keeps the list exact).
     deps=reads("marts.dim_jobs", "marts.dim_queues", "marts.fct_allocation_activity", "marts.fct_allocations",
-               "marts.fct_job_attempts", "staging.stg_scheduler__job_events"),
+               "marts.fct_job_attempts", "staging.stg_scheduler__job_events", "metrics.job_host_usage",
+               "metrics.gpu_health_events"),
     partitions_def=daily_partitions,
     description=(
         "Every governance policy re-evaluated over the warehouse for one UTC day: the findings replace the "
         f"day's rows of {FINDINGS_TABLE}, and the daily kinds' decisions (oversized, retry storm, template "
-        "breach) are recorded through the outbox in their policies' modes (docs/reclaim.md)."
+        "breach, host bound) are recorded through the outbox in their policies' modes (docs/reclaim.md)."
     ),
 )
 def policy_findings(

@@ -42,7 +42,7 @@ from pipelines.contracts import DECISION_SCHEMA_NAME, DecisionStatus, Mode, Poli
 from pipelines.enforcement.allocator import DeliveryError
 from pipelines.enforcement.base import Enforcer
 from pipelines.policies.model import PlannedAction
-from pipelines.policies.planner import RATE_LIMITED_ACTIONS, DeliveredStep
+from pipelines.policies.planner import DRAIN_ACTIONS, RATE_LIMITED_ACTIONS, DeliveredStep
 
 SOURCE = "governance_actions"
 ACTOR = "gpupool-governance"
@@ -245,6 +245,14 @@ class Outbox:
                 "and status in (?, ?)",
                 [_iso(since), *actions, DecisionStatus.QUEUED.value, DecisionStatus.ANSWERED.value]).fetchall()
         return [r[0] for r in rows]
+
+    def drains_since(self, since: dt.datetime) -> int:
+        with self._lock:
+            (count,) = self._db.execute(
+                "select count(*) from decisions where decided_at >= ? and action in (?) and status in (?, ?)",
+                [_iso(since), *(a.value for a in DRAIN_ACTIONS), DecisionStatus.QUEUED.value,
+                 DecisionStatus.ANSWERED.value]).fetchone()
+        return count
 
     def open_findings(self, since: dt.datetime, job_id: str | None = None,
                       attempt: int | None = None) -> list[PlannedAction]:

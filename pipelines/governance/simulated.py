@@ -82,6 +82,9 @@ class _JobHistory:
     def reclaims_since(self, since: dt.datetime) -> list[str]:
         return self.outbox.reclaims_since(since)
 
+    def drains_since(self, since: dt.datetime) -> int:
+        return self.outbox.drains_since(since)
+
     def open_findings(self, since: dt.datetime):
         return self.outbox.open_findings(since, self.job_id, self.attempt)
 

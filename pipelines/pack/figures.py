@@ -65,6 +65,22 @@ def _sum(column: str, view: str) -> str:
     return f"select sum({column}) from metrics.{view} where {DAYS}"
 
 
+# the pool's rows of metrics.failure_causes (tenant 'all') of the month
+_CAUSES = (
+    "select cause, attempts, failures, failure_rate_pct, gpu_hours_lost, not_user_fault_pct "
+    "from metrics.failure_causes where month = ? and tenant = 'all'")
+
+
+def _cause(column: str) -> str:
+    return f"select {column} from ({_CAUSES}) where cause = 'all'"
+
+
+# metrics.host_daily is day x host: a month's mean is the days' means weighted by their minutes with data
+def _host_mean(column: str) -> str:
+    return (f"select sum({column} * minutes_with_data) / nullif(sum(minutes_with_data), 0) "
+            f"from metrics.host_daily where {DAYS}")
+
+
 FIGURES: tuple[Figure, ...] = (
     # resources
     Figure("physical_gpus", "resources", "physical_gpus", "pool_daily",
@@ -79,6 +95,8 @@ FIGURES: tuple[Figure, ...] = (
            _pm("idle_allocated_gpu_hours"), True),
     Figure("spec_gap_gpus_peak_hour", "resources", "spec_gap_gpus_peak_hour", "spec_gaps",
            f"select max(gap_gpus_peak_hour) from metrics.spec_gaps where {DAYS}"),
+    Figure("host_cpu_utilisation", "resources", "host_cpu_utilisation", "host_daily",
+           _host_mean("cpu_busy_pct_mean")),
     # tasks
     Figure("submissions", "tasks", "submissions", "pack_month", _pm("submissions"), True),
     Figure("failed_jobs", "tasks", "failed_jobs", "pack_month", _pm("failed_jobs"), True),
@@ -96,6 +114,11 @@ FIGURES: tuple[Figure, ...] = (
     Figure("retry_gpu_hours", "tasks", "retry_gpu_hours", "task_daily", _sum("retry_gpu_hours", "task_daily")),
     Figure("checkpoint_policy_coverage", "tasks", "checkpoint_policy_coverage", "pack_month",
            _pm("checkpoint_policy_pct"), True),
+    Figure("attempt_failure_rate", "tasks", "attempt_failure_rate_by_cause", "failure_causes",
+           _cause("failure_rate_pct"), True),
+    Figure("gpu_hours_lost", "tasks", "gpu_hours_lost_by_cause", "failure_causes", _cause("gpu_hours_lost"), True),
+    Figure("not_user_fault_share", "tasks", "not_user_fault_share", "failure_causes",
+           _cause("not_user_fault_pct"), True),
     # governance
     Figure("audit_records", "governance", "audit_records", "audit_daily", _sum("audit_records", "audit_daily")),
     Figure("permission_changes", "governance", "permission_changes", "audit_daily",
@@ -137,6 +160,22 @@ TABLES: tuple[Table, ...] = (
           f"sum(rightsizable_attempts) as rightsizable_attempts, sum(rightsizable_gpu_hours) as rightsizable_gpu_hours "
           f"from metrics.spec_gaps where {DAYS} group by all order by gap_gpus_peak_hour desc nulls last, gpu_model, share_mode, gpus_requested limit 15",
           ("spec_gap_gpus_peak_hour", "rightsizable_attempts", "rightsizable_gpu_hours")),
+    # per host over the month: means weighted by minutes with data, the busiest day's p95, the peak memory
+    Table("hosts", "resources", "host_daily",
+          f"select host, max(cpus) as cpus, "
+          f"sum(cpu_busy_pct_mean * minutes_with_data) / sum(minutes_with_data) as cpu_busy_pct_mean, "
+          f"max(cpu_busy_pct_p95) as cpu_busy_pct_p95_max_day, "
+          f"sum(memory_used_bytes_mean * minutes_with_data) / sum(minutes_with_data) / 2^30 as memory_used_gib_mean, "
+          f"max(memory_used_bytes_peak) / 2^30 as memory_used_gib_peak, "
+          f"sum((network_receive_bytes_per_s_mean + network_transmit_bytes_per_s_mean) * minutes_with_data) "
+          f"/ sum(minutes_with_data) / 1e6 as network_mb_per_s_mean, "
+          f"sum(disk_read_bytes_per_s_mean * minutes_with_data) / sum(minutes_with_data) / 1e6 as disk_read_mb_per_s_mean, "
+          f"sum(disk_written_bytes_per_s_mean * minutes_with_data) / sum(minutes_with_data) / 1e6 "
+          f"as disk_written_mb_per_s_mean "
+          f"from metrics.host_daily where {DAYS} group by host order by cpu_busy_pct_mean desc, host limit 30",
+          ("host_cpu_utilisation", "host_cpu_utilisation_p95", "host_memory_usage", "host_memory_peak",
+           "host_network_receive_rate", "host_network_transmit_rate", "storage_read_rate", "storage_write_rate"),
+          chart=("host", "cpu_busy_pct_mean", "bar")),
     Table("templates", "tasks", "task_daily",
           f"select template, sum(submissions) as submissions, sum(finished_jobs) as finished_jobs, "
           f"sum(failed_jobs) as failed_jobs, sum(retries) as retries, sum(retry_gpu_hours) as retry_gpu_hours, "
@@ -152,6 +191,19 @@ TABLES: tuple[Table, ...] = (
           f"select failure_reason, sum(failed_jobs) as failed_jobs, sum(allocated_gpu_hours) as allocated_gpu_hours "
           f"from metrics.failure_reasons where {DAYS} group by failure_reason order by failed_jobs desc, failure_reason",
           ("failures_by_reason",), chart=("failure_reason", "failed_jobs", "bar")),
+    # every ended attempt's cause (hardware, preempted, reclaimed, capped, time limit, OOM, user code, ...)
+    Table("failures_by_cause", "tasks", "failure_causes",
+          f"select * from ({_CAUSES}) where failures > 0 or cause = 'all' "
+          f"order by cause = 'all', failures desc, gpu_hours_lost desc, cause",
+          ("attempts_by_cause", "failures_by_cause", "attempt_failure_rate_by_cause", "gpu_hours_lost_by_cause",
+           "not_user_fault_share"), monthly=True),
+    # GPUs with hardware faults from the month's first day to its last (a repeat offender first)
+    Table("repeat_offender_gpus", "tasks", "gpu_faults",
+          "select host, gpu, gpu_model, is_repeat_offender, is_node_repeat_offender, hardware_faults, "
+          "first_fault_at, last_fault_at, xids_seen, ecc_dbe_errors from metrics.gpu_faults "
+          "where hardware_faults > 0 and last_fault_at >= ? and first_fault_at < ? "
+          "order by is_repeat_offender desc, hardware_faults desc, host, gpu limit 20",
+          ("gpu_hardware_faults", "repeat_offender_gpu")),
     Table("audit", "governance", "audit_daily",
           f"select source, sum(audit_records) as audit_records, sum(permission_changes) as permission_changes, "
           f"sum(quota_changes) as quota_changes, sum(approvals) as approvals, sum(denied_requests) as denied_requests "

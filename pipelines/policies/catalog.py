@@ -99,7 +99,14 @@ PARAMS: dict[PolicyKind, dict[str, Callable[[Any], str | None]]] = {
     },
     PolicyKind.RETRY_STORM: {"min_failed_attempts": _minutes, "window_hours": _positive, "failed_states": _strings},
     PolicyKind.TEMPLATE_BREACH: {"required": _requirements, "absent_values": _strings},
+    PolicyKind.HOST_BOUND: {"min_saturated_minutes": _minutes, "min_saturated_share": _fraction},
+    PolicyKind.GPU_HEALTH: {
+        "min_hardware_faults": _minutes, "window_hours": _positive, "node_min_faulty_gpus": _minutes,
+        "healthy_hours": _positive,
+    },
 }
+# Kinds whose steps may only recommend (their findings are advice, never grounds to take GPUs).
+ADVICE_ONLY = frozenset({PolicyKind.HOST_BOUND})
 # Every policy may be switched off per scope (e.g. idle-allocation for the interactive template).
 COMMON_PARAMS: dict[str, Callable[[Any], str | None]] = {"enabled": _bool}
 _UTC = dt.UTC
@@ -288,12 +295,18 @@ def _policy(name: str, body: Any, path: Path) -> Policy:
     if not isinstance(description, dict) or not all(isinstance(description.get(k), str) for k in ("en", "zh")):
         raise _fail(path, f"{at}.description", "expected {en: ..., zh: ...} texts")
     params = _params(body.get("params"), kind, f"{at}.params", path, complete=True)
-    steps = _steps(body.get("steps"), f"{at}.steps", path)
+    steps = _health_steps(kind, _steps(body.get("steps"), f"{at}.steps", path), f"{at}.steps", path)
     overrides = tuple(_override(o, kind, f"{at}.overrides[{i}]", path)
                       for i, o in enumerate(body.get("overrides") or []))
     seen = [o.scope for o in overrides]
     if dupes := sorted({s for s in seen if seen.count(s) > 1}):
         raise _fail(path, f"{at}.overrides", f"{dupes[0]} appears twice; merge the entries")
+    if kind in ADVICE_ONLY:
+        scoped = [("steps", steps), *((f"overrides[{i}].steps", o.steps) for i, o in enumerate(overrides))]
+        for where, scope_steps in scoped:
+            if scope_steps is not None and any(st.action != StepAction.RECOMMEND for st in scope_steps):
+                raise _fail(path, f"{at}.{where}", f"a {kind.value} policy only recommends (its GPUs wait on the "
+                                                   "host: taking them recovers nothing); use [{action: recommend}]")
     return Policy(name=name, version=_text(body, "version", path, f"{at}.version"), kind=kind, mode=mode,
                   description={"en": description["en"].strip(), "zh": description["zh"].strip()},
                   params={"enabled": True, **params}, steps=steps, overrides=overrides)
@@ -337,6 +350,24 @@ def _steps(raw: Any, at: str, path: Path) -> tuple[Step, ...]:
     return tuple(steps)
 
 
+_NODE_STEPS = frozenset({StepAction.DRAIN, StepAction.UNDRAIN})
+
+
+def _health_steps(kind: PolicyKind, steps: tuple[Step, ...], at: str, path: Path) -> tuple[Step, ...]:
+    """Drain and undrain act on hardware, the other steps on work: a gpu_health policy drains, then
+    may undrain (its wait is healthy_hours, so the undrain's after_s is 0); no other kind drains."""
+    actions = [s.action for s in steps]
+    if kind != PolicyKind.GPU_HEALTH:
+        if _NODE_STEPS & set(actions):
+            raise _fail(path, at, f"drain and undrain act on nodes; only a {PolicyKind.GPU_HEALTH.value} policy has them")
+        return steps
+    if actions not in ([StepAction.DRAIN], [StepAction.DRAIN, StepAction.UNDRAIN]):
+        raise _fail(path, at, "a gpu_health policy's steps are [drain] or [drain, undrain]")
+    if len(steps) == 2 and steps[1].after_s != 0:
+        raise _fail(path, f"{at}[1].after_s", "the undrain waits params.healthy_hours without a fault; set after_s: 0")
+    return steps
+
+
 def _override(raw: Any, kind: PolicyKind, at: str, path: Path) -> Override:
     if not isinstance(raw, dict):
         raise _fail(path, at, "expected a mapping with queue or template, and params and/or steps")
@@ -345,7 +376,7 @@ def _override(raw: Any, kind: PolicyKind, at: str, path: Path) -> Override:
     targets = [k for k in ("queue", "template") if raw.get(k)]
     if len(targets) != 1:
         raise _fail(path, at, "name exactly one of queue or template")
-    steps = _steps(raw["steps"], f"{at}.steps", path) if "steps" in raw else None
+    steps = _health_steps(kind, _steps(raw["steps"], f"{at}.steps", path), f"{at}.steps", path) if "steps" in raw else None
     return Override(scope=f"{targets[0]}:{raw[targets[0]]}",
                     params=_params(raw.get("params"), kind, f"{at}.params", path, complete=False), steps=steps)
 

@@ -8,8 +8,9 @@ from collections.abc import Callable, Iterable
 import polars as pl
 
 from pipelines.contracts import FINDING_SCHEMA, PolicyKind
-from pipelines.policies import idle, jobs
+from pipelines.policies import health, idle, jobs
 from pipelines.policies.catalog import PolicyCatalog
+from pipelines.policies.host import host_bound
 from pipelines.policies.inputs import PolicyInputs
 from pipelines.policies.model import empty_findings
 
@@ -23,6 +24,8 @@ FUNCTIONS: dict[PolicyKind, PolicyFunction] = {
     PolicyKind.OVERSIZED: jobs.oversized,
     PolicyKind.RETRY_STORM: jobs.retry_storm,
     PolicyKind.TEMPLATE_BREACH: jobs.template_breach,
+    PolicyKind.HOST_BOUND: host_bound,
+    PolicyKind.GPU_HEALTH: health.gpu_health,
 }
 
 

@@ -17,6 +17,16 @@ MINUTE_SCHEMA: one row per allocation per telemetry minute (marts.fct_allocation
 PROGRESS_SCHEMA: one row per progress signal of a job attempt (a job event, a checkpoint update).
 ATTEMPT_SCHEMA: one row per job attempt (marts.fct_job_attempts with the job's attributes); only
   the retry-storm policy reads it, so callers evaluating the live kinds may leave it empty.
+HOST_USAGE_SCHEMA: one row per job attempt with node_exporter data (metrics.job_host_usage): the
+  minutes its GPUs were underused while a host's CPU was saturated, with the evidence. required:
+  source, job_id, attempt, queue, template, started_at, is_running, allocations, observed_minutes,
+  host_saturated_minutes. Only the host-bound policy reads it.
+HEALTH_SCHEMA: one row per GPU per health signal per minute it fired (metrics.gpu_health_events, the
+  columns of marts.fct_gpu_health_events), plus signal "telemetry" rows (one per GPU per hour it sent
+  any telemetry, is_hardware_fault false) so that a silent GPU is never taken as a healthy one.
+  required: host, gpu, minute_at, signal, is_hardware_fault; optional: xid, event_count, engine
+  (allocator | slurm | kueue: the engine that schedules the host; null: allocator). Only the
+  gpu_health policy reads it.
 """
 from __future__ import annotations
 
@@ -56,6 +66,23 @@ ATTEMPT_SCHEMA: dict[str, pl.DataType] = {
 }
 ATTEMPT_REQUIRED = ("source", "job_id", "attempt", "tenant", "queue", "started_at", "ended_at", "end_state")
 
+HEALTH_SCHEMA: dict[str, pl.DataType] = {
+    "host": pl.String, "gpu": pl.Int64, "minute_at": TS, "signal": pl.String, "xid": pl.Int64,
+    "event_count": pl.Float64, "is_hardware_fault": pl.Boolean, "engine": pl.String,
+}
+HEALTH_REQUIRED = ("host", "gpu", "minute_at", "signal", "is_hardware_fault")
+
+HOST_USAGE_SCHEMA: dict[str, pl.DataType] = {
+    "source": pl.String, "job_id": pl.String, "attempt": pl.Int64, "tenant": pl.String, "queue": pl.String,
+    "template": pl.String, "gpu_model": pl.String, "started_at": TS, "ended_at": TS, "is_running": pl.Boolean,
+    "gpus": pl.Float64, "allocations": pl.Int64, "observed_minutes": pl.Int64, "gpu_activity_mean": pl.Float64,
+    "host_saturated_minutes": pl.Int64, "host_saturated_gpu_hours": pl.Float64, "saturated_host": pl.String,
+    "saturated_cpu_busy_fraction_mean": pl.Float64, "saturated_disk_read_bytes_per_s_mean": pl.Float64,
+    "saturated_gpu_activity_mean": pl.Float64,
+}
+HOST_USAGE_REQUIRED = ("source", "job_id", "attempt", "queue", "template", "started_at", "is_running",
+                       "allocations", "observed_minutes", "host_saturated_minutes")
+
 ATTEMPT_KEY = ("source", "job_id", "attempt")
 
 
@@ -89,6 +116,8 @@ class PolicyInputs:
     minutes: pl.DataFrame
     progress: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=PROGRESS_SCHEMA))
     attempts: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=ATTEMPT_SCHEMA))
+    host_usage: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=HOST_USAGE_SCHEMA))
+    health: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=HEALTH_SCHEMA))
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "allocations",
@@ -97,6 +126,9 @@ class PolicyInputs:
         object.__setattr__(self, "progress",
                            conform(self.progress, PROGRESS_SCHEMA, PROGRESS_REQUIRED, "progress"))
         object.__setattr__(self, "attempts", conform(self.attempts, ATTEMPT_SCHEMA, ATTEMPT_REQUIRED, "attempts"))
+        object.__setattr__(self, "host_usage",
+                           conform(self.host_usage, HOST_USAGE_SCHEMA, HOST_USAGE_REQUIRED, "host_usage"))
+        object.__setattr__(self, "health", conform(self.health, HEALTH_SCHEMA, HEALTH_REQUIRED, "health"))
 
 
 # -- rules as columns ---------------------------------------------------------------------------
@@ -180,12 +212,13 @@ def _frame(con: duckdb.DuckDBPyConnection, sql: str, params: list) -> pl.DataFra
 
 def inputs_from_warehouse(
     con: duckdb.DuckDBPyConnection, start: dt.datetime, end: dt.datetime,
-    lookback: dt.timedelta = dt.timedelta(days=1),
+    lookback: dt.timedelta = dt.timedelta(days=1), health_lookback: dt.timedelta = dt.timedelta(days=3),
 ) -> PolicyInputs:
     """The inputs as they stood at `end`, for work overlapping [start, end): an allocation or
     attempt ending after `end` counts as still running, so re-running a past day gives the same
     findings. Minutes and progress signals come from [start, end); attempts reach `lookback`
-    further back for the retry-storm window. Read-only queries; evaluate with now = end (or the
+    further back for the retry-storm window, health events `health_lookback` before `end` (the
+    gpu-health windows: `pipelines.policies.health.health_lookback`). Read-only queries; evaluate with now = end (or the
     data's end when earlier)."""
     allocations = _frame(con, """
         with queues as (
@@ -234,4 +267,22 @@ def inputs_from_warehouse(
         left join hours h using (source, job_id, attempt)
         where coalesce(t.started_at, t.queued_at) < ? and (t.ended_at is null or t.ended_at >= ?)
     """, [end, end, end, end, end, start - lookback])
-    return PolicyInputs(allocations=allocations, minutes=minutes, progress=progress, attempts=attempts)
+    # minutes counted over the attempt's life as the warehouse holds it (the view has no minutes)
+    host_usage = _frame(con, """
+        select
+          source, job_id, attempt, tenant, queue, template, gpu_model, started_at,
+          case when not is_running and ended_at <= ? then ended_at end as ended_at,
+          is_running or ended_at > ? as is_running,
+          gpus, allocations, observed_minutes, gpu_activity_mean, host_saturated_minutes, host_saturated_gpu_hours,
+          saturated_host, saturated_cpu_busy_fraction_mean, saturated_disk_read_bytes_per_s_mean,
+          saturated_gpu_activity_mean
+        from metrics.job_host_usage
+        where started_at < ? and ended_at >= ?
+    """, [end, end, end, start])
+    health = _frame(con, """
+        select host, gpu, minute_at, signal, xid, event_count, is_hardware_fault, engine
+        from metrics.gpu_health_events
+        where minute_at >= ? and minute_at < ?
+    """, [end - health_lookback, end])
+    return PolicyInputs(allocations=allocations, minutes=minutes, progress=progress, attempts=attempts, health=health,
+                        host_usage=host_usage)

@@ -60,6 +60,7 @@ class Exemption:
 class RateLimits:
     reclaims_per_hour_total: int = 20
     reclaims_per_hour_per_tenant: int = 5
+    drains_per_hour: int = 2  # gpu_health drains (nodes and GPUs together): a sick fleet is not emptied at once
 
 
 _NO_FINDINGS = pl.DataFrame(schema=FINDING_SCHEMA)

@@ -16,6 +16,13 @@ the previous step's decision. Everything it decides is a `PlannedAction` with a 
   so the same step is planned again at the next call and goes out once the hour allows;
 - QUEUED: to be delivered by the outbox.
 
+gpu_health findings (pipelines/policies/health.py) drain a node or GPU and later undrain it: the
+drain is rate-limited on its own (rate_limits.drains_per_hour, nodes and GPUs together), and the
+undrain is the finding's next step, due healthy_hours after the later of the drain's decision and
+the last fault (the finding's evidence), and only with telemetry in that period's last hour. The undrain is
+for a finding that stopped holding, so it is never dropped for that; until it is due nothing is
+recorded for it, and a fault in the meantime moves its due time.
+
 The plan is a pure function of (findings, catalog, history, now): the same inputs give the same
 actions with the same idempotency keys (`action_key`), so re-planning after a crash is harmless.
 """
@@ -37,6 +44,9 @@ from pipelines.policies.model import PlannedAction, RateLimits, Rule, Step, acti
 # Actions that take GPUs away or end work: exemptions and the rate limit apply to them.
 ENFORCING = frozenset({StepAction.RECLAIM, StepAction.PREEMPT, StepAction.CAP_RUNTIME})
 RATE_LIMITED_ACTIONS = frozenset({StepAction.RECLAIM, StepAction.PREEMPT})
+DRAIN_ACTIONS = frozenset({StepAction.DRAIN})  # counted against rate_limits.drains_per_hour
+# An undrain needs telemetry in the healthy period's last hour (the health frame's telemetry rows are hourly).
+SEEN_SLACK = dt.timedelta(hours=1)
 PROTECTED_TEMPLATES = frozenset({"inference"})
 RATE_WINDOW = dt.timedelta(hours=1)
 # How far back an earlier decision is looked for when a finding is no longer reported.
@@ -86,6 +96,10 @@ class ActionHistory(Protocol):
         """The tenant of every reclaim or preempt queued or answered since `since` (one entry each)."""
         ...
 
+    def drains_since(self, since: dt.datetime) -> int:
+        """Drains queued or answered since `since`."""
+        ...
+
     def open_findings(self, since: dt.datetime) -> list[PlannedAction]:
         """The latest decided step of each finding decided since `since` and not dropped."""
         ...
@@ -123,6 +137,10 @@ class MemoryHistory:
             if at >= since and a.action in RATE_LIMITED_ACTIONS
             and a.status in (DecisionStatus.QUEUED, DecisionStatus.ANSWERED)
         ]
+
+    def drains_since(self, since: dt.datetime) -> int:
+        return sum(1 for a, at in self._decided.values() if at >= since and a.action in DRAIN_ACTIONS
+                   and a.status in (DecisionStatus.QUEUED, DecisionStatus.ANSWERED))
 
     def open_findings(self, since: dt.datetime) -> list[PlannedAction]:
         latest: dict[str, tuple[PlannedAction, dt.datetime]] = {}
@@ -175,6 +193,11 @@ def _window_param(rule: Rule) -> float | None:
 def finding_text(finding: dict, rule: Rule) -> str:
     """What was seen, in words with numbers."""
     metric, observed, threshold = finding["metric"], finding["observed"], finding["threshold"]
+    if metric in ("hardware_fault_minutes", "faulty_gpus"):
+        what = ("GPUs with repeated hardware faults" if metric == "faulty_gpus"
+                else f"GPU {finding['job_id']}: minutes with a hardware fault")
+        return (f"{what}: {_number(observed)} (threshold {_number(threshold)} within "
+                f"{_number(rule.params.get('window_hours', 0))} h), last at {finding['window_end_at']:%Y-%m-%d %H:%M} UTC")
     span = (finding["window_end_at"] - finding["window_start_at"]).total_seconds()
     gpus = f"on {finding['gpus_flagged']} of {finding['gpus_held']} GPUs"
     window = _window_param(rule)
@@ -201,6 +224,10 @@ def _step_text(action: StepAction, index: int, steps: tuple[Step, ...], finding:
         return f"recommendation: {finding['recommendation'] or 'right-size the request'}"
     if action == StepAction.CAP_RUNTIME:
         return f"run time capped at {duration_text(runtime_s or 0)}"
+    if action == StepAction.DRAIN:
+        return f"{finding['job_id']} drained: no new work is placed there, running work keeps running"
+    if action == StepAction.UNDRAIN:
+        return f"{finding['job_id']} undrained: no hardware fault since, with telemetry, so it takes work again"
     verb = {StepAction.RECLAIM: "reclaimed", StepAction.PREEMPT: "preempted"}[action]
     if index > 0:
         return f"{verb} {duration_text(steps[index].after_s)} after the previous step"
@@ -247,6 +274,7 @@ class _Budget:
     limits: RateLimits
     per_tenant: Counter
     total: int
+    drains: int = 0
 
     def refusal(self, tenant: str) -> str | None:
         if self.total >= self.limits.reclaims_per_hour_total:
@@ -262,6 +290,12 @@ class _Budget:
         self.per_tenant[tenant] += 1
         self.total += 1
 
+    def drain_refusal(self) -> str | None:
+        if self.drains >= self.limits.drains_per_hour:
+            return (f"{self.drains} drains in the last hour (limit {self.limits.drains_per_hour}/h); "
+                    "planned again at the next evaluation")
+        return None
+
 
 def _next_step(decided_steps: dict[str, list[DeliveredStep]], finding_id: str, steps: tuple[Step, ...],
                detected_at: dt.datetime) -> tuple[int, dt.datetime] | None:
@@ -276,6 +310,17 @@ def _next_step(decided_steps: dict[str, list[DeliveredStep]], finding_id: str, s
         return 0, detected_at + dt.timedelta(seconds=steps[0].after_s)
     previous = max(decided, key=lambda s: s.step_index)
     return index, previous.decided_at + dt.timedelta(seconds=steps[index].after_s)
+
+
+def _undrain_due(finding: dict, rule: Rule, due: tuple[int, dt.datetime]) -> tuple[int, dt.datetime] | None:
+    """The undrain of a gpu_health finding: healthy_hours after the later of the drain's decision
+    (`due`'s time, the undrain's after_s being 0) and the last fault; None while no telemetry was
+    seen in the period's last hour (a silent GPU is not a healthy one; telemetry rows are hourly)."""
+    evidence = json.loads(finding["evidence"] or "{}")
+    last_fault = dt.datetime.fromisoformat(str(evidence["last_fault_at"]).rstrip("Z"))
+    last_seen = dt.datetime.fromisoformat(str(evidence["last_seen_at"]).rstrip("Z"))
+    at = max(due[1], last_fault) + dt.timedelta(hours=float(rule.params["healthy_hours"]))
+    return (due[0], at) if last_seen >= at - SEEN_SLACK else None
 
 
 def _decide(finding: dict, rule: Rule, index: int, catalog: PolicyCatalog, now: dt.datetime,
@@ -312,6 +357,12 @@ def _decide(finding: dict, rule: Rule, index: int, catalog: PolicyCatalog, now: 
             status, status_reason = DecisionStatus.RATE_LIMITED, refusal
         else:
             budget.spend(finding["tenant"])
+    elif action in DRAIN_ACTIONS:
+        refusal = budget.drain_refusal()
+        if refusal is not None:
+            status, status_reason = DecisionStatus.RATE_LIMITED, refusal
+        else:
+            budget.drains += 1
     return PlannedAction(
         idempotency_key=action_key(finding["finding_id"], index, action.value),
         finding_id=finding["finding_id"],
@@ -359,16 +410,17 @@ def _continued(findings: pl.DataFrame, open_before: list[PlannedAction]) -> pl.D
 
     An evaluation sees only its lookback: when an attempt has been idle for longer, the window it
     reports starts at the lookback's edge and moves every minute, and so would its finding id. A
-    finding of the same policy and attempt whose window starts before the open finding's window
+    finding of the same policy version and attempt whose window starts before the open finding's window
     ended is the same episode; one that starts later (the work was busy in between) is a new one."""
     if findings.is_empty() or not open_before:
         return findings
-    latest: dict[tuple[str, str, int], PlannedAction] = {}
+    # keyed on the version too: a new version (e.g. a shadow policy switched to enforce) starts afresh
+    latest: dict[tuple[str, str, str, int], PlannedAction] = {}
     for previous in open_before:
-        latest[(previous.policy, previous.job_id, previous.attempt)] = previous
+        latest[(previous.policy, previous.policy_version, previous.job_id, previous.attempt)] = previous
     rows = []
     for finding in findings.iter_rows(named=True):
-        previous = latest.get((finding["policy"], finding["job_id"], finding["attempt"]))
+        previous = latest.get((finding["policy"], finding["policy_version"], finding["job_id"], finding["attempt"]))
         if previous is not None and previous.finding_id != finding["finding_id"]:
             ended = _evidence_time(previous, "window_end_at")
             detected = _evidence_time(previous, "detected_at")
@@ -398,6 +450,7 @@ def plan(
     ended = set(jobs_ended or ())
     budget = _Budget(catalog.rate_limits, Counter(history.reclaims_since(now - RATE_WINDOW)), 0)
     budget.total = sum(budget.per_tenant.values())
+    budget.drains = history.drains_since(now - RATE_WINDOW)
     out: list[PlannedAction] = []
     open_before = history.open_findings(now - OPEN_FINDING_LOOKBACK)
     rows = _continued(findings, open_before)
@@ -407,12 +460,15 @@ def plan(
     for finding in rows.iter_rows(named=True):
         rule = catalog.rule(finding["policy"], queue=finding["queue"], template=finding["template"])
         due = _next_step(decided, finding["finding_id"], rule.steps, finding["detected_at"])
+        if due is not None and rule.steps[due[0]].action == StepAction.UNDRAIN:
+            due = _undrain_due(finding, rule, due)
         if due is None or now < due[1]:
             continue
         holds = None
-        if (finding["job_id"], finding["attempt"]) in ended:
+        undrain = rule.steps[due[0]].action == StepAction.UNDRAIN  # for a finding that stopped holding
+        if not undrain and (finding["job_id"], finding["attempt"]) in ended:
             holds = f"job {finding['job_id']} attempt {finding['attempt']} ended before the step was due"
-        elif not finding["is_ongoing"]:
+        elif not undrain and not finding["is_ongoing"]:
             holds = (f"the condition stopped at {finding['window_end_at']:%Y-%m-%d %H:%M} UTC before the step "
                      "was due (the job ended or its GPUs are in use again)")
         out.append(_decide(finding, rule, due[0], catalog, now, budget, holds))

@@ -85,3 +85,68 @@ def test_same_seed_same_bytes(tmp_path):
     assert a.files == b.files
     for name in a.files:
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+
+
+def _audit(out) -> list[dict]:
+    return [r for p in sorted(out.glob("allocator_audit/*/audit.jsonl")) for r in map(json.loads, p.read_text().splitlines())]
+
+
+def _outages(out) -> list[tuple[str, dt.datetime, dt.datetime]]:
+    """(host, drained at, undrained at) from the node health checker's audit records."""
+    records = [r for r in _audit(out) if r["actor"] == "gpupool-node-health" and r["decision"] == "applied"]
+    drains = [r for r in records if r["action"] == "enforcement.drain"]
+    undrains = {r["object_name"]: r for r in records if r["action"] == "enforcement.undrain"}
+    assert drains and all(r["actor_role"] == "governance_bot" and r["object_kind"] == "node" for r in drains)
+    ts = lambda r: dt.datetime.fromisoformat(r["ts"].rstrip("Z"))
+    return [(r["object_name"], ts(r), ts(undrains[r["object_name"]])) for r in drains if r["object_name"] in undrains]
+
+
+def test_a_host_down_is_drained_reports_nothing_and_takes_no_work_until_it_is_back(run):
+    out, _ = run
+    outages = _outages(out)
+    assert outages
+    dcgm = pl.read_parquet(out / "dcgm_parquet").select("host", "sampled_at")
+    hosts = pl.read_parquet(out / "node_exporter_parquet").select("host", "sampled_at")
+    starts = [
+        (g["host"], dt.datetime.fromisoformat(r["ts"].rstrip("Z")))
+        for p in sorted(out.glob("allocator_events/*/events.jsonl"))
+        for r in map(json.loads, p.read_text().splitlines())
+        if r["type"] == "start"
+        for g in r["gpus"]
+    ]
+    for host, down, back in outages:
+        assert back - down == dt.timedelta(hours=4)
+        for frame in (dcgm, hosts):
+            mine = frame.filter(pl.col("host") == host)
+            inside = mine.filter((pl.col("sampled_at") >= down) & (pl.col("sampled_at") < back))
+            assert inside.height == 0 and mine.height > 0
+            if back < dt.datetime.combine(START, dt.time()) + dt.timedelta(days=2):
+                assert mine.filter(pl.col("sampled_at") >= back).height > 0  # it reports again once back
+        assert not [t for h, t in starts if h == host and down <= t < back]
+
+
+def test_an_xid_just_before_midnight_keeps_its_window_in_the_next_days_file():
+    from allocator.sim.health import XID_COUNT, HealthEvent, HealthSeries
+    from allocator.telemetry import BulkTelemetry
+
+    pool = scale_pool(default_pool(), 64)
+    bulk = BulkTelemetry(pool, 60)
+    series = HealthSeries(bulk.table, 60)
+    gpu = pool.nodes[0].gpus[0]
+    day1 = dt.datetime(2026, 11, 1)
+    event = HealthEvent(gpu.host, gpu.index, day1 + dt.timedelta(hours=23, minutes=58), 79, dbe=1)
+    carried = HealthSeries.carry([event], day1 + dt.timedelta(days=1))
+    assert carried == [HealthEvent(gpu.host, gpu.index, event.at, 79)]  # its ECC error is counted once
+    times = (day1 + dt.timedelta(days=1) - dt.datetime(1970, 1, 1)).total_seconds() + 60.0 * pl.arange(
+        0, 1440, eager=True
+    ).cast(pl.Float64).to_numpy()
+    table = pl.from_arrow(series.table(carried, times, "x")).filter(pl.col("metric") == XID_COUNT)
+    # 23:58 + 5 min: the window's steps 00:00, 00:01 and 00:02 are in the next day
+    assert table.get_column("sampled_at").dt.strftime("%H:%M").to_list() == ["00:00", "00:01", "00:02"]
+    assert HealthSeries.carry([replace_at(event, 23, 55)], day1 + dt.timedelta(days=1)) == []
+
+
+def replace_at(event, hour: int, minute: int):
+    from dataclasses import replace
+
+    return replace(event, at=dt.datetime(2026, 11, 1, hour, minute))

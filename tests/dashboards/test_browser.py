@@ -43,6 +43,7 @@ PAGES = {
     "tenants": f"{CHART}, {DATAFRAME}",
     "idle": f"{CHART}, {DATAFRAME}",
     "jobs": f"{CHART}, {DATAFRAME}",
+    "health": f"{CHART}, {DATAFRAME}",
     "capacity": DATAFRAME,
     "quality": CHART,
     "audit": DATAFRAME,

@@ -1,6 +1,7 @@
 """Host metrics from node_exporter (raw.host_samples) pinned with hand-computed values: CPU busy from
 per-CPU rows (as the exporter writes them) and from cpu="all" rows (as the simulator does), a counter
-reset, a gap, excluded devices, a day boundary, and the host share of two jobs on one 8-GPU host."""
+reset, a gap, excluded devices, a day boundary, the host share of two jobs on one 8-GPU host, and the
+host-saturated minutes at the edges of both thresholds (CPU busy >= 0.9, GPUs' mean activity < 0.3)."""
 from __future__ import annotations
 
 import datetime as dt
@@ -166,9 +167,59 @@ def test_two_jobs_on_an_8_gpu_host_share_it_by_their_gpus(warehouse):
     assert loader["attributed_memory_used_bytes_mean"] == pytest.approx(0.25 * 100e9)
     assert busy["attributed_memory_used_bytes_peak"] == pytest.approx(0.75 * 100e9)
     assert loader["attributed_network_receive_bytes"] == pytest.approx(0.25 * 9 * 600e6)
-    # the 9 minutes with a CPU rate >= 0.9 while its GPUs idled; 10 minutes had both kinds of telemetry
+    # the 9 minutes with a CPU rate >= 0.9 while its GPUs idled (idle is underused); 10 minutes had both
+    # kinds of telemetry
     assert loader["host_saturated_minutes"] == 9
     assert loader["observed_minutes"] == 10
     assert loader["host_saturated_share"] == pytest.approx(0.9)
     assert busy["host_saturated_minutes"] == 0
     assert loader["gpus"] == pytest.approx(2.0)
+
+
+def test_a_saturated_minute_is_a_busy_host_cpu_with_underused_gpus(warehouse):
+    # h8's CPU is busy 0.9 (exactly the threshold) 10:01-10:03, 0.89 10:04-10:06 and 0.95 10:07-10:09:
+    # 6 saturated-CPU minutes. Each job holds the named GPUs 10:00-10:10 at a constant activity; the
+    # GPUs count as underused when their mean activity is under 0.3.
+    h = "h8"
+    activity = {"j-idle": [0.01], "j-loader": [0.2], "j-under": [0.29], "j-edge": [0.3],
+                "j-mixed": [0.1, 0.45], "j-busy": [0.8]}
+    events, placements, dcgm, index = {}, [], [], 0
+    for job_id, levels in activity.items():
+        for level in levels:
+            job_events, job_placements = simple_job(job_id, h, index, at("10:00"), at("10:10"), gpus=len(levels))
+            events |= {e["event_id"]: e for e in job_events}
+            placements += job_placements
+            dcgm += series(h, index, GR, at("10:00"), 10, level)
+            index += 1
+    busy_per_minute = [5400.0] * 3 + [5340.0] * 3 + [5700.0] * 3  # of 6000 CPU-seconds a minute
+    host, busy = [], 0.0
+    for m in range(10):
+        t = at("10:00") + dt.timedelta(minutes=m)
+        busy += busy_per_minute[m - 1] if m else 0.0
+        host += [sample(h, CPU, t, busy, cpu="all", mode="user"),
+                 sample(h, CPU, t, 6000.0 * m - busy, cpu="all", mode="idle"),
+                 sample(h, READ, t, 60e6 * m, device="sda")]  # 1 MB/s
+    load(warehouse, gpu_inventory=[gpu(h, i, "H100") for i in range(8)], job_events=list(events.values()),
+         job_gpus=placements, dcgm_samples=dcgm, host_samples=host)
+    con = build(warehouse)
+
+    usage = {r["job_id"]: r for r in rows(con, "select * from metrics.job_host_usage")}
+    saturated = {job_id: r["host_saturated_minutes"] for job_id, r in usage.items()}
+    # idle is underused; 0.29 is under 0.3, 0.3 is not; 0.1 and 0.45 average 0.275
+    assert saturated == {"j-idle": 6, "j-loader": 6, "j-under": 6, "j-edge": 0, "j-mixed": 6, "j-busy": 0}
+    loader = usage["j-loader"]
+    assert loader["observed_minutes"] == 10
+    assert loader["host_saturated_share"] == pytest.approx(0.6)
+    assert loader["host_saturated_gpu_hours"] == pytest.approx(6 / 60)
+    assert loader["saturated_host"] == h
+    assert loader["saturated_cpu_busy_fraction_mean"] == pytest.approx((3 * 0.9 + 3 * 0.95) / 6)
+    assert loader["saturated_disk_read_bytes_per_s_mean"] == pytest.approx(1e6)
+    assert loader["saturated_gpu_activity_mean"] == pytest.approx(0.2)
+    assert loader["gpu_activity_mean"] == pytest.approx(0.2)
+    mixed = usage["j-mixed"]
+    assert (mixed["allocations"], mixed["gpus"]) == (2, pytest.approx(2.0))
+    assert mixed["host_saturated_gpu_hours"] == pytest.approx(2 * 6 / 60)
+    assert mixed["saturated_gpu_activity_mean"] == pytest.approx(0.275)
+    edge = usage["j-edge"]
+    assert edge["saturated_host"] is None and edge["saturated_cpu_busy_fraction_mean"] is None
+    assert edge["host_saturated_share"] == 0

@@ -87,3 +87,28 @@ def test_second_build_keeps_the_first_and_chinese(pack_home):
         assert (pack_home / entry["pdf_path"]).exists()
     assert after[-1]["lang"] == "zh" and after[-1]["catalog_version"] == load_catalog().version
     assert "GPU资源池月度报告" in (pack_home / after[-1]["html_path"]).read_text()
+
+
+def test_failures_by_cause_and_hosts(pack_home):
+    """The pool's failures by cause are the tenants' rows of metrics.failure_causes summed (rates: the
+    view's definition over the sums), the host table covers every host with node_exporter data."""
+    out = (pack_home / _packs(pack_home)[0]["html_path"]).parent
+    causes = pl.read_parquet(out / "appendix" / "failures_by_cause.parquet")
+    hosts = pl.read_parquet(out / "appendix" / "hosts.parquet")
+    con = duckdb.connect(str(pack_home / "warehouse.duckdb"), read_only=True)
+    try:
+        rows = con.sql("select * from metrics.failure_causes where month = ?", params=[MONTH]).pl()
+        host_count = con.execute("select count(distinct host) from metrics.host_daily").fetchone()[0]
+    finally:
+        con.close()
+    pool = causes.filter(pl.col("cause") == "all").row(0, named=True)
+    every = rows.filter(pl.col("cause") == "all")
+    assert pool["attempts"] == every["attempts"].sum() and pool["failures"] == every["failures"].sum() > 0
+    assert pool["failure_rate_pct"] == pytest.approx(100 * every["failures"].sum() / every["attempts"].sum())
+    not_user = rows.filter(~pl.col("cause").is_in(["all", "user_code", "out_of_memory"]))["failures"].sum()
+    assert pool["not_user_fault_pct"] == pytest.approx(100 * not_user / every["failures"].sum())
+    assert set(causes["cause"]) - {"all"} == set(rows.filter((pl.col("failures") > 0) & (pl.col("cause") != "all"))["cause"])
+    assert causes.filter(pl.col("cause") != "all")["failures"].sum() == pool["failures"]
+    assert hosts.height == host_count > 0 and hosts["cpu_busy_pct_mean"].is_between(0, 100).all()
+    html = (out / "pack.html").read_text()
+    assert "failures_by_cause" in html and "repeat_offender_gpus" in html and "charts/hosts.png" in html

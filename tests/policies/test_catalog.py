@@ -19,12 +19,14 @@ NOW = dt.datetime(2026, 11, 1, 12, 0)
 def test_shipped_catalog_loads_with_the_seven_policies():
     catalog = load_catalog()
     assert sorted(catalog.policies) == sorted(["idle-allocation", "zombie", "idle-interactive", "overrun",
-                                               "oversized", "retry-storm", "template-breach"])
+                                               "oversized", "retry-storm", "template-breach", "gpu-health",
+                                               "host-bound"])
     assert catalog.rate_limits.reclaims_per_hour_total == 20
     assert catalog.rate_limits.reclaims_per_hour_per_tenant == 5
+    assert catalog.rate_limits.drains_per_hour == 2
     assert catalog.policies_of(PolicyKind.ZOMBIE) == ["zombie"]
     assert {n: p.mode for n, p in catalog.policies.items() if p.mode == Mode.SHADOW}.keys() == {
-        "oversized", "retry-storm", "template-breach"}
+        "oversized", "retry-storm", "template-breach", "gpu-health"}
     for p in catalog.policies.values():
         assert p.description["en"] and p.description["zh"]
 
