@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -264,13 +265,16 @@ class ActionKind(StrEnum):
 
 
 NODE_ACTIONS = frozenset({ActionKind.DRAIN, ActionKind.UNDRAIN})
+_GPU_INDEX = re.compile(r"0|[1-9][0-9]{0,3}")
 
 
 def drain_target(target: str) -> tuple[str, int | None]:
     """A drain target as (node, GPU index or None): "node-07" is a node, "node-07/3" its GPU 3.
     ValueError saying the expected form for anything else."""
     node, slash, gpu = target.partition("/")
-    if not node or (slash and not gpu.isdigit()):
+    # one spelling per GPU ("3", never "03" or another script's digits): the target is the key a
+    # drain is stored, shown and undrained under
+    if not node or (slash and not _GPU_INDEX.fullmatch(gpu)):
         raise ValueError(f"drain target {target!r} is not a node (node-07) or a GPU of one (node-07/3)")
     return node, int(gpu) if slash else None
 

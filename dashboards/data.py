@@ -311,6 +311,15 @@ def host_measure_days(column: str, where: str, params: tuple, top: int) -> pl.Da
         "select day, host, value from rows where host in (select host from top) order by day, host", params)
 
 
+def drain_counts(where: str, params: tuple) -> dict:
+    """metrics.drain_decisions over the rows `where` selects: drains decided and applied (the catalog's
+    sums), and the drains decided in shadow (one row, as a dict)."""
+    return query("select cast(coalesce(sum(drains_decided), 0) as bigint) as drains_decided, "
+                 "cast(coalesce(sum(drains_applied), 0) as bigint) as drains_applied, "
+                 "count(*) filter (where action = 'drain' and mode = 'shadow') as shadow_drains "
+                 f"from metrics.drain_decisions where {where}", params).row(0, named=True)
+
+
 def hosts_known(where: str, params: tuple) -> int:
     """How many hosts metrics.host_daily has in the rows `where` selects."""
     return query(f"select count(distinct host) from metrics.host_daily where {where}", params).item()

@@ -331,14 +331,29 @@ STRINGS: dict[str, dict[str, str]] = {
                          "(docs/connectors.md).",
                    "zh": "该时间段内没有主机指标：未采集或未加载 node_exporter（见 docs/connectors.md）。"},
     "h_host_rows": {"en": "Host metrics per day (the view's rows)", "zh": "每日主机指标（视图原始行）"},
-    "h_drains": {"en": "Drains and undrains", "zh": "隔离与解除隔离"},
-    "h_drains_caption": {"en": "GPUs and nodes taken out of the pool for repeated hardware faults, and put back "
-                               "once their health checks passed, as the engines audited them "
-                               "(metrics.enforcement_actions).",
-                         "zh": "因反复硬件故障被移出资源池、健康检查通过后恢复的 GPU 和节点，以执行引擎的审计记录为准"
-                               "（metrics.enforcement_actions）。"},
+    "h_drains": {"en": "Drains and undrains", "zh": "排空与解除排空"},
+    "h_drains_caption": {"en": "GPUs and nodes the gpu-health policy drains for repeated hardware faults, and "
+                               "undrains once healthy (metrics.drain_decisions). In shadow mode, the policy's "
+                               "first rollout, a decision is logged and nothing is sent: it shows what the "
+                               "policy would have done.",
+                         "zh": "gpu-health 策略因反复硬件故障而排空、恢复健康后解除排空的 GPU 和节点"
+                               "（metrics.drain_decisions）。影子模式（策略上线的第一阶段）只记录决定、不下发："
+                               "显示的是策略本会执行的操作。"},
+    "h_shadow_drains": {"en": "Drains in shadow (would drain)", "zh": "影子模式排空（本会排空）"},
+    "h_shadow_drains_help": {"en": "Drains decided while the policy is in shadow mode: logged, never sent to an engine.",
+                             "zh": "策略处于影子模式时决定的排空：只记录，从不下发到执行引擎。"},
+    "h_decision": {"en": "Decision", "zh": "决定"},
+    "h_drain_shadow": {"en": "would drain (shadow)", "zh": "本会排空（影子模式）"},
+    "h_undrain_shadow": {"en": "would undrain (shadow)", "zh": "本会解除排空（影子模式）"},
+    "h_drain_enforce": {"en": "drain", "zh": "排空"},
+    "h_undrain_enforce": {"en": "undrain", "zh": "解除排空"},
+    "h_no_drain_decisions": {"en": "The gpu-health policy decided no drain or undrain in this period.",
+                             "zh": "该时间段内 gpu-health 策略没有做出排空或解除排空决定。"},
+    "h_drains_audited": {"en": "Drains and undrains the engines audited (metrics.enforcement_actions; also the "
+                               "node health checker's)",
+                         "zh": "执行引擎审计的排空与解除排空（metrics.enforcement_actions；含节点健康检查器的操作）"},
     "h_no_drains": {"en": "No drain or undrain was audited in this period.",
-                    "zh": "该时间段内没有审计到隔离或解除隔离操作。"},
+                    "zh": "该时间段内没有审计到排空或解除排空操作。"},
     "h_host_axis": {"en": "host", "zh": "主机"},
     "day_axis": {"en": "day (UTC)", "zh": "日期（UTC）"},
     "col_host": {"en": "Host", "zh": "主机"},

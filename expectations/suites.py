@@ -190,7 +190,8 @@ def _queue_quotas_rules() -> list[gxe.Expectation]:
 def _governance_actions_rules() -> list[gxe.Expectation]:
     return [
         _between("step_index", "step_index is negative", min_value=0),
-        _between("attempt", "attempt is below 1 (attempts are 1-based)", min_value=1),
+        # 1-based, and 0 for a gpu_health decision (a node or GPU, not an attempt; the parser checks which)
+        _between("attempt", "attempt is negative", min_value=0),
         _in_set("record", ("decision", "answer")),
         _in_set("status", ("shadow", "exempt", "rate_limited", "queued", "answered", "recommended", "dropped")),
         _in_set("outcome", ("applied", "refused", "already_done", "dry_run", "proposed")),

@@ -98,6 +98,9 @@ class Governance(Protocol):
     def job_started(self, job: Job, profile: ActivityProfile, now: dt.datetime) -> None:
         """An attempt started; `profile` is how its work will load its GPUs (when to look again)."""
 
+    def health_event(self, event: HealthEvent, now: dt.datetime) -> None:
+        """A GPU fault or an application XID happened (optional: a Governance without it ignores faults)."""
+
 
 class SimulatedPool:
     """The simulation as a live pool looks to the pipeline: its engine (read it, act through it), its
@@ -109,6 +112,7 @@ class SimulatedPool:
         self.pool = sim.pool
         self.out = sim.out
         self.start, self.end = sim.start, sim.end
+        self.interval_s = sim.bulk.interval_s  # telemetry steps: a health event shows at the next one
 
     def at(self, when: dt.datetime, step: Callable[..., None], *args: object) -> None:
         if when < self.end:
@@ -401,9 +405,16 @@ class _Simulation:
             state, exit_code, reason, xid = action
             if xid is not None:  # user code crashed on the GPU: the driver logs it on each of the job's GPUs
                 self.report.app_xids += 1
-                self.health.extend(HealthEvent(h, g, now, xid) for h, g in self.physical_gpus(job.job_id))
+                events = [HealthEvent(h, g, now, xid) for h, g in self.physical_gpus(job.job_id)]
+                self.health.extend(events)
+                self.notify_health(events, now)
             self.engine.finish(job.job_id, now, state, exit_code, reason)
         self.drain(now)
+
+    def notify_health(self, events: list[HealthEvent], now: dt.datetime) -> None:
+        hook = getattr(self.governance, "health_event", None)  # optional in the protocol
+        for event in events if hook is not None else ():
+            hook(event, now)
 
     def physical_gpus(self, job_id: str) -> list[tuple[str, int]]:
         """The physical GPUs (host, index) of the job's running attempt."""
@@ -420,9 +431,9 @@ class _Simulation:
             return
         self.report.faults[fault.kind] = self.report.faults.get(fault.kind, 0) + 1
         if fault.gpu is not None:
-            self.health.append(
-                HealthEvent(fault.host, fault.gpu, now, fault.xid, fault.dbe, fault.remap_failure)
-            )
+            event = HealthEvent(fault.host, fault.gpu, now, fault.xid, fault.dbe, fault.remap_failure)
+            self.health.append(event)
+            self.notify_health([event], now)
         state, exit_code, reason = fault.end
         for job_id in sorted(self.running):
             gpus = self.physical_gpus(job_id)

@@ -1,8 +1,9 @@
 """Health and failures: why attempts ended (failures and GPU-hours lost by cause, the share that was
 not the user's fault), the bad GPUs (hardware faults, repeat offenders, fault history), the mean time
-between hardware faults per GPU model, the hosts' CPU, memory, network and storage per day, and the
-drains the engines audited. Reads metrics.failure_causes, gpu_faults, gpu_model_reliability,
-host_daily and enforcement_actions."""
+between hardware faults per GPU model, the hosts' CPU, memory, network and storage per day, the
+drains and undrains the gpu-health policy decided (shadow ones labelled: what it would have done) and
+the drains the engines audited. Reads metrics.failure_causes, gpu_faults, gpu_model_reliability,
+host_daily, drain_decisions and enforcement_actions."""
 import altair as alt
 import polars as pl
 import streamlit as st
@@ -138,16 +139,38 @@ def hosts(f: filters.Filters) -> None:
             "host_daily", columns, cpu_busy_pct_mean="%.1f%%", cpu_busy_pct_p95="%.1f%%"))
 
 
+DRAIN_COLUMNS = ["decided_at", "action", "mode", "target", "target_kind", "engine", "outcome", "fault_minutes",
+                 "faulty_gpus", "last_fault_at", "status_reason", "reason"]
+
+
+def _drain_words(frame: pl.DataFrame) -> pl.DataFrame:
+    """A decision column in words in front: a shadow step reads "would drain", never "drained"."""
+    words = {f"{a}_{m}": t(f"h_{a}_{m}") for a in ("drain", "undrain") for m in ("shadow", "enforce")}
+    decision = pl.concat_str("action", pl.lit("_"), "mode").replace_strict(words, default=pl.col("action"))
+    return frame.select(decision.alias("decision"), pl.all())
+
+
 def drains(f: filters.Filters) -> None:
     st.subheader(t("h_drains"))
     st.caption(t("h_drains_caption"))
     clause, params = f.clause(tenant=None)
-    rows = data.view("enforcement_actions", filters.where(clause, "action_kind in ('drain', 'undrain')"), params,
-                     order=f"occurred_at desc limit {ROWS}",
-                     columns="occurred_at, action_kind, decision, object_kind, object_name, actor, policy, reason")
-    if ui.empty(rows, t("h_no_drains")):
-        return
-    st.dataframe(rows, width="stretch", hide_index=True)
+    counts = data.drain_counts(filters.where(clause), params)
+    cols = st.columns(3)
+    ui.kpi(cols[0], "drains_decided", "drain_decisions", counts["drains_decided"])
+    ui.kpi(cols[1], "drains_applied", "drain_decisions", counts["drains_applied"])
+    cols[2].metric(t("h_shadow_drains"), f"{counts['shadow_drains']:,}", help=t("h_shadow_drains_help"))
+    rows = data.view("drain_decisions", clause, params, order=f"decided_at desc, target limit {ROWS}",
+                     columns=", ".join(DRAIN_COLUMNS))
+    if not ui.empty(rows, t("h_no_drain_decisions")):
+        config = ui.column_labels("drain_decisions", DRAIN_COLUMNS)
+        config["decision"] = st.column_config.Column(t("h_decision"))
+        st.dataframe(_drain_words(rows), width="stretch", hide_index=True, column_config=config)
+    with st.expander(t("h_drains_audited")):
+        audited = data.view("enforcement_actions", filters.where(clause, "action_kind in ('drain', 'undrain')"),
+                            params, order=f"occurred_at desc limit {ROWS}",
+                            columns="occurred_at, action_kind, decision, object_kind, object_name, actor, policy, reason")
+        if not ui.empty(audited, t("h_no_drains")):
+            st.dataframe(audited, width="stretch", hide_index=True)
 
 
 def draw() -> None:

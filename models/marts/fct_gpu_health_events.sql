@@ -221,10 +221,13 @@ final as (
     cast(e.event_count as double) as event_count,
     case
       when x.class = 'application' then 'application'
-      when e.signal in ('ecc_dbe', 'row_remap_failure') or coalesce(x.is_hardware_fault, false) then 'fault'
+      when e.signal in ('ecc_dbe', 'row_remap_failure') or (e.signal = 'xid' and coalesce(x.is_hardware_fault, true))
+        then 'fault'
       else 'warning'
     end as severity,
-    coalesce(e.signal in ('ecc_dbe', 'row_remap_failure') or x.is_hardware_fault, false) as is_hardware_fault,
+    -- an XID the seed does not list is a non-application XID: a hardware fault (the issue's rule)
+    e.signal in ('ecc_dbe', 'row_remap_failure') or (e.signal = 'xid' and coalesce(x.is_hardware_fault, true))
+      as is_hardware_fault,
     e.source
   from events e
   left join xid_codes x on e.signal = 'xid' and x.xid = e.xid

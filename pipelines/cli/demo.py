@@ -35,9 +35,12 @@ from pipelines.warehouse import Warehouse
               help="Let the idle-reclaim policies (models/policies/policies.yml) act on the simulated pool.")
 @click.option("--baseline/--no-baseline", default=True, show_default=True,
               help="Also run the same month with the policies off (into HOME/baseline) and print the difference.")
+@click.option("--fault-scale", default=1.0, show_default=True, type=click.FloatRange(min=0),
+              help="Multiply the simulator's published GPU and host fault rates (docs/simulator.md): 1 is "
+                   "a real fleet's, a few faults a month on the default pool; 50 shows the drain loop at work.")
 @VERBOSE_OPTION
 def demo(home: Path | None, days: int, gpus: int | None, start: str, seed: int, policies: bool,
-         baseline: bool, verbose: bool) -> None:
+         baseline: bool, fault_scale: float, verbose: bool) -> None:
     """Simulate a month of the default pool on the allocator with the idle-reclaim policies acting on
     it, ingest it through Dagster, build the metrics, print a summary; then the same month with the
     policies off, and what they changed."""
@@ -49,7 +52,7 @@ def demo(home: Path | None, days: int, gpus: int | None, start: str, seed: int, 
     meter = PhaseMeter()
     began = time.monotonic()
     with step_errors(wh, verbose):
-        _demo_month(wh, days, gpus, seed, first, policies, meter)
+        _demo_month(wh, days, gpus, seed, first, policies, meter, fault_scale=fault_scale)
     click.echo(f"\nDone in {time.monotonic() - began:.0f} s. Warehouse: {wh.db_path}\n")
     with meter.phase("summary"):
         print_summary(wh)
@@ -58,7 +61,7 @@ def demo(home: Path | None, days: int, gpus: int | None, start: str, seed: int, 
         click.echo("")
         step("the same month with the idle-reclaim policies off, for comparison")
         with step_errors(off, verbose):
-            _demo_month(off, days, gpus, seed, first, False, meter, "baseline ")
+            _demo_month(off, days, gpus, seed, first, False, meter, "baseline ", fault_scale=fault_scale)
         click.echo("")
         with meter.phase("comparison"):
             print_policy_comparison(wh, off)
@@ -70,7 +73,7 @@ def demo(home: Path | None, days: int, gpus: int | None, start: str, seed: int, 
 
 
 def _demo_month(wh: Warehouse, days: int, gpus: int | None, seed: int, first: dt.date, policies: bool,
-                meter: PhaseMeter, label: str = "") -> None:
+                meter: PhaseMeter, label: str = "", fault_scale: float = 1.0) -> None:
     """Simulate (policies acting or not), ingest every landed source, build the models; each a phase of
     `meter`, named with `label` in front."""
     from allocator.sim.simulator import simulate as run_simulation
@@ -87,7 +90,7 @@ def _demo_month(wh: Warehouse, days: int, gpus: int | None, seed: int, first: dt
         (wh.landing / "governance_actions").mkdir(parents=True, exist_ok=True)
     with meter.phase(f"{label}simulate"), day_progress("simulating days", days) as progress:
         report = run_simulation(wh.landing, days=days, gpus=gpus, seed=seed, start=first, on_progress=progress,
-                                governance=governance)
+                                governance=governance, fault_scale=fault_scale)
     click.echo(f"    {report.gpus} GPUs, {report.jobs_submitted:,} jobs, {report.events:,} events, "
                f"{report.samples:,} telemetry samples")
     if governance is not None:
@@ -222,7 +225,11 @@ def _tree_rss() -> int | None:
 @click.option("--seed", default=7, show_default=True, help="Random seed: the same seed gives the same files.")
 @click.option("--start", "start", default="2026-11-01", show_default=True, help="First day (UTC).")
 @click.option("--interval", "interval_s", default=60, show_default=True, help="Telemetry resolution, seconds.")
-def simulate(out: Path, days: int, gpus: int | None, seed: int, start: str, interval_s: int) -> None:
+@click.option("--fault-scale", default=1.0, show_default=True, type=click.FloatRange(min=0),
+              help="Multiply the simulator's published GPU and host fault rates (docs/simulator.md): 1 is "
+                   "a real fleet's, a few faults a month on the default pool; 50 shows the drain loop at work.")
+def simulate(out: Path, days: int, gpus: int | None, seed: int, start: str, interval_s: int,
+             fault_scale: float) -> None:
     """Run the allocator in virtual time and write the pipeline's three sources under OUT.
 
     OUT gets the landing layout (OUT/<source>/<YYYY-MM-DD>/...): the allocator's event and audit
@@ -234,6 +241,6 @@ def simulate(out: Path, days: int, gpus: int | None, seed: int, start: str, inte
     with day_progress("simulating days", days) as progress:
         report = run_simulation(
             out, days=days, gpus=gpus, seed=seed, start=dt.date.fromisoformat(start),
-            on_progress=progress, interval_s=interval_s,
+            on_progress=progress, interval_s=interval_s, fault_scale=fault_scale,
         )
     click.echo(report.summary())

@@ -285,7 +285,8 @@ class SlurmEnforcer:
                 return _Plan(Outcome.REFUSED, f"node {name} is already {node.state} (Reason={node.reason or 'none'}"
                                               f", set by {node.reason_by or 'unknown'}): not drained by this key",
                              object_kind=kind, before=before)
-            mark = f"{DRAIN_MARK} {action_reason(action)}"[:REASON_LIMIT]
+            # one line: slurmctld keeps a newline, and `scontrol -o show node` would then answer two lines
+            mark = " ".join(f"{DRAIN_MARK} {action_reason(action)}".split())[:REASON_LIMIT]
             return _Plan(Outcome.APPLIED, reason, [*update, "State=DRAIN", f"Reason={mark}"], object_kind=kind,
                          before=before, after={"drained": True, "reason": mark},
                          effects={"drained": True, "node": name})

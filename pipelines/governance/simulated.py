@@ -15,11 +15,21 @@ outbox and its decision log — with two differences that keep a month fast and 
   file will hold, and actions go to the engine in process (`EngineEnforcer`). A share of answers is
   "lost" on the way back, as on a real network, so the outbox re-sends and the engine answers
   already_done: the ledger shows each action took effect once.
+- The gpu-health policy (drains) reads the simulator's health events (`health_event`) as the
+  warehouse's metrics.gpu_health_events will hold them: each event in the minute of the first DCGM
+  sample that shows it, XIDs classed by models/seeds/xid_codes.csv, and one telemetry row per GPU
+  per hour. It looks once a hardware fault's minute is over (a threshold can only be crossed then)
+  and when an undrain can become due (healthy_hours after a drain or the last fault). Its telemetry
+  rows do not stop while a host is down (the warehouse has none then): an undrain due during an
+  outage is decided at once here, after the outage from the warehouse.
 """
 from __future__ import annotations
 
+import csv
 import datetime as dt
+import functools
 import hashlib
+import json
 import math
 import shutil
 from collections import Counter
@@ -29,21 +39,26 @@ import numpy as np
 import polars as pl
 
 from allocator.model import Action, ActionResult, Job
+from allocator.sim.health import HealthEvent
 from allocator.sim.simulator import SimulatedPool
 from allocator.store import job_view
 from allocator.telemetry import ActivityProfile
-from pipelines.contracts import PolicyKind
+from pipelines.contracts import DecisionStatus, PolicyKind, StepAction
 from pipelines.enforcement.allocator import DeliveryError
 from pipelines.governance.live import allocations_from_jobs
 from pipelines.governance.outbox import Outbox
+from pipelines.paths import MODELS_DIR
 from pipelines.policies.catalog import PolicyCatalog
 from pipelines.policies.evaluate import evaluate
-from pipelines.policies.inputs import MINUTE_SCHEMA, PROGRESS_SCHEMA, PolicyInputs
+from pipelines.policies.health import PLATFORM, TELEMETRY_SIGNAL, health_lookback
+from pipelines.policies.inputs import HEALTH_SCHEMA, MINUTE_SCHEMA, PROGRESS_SCHEMA, PolicyInputs
 from pipelines.policies.model import empty_findings
-from pipelines.policies.planner import plan
+from pipelines.policies.planner import RATE_WINDOW, plan
 
 WRITER = "simulated"
 _MINUTE = dt.timedelta(minutes=1)
+_HOUR = dt.timedelta(hours=1)
+XID_CODES = MODELS_DIR / "seeds" / "xid_codes.csv"
 
 
 class EngineEnforcer:
@@ -115,11 +130,32 @@ class SimulatedGovernance:
         self.allocation_rows: dict[tuple[str, int], tuple[str, pl.DataFrame]] = {}
         self.forget_above = 1024
         self.lookback = {kind: dt.timedelta(minutes=self._longest_window_minutes(kind) + 10) for kind in PolicyKind}
+        self.health_rows: list[dict] = []  # HEALTH_SCHEMA rows of the events so far (telemetry rows: built per look)
+        self.health_looks: set[dt.datetime] = set()
+        self.health_lookback = health_lookback(self.catalog)
         pool.at(pool.end - dt.timedelta(seconds=1), self._close)
 
     def job_started(self, job: Job, profile: ActivityProfile, now: dt.datetime) -> None:
         for at, kind in sorted(set(self._possible_findings(job, profile, now))):
             self._look_at(at, job.job_id, job.attempt, (kind,))
+
+    def health_event(self, event: HealthEvent, now: dt.datetime) -> None:
+        """A health signal on a GPU: its rows as metrics.gpu_health_events will hold them, and, for a
+        hardware fault, a look once the minute that shows it is over."""
+        if not self.catalog.policies_of(PolicyKind.GPU_HEALTH):
+            return
+        minute = self._shown_at(event.at)
+        rows = health_rows(event, minute)
+        self.health_rows.extend(rows)
+        if any(r["is_hardware_fault"] for r in rows):
+            self._health_look_at(minute + _MINUTE)
+
+    def _shown_at(self, at: dt.datetime) -> dt.datetime:
+        """The minute of the first telemetry sample at or after `at` (the exporter shows it then)."""
+        step = dt.timedelta(seconds=self.pool.interval_s)
+        since = at - self.pool.start
+        sample = self.pool.start + step * math.ceil(since / step)
+        return sample.replace(second=0, microsecond=0)
 
     def _look_at(self, at: dt.datetime, job_id: str, attempt: int, kinds: tuple[PolicyKind, ...]) -> None:
         """Look at this attempt at `at`, in the tick of every look due then."""
@@ -330,10 +366,103 @@ class SimulatedGovernance:
         frames = [self.allocation_rows[(job.job_id, job.attempt)][1] for job in jobs]
         return frames[0] if len(frames) == 1 else pl.concat(frames)
 
+    # -- gpu-health: drains of GPUs and nodes with repeated hardware faults ---------------------------
+
+    def _health_look_at(self, at: dt.datetime) -> None:
+        if at < self.pool.end and at not in self.health_looks:
+            self.health_looks.add(at)
+            self.pool.at(at, self._health_tick)
+
+    def _health_tick(self, now: dt.datetime) -> None:
+        """What the daily run does for gpu_health, at a moment a step can be due: evaluate over the
+        health frame, plan against the whole outbox, record, deliver what is queued."""
+        self.health_looks.discard(now)
+        kinds = (PolicyKind.GPU_HEALTH,)
+        found = evaluate(PolicyInputs(allocations=None, minutes=None, health=self._health_frame(now)),
+                         self.catalog, now, kinds=kinds)
+        recorded = self.outbox.record(plan(found, self.catalog, self.outbox, now, evaluated_kinds=kinds), now)
+        self.decisions.update(f"{p.action.value} {p.status.value}" for p in recorded)
+        if any(p.status == DecisionStatus.QUEUED for p in recorded):
+            self._deliver(now)
+        if any(p.status == DecisionStatus.RATE_LIMITED for p in recorded):
+            self._health_look_at(now + RATE_WINDOW)  # the drains counted now have left the window by then
+        for at in sorted(self._undrains_possible(found, now)):
+            self._health_look_at(at)
+
+    def _undrains_possible(self, found: pl.DataFrame, now: dt.datetime) -> set[dt.datetime]:
+        """When an undrain can become due: healthy_hours after a drain's decision or after a drained
+        target's last fault, whichever is later (both are asked for; a look with nothing due records nothing)."""
+        moments = set()
+        for finding in self.outbox.open_findings(now - self.health_lookback):
+            if finding.kind == PolicyKind.GPU_HEALTH and finding.action == StepAction.DRAIN:
+                healthy = self._healthy(finding.policy)
+                moments.add(self.outbox.steps(finding.finding_id)[-1].decided_at + healthy)
+        for policy, evidence in found.select("policy", "evidence").iter_rows():
+            last_fault = dt.datetime.fromisoformat(json.loads(evidence)["last_fault_at"].rstrip("Z"))
+            moments.add(last_fault + self._healthy(policy))
+        return {m for m in moments if m > now}
+
+    def _healthy(self, policy: str) -> dt.timedelta:
+        params = self.catalog.rule(policy, queue=PLATFORM, template=PLATFORM).params
+        return dt.timedelta(hours=float(params["healthy_hours"]))
+
+    def _health_frame(self, now: dt.datetime) -> pl.DataFrame:
+        """The health events of the lookback before `now`, and one telemetry row per hour before `now`
+        (its minutes with telemetry) for every GPU of a host with events."""
+        since = now - self.health_lookback
+        self.health_rows = [r for r in self.health_rows if r["minute_at"] >= since]
+        events = [r for r in self.health_rows if r["minute_at"] < now]
+        hosts = {r["host"] for r in events}
+        first = max(self.pool.start, _floor_hour(since) + (_HOUR if _floor_hour(since) < since else dt.timedelta()))
+        hours = []
+        while first < now:
+            hours.append((first, min(_HOUR, now - first) // _MINUTE))
+            first += _HOUR
+        telemetry = [
+            {"host": node.host, "gpu": gpu.index, "minute_at": hour, "signal": TELEMETRY_SIGNAL, "xid": None,
+             "event_count": float(minutes), "is_hardware_fault": False, "engine": EngineEnforcer.engine}
+            for node in self.pool.pool.nodes if node.host in hosts for gpu in node.gpus for hour, minutes in hours
+        ]
+        return pl.DataFrame(events + telemetry, schema=HEALTH_SCHEMA)
+
     def _close(self, now: dt.datetime) -> None:
         self._deliver(now)
         self.outbox.flush_log()
         self.outbox.close()
+
+
+@functools.cache
+def xid_faults(path: Path = XID_CODES) -> dict[int, bool]:
+    """XID -> is_hardware_fault, as the seed lists them (application-class codes are never faults)."""
+    with path.open(newline="") as f:
+        return {int(r["xid"]): r["is_hardware_fault"] == "true" and r["class"] != "application"
+                for r in csv.DictReader(f)}
+
+
+def is_hardware_xid(xid: int) -> bool:
+    """As marts.fct_gpu_health_events classes it: the seed's is_hardware_fault; a code the seed does not
+    list is a non-application XID, a hardware fault."""
+    return xid_faults().get(xid, True)
+
+
+def health_rows(event: HealthEvent, minute: dt.datetime) -> list[dict]:
+    """HEALTH_SCHEMA rows of one event, as marts.fct_gpu_health_events writes them from the DCGM
+    series: the XID, the double-bit ECC errors with the rows they retire, the row-remap failure."""
+    base = {"host": event.host, "gpu": event.gpu, "minute_at": minute, "xid": None, "engine": EngineEnforcer.engine}
+    rows = []
+    if event.xid is not None:
+        rows.append({**base, "signal": "xid", "xid": event.xid, "event_count": 1.0,
+                     "is_hardware_fault": is_hardware_xid(event.xid)})
+    if event.dbe:
+        rows.append({**base, "signal": "ecc_dbe", "event_count": float(event.dbe), "is_hardware_fault": True})
+        rows.append({**base, "signal": "remapped_rows", "event_count": float(event.dbe), "is_hardware_fault": False})
+    if event.remap_failure:
+        rows.append({**base, "signal": "row_remap_failure", "event_count": 1.0, "is_hardware_fault": True})
+    return rows
+
+
+def _floor_hour(t: dt.datetime) -> dt.datetime:
+    return t.replace(minute=0, second=0, microsecond=0)
 
 
 def _next_minute(t: dt.datetime) -> dt.datetime:

@@ -204,6 +204,12 @@ TABLES: tuple[Table, ...] = (
           "where hardware_faults > 0 and last_fault_at >= ? and first_fault_at < ? "
           "order by is_repeat_offender desc, hardware_faults desc, host, gpu limit 20",
           ("gpu_hardware_faults", "repeat_offender_gpu")),
+    # the month's drains and undrains of the gpu-health policy; mode shadow: what it would have done, nothing sent
+    Table("drain_decisions", "tasks", "drain_decisions",
+          f"select decided_at, action, mode, target, target_kind, outcome, fault_minutes, faulty_gpus, last_fault_at, "
+          f"drains_decided, drains_applied from metrics.drain_decisions where {DAYS} "
+          f"order by decided_at, target limit 50",
+          ("drains_decided", "drains_applied")),
     Table("audit", "governance", "audit_daily",
           f"select source, sum(audit_records) as audit_records, sum(permission_changes) as permission_changes, "
           f"sum(quota_changes) as quota_changes, sum(approvals) as approvals, sum(denied_requests) as denied_requests "

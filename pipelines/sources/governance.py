@@ -41,6 +41,9 @@ def _row(record: JsonRecord) -> dict[str, object]:
         raise RecordError("field 'schema' is missing" if schema is None else
                           f"unknown schema {schema!r}, expected {DECISION_SCHEMA_NAME!r}")
     kind = get_enum(line, "record", RECORDS, required=True)
+    policy_kind = get_enum(line, "policy_kind", KINDS, required=True)
+    # a gpu_health decision targets a node or GPU, not an attempt: attempt 0; work's attempts are 1-based
+    attempt = get_int(line, "attempt", required=True, minimum=0 if policy_kind == PolicyKind.GPU_HEALTH else 1)
     evidence = get(line, "evidence", "object")
     gpu_hours = get(line, "gpu_hours", "number")
     return {
@@ -50,13 +53,13 @@ def _row(record: JsonRecord) -> dict[str, object]:
         "finding_id": get_str(line, "finding_id", required=True),
         "policy": get_str(line, "policy", required=True),
         "policy_version": get_str(line, "policy_version", required=True),
-        "policy_kind": get_enum(line, "policy_kind", KINDS, required=True),
+        "policy_kind": policy_kind,
         "mode": get_enum(line, "mode", MODES, required=True),
         "step_index": get_int(line, "step_index", required=True, minimum=0),
         "action": get_enum(line, "action", ACTIONS, required=True),
         "engine": get_enum(line, "engine", ENGINES, required=True),
         "job_id": get_str(line, "job_id", required=True),
-        "attempt": get_int(line, "attempt", required=True, minimum=1),
+        "attempt": attempt,
         "tenant": get_str(line, "tenant", required=True),
         "queue": get_str(line, "queue"),
         "status": get_enum(line, "status", STATUSES, required=True),

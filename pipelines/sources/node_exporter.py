@@ -10,8 +10,9 @@ that is not a number, a bad timestamp, text after it, a duplicate label). Well-f
 other metrics are not records: they are counted in a note ("skipped"). NaN and infinite values are
 quarantined for kept metrics only (node_exporter writes NaN for some sensors it does not keep).
 
-Host: the `host` given (the scrape target's name, or the file name's host: `host_from_file_name`),
-else node_uname_info's nodename in the same exposition; without either, kept lines are quarantined.
+Host: the `host` given (the scrape target's name), else node_uname_info's nodename in the same
+exposition (the node's own name), else, for a landing file, the host its name gives
+(`host_from_file_name`); without any, kept lines are quarantined. A note says which it was.
 
 Time: a line's own timestamp (milliseconds); else the value of node_time_seconds in the same
 exposition (the node's clock at the scrape); else `scraped_at` (the scrape time, or the file's
@@ -70,12 +71,12 @@ def host_from_file_name(name: str) -> str:
 
 
 def parse_node_exporter_file(path: str | Path, scraped_at: dt.datetime | None = None) -> ParseResult:
-    """Parse one landing file; host from its name, untimed lines without node_time_seconds get
-    scraped_at, else the file's mtime."""
+    """Parse one landing file; host from node_uname_info, else from its name; untimed lines without
+    node_time_seconds get scraped_at, else the file's mtime."""
     path = Path(path)
     if scraped_at is None:
         scraped_at = dt.datetime.fromtimestamp(path.stat().st_mtime, dt.UTC)
-    return _parse(path, str(path), host_from_file_name(path.name), scraped_at)
+    return _parse(path, str(path), None, scraped_at, file_host=host_from_file_name(path.name))
 
 
 def parse_node_exporter_text(
@@ -87,7 +88,8 @@ def parse_node_exporter_text(
     return _parse(data.encode() if isinstance(data, str) else data, source_file, host, scraped_at)
 
 
-def _parse(source: bytes | Path, source_file: str, host: str | None, scraped_at: dt.datetime | None) -> ParseResult:
+def _parse(source: bytes | Path, source_file: str, host: str | None, scraped_at: dt.datetime | None,
+           file_host: str | None = None) -> ParseResult:
     records = _sample_lines(_read_lines(source))
     series = _series(records.get_column("key").unique(maintain_order=True))
     rows = (
@@ -98,7 +100,9 @@ def _parse(source: bytes | Path, source_file: str, host: str | None, scraped_at:
         .with_columns(reason=_syntax_reason(), kept=pl.col("metric").is_in(KEPT_METRICS))
     )
     sound = rows.filter(pl.col("reason").is_null())
-    host = host or _nodename(sound)
+    nodename = _nodename(sound)
+    host, host_from = next(((h, where) for h, where in ((host, "given"), (nodename, "node_uname_info's nodename"),
+                                                        (file_host, "the file name")) if h), (None, ""))
     node_time = _node_time(sound)
     fallback = node_time or _utc_naive(scraped_at)
     rows = rows.filter(pl.col("kept") | pl.col("reason").is_not_null()).with_columns(
@@ -129,6 +133,8 @@ def _parse(source: bytes | Path, source_file: str, host: str | None, scraped_at:
         "raw.host_samples does not keep were skipped"
     )
     notes = [skipped_note] if skipped.height else []
+    if host is not None and host_from != "given":
+        notes.append(f"host {host} from {host_from}")
     return ParseResult(
         tables={TABLE: contract(TABLE).conform(samples)},
         quarantine=quarantine_frame(

@@ -14,7 +14,7 @@ import pytest
 
 from allocator.auth import parse_tokens
 from allocator.engine import Engine
-from allocator.model import Action, ActionKind, JobState, Outcome
+from allocator.model import Action, ActionKind, JobState, Outcome, drain_target
 from allocator.records import MemorySink
 from allocator.service import create_app
 from allocator.store import Store
@@ -259,3 +259,12 @@ def test_the_http_enforcer_drains_through_the_live_api(allocator):  # noqa: F811
     assert [(a["action"], a["decision"]) for a in audit if a["action"].endswith("drain")] == [
         ("enforcement.drain", "applied"), ("enforcement.drain", "already_done"),
         ("enforcement.undrain", "refused"), ("enforcement.undrain", "applied")]
+
+
+@pytest.mark.parametrize("target", ["node-07/03", "node-07/\u0663", "node-07/\u00b3", "node-07/+3", "node-07/ 3",
+                                    "node-07/99999"])
+def test_a_gpu_has_one_spelling(target):
+    # another spelling would store a drain under a key /v1/nodes and undrain never look up
+    with pytest.raises(ValueError, match="is not a node"):
+        drain_target(target)
+    assert drain_target("node-07/3") == ("node-07", 3) and drain_target("node-07/0") == ("node-07", 0)

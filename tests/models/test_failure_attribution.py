@@ -66,12 +66,16 @@ def test_each_cause_by_construction(warehouse):
 
     # 12 attempts; failures: every cause but completed and cancelled = 10, 3 of them the user's
     # (user_code x2, out_of_memory) -> 7 not the user's fault; 10 x 0.5 GPU-hours lost.
-    total = one(con, "select * from metrics.failure_causes where cause = 'all'")
+    # the pool's row (tenant all) adds up the tenants' rows
+    total = one(con, "select * from metrics.failure_causes where tenant = 'all' and cause = 'all'")
     assert (total["attempts"], total["failures"]) == (12, 10)
     assert total["failure_rate_pct"] == pytest.approx(100 * 10 / 12)
     assert total["not_user_fault_pct"] == pytest.approx(70.0)
     assert total["gpu_hours_lost"] == pytest.approx(5.0)
-    hw = one(con, "select * from metrics.failure_causes where cause = 'hardware'")
+    tenants = con.execute("select sum(attempts), sum(failures) from metrics.failure_causes "
+                          "where tenant <> 'all' and cause = 'all'").fetchone()
+    assert tenants == (12, 10)
+    hw = one(con, "select * from metrics.failure_causes where tenant = 'all' and cause = 'hardware'")
     assert (hw["failures"], hw["failure_rate_pct"], hw["gpu_hours_lost"]) == (3, pytest.approx(25.0), pytest.approx(1.5))
 
 

@@ -142,3 +142,13 @@ def test_unknown_nodes_and_targets_are_refused(cluster, enforcer, tmp_path):
     malformed = enforcer.apply(drain(f"{NODE}/x", "drain:bad:v1"), _now())
     assert malformed.outcome == Outcome.REFUSED and "is not a node (node-07) or a GPU" in malformed.reason
     assert [r["decision"] for r in _audit(tmp_path)] == ["refused", "refused"]
+
+
+def test_a_reason_with_newlines_and_quotes_stays_one_line_and_ours(cluster, enforcer):
+    hostile = Action(ActionKind.DRAIN, "drain:localhost:hostile", NODE, "governance-bot",
+                     reason='xid 79\nReason=other; "quoted" $(id)', policy="gpu-health", policy_version="1")
+    assert enforcer.apply(hostile, _now()).outcome == Outcome.APPLIED
+    reason = node_state()[1]
+    assert "\n" not in reason and reason.startswith("gpupool: xid 79 Reason=other;")
+    # scontrol still answers one line for the node, so gpupool can lift its own drain
+    assert enforcer.apply(undrain(NODE, "undrain:localhost:hostile"), _now()).outcome == Outcome.APPLIED

@@ -37,7 +37,8 @@ def test_the_captured_exposition_keeps_the_ten_metrics_with_their_labels():
     assert result.quarantine.is_empty()
     assert result.records_read == result.records_loaded == rows.height == 31
     assert set(rows["metric"]) == set(KEPT_METRICS)
-    assert result.notes == ["476 sample lines of 275 metrics raw.host_samples does not keep were skipped"]
+    assert result.notes == ["476 sample lines of 275 metrics raw.host_samples does not keep were skipped",
+                            "host vm from node_uname_info's nodename"]
     assert rows["host"].unique().to_list() == ["vm"]  # node_uname_info{nodename="vm"}
     assert rows["sampled_at"].unique().to_list() == [NODE_TIME]  # no line has a timestamp: the node clock
     assert not result.untimed["host_samples"].any()
@@ -197,11 +198,14 @@ def test_the_ingest_loads_a_landing_file_into_the_lake_table(warehouse, tmp_path
     from pipelines.ingest import ingest_partition, stage_files
 
     (tmp_path / "in").mkdir()
+    # the capture's own nodename (vm) names its host; a file without node_uname_info takes its name's
     (tmp_path / "in" / "gpu-node-01.prom").write_text(_fixture() + "node_load1 abc\n")
+    without_uname = "".join(line for line in _fixture().splitlines(keepends=True) if "node_uname_info" not in line)
+    (tmp_path / "in" / "gpu-node-02.20261201T2156.prom").write_text(without_uname)
     stage_files(warehouse, "node_exporter", tmp_path / "in", NODE_TIME.date())
     report = ingest_partition(warehouse, "node_exporter", NODE_TIME.date())
-    assert (report.files_read, report.records_loaded, report.records_quarantined) == (1, 31, 1)
+    assert (report.files_read, report.records_loaded, report.records_quarantined) == (2, 62, 1)
     with warehouse.connect() as con:
         loaded = con.execute("select host, count(*), min(sampled_at), min(partition_date) from raw.host_samples "
-                             "group by host").fetchall()
-    assert loaded == [("gpu-node-01", 31, NODE_TIME, NODE_TIME.date())]
+                             "group by host order by host").fetchall()
+    assert loaded == [("gpu-node-02", 31, NODE_TIME, NODE_TIME.date()), ("vm", 31, NODE_TIME, NODE_TIME.date())]
