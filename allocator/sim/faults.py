@@ -11,7 +11,7 @@ The plan is drawn once from the seed, apart from the workload's generator, so it
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -22,6 +22,10 @@ LLAMA3_GPU_DAYS = 16_384 * 54
 LLAMA3_NODE_DAYS = LLAMA3_GPU_DAYS / 8
 WEAK_SHARE = 0.01  # of the GPUs (at least one): an assumption
 WEAK_FACTOR = 30.0  # their rate over the others': an assumption
+# A weak GPU's fault often comes back within hours of the reset (the "lemon" pattern of Kokolis et
+# al., 2024): the share that recurs and the mean delay are assumptions.
+RECUR_SHARE = 0.5
+RECUR_MEAN_S = 6 * 3600.0
 
 
 @dataclass(frozen=True)
@@ -112,9 +116,13 @@ def plan_faults(
             _fault(kind, targets[o], start, s, bool(r), weak)
             for o, s, r in zip(owner, seconds, remap, strict=True)
         )
-    # a short run still shows both: a GPU fault on the first weak GPU, a host going down
+    # a short run still shows both: a GPU fault on the first weak GPU (with its recurrence, so the
+    # drain loop has a GPU to find), a host going down
+    forced = None
     if not any(f.gpu is not None for f in faults):
-        faults.append(_fault(FAULT_KINDS[0], min(weak), start, rng.random() * span, False, weak))
+        forced = _fault(FAULT_KINDS[0], min(weak), start, rng.random() * span * 0.75, False, weak)
+        faults.append(forced)
+    faults.extend(_recurrences(faults, forced, start, span, seed))
     if not any(f.gpu is None for f in faults):
         faults.append(
             _fault(
@@ -122,6 +130,23 @@ def plan_faults(
             )
         )
     return tuple(sorted(faults, key=lambda f: (f.at, f.host, -1 if f.gpu is None else f.gpu, f.kind)))
+
+
+def _recurrences(faults: list[Fault], forced: Fault | None, start: dt.datetime, span: float,
+                 seed: int) -> list[Fault]:
+    """A weak GPU's faults that come back: RECUR_SHARE of them (the forced one always), the same kind
+    again after an exponential delay of mean RECUR_MEAN_S, when that is still inside the run. Drawn
+    from a generator of their own, so the first faults do not move."""
+    rng = np.random.default_rng([seed, 0xFA, 2])
+    out = []
+    for f in sorted((f for f in faults if f.weak), key=lambda f: (f.at, f.host, f.gpu, f.kind)):
+        recurs, delay = rng.random() < RECUR_SHARE, rng.exponential(RECUR_MEAN_S)
+        seconds = (f.at - start).total_seconds() + delay
+        if f is forced:  # it always comes back, halfway to the run's end at the latest
+            recurs, seconds = True, min(seconds, ((f.at - start).total_seconds() + span) / 2)
+        if recurs and seconds < span:
+            out.append(replace(f, at=start + dt.timedelta(seconds=round(seconds))))
+    return out
 
 
 def _fault(

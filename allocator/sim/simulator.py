@@ -1,27 +1,24 @@
 """The simulator: the allocator engine in virtual time, fed by the workload generator.
 
-`simulate(out, days, gpus, seed, start)` writes the pipeline's landing layout under `out`:
-
-- `allocator_events/<day>/events.jsonl`, `allocator_audit/<day>/audit.jsonl` (the engine's
-  records and the permission changes, through `records.JsonlDaySink`);
-- `allocator_pool/<day>/pool.json` (the pool and the quotas in force at 00:00 each day);
-- `dcgm_parquet/<day>/samples.parquet` (telemetry in the `raw.dcgm_samples` contract, at
-  `interval_s` resolution, three metrics: the activity metric, FB_USED, POWER_USAGE).
+`simulate(out, days, gpus, seed, start)` writes the pipeline's landing layout under `out`: the
+engine's records (`allocator_events/`, `allocator_audit/`, through `records.JsonlDaySink`), the pool
+and quotas at 00:00 (`allocator_pool/`), DCGM telemetry in the `raw.dcgm_samples` contract
+(`dcgm_parquet/`, at `interval_s`, with the health series of faults) and host telemetry in the
+`raw.host_samples` contract (`node_exporter_parquet/`), one folder per day.
 
 The loop is discrete-event: the next moment is the earliest of the next submission, the next
 planned end of work (completion, failure, a user's cancel, a user giving up waiting, a
-resubmission), the engine's next timer (run-time caps, preemption grace) and the next midnight.
-At each moment it applies what is due, calls `engine.tick` if a timer is due and then
-`engine.schedule`. It learns what the engine did from the records themselves (a tee on the sink):
-a `start` opens the attempt's telemetry and plans how it ends; `preempt`, `requeue` and `finish`
-close it. At each midnight it writes the day's telemetry and drops the attempts that are over,
-so memory holds one day, not the month. Nothing reads a clock: the same seed writes the same bytes.
+resubmission), a fault (`allocator.sim.faults`), the engine's next timer (run-time caps, preemption
+grace) and the next midnight. At each moment it applies what is due, calls `engine.tick` if a timer
+is due and then `engine.schedule`. It learns what the engine did from the records themselves (a
+tee on the sink): a `start` opens the attempt's telemetry and plans how it ends; `preempt`,
+`requeue` and `finish` close it. At each midnight it writes the day's telemetry and drops the
+attempts that are over, so memory holds one day. The same seed writes the same bytes.
 
-A platform team acts too (`allocator.sim.admin.AdminActivity`): permission grants and revokes
-(written as the live store writes them), quota changes, a quota proposal and its approval, all
-through the engine's API, so the audit log holds the engine's own records. Idle-reclaim comes from
-outside: a `Governance` (the pipeline's policies, `pipelines.governance.simulated`) sees each attempt
-start, reads its telemetry as the exporter would serve it, and acts through the same engine API.
+A platform team acts too (`allocator.sim.admin.AdminActivity`): permission grants and revokes,
+quota changes, a quota proposal and its approval, through the engine's API. Idle-reclaim and drains
+come from outside: a `Governance` (`pipelines.governance.simulated`) sees each attempt start and each
+fault, reads the telemetry as the exporter would serve it, and acts through the same engine API.
 """
 
 from __future__ import annotations
@@ -298,7 +295,7 @@ class _Simulation:
         admin: AdminActivity | None = None,
         governance: Governance | None = None,
         write: bool = True,
-        fault_scale: float = 1.0,
+        fault_scale: float | None = 1.0,
     ):
         self.pool, self.workload, self.out, self.start, self.days = pool, workload, out, start, days
         self.end = start + days * _DAY
@@ -323,7 +320,7 @@ class _Simulation:
         self.borrowed_starts = 0
         self.admin = None if admin is None else Admin(self, admin, report.seed)
         self.governance = governance
-        self.faults = plan_faults(pool, start, days, report.seed, fault_scale)
+        self.faults = () if fault_scale is None else plan_faults(pool, start, days, report.seed, fault_scale)
         self.health: list[HealthEvent] = []  # health events not yet written (today's)
         self.health_series = HealthSeries(self.bulk.table, interval_s)
         self.hosts = HostTelemetry(pool, interval_s, start)
@@ -711,7 +708,7 @@ def simulate(
     governance: Governance | None = None,
     workload: Workload | None = None,
     write: bool = True,
-    fault_scale: float = 1.0,
+    fault_scale: float | None = 1.0,
 ) -> SimulationReport:
     """Simulate `days` days of the pool from `start` and write the landing layout under `out`.
 
@@ -723,8 +720,8 @@ def simulate(
     workload: run these jobs (e.g. a month's demand read back from a warehouse) instead of generating them.
     write: False writes nothing under `out` (no records, pool snapshots or telemetry files; a governance
     keeps its own state): the report's figures are still computed, from the same telemetry values.
-    fault_scale: multiplies the published fault rates (`allocator.sim.faults`; 0 keeps only the one GPU
-    fault and the one host going down every run has).
+    fault_scale: multiplies the published fault rates (`allocator.sim.faults`; 0 keeps the faults every
+    run has); None: no fault at all (a what-if replay: faults drawn per pool shape would be noise).
     """
     if days < 1:
         raise ValueError(f"days {days}: expected at least 1")

@@ -280,6 +280,7 @@ def replay(
         report = simulate(
             Path(tmp), days=demand.days, start=demand.start.date(), pool=pool, workload=demand.workload,
             admin=None, governance=_Actors(governance, quota_changes), write=False, on_progress=on_progress,
+            fault_scale=None,  # the same demand on two pool shapes: no fault drawn for one and not the other
         )
         figures = _figures(report, time.monotonic() - began)
     return figures, report

@@ -38,6 +38,10 @@ def test_plan_is_seeded_and_has_a_gpu_fault_and_a_host_down():
     assert a == plan_faults(pool, begin, 3, 7, scale=0.0)
     assert any(f.gpu is not None for f in a) and any(f.gpu is None for f in a)
     assert len(weak_gpus(pool, 7)) == 1
+    # the forced GPU fault is on the weak GPU and comes back later in the run (the drain loop's case)
+    [first, again] = [f for f in a if f.gpu is not None]
+    assert (first.host, first.gpu) == (again.host, again.gpu) == weak_gpus(pool, 7)[0] and first.weak
+    assert first.kind == again.kind and first.at < again.at < begin + dt.timedelta(days=3)
     # the published rates give few faults: a 256-GPU month expects about 2 GPU faults outside weak GPUs
     per_gpu_day = sum(k.rate for k in FAULT_KINDS if not k.host_down)
     assert 2e-4 < per_gpu_day < 4e-4

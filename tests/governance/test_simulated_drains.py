@@ -36,8 +36,10 @@ def _log(out: Path) -> list[dict]:
             for line in path.read_text().splitlines()]
 
 
-def _drains(out: Path) -> list[dict]:
-    return [line for line in _log(out) if line["policy_kind"] == "gpu_health"]
+def _drains(out: Path, target: tuple[str, int] | None = None) -> list[dict]:
+    """The decision log's gpu-health lines (of one GPU's drains: the run's own weak GPU is drained too)."""
+    return [line for line in _log(out) if line["policy_kind"] == "gpu_health"
+            and (target is None or line["job_id"] in (target[0], _name(target)))]
 
 
 class _Injecting(SimulatedGovernance):
@@ -97,7 +99,7 @@ def test_application_xids_never_drain(tmp_path):
     governance = _Injecting(_catalog(Mode.ENFORCE), tmp_path / ".state", target, xids)
     simulate(tmp_path, days=1, governance=governance, fault_scale=0.0, **RUN)
     # (the node health checker drains the host that goes down: not ours)
-    assert _drains(tmp_path) == [] and not any(_name(target) in d for _, d in governance.seen_drained)
+    assert _drains(tmp_path, target) == [] and not any(_name(target) in d for _, d in governance.seen_drained)
 
 
 def test_enforced_drain_then_undrain_on_the_engine(tmp_path):
@@ -106,7 +108,7 @@ def test_enforced_drain_then_undrain_on_the_engine(tmp_path):
     xids = [(BEGIN + 2 * HOUR, 79), (BEGIN + 3 * HOUR + dt.timedelta(seconds=30), 79)]
     governance = _Injecting(_catalog(Mode.ENFORCE, healthy_hours=6), tmp_path / ".state", target, xids)
     simulate(tmp_path, days=1, governance=governance, fault_scale=0.0, **RUN)
-    lines = [(x["record"], x["action"], x["status"], x["ts"]) for x in _drains(tmp_path)]
+    lines = [(x["record"], x["action"], x["status"], x["ts"]) for x in _drains(tmp_path, target)]
     # the second XID shows at the 03:01 sample: the minute is over at 03:02; healthy 6 h after it
     assert lines == [("decision", "drain", "queued", "2026-11-02T03:02:00Z"),
                      ("answer", "drain", "answered", "2026-11-02T03:02:00Z"),
@@ -121,5 +123,6 @@ def test_shadow_decides_the_same_steps_and_changes_nothing(tmp_path):
     xids = [(BEGIN + 2 * HOUR, 79), (BEGIN + 3 * HOUR, 48)]
     governance = _Injecting(_catalog(Mode.SHADOW, healthy_hours=6), tmp_path / ".state", target, xids)
     simulate(tmp_path, days=1, governance=governance, fault_scale=0.0, **RUN)
-    assert [(x["action"], x["status"]) for x in _drains(tmp_path)] == [("drain", "shadow"), ("undrain", "shadow")]
+    assert [(x["action"], x["status"]) for x in _drains(tmp_path, target)] == [("drain", "shadow"),
+                                                                             ("undrain", "shadow")]
     assert not any(_name(target) in d for _, d in governance.seen_drained)

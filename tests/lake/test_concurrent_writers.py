@@ -14,6 +14,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
+from pipelines.contracts import LAKE_TABLES
 from pipelines.paths import REPO_ROOT
 from pipelines.warehouse import Warehouse
 from tests.lake.workers import NATURAL_KEY, SOURCE, samples, write_partition
@@ -82,7 +83,7 @@ def test_two_writers_of_different_days_and_of_the_same_day(tmp_path: Path) -> No
         assert logs == {DAY0: 1, d[1]: 1, d[2]: 1, d[3]: 1, d[4]: 1, d[5]: 2}
         assert con.execute("select release_id from lake.release").fetchone()[0] == wh.registry.latest().release_id
         assert dict(con.execute("select table_name, version from ops.lake_versions").fetchall()) == {
-            "raw.dcgm_samples": wh.store.version(wh.lake_table("dcgm_samples"))}
+            wh.lake_table(name): wh.store.version(wh.lake_table(name)) for name in LAKE_TABLES}
     assert lake.group_by("partition_date").len().sort("partition_date")["len"].to_list() == \
         [500, 1100, 1200, 1300, 1400, winner[0]]
 

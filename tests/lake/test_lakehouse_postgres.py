@@ -23,6 +23,7 @@ from dagster_postgres import PostgresRunStorage
 from allocator.sim.simulator import simulate
 from pipelines.assets.backfill import JOB_NAME
 from pipelines.assets.ingest import asset_name, ingest_assets
+from pipelines.contracts import LAKE_TABLES
 from pipelines.lake.releases import CATALOG_HOME_ENV, CATALOG_URL_ENV, DEFAULT_FILE
 from pipelines.resources.warehouse import WarehouseResource
 from pipelines.warehouse import Warehouse
@@ -69,7 +70,7 @@ def assert_releases_in_postgres(url: str, wh: Warehouse) -> list[tuple[int, str,
     assert ids, f"no release of {wh.lake} in PostgreSQL"
     assert published_release(wh) == wh.current_release() == ids[-1]
     assert set(wh.kept_releases()) <= set(ids), (wh.kept_releases(), ids)
-    assert rows[-1][3] == {"raw.dcgm_samples": wh.store.version("raw.dcgm_samples")}
+    assert rows[-1][3] == {wh.lake_table(name): wh.store.version(wh.lake_table(name)) for name in LAKE_TABLES}
     assert not list(wh.lake.glob(f"{DEFAULT_FILE}*")), "a SQLite registry was written besides PostgreSQL"
     return rows
 
