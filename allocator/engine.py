@@ -25,6 +25,10 @@ that was applied or proposed is remembered by its idempotency key: the same key 
 `already_done` with the first answer's effects (a key reused for another action or target is
 refused). A refused action is not remembered, so it can be retried once the reason is gone.
 
+Checkpoint and artifact reports (`report_artifact`, rules in `allocator.artifacts`): each accepted
+report becomes one `gpupool.artifact/v1` record (`ar-000000001`, ...) on the sink's `artifact`;
+an ok checkpoint moves its attempt's `last_checkpoint_at` forward.
+
 State. `state_dict()` returns a JSON-serialisable dict of everything needed to resume
 (`allocator.state`); `Engine.from_state(pool, state, sink)` rebuilds an engine that behaves
 identically from there on (timers and indexes are rebuilt from the jobs). `dirty_jobs` collects
@@ -40,6 +44,7 @@ from dataclasses import dataclass
 
 from allocator import records
 from allocator.admission import queue_changes, quota_problem
+from allocator.artifacts import ArtifactReport, reported_attempt, track_attempt
 from allocator.model import (
     NODE_ACTIONS,
     Action,
@@ -82,6 +87,32 @@ class Engine(Scheduler):
         super().__init__(pool, sink)
         self._actions: dict[str, dict] = {}  # idempotency key -> the first answer
         self._proposals: dict[str, dict] = {}
+        self._counters.setdefault("artifact", 0)
+
+    def _emit(self, event_type: str, job: Job, now: dt.datetime, **fields: object) -> None:
+        super()._emit(event_type, job, now, **fields)
+        track_attempt(job, event_type, now)
+
+    # --- checkpoint and artifact reports -------------------------------------------------
+
+    def report_artifact(self, job_id: str, report: ArtifactReport, now: dt.datetime,
+                        reported_by: str | None = None) -> dict:
+        """Records a job's checkpoint, artifact or model version (`gpupool.artifact/v1`) and returns the
+        record. KeyError for an unknown job; `ArtifactReportError` (422/409) for a refused report."""
+        job = self.jobs.get(job_id)
+        if job is None:
+            raise KeyError(f"no job {job_id}")
+        attempt, log, written_at = reported_attempt(job, report, now)
+        if report.kind == "checkpoint" and report.status == "ok" and (
+                log.last_checkpoint_at is None or written_at > log.last_checkpoint_at):
+            log.last_checkpoint_at = written_at
+            self.dirty_jobs.add(job_id)
+        record = records.artifact_record(
+            f"ar-{self._next('artifact'):09d}", written_at, job_id, attempt, report.kind, report.status,
+            location=report.location, size_bytes=report.size_bytes, training_step=report.training_step,
+            model_name=report.model_name, model_version=report.model_version, reported_by=reported_by)
+        self.sink.artifact(record)
+        return record
 
     def proposals(self) -> dict[str, dict]:
         """Quota-change proposals by id (`qp-...`), proposed or approved."""

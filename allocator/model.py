@@ -232,6 +232,15 @@ class JobSpec:
 
 
 @dataclass
+class AttemptLog:
+    """One started attempt as checkpoint and artifact reports need it (`allocator.artifacts`)."""
+
+    started_at: dt.datetime
+    ended_at: dt.datetime | None = None  # preempted, requeued or finished
+    last_checkpoint_at: dt.datetime | None = None  # written_at of its latest ok checkpoint
+
+
+@dataclass
 class Job:
     job_id: str
     spec: JobSpec
@@ -247,6 +256,14 @@ class Job:
     retries_used: int = 0
     runtime_cap_s: int | None = None  # effective cap of the current attempt (template, queue, enforcement)
     priority: int = 50
+    attempts: dict[int, AttemptLog] = field(default_factory=dict)  # the attempts that started, by number
+
+    @property
+    def last_checkpoint_at(self) -> dt.datetime | None:
+        """When the current attempt last wrote an ok checkpoint; None if it has not (or has not started).
+        Kept per attempt: a requeued job starts its next attempt without one."""
+        log = self.attempts.get(self.attempt)
+        return None if log is None else log.last_checkpoint_at
 
     @property
     def protected(self) -> bool:

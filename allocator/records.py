@@ -1,17 +1,19 @@
 """The allocator's records in the formats the pipeline ingests (models/contracts/allocator_logs.md).
 
 - `job_event(...)`: one `gpupool.event/v1` object; `audit_record(...)`: one `gpupool.audit/v1`
-  object; `pool_snapshot(...)`: the `gpupool.pool/v1` document. Fields that are None are left out
+  object; `artifact_record(...)`: one `gpupool.artifact/v1` object (a checkpoint, artifact or
+  model version a job reported); `pool_snapshot(...)`: the `gpupool.pool/v1` document. Fields that are None are left out
   (the parser treats a missing optional field as null).
 - Sinks receive records as the engine makes them: `MemorySink` keeps them in lists;
-  `JsonlDaySink(root)` appends them to `root/allocator_events/<YYYY-MM-DD>/events.jsonl` and
-  `root/allocator_audit/<YYYY-MM-DD>/audit.jsonl`, by the UTC day of the record's `ts` (the landing
+  `JsonlDaySink(root)` appends them to `root/allocator_events/<YYYY-MM-DD>/events.jsonl`,
+  `root/allocator_audit/<YYYY-MM-DD>/audit.jsonl` and
+  `root/allocator_artifacts/<YYYY-MM-DD>/artifacts.jsonl`, by the UTC day of the record's `ts` (the landing
   layout). It buffers lines per file and writes them in chunks (a simulated month is some 10^5
   lines); `flush()` writes what is buffered and `close()` flushes. Files are opened in append mode,
   so a sink over an existing landing folder adds to it.
 
-Ids are not made here: the engine numbers events and audit records (`ev-000000001`,
-`au-000000001`) so that a simulation is reproducible and ids never repeat across a restart.
+Ids are not made here: the engine numbers events, audit and artifact records (`ev-000000001`,
+`au-000000001`, `ar-000000001`) so that a simulation is reproducible and ids never repeat across a restart.
 """
 from __future__ import annotations
 
@@ -27,15 +29,21 @@ from allocator.model import PoolConfig, QueueSpec, ShareMode
 EVENT_SCHEMA = "gpupool.event/v1"
 AUDIT_SCHEMA = "gpupool.audit/v1"
 POOL_SCHEMA = "gpupool.pool/v1"
+ARTIFACT_SCHEMA = "gpupool.artifact/v1"
 EVENTS_SOURCE = "allocator_events"
 AUDIT_SOURCE = "allocator_audit"
 POOL_SOURCE = "allocator_pool"
+ARTIFACTS_SOURCE = "allocator_artifacts"
+ARTIFACT_KINDS = ("checkpoint", "artifact", "model_version")
+ARTIFACT_STATUSES = ("ok", "failed")
 
 
 class RecordSink(Protocol):
     def event(self, record: dict) -> None: ...  # one gpupool.event/v1 object
 
     def audit(self, record: dict) -> None: ...  # one gpupool.audit/v1 object
+
+    def artifact(self, record: dict) -> None: ...  # one gpupool.artifact/v1 object
 
 
 def rfc3339(t: dt.datetime) -> str:
@@ -80,6 +88,31 @@ def audit_record(
         "action": action, "object_kind": object_kind, "object_namespace": object_namespace,
         "object_name": object_name, "before": before, "after": after, "decision": decision,
         "reason": reason or None, "request_id": request_id, "idempotency_key": idempotency_key,
+    }
+    return _drop_none(record)
+
+
+def artifact_record(
+    artifact_id: str,
+    ts: dt.datetime,
+    job_id: str,
+    attempt: int,
+    kind: str,
+    status: str,
+    *,
+    location: str | None = None,
+    size_bytes: int | None = None,
+    training_step: int | None = None,
+    model_name: str | None = None,
+    model_version: str | None = None,
+    reported_by: str | None = None,
+) -> dict:
+    """One gpupool.artifact/v1 object; `ts` is when the checkpoint or artifact was written."""
+    record = {
+        "schema": ARTIFACT_SCHEMA, "artifact_id": artifact_id, "ts": rfc3339(ts), "job_id": job_id,
+        "attempt": attempt, "kind": kind, "status": status, "location": location, "size_bytes": size_bytes,
+        "training_step": training_step, "model_name": model_name, "model_version": model_version,
+        "reported_by": reported_by,
     }
     return _drop_none(record)
 
@@ -143,12 +176,14 @@ def dumps(record: dict) -> str:
 
 
 class MemorySink:
-    """Keeps every record in order: `events` and `audits`. `drain()` hands them over and starts
-    afresh (the store holds a command's records so until they are committed)."""
+    """Keeps every record in order: `events`, `audits` and `artifacts`. `drain()` hands the events
+    and audit records over and starts afresh, `drain_artifacts()` the artifact records (the store
+    holds a command's records so until they are committed)."""
 
     def __init__(self) -> None:
         self.events: list[dict] = []
         self.audits: list[dict] = []
+        self.artifacts: list[dict] = []
 
     def event(self, record: dict) -> None:
         self.events.append(record)
@@ -156,10 +191,17 @@ class MemorySink:
     def audit(self, record: dict) -> None:
         self.audits.append(record)
 
+    def artifact(self, record: dict) -> None:
+        self.artifacts.append(record)
+
     def drain(self) -> tuple[list[dict], list[dict]]:
         events, audits = self.events, self.audits
         self.events, self.audits = [], []
         return events, audits
+
+    def drain_artifacts(self) -> list[dict]:
+        artifacts, self.artifacts = self.artifacts, []
+        return artifacts
 
     def events_jsonl(self) -> str:
         return "".join(dumps(r) + "\n" for r in self.events)
@@ -182,11 +224,19 @@ class TeeSink:
         for sink in self.sinks:
             sink.audit(record)
 
+    def artifact(self, record: dict) -> None:
+        for sink in self.sinks:
+            sink.artifact(record)
+
 
 class JsonlDaySink:
     """Appends records to the daily landing files under `root`, buffered; `close()` flushes."""
 
-    FILES: ClassVar[dict[str, tuple[str, str]]] = {"event": (EVENTS_SOURCE, "events.jsonl"), "audit": (AUDIT_SOURCE, "audit.jsonl")}
+    FILES: ClassVar[dict[str, tuple[str, str]]] = {
+        "event": (EVENTS_SOURCE, "events.jsonl"),
+        "audit": (AUDIT_SOURCE, "audit.jsonl"),
+        "artifact": (ARTIFACTS_SOURCE, "artifacts.jsonl"),
+    }
 
     def __init__(self, root: Path | str, buffer_lines: int = 20_000) -> None:
         self.root = Path(root)
@@ -202,7 +252,8 @@ class JsonlDaySink:
     def _add(self, kind: str, record: dict) -> None:
         ts = record.get("ts")
         if not isinstance(ts, str) or len(ts) < 10:
-            raise ValueError(f"{kind} record {record.get('event_id') or record.get('audit_id')}: no 'ts' to file it by")
+            record_id = record.get("event_id") or record.get("audit_id") or record.get("artifact_id")
+            raise ValueError(f"{kind} record {record_id}: no 'ts' to file it by")
         self._buffers[(kind, ts[:10])].append(dumps(record))
         self._buffered += 1
         if self._buffered >= self.buffer_lines:
@@ -213,6 +264,9 @@ class JsonlDaySink:
 
     def audit(self, record: dict) -> None:
         self._add("audit", record)
+
+    def artifact(self, record: dict) -> None:
+        self._add("artifact", record)
 
     def flush(self) -> None:
         for (kind, day), lines in self._buffers.items():

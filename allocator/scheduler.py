@@ -26,7 +26,9 @@ preempt:
   strictly lower priority; a borrowing job only borrowed work of strictly lower priority;
 - never inference, non-preemptible queues, reservation work, or a job already being preempted;
 - preferred victims: borrowed work of low-priority queues, then other borrowed work, then
-  in-quota work; within a class the lowest priority, then the most recently started;
+  in-quota work; within a class the lowest priority, then the least work lost (`work_at_risk`:
+  GPUs x time since the attempt's last ok checkpoint, or since its start without one), then the
+  most recently started. `prefer_fresh_checkpoints = False` drops the work-lost step (to measure it);
 - placement picks the node whose worst victim is the most preemptible, then the fewest victims
   (`placement.plan_preemption`); only the jobs whose slots it takes are preempted.
 
@@ -99,6 +101,13 @@ def _seconds(delta: dt.timedelta) -> int:
     return int(delta.total_seconds())
 
 
+def work_at_risk(job: Job, now: dt.datetime) -> float:
+    """The GPU-seconds a preemption of the running `job` at `now` would lose: its GPUs (fraction-weighted)
+    x the time since its current attempt's last ok checkpoint, or since its start when it has none."""
+    since = job.last_checkpoint_at or job.started_at or now
+    return sum(s.fraction for s in job.slots) * max((now - since).total_seconds(), 0.0)
+
+
 # --- the scheduler ----------------------------------------------------------------------------
 
 
@@ -111,6 +120,7 @@ class Scheduler:
         self.queues: dict[str, QueueSpec] = {q.name: q for q in pool.queues}
         self.jobs: dict[str, Job] = {}
         self.dirty_jobs: set[str] = set()
+        self.prefer_fresh_checkpoints = True  # equal victims: the least work lost first (module docstring)
         self._shape = shape = PoolShape.of(pool)
         self._kind_of: dict[str, tuple[str, str]] = {
             sid: (s.gpu_model, ShareMode(s.share_mode).value) for sid, s in shape.slots.items()}
@@ -373,7 +383,7 @@ class Scheduler:
         slots = place(request, free, size)
         victims: tuple[str, ...] = ()
         if slots is None:
-            plan = self._plan(job, entitled, request, free, excluded, kind)
+            plan = self._plan(job, entitled, request, free, excluded, kind, now)
             if plan is None:
                 blockers.append((job, entitled))
                 return False
@@ -418,7 +428,7 @@ class Scheduler:
                                   blocker_entitled) is not None
 
     def _plan(self, job: Job, entitled: bool, request: Request, free: list[Slot], excluded: frozenset[str] | set[str],
-              kind: tuple[str, str]) -> tuple[tuple[Slot, ...], tuple[str, ...]] | None:
+              kind: tuple[str, str], now: dt.datetime) -> tuple[tuple[Slot, ...], tuple[str, ...]] | None:
         candidates = []
         for vid in self._running[kind]:
             victim = self.jobs[vid]
@@ -430,7 +440,8 @@ class Scheduler:
             if cls is None:
                 continue
             started = (victim.started_at - _EPOCH).total_seconds()
-            candidates.append(((cls, victim.priority, -started, -track.seq), vid, victim.slots))
+            lost = work_at_risk(victim, now) if self.prefer_fresh_checkpoints else 0.0
+            candidates.append(((cls, victim.priority, lost, -started, -track.seq), vid, victim.slots))
         if not candidates:
             return None
         candidates.sort()

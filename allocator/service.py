@@ -1,9 +1,10 @@
-"""The allocator's HTTP API (FastAPI): jobs, enforcement actions, queues, nodes and their drains, the logs
-by cursor, node metrics.
+"""The allocator's HTTP API (FastAPI): jobs, their checkpoint and artifact reports, enforcement actions,
+queues, nodes and their drains, the logs by cursor, node metrics.
 
 Roles (see `allocator.auth`): an admin does everything; the governance bot reads everything, sends
 enforcement actions and reports finished work; a tenant member sees and changes only its tenant's
-jobs, and another tenant's job answers 404 so that ids do not leak. Every mutation goes through
+jobs, and another tenant's job answers 404 so that ids do not leak (a report of checkpoints or
+artifacts for it answers 403: the job's own token is expected there). Every mutation goes through
 `Store.execute`, which logs and commits it before the answer; the scheduler runs with each one and
 a background timer runs the engine's timers (run-time caps, preemption grace, reservations).
 """
@@ -16,7 +17,7 @@ import datetime as dt
 import logging
 from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request, Response
 from fastapi import Path as PathParam
@@ -25,9 +26,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from allocator.artifacts import MAX_BIGINT
 from allocator.auth import Principal, Role, TokenTable, load_tokens
 from allocator.inputs import (
     MAX_BODY_BYTES,
@@ -108,6 +110,38 @@ class JobFinish(_Body):
         if not self.state.is_final:
             raise ValueError(f"state must be a final state, not {self.state.value}")
         return self
+
+
+class ArtifactReportBody(_Body):
+    """A checkpoint, artifact or registered model version the job wrote. The engine checks the rest
+    (`allocator.artifacts`: model fields of the kind, the attempt, the time)."""
+
+    kind: Literal["checkpoint", "artifact", "model_version"]
+    status: Literal["ok", "failed"] = "ok"
+    location: Text | None = None  # URI or path
+    size_bytes: Annotated[StrictInt, Field(ge=0, le=MAX_BIGINT)] | None = None
+    training_step: Annotated[StrictInt, Field(ge=0, le=MAX_BIGINT)] | None = None
+    written_at: dt.datetime | None = None  # RFC 3339; without an offset it is UTC; default now
+    attempt: Annotated[StrictInt, Field(ge=1, le=2**31 - 1)] | None = None  # default the running/last attempt
+    model_name: Name | None = None  # kind model_version
+    model_version: Name | None = None
+
+    @field_validator("written_at")
+    @classmethod
+    def _utc(cls, value: dt.datetime | None) -> dt.datetime | None:
+        if value is None or value.tzinfo is None:
+            return value
+        try:
+            return value.astimezone(dt.UTC).replace(tzinfo=None)
+        except OverflowError:
+            raise ValueError("written_at is out of range once converted to UTC") from None
+
+    def payload(self) -> dict:
+        """As the store logs it: written_at as naive UTC ISO text."""
+        out = self.model_dump(mode="json")
+        if self.written_at is not None:
+            out["written_at"] = self.written_at.isoformat()
+        return out
 
 
 class ActionRequest(_Body):
@@ -404,6 +438,25 @@ def create_app(
                 store.execute("finish", payload, who.name, clock(), request_key(who, idempotency_key))
             )
 
+    @app.post("/v1/jobs/{job_id}/artifacts", status_code=201)
+    def report_artifact(
+        job_id: JobId, body: ArtifactReportBody, who: Submitter, idempotency_key: IdempotencyKey = None
+    ) -> Response:
+        """A job reports a checkpoint, artifact or model version: its tenant's token or an admin's."""
+        with store.lock:
+            job = store.engine.jobs.get(job_id)
+            if job is None:
+                raise HTTPException(404, f"job {job_id} not found")
+            if not who.sees_tenant(job.spec.tenant):
+                raise HTTPException(
+                    403, f"{who.name} belongs to tenant {who.tenant}: only tenant {job.spec.tenant}'s token "
+                    f"(or an admin's) may report for job {job_id}"
+                )
+            payload = {"job_id": job_id, "report": body.payload(), "reported_by": who.name}
+            return answer(
+                store.execute("artifact", payload, who.name, clock(), request_key(who, idempotency_key)), 201
+            )
+
     @app.post("/v1/actions")
     def action(body: ActionRequest, who: Enforcer) -> Response:
         payload = {
@@ -500,6 +553,18 @@ def create_app(
         limit: Limit = 1000,
     ) -> Page:
         records, next_cursor = store.audit(
+            cursor, limit, who.tenant if who.role == Role.TENANT_MEMBER else None
+        )
+        return Page(records=records, next_cursor=next_cursor)
+
+    @app.get("/v1/artifacts", response_model=Page)
+    def artifacts(
+        who: Anyone,
+        cursor: Cursor = 0,
+        limit: Limit = 1000,
+    ) -> Page:
+        """Checkpoint and artifact records (gpupool.artifact/v1) by cursor; a tenant member sees its tenant's."""
+        records, next_cursor = store.artifacts(
             cursor, limit, who.tenant if who.role == Role.TENANT_MEMBER else None
         )
         return Page(records=records, next_cursor=next_cursor)

@@ -13,7 +13,7 @@ import datetime as dt
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-from allocator.model import Job, JobSpec, JobState, QueueSpec, ShareMode, Slot, Template
+from allocator.model import AttemptLog, Job, JobSpec, JobState, QueueSpec, ShareMode, Slot, Template
 
 STATE_VERSION = 1
 
@@ -77,7 +77,19 @@ def job_to_dict(job: Job) -> dict:
         "started_at": _iso(job.started_at), "first_started_at": _iso(job.first_started_at),
         "ended_at": _iso(job.ended_at), "slots": [s.slot_id for s in job.slots], "borrowed": job.borrowed,
         "retries_used": job.retries_used, "runtime_cap_s": job.runtime_cap_s, "priority": job.priority,
+        "attempts": {str(n): {"started_at": _iso(log.started_at), "ended_at": _iso(log.ended_at),
+                              "last_checkpoint_at": _iso(log.last_checkpoint_at)}
+                     for n, log in job.attempts.items()},
     }
+
+
+def _attempts_from_dict(data: Mapping) -> dict[int, AttemptLog]:
+    if "attempts" not in data:
+        # saved before attempts were kept: the running attempt is the one reports can still name
+        started = _time(data["started_at"])
+        return {} if started is None else {data["attempt"]: AttemptLog(started, _time(data["ended_at"]))}
+    return {int(n): AttemptLog(_time(log["started_at"]), _time(log["ended_at"]), _time(log["last_checkpoint_at"]))
+            for n, log in data["attempts"].items()}
 
 
 def job_from_dict(data: Mapping, slots: Mapping[str, Slot]) -> Job:
@@ -87,6 +99,7 @@ def job_from_dict(data: Mapping, slots: Mapping[str, Slot]) -> Job:
         started_at=_time(data["started_at"]), first_started_at=_time(data["first_started_at"]),
         ended_at=_time(data["ended_at"]), slots=tuple(slots[s] for s in data["slots"]), borrowed=data["borrowed"],
         retries_used=data["retries_used"], runtime_cap_s=data["runtime_cap_s"], priority=data["priority"],
+        attempts=_attempts_from_dict(data),
     )
 
 

@@ -8,7 +8,9 @@ plus the commands after it, replayed through the same `apply_command`: the engin
 `now`, so the replay reaches the same state. Refused and failed commands are logged and replayed
 too, so anything the engine did before refusing (a counter it bumped) is replayed as well.
 
-Events and audit records carry a monotonically increasing `seq`: one writer, one transaction per
+Artifact records (checkpoints and artifacts jobs report) are kept the same way, in `artifacts`.
+
+Events, audit and artifact records carry a monotonically increasing `seq`: one writer, one transaction per
 command, so a reader paging with `seq > cursor` never skips a record committed later.
 """
 
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from allocator.artifacts import ArtifactReport, ArtifactReportError
 from allocator.engine import Engine
 from allocator.inputs import json_problem
 from allocator.model import (
@@ -81,6 +84,13 @@ create table if not exists audit (
     record text not null
 );
 create index if not exists audit_tenant on audit (tenant, seq);
+create table if not exists artifacts (
+    seq integer primary key,
+    command_seq integer not null,
+    tenant text,
+    record text not null
+);
+create index if not exists artifacts_tenant on artifacts (tenant, seq);
 create table if not exists principals (
     name text primary key,
     role text not null,
@@ -183,6 +193,13 @@ def action_from(payload: dict) -> Action:
     return Action(**fields)
 
 
+def artifact_report_from(payload: dict) -> ArtifactReport:
+    fields = dict(payload)
+    if fields.get("written_at") is not None:
+        fields["written_at"] = dt.datetime.fromisoformat(fields["written_at"])
+    return ArtifactReport(**fields)
+
+
 def _job(engine: Engine, job_id: str) -> Job:
     job = engine.jobs.get(job_id)
     if job is None:
@@ -240,11 +257,18 @@ def apply_command(engine: Engine, kind: str, payload: dict, actor: str, now: dt.
             changed = engine.tick(now)
             started = engine.schedule(now)
             return {"changed": [j.job_id for j in changed], "started": [j.job_id for j in started]}
+        if kind == "artifact":
+            _job(engine, payload["job_id"])
+            return engine.report_artifact(
+                payload["job_id"], artifact_report_from(payload["report"]), now, payload.get("reported_by")
+            )
         if kind == "permissions":
             # no engine state: the audit records are the command's whole effect (see Store.sync_principals)
             return {"grants": payload["grants"], "revokes": payload["revokes"]}
     except AdmissionError as exc:
         raise CommandFailed(422, {"rule": exc.rule, "message": exc.message}) from None
+    except ArtifactReportError as exc:
+        raise CommandFailed(exc.status, {"detail": f"{kind}: {exc}"}) from None
     except KeyError as exc:
         what = exc.args[0] if exc.args else "target"
         raise CommandFailed(404, {"detail": f"{kind}: {what}"}) from None
@@ -362,14 +386,14 @@ class Store:
                 apply_command(engine, kind, json.loads(payload), actor, dt.datetime.fromisoformat(ts))
             except CommandFailed:
                 pass
-            self._check_replay(seq, *self._sink.drain())
+            self._check_replay(seq, *self._sink.drain(), self._sink.drain_artifacts())
             replayed += 1
         self.replayed_commands = replayed
         if replayed >= self.snapshot_every:
             self._snapshot(engine)
         return engine
 
-    def _check_replay(self, seq: int, events: list[dict], audits: list[dict]) -> None:
+    def _check_replay(self, seq: int, events: list[dict], audits: list[dict], artifacts: list[dict]) -> None:
         logged_events = [
             json.loads(r)["event_id"]
             for (r,) in self._db.execute(
@@ -382,11 +406,19 @@ class Store:
                 "select record from audit where command_seq = ? order by seq", (seq,)
             )
         ]
+        logged_artifacts = [
+            json.loads(r)["artifact_id"]
+            for (r,) in self._db.execute(
+                "select record from artifacts where command_seq = ? order by seq", (seq,)
+            )
+        ]
         if logged_audits and logged_audits[0].startswith("au-perm-"):
             return  # permission records are written by the store, not the engine
-        if [e["event_id"] for e in events] != logged_events or [
-            a["audit_id"] for a in audits
-        ] != logged_audits:
+        if (
+            [e["event_id"] for e in events] != logged_events
+            or [a["audit_id"] for a in audits] != logged_audits
+            or [a["artifact_id"] for a in artifacts] != logged_artifacts
+        ):
             self.replay_divergences += 1
             log.error("replay of command %d produced other records than were logged", seq)
 
@@ -430,13 +462,19 @@ class Store:
                 # an engine fault halfway through a command: nothing was acknowledged, so drop what it
                 # did to the in-memory state by going back to what the log says
                 self._sink.drain()
+                self._sink.drain_artifacts()
                 self.engine = self._rebuild()
                 raise
             events, audits = self._sink.drain()
-            seq = self._commit(kind, payload, actor, now, status, body, request_key, events, audits)
+            seq = self._commit(
+                kind, payload, actor, now, status, body, request_key, events, audits,
+                artifacts=self._sink.drain_artifacts(),
+            )
             return CommandResult(seq, status, body)
 
-    def _commit(self, kind, payload, actor, now, status, body, request_key, events, audits, also=None) -> int:
+    def _commit(
+        self, kind, payload, actor, now, status, body, request_key, events, audits, also=None, artifacts=()
+    ) -> int:
         """One transaction: the command, its records, and `also(db)` (further writes that belong with it)."""
         seq = self._last_seq + 1
         try:
@@ -464,6 +502,10 @@ class Store:
                 self._db.executemany(
                     "insert into audit (command_seq, tenant, record) values (?, ?, ?)",
                     [(seq, r.get("object_namespace"), json.dumps(r)) for r in audits],
+                )
+                self._db.executemany(
+                    "insert into artifacts (command_seq, tenant, record) values (?, ?, ?)",
+                    [(seq, self._event_tenant(r), json.dumps(r)) for r in artifacts],
                 )
         except BaseException:
             # the engine moved on but the log did not: go back to what the log says
@@ -556,6 +598,11 @@ class Store:
 
     def audit(self, cursor: int = 0, limit: int = 1000, tenant: str | None = None) -> tuple[list[dict], int]:
         return self._page("audit", cursor, limit, tenant)
+
+    def artifacts(
+        self, cursor: int = 0, limit: int = 1000, tenant: str | None = None
+    ) -> tuple[list[dict], int]:
+        return self._page("artifacts", cursor, limit, tenant)
 
     def _page(self, table: str, cursor: int, limit: int, tenant: str | None) -> tuple[list[dict], int]:
         """Records with seq > cursor, oldest first, and the cursor to ask with next."""

@@ -263,6 +263,61 @@ def rightsizable_shapes(where: str, params: tuple) -> pl.DataFrame:
         params)
 
 
+def checkpoint_breach_totals(start, end, where: str, params: tuple) -> dict:
+    """metrics.checkpoint_policy_breaches of the months from `start`'s to `end`, summed over the tenants
+    `where` selects (one row, as a dict): breaches, jobs breaching, and the rate: the view's per-tenant
+    rates weighted by their denominators (attempts with a time policy), its definition over the sums."""
+    return query(
+        "select cast(coalesce(sum(policy_breaches), 0) as bigint) as policy_breaches, "
+        "cast(coalesce(sum(jobs_breaching), 0) as bigint) as jobs_breaching, "
+        "sum(policy_breach_rate_pct * attempts_with_time_policy) / nullif(sum(attempts_with_time_policy), 0) "
+        "as policy_breach_rate_pct from metrics.checkpoint_policy_breaches "
+        f"where ({COST_MONTHS}) and ({where or 'true'})", (start, end, *params)).row(0, named=True)
+
+
+def checkpoint_breach_offenders(start, end, where: str, params: tuple) -> pl.DataFrame:
+    """metrics.checkpoint_policy_breaches' own rows (month x tenant) of the months from `start`'s to `end`
+    with a breach, the most breaches first."""
+    return view("checkpoint_policy_breaches", f"({COST_MONTHS}) and ({where or 'true'}) and policy_breaches > 0",
+                (start, end, *params), order="policy_breaches desc, policy_breach_rate_pct desc, month, tenant",
+                columns="month, tenant, policy_breaches, jobs_breaching, breaches_without_checkpoint, "
+                        "attempts_with_time_policy, policy_breach_rate_pct")
+
+
+def work_lost_by_cause(start, end, where: str, params: tuple) -> pl.DataFrame:
+    """metrics.work_lost of the months from `start`'s to `end`, summed over the rows `where` selects,
+    per cause: attempts and GPU-hours lost with and without a checkpoint, the most lost first."""
+    return query(
+        "select cause, cast(sum(attempts) as bigint) as attempts, "
+        "cast(sum(attempts_without_checkpoint) as bigint) as attempts_without_checkpoint, "
+        "sum(work_lost_gpu_hours) as work_lost_gpu_hours, "
+        "sum(work_lost_with_checkpoint_gpu_hours) as work_lost_with_checkpoint_gpu_hours, "
+        "sum(work_lost_without_checkpoint_gpu_hours) as work_lost_without_checkpoint_gpu_hours "
+        f"from metrics.work_lost where ({COST_MONTHS}) and ({where or 'true'}) "
+        "group by cause order by work_lost_gpu_hours desc, cause", (start, end, *params))
+
+
+def artifact_status_by_tenant(start, end, where: str, params: tuple) -> pl.DataFrame:
+    """Finished training jobs of metrics.artifact_status of the months from `start`'s to `end`, summed
+    per tenant and artifact status (the rows `where` selects)."""
+    return query(
+        "select tenant, artifact_status, cast(sum(jobs) as bigint) as jobs, "
+        "cast(sum(jobs_with_checkpoint) as bigint) as jobs_with_checkpoint "
+        f"from metrics.artifact_status where ({COST_MONTHS}) and ({where or 'true'}) "
+        "group by tenant, artifact_status order by tenant, artifact_status", (start, end, *params))
+
+
+def stalest_checkpoints(where: str, params: tuple, limit: int) -> pl.DataFrame:
+    """The `limit` training attempts running at the data's end with the oldest checkpoint: each one's
+    latest row of metrics.checkpoint_age (its age now), the rows `where` selects."""
+    return query(
+        "select job_id, attempt, tenant, queue, gpu_model, gpus, checkpoint_policy, checkpoint_interval_s, "
+        "last_ok_checkpoint_at, checkpoint_age_s, is_checkpoint_overdue, measured_at from metrics.checkpoint_age "
+        f"where is_running and ({where or 'true'}) "
+        "qualify row_number() over (partition by source, job_id, attempt order by hour_at desc) = 1 "
+        f"order by checkpoint_age_s desc, job_id limit {int(limit)}", params)
+
+
 # -- Health and failures -------------------------------------------------------------------------------
 def failure_causes(start, end, where: str, params: tuple) -> pl.DataFrame:
     """metrics.failure_causes of the months from `start`'s to `end` (the view is monthly), summed over
@@ -356,6 +411,25 @@ def audit_records(where: str, params: tuple, *, namespace: str | None, category:
         params += (f"%{search.strip()}%",)
     total = query(f"select count(*) from metrics.audit_events where {where}", params).item()
     rows = query(f"select {', '.join(columns)} from metrics.audit_events "
+                 f"where {where} order by occurred_at desc, audit_id limit {int(limit)}", params)
+    return total, rows
+
+
+# the schedulers' own admin changes: Slurm's sacctmgr transactions, Kueue's quota objects in Kubernetes audit
+SCHEDULER_ADMIN = ("(source = 'slurm' and api_version = 'slurm/sacctmgr') or (source = 'k8s' "
+                   "and category = 'quota_change' and lower(object_kind) in ('clusterqueues', 'resourceflavors'))")
+
+
+def scheduler_admin_changes(where: str, params: tuple, *, namespace: str | None, limit: int) -> tuple[int, pl.DataFrame]:
+    """(how many, the latest `limit`) of metrics.audit_events' scheduler admin changes (SCHEDULER_ADMIN)
+    that `where` and, when given, the object's namespace select."""
+    if namespace:
+        where += " and object_namespace = ?"
+        params += (namespace,)
+    where = f"({where}) and ({SCHEDULER_ADMIN})"
+    total = query(f"select count(*) from metrics.audit_events where {where}", params).item()
+    rows = query("select occurred_at, source, actor, category, action, object_kind, object_namespace, object_name, "
+                 "coalesce(after_json, before_json) as changed, audit_id from metrics.audit_events "
                  f"where {where} order by occurred_at desc, audit_id limit {int(limit)}", params)
     return total, rows
 

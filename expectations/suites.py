@@ -26,6 +26,7 @@ SUITE_TABLES: tuple[str, ...] = (
     "queue_quotas",
     "governance_actions",
     "host_samples",
+    "artifact_events",
 )
 
 # DCGM profiling metrics exported as a ratio of time or cycles (0..1).
@@ -64,7 +65,10 @@ SOURCES: dict[str, tuple[str, ...]] = {
     "gpu_inventory": ("allocator", "slurm", "k8s"),
     "queue_quotas": ("allocator", "slurm", "kueue"),
     "host_samples": ("node_exporter", "node_exporter_parquet"),
+    "artifact_events": ("allocator", "mlflow"),
 }
+ARTIFACT_KINDS: tuple[str, ...] = ("checkpoint", "artifact", "model_version")
+ARTIFACT_STATUSES: tuple[str, ...] = ("ok", "failed")
 
 
 def reason_of(expectation: gxe.Expectation | ExpectationConfiguration) -> str:
@@ -199,6 +203,17 @@ def _governance_actions_rules() -> list[gxe.Expectation]:
     ]
 
 
+def _artifact_events_rules() -> list[gxe.Expectation]:
+    return [
+        _in_set("kind", ARTIFACT_KINDS, "unknown kind (not checkpoint, artifact, model_version)"),
+        _in_set("status", ARTIFACT_STATUSES, "unknown status (not ok, failed)"),
+        _in_set("source", SOURCES["artifact_events"]),
+        _between("attempt", "attempt is below 1 (attempts are 1-based)", min_value=1),
+        _between("size_bytes", "size_bytes is negative", min_value=0),
+        _between("training_step", "training_step is negative", min_value=0),
+    ]
+
+
 _DOMAIN_RULES: dict[str, Callable[[], list[gxe.Expectation]]] = {
     "dcgm_samples": _dcgm_rules,
     "job_events": _job_events_rules,
@@ -208,6 +223,7 @@ _DOMAIN_RULES: dict[str, Callable[[], list[gxe.Expectation]]] = {
     "queue_quotas": _queue_quotas_rules,
     "governance_actions": _governance_actions_rules,
     "host_samples": _host_rules,
+    "artifact_events": _artifact_events_rules,
 }
 
 

@@ -56,6 +56,15 @@ def print_summary(wh: Warehouse) -> None:
             "select count(distinct host), sum(cpu_busy_pct_mean * minutes_with_data) / nullif(sum(minutes_with_data), 0), "
             "max(cpu_busy_pct_p95), arg_max(host, cpu_busy_pct_p95) from metrics.host_daily"
         ).fetchone()
+        # finished training jobs' artifact status: each status's share of the window's finished training jobs
+        artifacts = con.execute(
+            "select artifact_status, 100.0 * sum(jobs) / sum(sum(jobs)) over () from metrics.artifact_status "
+            "group by artifact_status order by list_position(['registered', 'logged_only', 'none'], artifact_status)"
+        ).fetchall()
+        checkpoints = con.execute(
+            "select sum(policy_breaches), 100.0 * sum(policy_breaches) / nullif(sum(attempts_with_time_policy), 0), "
+            "(select sum(work_lost_gpu_hours) from metrics.work_lost) from metrics.checkpoint_policy_breaches"
+        ).fetchone()
         catalog = con.execute("select * from metrics.catalog_version").fetchone()
         ledger = con.execute(
             "select reclaims, pipeline_reclaims, recovered_gpu_hours, reused_gpu_hours, reuse_share_pct, "
@@ -86,6 +95,11 @@ def print_summary(wh: Warehouse) -> None:
         click.echo(f"  {int(failures[0]):,} failed attempts: {top}; {_fmt(failures[2], '%')} not the user's fault, "
                    f"{_fmt(failures[1])} GPU-hours lost; GPU hardware faults {int(faults[0] or 0):,} on "
                    f"{faults[1] or 0:,} GPUs, {faults[2] or 0:,} repeat offenders")
+    if artifacts:
+        shares = ", ".join(f"{status.replace('_', ' ')} {share:.0f}%" for status, share in artifacts)
+        click.echo(f"  finished training jobs' artifacts: {shares}; {int(checkpoints[0] or 0):,} checkpoint policy "
+                   f"breaches ({_fmt(checkpoints[1], '%')} of the attempts judged), "
+                   f"{_fmt(checkpoints[2] or 0.0)} GPU-hours of work lost since the last checkpoint")
     click.echo(click.style("Waste and data quality", bold=True))
     click.echo(f"  {idle[0]:,} idle allocation windows, {_fmt(idle[1] or 0.0)} idle GPU-hours")
     for finding, n in findings:

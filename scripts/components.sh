@@ -1,11 +1,25 @@
 #!/usr/bin/env bash
-# Install the Debian packages of the real components the tests run against: Prometheus, node_exporter and Chromium here,
+# Install the real components the tests run against: MLflow (pip, its own venv), and the Debian
+# packages of Prometheus, node_exporter and Chromium here,
 # Slurm and its accounting database through scripts/slurm-up.sh, PostgreSQL (the release catalog's
 # many-machine mode) through scripts/postgres-up.sh: the tests call those two to start their servers,
 # and they install their packages when missing.
 # Idempotent; needs root and apt-get. Without them it says which tests will skip.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# MLflow (tests/mlflow_server.py runs a real `mlflow server` for the MLflow connector's tests): in its
+# own virtual environment, .venv-mlflow/, since its dependencies (pandas, pyarrow, numpy, ...) would
+# fight the project's pins in requirements.lock. Pinned; needs neither root nor apt.
+MLFLOW_VERSION=3.17.2
+if [ "$(.venv-mlflow/bin/mlflow --version 2>/dev/null | awk '{print $NF}')" != "$MLFLOW_VERSION" ]; then
+  echo "▸ installing mlflow $MLFLOW_VERSION into .venv-mlflow/"
+  "${PYTHON:-python3.11}" -m venv .venv-mlflow
+  .venv-mlflow/bin/python -m pip install --quiet --disable-pip-version-check "mlflow==$MLFLOW_VERSION" \
+    2>&1 | grep -v 'is ignored' || true
+  .venv-mlflow/bin/mlflow --version >/dev/null \
+    || { echo "mlflow failed to install into .venv-mlflow/; see the pip output above." >&2; exit 1; }
+fi
 
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
   echo "▸ not root or no apt-get: Prometheus, node_exporter, Slurm and browser tests skip unless those are installed" >&2

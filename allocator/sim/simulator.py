@@ -12,7 +12,8 @@ resubmission), a fault (`allocator.sim.faults`), the engine's next timer (run-ti
 grace) and the next midnight. At each moment it applies what is due, calls `engine.tick` if a timer
 is due and then `engine.schedule`. It learns what the engine did from the records themselves (a
 tee on the sink): a `start` opens the attempt's telemetry and plans how it ends; `preempt`,
-`requeue` and `finish` close it. At each midnight it writes the day's telemetry and drops the
+`requeue` and `finish` close it; training attempts report their checkpoints and models through the
+engine (`allocator.sim.checkpoints`). At each midnight it writes the day's telemetry and drops the
 attempts that are over, so memory holds one day. The same seed writes the same bytes.
 
 A platform team acts too (`allocator.sim.admin.AdminActivity`): permission grants and revokes,
@@ -49,6 +50,7 @@ from allocator.model import (
 )
 from allocator.pool import default_pool, pool_capacity
 from allocator.sim.admin import ADMIN_ACTIVITY, Admin, AdminActivity
+from allocator.sim.checkpoints import Checkpoints
 from allocator.sim.faults import HOST_REPAIR_S, NODE_HEALTH_ROLE, Fault, host_action, plan_faults
 from allocator.sim.health import HealthEvent, HealthSeries
 from allocator.sim.hosts import HOST_SOURCE, HostTelemetry, down_steps, host_load
@@ -190,6 +192,8 @@ class SimulationReport:
     fault_kills: int = 0  # attempts a fault ended
     app_xids: int = 0  # user-code failures that raised an application XID
     host_samples: int = 0
+    artifacts: dict[str, int] = field(default_factory=dict)  # "kind status" -> reports of training jobs
+    preemption_lost_gpu_hours: float = 0.0  # victims' GPUs x time since their last ok checkpoint (or start)
 
     @property
     def allocation_rate(self) -> float:
@@ -206,11 +210,8 @@ class SimulationReport:
     def to_dict(self) -> dict:
         out = asdict(self)
         out["start"] = self.start.isoformat()
-        out.update(
-            allocation_rate=self.allocation_rate,
-            utilisation_of_allocated=self.utilisation_of_allocated,
-            pool_utilisation=self.pool_utilisation,
-        )
+        out.update(allocation_rate=self.allocation_rate, utilisation_of_allocated=self.utilisation_of_allocated,
+                   pool_utilisation=self.pool_utilisation)
         return out
 
     def summary(self) -> str:
@@ -274,6 +275,9 @@ class _Tee:
         self.audits += 1
         self.audit_kinds[f"{record['action']} {record['decision']}"] += 1
 
+    def artifact(self, record: dict) -> None:
+        self.sink.artifact(record)
+
 
 @dataclass
 class _Attempt:
@@ -326,6 +330,7 @@ class _Simulation:
         self.hosts = HostTelemetry(pool, interval_s, start)
         self.down: dict[str, dt.datetime] = {}  # host -> when it went down, while it is down
         self.outages: list[tuple[str, dt.datetime, dt.datetime]] = []  # host, down at, back at
+        self.checkpoints = Checkpoints(self, report.seed)  # training jobs' checkpoints and models
 
     def push(self, at: dt.datetime, kind: int, *payload: object) -> None:
         heapq.heappush(self.heap, (at, kind, next(self.seq), payload))
@@ -459,6 +464,7 @@ class _Simulation:
         for record in notes:
             job_id = record["job_id"]
             kind = record["type"]
+            self.checkpoints.note(record, now)  # before a finished job's plan is forgotten
             if kind == "start":
                 self.started(job_id, record, now)
             else:
@@ -516,13 +522,9 @@ class _Simulation:
             for wid in run.works:
                 work, fraction = self.works[wid]
                 self.works[wid] = (replace(work, end=now), fraction)
-            elapsed = (now - run.started_at).total_seconds()
-            plan = self.plans[job_id]
-            if kind == "preempt":
-                # work since the last hourly checkpoint is lost; without checkpoints all of it
-                self.progress[job_id] = (
-                    self.progress[job_id] + elapsed // 3600 * 3600 if plan.behaviour.checkpointed else 0.0
-                )
+            if kind == "preempt":  # it resumes from its last ok checkpoint; the rest is lost
+                gpus = sum(self.works[wid][1] for wid in run.works)
+                self.progress[job_id] += self.checkpoints.preempted(job_id, record["attempt"], run.started_at, gpus, now)
             elif kind == "requeue" and record.get("state"):
                 self.failures[job_id] += 1
                 self.report.retries += 1
@@ -630,6 +632,9 @@ class _NullSink:
     def audit(self, record: dict) -> None:
         pass
 
+    def artifact(self, record: dict) -> None:
+        pass
+
     def flush(self) -> None:
         pass
 
@@ -683,6 +688,7 @@ def _clear(out: Path, start: dt.date, days: int) -> None:
     names = {
         records.EVENTS_SOURCE: "events.jsonl",
         records.AUDIT_SOURCE: "audit.jsonl",
+        records.ARTIFACTS_SOURCE: "artifacts.jsonl",
         records.POOL_SOURCE: "pool.json",
         TELEMETRY_SOURCE: "samples.parquet",
         HOST_SOURCE: "samples.parquet",
@@ -745,18 +751,7 @@ def simulate(
         interval_s=interval_s,
     )
     sim = _Simulation(
-        pool,
-        workload,
-        out,
-        begin,
-        days,
-        interval_s,
-        report,
-        on_progress,
-        admin,
-        governance,
-        write,
-        fault_scale,
+        pool, workload, out, begin, days, interval_s, report, on_progress, admin, governance, write, fault_scale
     )
     try:
         sim.run()
@@ -771,6 +766,8 @@ def _figures(report: SimulationReport, sim: _Simulation, pool: PoolConfig, workl
     report.events, report.audit_records = sim.tee.events, sim.tee.audits
     report.audit_kinds = dict(sorted(sim.tee.audit_kinds.items()))
     report.jobs_rejected = dict(sorted(sim.rejected.items()))
+    report.artifacts = dict(sorted(sim.checkpoints.written.items()))
+    report.preemption_lost_gpu_hours = sim.checkpoints.lost_gpu_s / 3600
     report.capacity_gpu_hours = sum(pool_capacity(pool).values()) * 24 * report.days
     jobs = list(sim.engine.jobs.values())
     waits = [

@@ -23,6 +23,7 @@ from enum import StrEnum
 import numpy as np
 
 from allocator.model import JobSpec, JobState, PoolConfig, QueueSpec, ShareMode, Template
+from allocator.sim.checkpoints import PLAN_UNIFORMS, CheckpointPlan, plan_checkpoints
 from allocator.telemetry import ActivityProfile, typical_profile
 
 
@@ -53,9 +54,10 @@ class Behaviour:
     cancel_after_run_s: int | None = None  # the user cancels after an attempt has run this long
     resubmits: int = 0  # after a final failure the user submits the same job again, this many times
     resubmit_delay_s: int = 0
-    checkpointed: bool = False  # progress survives a preemption (at hourly checkpoints)
+    checkpointed: bool = False  # progress survives a preemption (at its checkpoints; without a plan, whole hours)
     waste: Waste | None = None
     xid: int | None = None  # the application XID its failure raises on its GPUs (user code: 13, 43)
+    checkpoints: CheckpointPlan | None = None  # training: how it checkpoints and what it leaves at its end
 
 
 @dataclass(frozen=True)
@@ -444,6 +446,9 @@ def generate_workload(
         raise ValueError("pool: a template has no queue any tenant may submit to")
     jobs = builder.ensure_every_kind(jobs, start, draw)
     jobs = [replace(j, job_id=f"j-{i + 1:06d}") for i, j in enumerate(jobs)]
+    # checkpoint habits from a generator of their own too: they move no other draw
+    habits = np.random.default_rng([seed, 0xC4EC]).random((len(jobs), PLAN_UNIFORMS))
+    jobs = [_with_checkpoints(j, habits[i]) for i, j in enumerate(jobs)]
     cases: dict[Waste, list[str]] = defaultdict(list)
     for j in jobs:
         if j.behaviour.waste is not None:
@@ -461,6 +466,13 @@ def generate_workload(
         cal.scarce_model if any(m == cal.scarce_model for m, _ in capacity) else None,
         {k: tuple(cases.get(k, ())) for k in Waste},
     )
+
+
+def _with_checkpoints(job: PlannedJob, u: np.ndarray) -> PlannedJob:
+    if job.spec.template != Template.TRAINING:
+        return job
+    b = job.behaviour
+    return replace(job, behaviour=replace(b, checkpoints=plan_checkpoints(job.spec, b.profile.loader_bound, u)))
 
 
 def _mean_gpus(cal: Calibration, template: Template) -> float:

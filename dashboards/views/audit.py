@@ -1,7 +1,8 @@
 """Audit: permission and quota changes, approvals and enforcement, searchable by actor, action, object
 and reason (the search and the category are kept in the URL: `?q=reclaim&category=enforcement`).
 Reads metrics.audit_daily (operators: the pool's counts per day) and metrics.audit_events; a tenant
-member sees only the records on their tenant's objects (object_namespace)."""
+member sees only the records on their tenant's objects (object_namespace). The schedulers' own admin
+changes (Slurm sacctmgr transactions; Kueue ClusterQueues and ResourceFlavors) have their own section."""
 import json
 
 import polars as pl
@@ -56,6 +57,25 @@ def records(user, f: filters.Filters, query: str, category: str | None) -> None:
             col.json(json.loads(row[column]) if row[column] else {})
 
 
+def scheduler_changes(user, f: filters.Filters) -> None:
+    """Slurm's account, user, association and QOS transactions and Kueue's quota objects' changes:
+    actor, time, object and the values set (metrics.audit_events)."""
+    st.subheader(t("a_scheduler"))
+    st.caption(t("a_scheduler_caption"))
+    where, params = f.clause(tenant=None)
+    total, rows = data.scheduler_admin_changes(where, params, namespace=tenant_scope(user) or f.tenant,
+                                               limit=ROW_LIMIT)
+    if ui.empty(rows, t("a_no_scheduler")):
+        return
+    st.caption(t("showing_rows", shown=rows.height, total=total))
+    shown = rows.with_columns(pl.col("category").replace({c: t(f"cat_{c}") for c in CATEGORIES}),
+                              pl.col("object_namespace").fill_null(""), pl.col("changed").fill_null(""))
+    st.dataframe(shown, width="stretch", hide_index=True, key="a_scheduler_table",
+                 column_config={**ui.column_labels("audit_events", shown.columns),
+                                "occurred_at": st.column_config.DatetimeColumn(t("col_occurred_at"),
+                                                                               format="YYYY-MM-DD HH:mm:ss")})
+
+
 def draw() -> None:
     user = ui.page_user()
     ui.title("page_audit")
@@ -70,6 +90,7 @@ def draw() -> None:
     query, category = filters.search_and_choice(t("a_search"), t("a_category"), CATEGORIES, param="category",
                                                 key="a_category", choice_label_of=lambda c: t(f"cat_{c}"))
     records(user, f, query, category)
+    scheduler_changes(user, f)
 
 
 ui.guarded(draw)

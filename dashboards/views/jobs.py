@@ -1,7 +1,10 @@
 """Jobs: failures by reason, retries and the GPU-hours they burned, jobs past their declared run
-time (and what the overrun policy did about them), and oversized requests. Reads
-metrics.job_period, failure_reasons, task_daily, job_summary, governance_actions and spec_gaps."""
+time (and what the overrun policy did about them), oversized requests, and checkpoints: policy
+breaches, the work lost at interruptions, the artifacts finished training jobs left, the stalest
+checkpoints of running ones. Reads metrics.job_period, failure_reasons, task_daily, job_summary,
+governance_actions, spec_gaps, checkpoint_policy_breaches, work_lost, artifact_status and checkpoint_age."""
 import altair as alt
+import polars as pl
 import streamlit as st
 
 from dashboards import data, filters, ui
@@ -9,6 +12,8 @@ from dashboards.i18n import t
 
 ROWS = 200
 TOP_REASONS = 15
+STALEST = 30
+ARTIFACT_STATUSES = ("registered", "logged_only", "none")
 
 
 def headline() -> None:
@@ -97,6 +102,91 @@ def oversized(f: filters.Filters) -> None:
     st.dataframe(shapes, width="stretch", hide_index=True)
 
 
+def checkpoints(f: filters.Filters) -> None:
+    """Checkpoint policy breaches and the work lost at interruptions (monthly views: the months the
+    period touches, per tenant; queue and GPU model do not apply)."""
+    st.subheader(t("checkpoints"))
+    st.caption(t("monthly_views"))
+    clause, params = f.clause(day=None)
+    totals = data.checkpoint_breach_totals(f.start, f.end, clause, params)
+    lost = data.work_lost_by_cause(f.start, f.end, clause, params)
+    cols = st.columns(4)
+    ui.kpi(cols[0], "policy_breach_rate_pct", "checkpoint_policy_breaches", totals["policy_breach_rate_pct"], "%")
+    ui.kpi(cols[1], "policy_breaches", "checkpoint_policy_breaches", totals["policy_breaches"])
+    ui.kpi(cols[2], "work_lost_gpu_hours", "work_lost", float(lost["work_lost_gpu_hours"].sum()) if lost.height
+           else None)
+    ui.kpi(cols[3], "attempts_without_checkpoint", "work_lost", int(lost["attempts_without_checkpoint"].sum()))
+    st.markdown(f"**{t('breach_offenders')}**")
+    ui.definition("policy_breaches", "checkpoint_policy_breaches")
+    offenders = data.checkpoint_breach_offenders(f.start, f.end, clause, params)
+    if not ui.empty(offenders, t("no_breaches")):
+        config = ui.column_labels("checkpoint_policy_breaches", offenders.columns, policy_breach_rate_pct="%.1f%%")
+        config["month"] = st.column_config.DateColumn(t("col_month"), format="YYYY-MM")
+        st.dataframe(offenders, width="stretch", hide_index=True, column_config=config)
+    st.markdown(f"**{t('work_lost_by_cause')}**")
+    ui.definition("work_lost_gpu_hours", "work_lost")
+    if ui.empty(lost, t("no_work_lost")):
+        return
+    long = lost.unpivot(index=["cause"], on=["work_lost_with_checkpoint_gpu_hours",
+                                             "work_lost_without_checkpoint_gpu_hours"],
+                        variable_name="checkpoint", value_name="gpu_hours").with_columns(
+        pl.col("cause").replace({c: t(f"cause_{c}") for c in lost["cause"]}),
+        pl.col("checkpoint").replace({"work_lost_with_checkpoint_gpu_hours": t("with_checkpoint"),
+                                      "work_lost_without_checkpoint_gpu_hours": t("without_checkpoint")}))
+    chart = alt.Chart(long.to_pandas()).mark_bar().encode(
+        x=alt.X("gpu_hours:Q", title=t("gpu_hours_unit"), stack=True),
+        y=alt.Y("cause:N", sort=[t(f"cause_{c}") for c in lost["cause"]], title=None, axis=alt.Axis(labelLimit=300)),
+        color=alt.Color("checkpoint:N", title=None, legend=alt.Legend(orient="bottom", labelLimit=400)),
+        tooltip=[alt.Tooltip("cause:N", title=t("cause")), alt.Tooltip("checkpoint:N", title=" "),
+                 alt.Tooltip("gpu_hours:Q", title=t("gpu_hours_unit"), format=",.1f")])
+    st.altair_chart(chart, width="stretch")
+
+
+def artifacts(f: filters.Filters) -> None:
+    """What finished training jobs left behind: registered model, logged artifact only, or nothing."""
+    st.subheader(ui.metric_label("jobs", "artifact_status"))
+    ui.definition("jobs", "artifact_status")
+    clause, params = f.clause(day=None)
+    rows = data.artifact_status_by_tenant(f.start, f.end, clause, params)
+    if ui.empty(rows, t("no_artifacts")):
+        return
+    st.caption(t("artifact_caption"))
+    names = {s: t(f"artifact_{s}") for s in ARTIFACT_STATUSES}
+    # stacked in the legend's order: registered, logged only, none
+    ranked = rows.with_columns(pl.col("artifact_status").replace({s: str(i) for i, s in enumerate(ARTIFACT_STATUSES)})
+                               .cast(pl.Int32).alias("rank"), pl.col("artifact_status").replace(names))
+    chart = alt.Chart(ranked.to_pandas()).mark_bar().encode(
+        x=alt.X("jobs:Q", title=t("jobs_axis"), stack=True),
+        y=alt.Y("tenant:N", title=None),
+        color=alt.Color("artifact_status:N", title=None, sort=list(names.values()),
+                        scale=alt.Scale(domain=list(names.values()), range=["#2e7d32", "#f9a825", "#c62828"]),
+                        legend=alt.Legend(orient="bottom")),
+        order=alt.Order("rank:Q"),
+        tooltip=[alt.Tooltip("tenant:N", title=t("tenant")), alt.Tooltip("artifact_status:N", title=" "),
+                 alt.Tooltip("jobs:Q", title=t("jobs_axis"))])
+    st.altair_chart(chart, width="stretch")
+
+
+def stalest(f: filters.Filters) -> None:
+    """The running training attempts with the oldest checkpoint at the data's end."""
+    st.subheader(t("stalest_checkpoints"))
+    ui.definition("checkpoint_age_s", "checkpoint_age")
+    clause, params = f.clause(day=None, queue="queue", gpu_model="gpu_model")
+    rows = data.stalest_checkpoints(clause, params, STALEST)
+    if ui.empty(rows, t("no_running_training")):
+        return
+    st.caption(t("stalest_caption", n=rows.height))
+    # ages in hours (seconds of a stale checkpoint run to six digits); a missing checkpoint said in words
+    shown = rows.with_columns(
+        (pl.col("checkpoint_age_s") / 3600).alias("checkpoint_age_h"),
+        pl.col("last_ok_checkpoint_at").dt.strftime("%Y-%m-%d %H:%M").fill_null(t("no_checkpoint_yet"))) \
+        .select("job_id", "attempt", "tenant", "queue", "gpu_model", "gpus", "checkpoint_policy",
+                "last_ok_checkpoint_at", "checkpoint_age_h", "is_checkpoint_overdue")
+    config = ui.column_labels("checkpoint_age", [c for c in shown.columns if c != "checkpoint_age_h"])
+    config["checkpoint_age_h"] = st.column_config.NumberColumn(
+        f'{ui.metric_label("checkpoint_age_s", "checkpoint_age")} (h)', format="%.1f")
+    st.dataframe(shown, width="stretch", hide_index=True, column_config=config)
+
 def draw() -> None:
     user = ui.page_user()
     ui.title("page_jobs")
@@ -106,6 +196,9 @@ def draw() -> None:
     retries(f)
     overruns(f)
     oversized(f)
+    checkpoints(f)
+    artifacts(f)
+    stalest(f)
 
 
 ui.guarded(draw)

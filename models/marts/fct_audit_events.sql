@@ -31,7 +31,7 @@ final as (
       when action like 'permission.%' then 'permission_change'
       when source = 'k8s' and is_rbac_object and is_k8s_mutation then 'permission_change'
       when action like 'quota.%' then 'quota_change'
-      when source = 'k8s' and lower(coalesce(object_kind, '')) in ('resourcequotas', 'clusterqueues')
+      when source = 'k8s' and lower(coalesce(object_kind, '')) in ('resourcequotas', 'clusterqueues', 'resourceflavors')
         and is_k8s_mutation then 'quota_change'
       when action like 'approval.%' then 'approval'
       when action like 'enforcement.%' then 'enforcement'

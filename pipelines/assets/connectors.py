@@ -10,6 +10,16 @@ set the resources read recorded answers and need no section.
 The `slurm_gpu_snapshot` sensor lands `squeue --json` once per tick (which GPU indices each
 running job holds) and every `ingest_every_ticks` snapshots requests a run of the day's
 `raw_slurm_squeue` partition; on the first tick of a new day, one last run of the day before.
+
+The `mlflow_pull` sensor (stopped by default) pulls the MLflow runs tagged with a job id, their
+artifacts and model versions (the `mlflow` section; pipelines/connectors/mlflow.py) every
+`interval_s` into landing/mlflow/<day>/ and requests a run of the day's `raw_mlflow` partition for
+each pull that landed a file; without the section its ticks skip, saying so.
+
+The `slurm_admin_audit` sensor lands the day's `sacctmgr list transactions` (the admin audit:
+account, user, association and QOS changes) once per tick and requests a run of the day's
+`raw_slurm_sacctmgr` partition; on the first tick of a new day it lands and ingests the day before
+once more, so the transactions of its last minutes are kept.
 """
 
 import datetime as dt
@@ -24,8 +34,18 @@ from pipelines.assets.ingest import asset_name
 from pipelines.config import ConfigError, config_path, section
 from pipelines.connectors.kubernetes import SECTION as KUBERNETES_SECTION
 from pipelines.connectors.kubernetes import KubernetesConfig
+from pipelines.connectors.mlflow import SECTION as MLFLOW_SECTION
+from pipelines.connectors.mlflow import SOURCE as MLFLOW_SOURCE
+from pipelines.connectors.mlflow import MlflowConfig
+from pipelines.connectors.mlflow import pull as pull_mlflow
 from pipelines.connectors.slurm import SECTION as SLURM_SECTION
-from pipelines.connectors.slurm import SQUEUE_SOURCE, SlurmConfig, snapshot_running_jobs
+from pipelines.connectors.slurm import (
+    SQUEUE_SOURCE,
+    TRANSACTIONS_SOURCE,
+    SlurmConfig,
+    land_transactions,
+    snapshot_running_jobs,
+)
 from pipelines.partitions import daily_partitions
 from pipelines.resources.kueue import KueueState
 from pipelines.resources.slurm import SlurmAccounting
@@ -34,6 +54,8 @@ from pipelines.schedules import daily_schedule
 
 GROUP = "connectors"
 RAW_SLURM_SQUEUE = dg.AssetKey(asset_name(SQUEUE_SOURCE))
+RAW_MLFLOW = dg.AssetKey(asset_name(MLFLOW_SOURCE))
+RAW_SLURM_SACCTMGR = dg.AssetKey(asset_name(TRANSACTIONS_SOURCE))
 TRIGGER_TAG = "gpupool/trigger"
 
 
@@ -202,9 +224,93 @@ def build_slurm_snapshot_sensor(
 slurm_gpu_snapshot_sensor = build_slurm_snapshot_sensor()
 
 
+def build_mlflow_sensor(
+    interval_s: int = 900,
+    name: str = "mlflow_pull",
+    default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED,
+) -> dg.SensorDefinition:
+    @dg.sensor(
+        name=name,
+        minimum_interval_seconds=interval_s,
+        asset_selection=[RAW_MLFLOW],
+        default_status=default_status,
+        description=(
+            f"Pulls MLflow's runs tagged with a job id (their checkpoints, artifacts and registered model "
+            f"versions) every {interval_s} s into landing/{MLFLOW_SOURCE}/<day>/ and ingests the day's "
+            f"{RAW_MLFLOW.to_user_string()} partition after each pull that landed a file."
+        ),
+    )
+    def _pull(context: dg.SensorEvaluationContext, warehouse: WarehouseResource) -> dg.SensorResult:
+        path = config_path()
+        settings = section(MLFLOW_SECTION, MlflowConfig, path)
+        if settings is None:
+            return dg.SensorResult(skip_reason=f"{path}: no `{MLFLOW_SECTION}` section (see gpupool.example.yml)")
+        result = pull_mlflow(warehouse.get().landing, settings)  # MlflowError fails the tick with its message
+        context.log.info("; ".join([f"{result.records} record(s) from {result.runs_linked} linked run(s)",
+                                    *result.notes]))
+        if result.path is None:
+            return dg.SensorResult(skip_reason=f"no run carries the {settings.job_tag} tag; nothing landed")
+        return dg.SensorResult(run_requests=[dg.RunRequest(
+            run_key=f"{MLFLOW_SOURCE}:{result.path.name}", partition_key=result.path.parent.name,
+            tags={TRIGGER_TAG: name})])
+
+    return _pull
+
+
+mlflow_pull_sensor = build_mlflow_sensor()
+
+
+def admin_audit_days(last_day: str | None, today: dt.date) -> list[dt.date]:
+    """The days to land on a tick: today, after the day before when the last tick was on it."""
+    days = [today]
+    if last_day is not None and last_day < today.isoformat():
+        days.insert(0, dt.date.fromisoformat(last_day))
+    return days
+
+
+def build_slurm_admin_audit_sensor(
+    interval_s: int = 300,
+    name: str = "slurm_admin_audit",
+    default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED,
+) -> dg.SensorDefinition:
+    @dg.sensor(
+        name=name,
+        minimum_interval_seconds=interval_s,
+        asset_selection=[RAW_SLURM_SACCTMGR],
+        default_status=default_status,
+        description=(
+            f"Lands the day's `sacctmgr -P list transactions` every {interval_s} s into "
+            f"landing/{TRANSACTIONS_SOURCE}/<day>/transactions.txt and ingests the day's "
+            f"{RAW_SLURM_SACCTMGR.to_user_string()} partition."
+        ),
+    )
+    def _audit(
+        context: dg.SensorEvaluationContext, slurm: SlurmAccounting, warehouse: WarehouseResource
+    ) -> dg.SensorResult:
+        path = Path(slurm.config_file) if slurm.config_file else config_path()
+        settings = section(SLURM_SECTION, SlurmConfig, path)
+        if settings is None:
+            return dg.SensorResult(
+                skip_reason=f"{path}: no `slurm` section (see gpupool.example.yml)", cursor=context.cursor
+            )
+        now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+        runs = []
+        for day in admin_audit_days(context.cursor, now.date()):
+            landed = land_transactions(warehouse.get().landing, day, settings)
+            context.log.info(f"sacctmgr transactions written to {landed}")
+            runs.append(dg.RunRequest(run_key=f"{TRANSACTIONS_SOURCE}:{day}:{now:%Y%m%dT%H%M%S}",
+                                      partition_key=day.isoformat(), tags={TRIGGER_TAG: name}))
+        return dg.SensorResult(run_requests=runs, cursor=now.date().isoformat())
+
+    return _audit
+
+
+slurm_admin_audit_sensor = build_slurm_admin_audit_sensor()
+
+
 defs = dg.Definitions(
     assets=connector_assets,
     jobs=[land_connectors_job],
     schedules=[land_connectors_schedule],
-    sensors=[slurm_gpu_snapshot_sensor],
+    sensors=[slurm_gpu_snapshot_sensor, slurm_admin_audit_sensor, mlflow_pull_sensor],
 )

@@ -160,6 +160,32 @@ def land_kueue(day: str | None, home: Path | None, no_build: bool, offline_dir: 
     _ingest_landed(wh, paths, partition, no_build, verbose)
 
 
+@land.command("mlflow")
+@HOME_OPTION
+@NO_BUILD_OPTION
+@VERBOSE_OPTION
+def land_mlflow(home: Path | None, no_build: bool, verbose: bool) -> None:
+    """Pull the runs tagged with a job id from MLflow (checkpoints, artifacts, model versions), ingest
+    them into the day of the pull, rebuild the models."""
+    from pipelines.config import section
+    from pipelines.connectors.mlflow import SECTION, MlflowConfig, MlflowError, pull
+
+    _require_section(SECTION, MlflowConfig)
+    config = section(SECTION, MlflowConfig)
+    wh = warehouse(home)
+    step(f"pulling MLflow runs tagged {config.job_tag} from {config.tracking_uri}")
+    try:
+        result = pull(wh.landing, config)
+    except MlflowError as err:
+        raise click.ClickException(f"{err} (check the mlflow section of the config and that MLflow answers)") from None
+    for note in result.notes:
+        click.echo(f"    {note}")
+    if result.path is None:
+        click.echo("    nothing to land: no run carries the tag")
+        return
+    _ingest_landed(wh, [result.path], dt.date.fromisoformat(result.path.parent.name), no_build, verbose)
+
+
 @click.command("k8s-audit-webhook")
 @click.option("--host", default=None, help="Address to listen on. Default: kubernetes.audit_webhook.host, else 127.0.0.1.")
 @click.option("--port", default=None, type=int, help="Port. Default: kubernetes.audit_webhook.port, else 8765.")

@@ -1,10 +1,10 @@
 """The built-in allocator's HTTP API as a connector: its logs by cursor, and the jobs running now.
 
-`AllocatorClient.pull(landing, "events" | "audit")` follows `next_cursor` pages of /v1/events or
-/v1/audit and appends the records, one JSON line each, to
-`landing/allocator_events|allocator_audit/<day of the record's ts>/api.jsonl`, where the
-`allocator_events` / `allocator_audit` ingest sources read them (the simulator writes the same
-records to events.jsonl / audit.jsonl instead; feed a warehouse from one or the other).
+`AllocatorClient.pull(landing, "events" | "audit" | "artifacts")` follows `next_cursor` pages of
+/v1/events, /v1/audit or /v1/artifacts and appends the records, one JSON line each, to
+`landing/allocator_events|allocator_audit|allocator_artifacts/<day of the record's ts>/api.jsonl`,
+where the ingest sources of the same names read them (the simulator writes the same records to
+events.jsonl / audit.jsonl / artifacts.jsonl instead; feed a warehouse from one or the other).
 
 Exactly once, even across a crash: the cursor lives in `landing/.cursors/allocator_<source>.json`.
 Before a page is appended, the state file records the size of every file the page will touch;
@@ -32,7 +32,7 @@ from pipelines.connectors.http import HttpStatusError, RetryPolicy, new_session,
 from pipelines.sources.jsonl import RecordError, parse_rfc3339
 
 SECTION = "allocator"
-LANDING = {"events": "allocator_events", "audit": "allocator_audit"}
+LANDING = {"events": "allocator_events", "audit": "allocator_audit", "artifacts": "allocator_artifacts"}
 FILE_NAME = "api.jsonl"
 MAX_PAGE = 10000  # the API's largest `limit`
 
@@ -123,7 +123,7 @@ class AllocatorClient:
         """Queues as the API shows them (GET /v1/queues): name, tenant, max_runtime_s, low_priority, ..."""
         return self._get("/v1/queues", {})["queues"]
 
-    def pull(self, landing: Path, source: Literal["events", "audit"], max_pages: int | None = None) -> PullReport:
+    def pull(self, landing: Path, source: Literal["events", "audit", "artifacts"], max_pages: int | None = None) -> PullReport:
         """Append every record after the saved cursor to the landing zone; see the module docstring."""
         folder = LANDING[source]
         state_file = Path(landing) / ".cursors" / f"{folder}.json"

@@ -9,6 +9,12 @@ running in the day (`-S day 00:00 -E next day 00:00`, every attempt of a requeue
   landing/slurm_sacct_json/<day>/slurmrestd.json. Debian's Slurm is built without auth/jwt: its
   slurmrestd serves only rest_auth/local on a unix socket (as an ordinary user, behind socat for
   HTTP); with a jwt build, set `restd_user` and `restd_token` (`${SLURM_JWT}`).
+- `sacctmgr -P list transactions WithAssoc Start=<day> End=<next day>` (accounting kind
+  `transactions`; the admin audit: account, user, association and QOS changes) →
+  landing/slurm_sacctmgr/<day>/transactions.txt, for `pipelines.sources.slurm_sacctmgr`.
+  `land_transactions` lands the day so far (the `slurm_admin_audit` sensor runs it periodically).
+  slurmrestd has no equivalent: its slurmdb API (v0.0.38 in Slurm 22.05) serves the current
+  accounts, associations, users and QOS, not the transactions that changed them.
 Landing the same day again replaces its files (a later fetch knows more: jobs that ended since).
 `LiveAccounting` asks Slurm (subprocess / slurmrestd), `OfflineAccounting` reads recorded outputs
 in a folder; the Dagster resource that picks one is `pipelines.resources.slurm.SlurmAccounting`.
@@ -49,13 +55,16 @@ from pipelines.sources.slurm_squeue import SOURCE as SQUEUE_SOURCE
 SECTION = "slurm"
 TEXT_SOURCE = "slurm_sacct"
 JSON_SOURCE = "slurm_sacct_json"
+TRANSACTIONS_SOURCE = "slurm_sacctmgr"
+TRANSACTIONS_FILE = "transactions.txt"
 
 # what pipelines.sources.slurm_sacct.parse_sacct_parsable2 reads (JobID, State, Submit, Start, End required)
 SACCT_FIELDS = (
     "JobID", "Cluster", "Account", "Partition", "User", "JobName", "State", "Reason", "Submit", "Eligible",
     "Start", "End", "Timelimit", "Priority", "ReqTRES", "AllocTRES", "NodeList", "ExitCode",
 )
-OFFLINE_FILES = {"sacct.txt": TEXT_SOURCE, "sacct.json": JSON_SOURCE, "slurmrestd.json": JSON_SOURCE}
+OFFLINE_FILES = {"sacct.txt": TEXT_SOURCE, "sacct.json": JSON_SOURCE, "slurmrestd.json": JSON_SOURCE,
+                 TRANSACTIONS_FILE: TRANSACTIONS_SOURCE}
 NOTHING_FOUND = 9003  # slurmrestd's error number for a query that matched no job
 
 
@@ -63,9 +72,10 @@ class SlurmConfig(BaseModel):
     """The `slurm:` section of the connector configuration (gpupool.yml)."""
 
     model_config = ConfigDict(extra="forbid")  # a misspelt key is an error, not a silent default
-    accounting: list[Literal["sacct", "sacct_json", "slurmrestd"]] = Field(
+    accounting: list[Literal["sacct", "sacct_json", "slurmrestd", "transactions"]] = Field(
         default_factory=lambda: ["sacct", "sacct_json"],
-        description="what the live connector fetches per day: sacct text, sacct --json, slurmrestd",
+        description="what the live connector fetches per day: sacct text, sacct --json, slurmrestd, "
+                    "sacctmgr transactions (the admin audit)",
     )
     sacct: str = "sacct"
     squeue: str = "squeue"
@@ -179,6 +189,16 @@ def sacct_command(config: SlurmConfig, day: dt.date, *, as_json: bool) -> list[s
     return [*argv, "--parsable2", f"--format={','.join(SACCT_FIELDS)}"]
 
 
+def transactions_command(config: SlurmConfig, day: dt.date) -> list[str]:
+    """`sacctmgr -P list transactions` of one UTC day (so far, for today); WithAssoc names the
+    associations a transaction touched (User|Account|Cluster columns), which Where gives as ids."""
+    start, end = day_window(day)
+    argv = [config.sacctmgr, "-P", "list", "transactions", "WithAssoc", f"Start={start}", f"End={end}"]
+    if config.clusters:
+        argv.append(f"Clusters={config.clusters}")
+    return argv
+
+
 class LiveAccounting:
     """sacct on this host (subprocess) and/or slurmrestd over HTTP, as `config.accounting` says."""
 
@@ -194,6 +214,8 @@ class LiveAccounting:
                 out.append(Delivery(TEXT_SOURCE, "sacct.txt", self._sacct(day, as_json=False)))
             elif kind == "sacct_json":
                 out.append(Delivery(JSON_SOURCE, "sacct.json", self._sacct(day, as_json=True)))
+            elif kind == "transactions":
+                out.append(transactions_delivery(self.config, day, self.run))
             else:
                 out.append(Delivery(JSON_SOURCE, "slurmrestd.json", self.restd_jobs(day)))
         return out
@@ -302,3 +324,19 @@ def snapshot_running_jobs(landing: Path, now: dt.datetime, config: SlurmConfig |
     data = checked(run(squeue_command(config), config.command_timeout_s))
     delivery = Delivery(SQUEUE_SOURCE, f"squeue-{now:%H%M%S}.json", data)
     return land(landing, now.date(), [delivery])[0]
+
+
+# --- the admin audit ------------------------------------------------------------------------
+
+
+def transactions_delivery(config: SlurmConfig, day: dt.date, run: Runner = run_command) -> Delivery:
+    data = checked(run(transactions_command(config, day), config.command_timeout_s))
+    return Delivery(TRANSACTIONS_SOURCE, TRANSACTIONS_FILE, data)
+
+
+def land_transactions(landing: Path, day: dt.date, config: SlurmConfig | None = None,
+                      run: Runner = run_command) -> Path:
+    """Land the UTC day's sacctmgr transactions (so far, for today) as
+    <landing>/slurm_sacctmgr/<day>/transactions.txt, replacing the day's file: each landing holds
+    everything the one before held, and a landing after the day ends all of it."""
+    return land(landing, day, [transactions_delivery(config or SlurmConfig(), day, run)])[0]

@@ -51,6 +51,7 @@ from pipelines.paths import MODELS_DIR
 from pipelines.policies.catalog import PolicyCatalog
 from pipelines.policies.evaluate import evaluate
 from pipelines.policies.health import PLATFORM, TELEMETRY_SIGNAL, health_lookback
+from pipelines.policies.idle import CHECKPOINT_TOLERANCE, STALE_IDLE_MINUTES, checkpoint_interval_s
 from pipelines.policies.inputs import HEALTH_SCHEMA, MINUTE_SCHEMA, PROGRESS_SCHEMA, PolicyInputs
 from pipelines.policies.model import empty_findings
 from pipelines.policies.planner import RATE_WINDOW, plan
@@ -192,6 +193,10 @@ class SimulatedGovernance:
                 waits.append((minutes or math.nan, PolicyKind.IDLE_INTERACTIVE))
         for name in self.catalog.policies_of(PolicyKind.ZOMBIE):
             waits.append((self._rule_minutes(name, job, "limit_minutes") or math.nan, PolicyKind.ZOMBIE))
+            if self._checkpoint_interval_s(job) is not None and self._rule_minutes(name, job, "limit_minutes"):
+                # a training job that stopped checkpointing: idle this long may do (`check` looks again
+                # when its checkpoint falls due, if that is later)
+                waits.append((float(STALE_IDLE_MINUTES), PolicyKind.ZOMBIE))
         moments = [(start + dt.timedelta(minutes=w), kind) for start in idle_since for w, kind in waits
                    if not math.isnan(w)]
         if job.spec.expected_runtime_s:
@@ -203,6 +208,19 @@ class SimulatedGovernance:
                     moments.append((at, PolicyKind.OVERRUN))
         # the sensor sees a minute once it is over
         return [(_next_minute(m) + _MINUTE, kind) for m, kind in moments]
+
+    @staticmethod
+    def _checkpoint_interval_s(job: Job) -> float | None:
+        """A training job's declared checkpoint interval (None: not a training job, or no time interval)."""
+        return checkpoint_interval_s(job.spec.checkpoint_policy) if job.spec.template.value == "training" else None
+
+    def _checkpoint_due(self, job: Job) -> dt.datetime | None:
+        """When a running training job's checkpoint is overdue (the zombie policy's reading), as of its last
+        ok checkpoint so far (or its start)."""
+        interval = self._checkpoint_interval_s(job)
+        if interval is None or job.started_at is None:
+            return None
+        return (job.last_checkpoint_at or job.started_at) + dt.timedelta(seconds=interval * CHECKPOINT_TOLERANCE)
 
     def _longest_window_minutes(self, kind: PolicyKind) -> float:
         """The telemetry a check of this kind must read: its longest window over every template."""
@@ -281,6 +299,9 @@ class SimulatedGovernance:
         if job is not None:
             for at, kind in self._next_steps_due(job, now, kinds):
                 self._look_at(at, job_id, attempt, (kind,))
+            due = self._checkpoint_due(job) if PolicyKind.ZOMBIE in kinds else None
+            if due is not None and due >= now:  # idle, but its checkpoint is not overdue yet: look again then
+                self._look_at(_next_minute(due) + _MINUTE, job_id, attempt, (PolicyKind.ZOMBIE,))
 
     def _deliver(self, now: dt.datetime) -> None:
         report = self.outbox.deliver({"allocator": self.enforcer}, now)
@@ -319,10 +340,13 @@ class SimulatedGovernance:
         allocation_of = dict(zip(zip(slots["job_id"], slots["slot_id"]), slots["allocation_id"]))
         ids, lengths, stamps, activity, fb = [], [], [], [], []
         # progress: each attempt's start event; its work reports (checkpoints, logs) while it works
-        progress = {"job_id": [], "attempt": [], "at": []}
+        progress = {"job_id": [], "attempt": [], "at": [], "is_checkpoint": []}
         for job, lookback in looks:
             progress["job_id"].append(job.job_id), progress["attempt"].append(job.attempt)
-            progress["at"].append(job.started_at)
+            progress["at"].append(job.started_at), progress["is_checkpoint"].append(False)
+            if job.last_checkpoint_at is not None:  # its last ok checkpoint report (the engine keeps it)
+                progress["job_id"].append(job.job_id), progress["attempt"].append(job.attempt)
+                progress["at"].append(job.last_checkpoint_at), progress["is_checkpoint"].append(True)
             busy_until = None
             for s in self.pool.minutes(job.job_id, now - lookback, now):
                 ids.append(allocation_of[(job.job_id, s["slot_id"])])
@@ -334,7 +358,7 @@ class SimulatedGovernance:
                     busy_until = last if busy_until is None else max(busy_until, last)
             if busy_until is not None:
                 progress["job_id"].append(job.job_id), progress["attempt"].append(job.attempt)
-                progress["at"].append(busy_until.astype(dt.datetime))
+                progress["at"].append(busy_until.astype(dt.datetime)), progress["is_checkpoint"].append(False)
         minutes = pl.DataFrame({
             "allocation_id": pl.Series(ids, dtype=pl.String).gather(np.repeat(np.arange(len(ids)), lengths)),
             "minute_at": np.concatenate(stamps), "activity": np.concatenate(activity),

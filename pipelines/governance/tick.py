@@ -9,7 +9,8 @@ A tick, at `now` (UTC, naive):
 3. builds the policies' inputs from the freshest data there is: the scrape rounds the
    `dcgm_scrape` sensor landed in the last `lookback` (pipelines/governance/live.py: per-GPU
    minutes kept from earlier ticks plus those of the new rounds -> per-allocation minutes), the running jobs' allocations, and their progress
-   signals (every event of the attempt in the pulled log, and the attempt's start);
+   signals (every event and checkpoint/artifact report of the attempt in the pulled logs, its ok
+   checkpoints of the last day, and the attempt's start);
 4. evaluates the live kinds (idle allocation, zombie, idle interactive, overrun);
 5. plans the due steps (`plan`), where an attempt with an open finding that no longer runs has
    ended (its next step is dropped, never sent);
@@ -124,33 +125,49 @@ def default_lookback(catalog: PolicyCatalog) -> dt.timedelta:
     return longest + LOOKBACK_MARGIN
 
 
+CHECKPOINT_LOOKBACK = dt.timedelta(days=1)  # how far back a tick looks for an attempt's last ok checkpoint
+
+
 def recent_progress(landing: Path, jobs: list[dict], now: dt.datetime, lookback: dt.timedelta) -> pl.DataFrame:
-    """PROGRESS_SCHEMA rows of the running attempts: each one's start, and every event of it in
-    the pulled event log within [now - lookback, now)."""
+    """PROGRESS_SCHEMA rows of the running attempts: each one's start, every event and every checkpoint or
+    artifact report of it in the pulled logs within [now - lookback, now), and its ok checkpoints of the
+    last `CHECKPOINT_LOOKBACK` (is_checkpoint: the zombie policy's staleness reaches back that far)."""
     wanted = {(j["job_id"], j["attempt"]) for j in jobs}
     rows = []
     for job in jobs:
         started = job.get("started_at")
         if started:
-            rows.append((job["job_id"], job["attempt"], _ts(started)))
+            rows.append((job["job_id"], job["attempt"], _ts(started), False))
     since = now - lookback
-    days = sorted({since.date(), now.date()})
-    for day in days:
-        folder = Path(landing) / LANDING["events"] / day.isoformat()
-        for path in sorted(folder.glob("*.jsonl")):
+    for source, reach in (("events", since), ("artifacts", min(since, now - CHECKPOINT_LOOKBACK))):
+        for record in _records(landing, source, reach, now):
+            try:
+                key = (record["job_id"], int(record["attempt"]))
+                at = _ts(record["ts"])
+            except (ValueError, KeyError, TypeError):
+                continue  # a record without a job or attempt (an MLflow one): not a progress signal here
+            ok_checkpoint = record.get("kind") == "checkpoint" and record.get("status") == "ok"
+            if key in wanted and (since <= at < now or (ok_checkpoint and reach <= at < now)):
+                rows.append((*key, at, ok_checkpoint))
+    if not rows:
+        return pl.DataFrame(schema=PROGRESS_SCHEMA)
+    return pl.DataFrame(rows, schema=PROGRESS_SCHEMA, orient="row").unique()
+
+
+def _records(landing: Path, source: str, since: dt.datetime, now: dt.datetime):
+    """The pulled JSON records of a source in the day folders from `since` to `now` (half lines skipped)."""
+    day = since.date()
+    while day <= now.date():
+        for path in sorted((Path(landing) / LANDING[source] / day.isoformat()).glob("*.jsonl")):
             with open(path, encoding="utf-8") as lines:
                 for line in lines:
                     try:
                         record = json.loads(line)
-                        key = (record["job_id"], int(record["attempt"]))
-                        at = _ts(record["ts"])
-                    except (ValueError, KeyError, TypeError):
-                        continue  # a half line or a record without a job: not a progress signal
-                    if key in wanted and since <= at < now:
-                        rows.append((*key, at))
-    if not rows:
-        return pl.DataFrame(schema=PROGRESS_SCHEMA)
-    return pl.DataFrame(rows, schema=PROGRESS_SCHEMA, orient="row").unique()
+                    except ValueError:
+                        continue  # a half line
+                    if isinstance(record, dict):
+                        yield record
+        day += dt.timedelta(days=1)
 
 
 def live_inputs(landing: Path, jobs: list[dict], queues: list[dict], now: dt.datetime,
@@ -177,7 +194,7 @@ def governance_tick(
     now = now.astimezone(dt.UTC).replace(tzinfo=None) if now.tzinfo else now
     report = TickReport(at=now)
     lookback = lookback or default_lookback(catalog)
-    for source in ("events", "audit"):
+    for source in ("events", "audit", "artifacts"):
         try:
             report.pulled[source] = client.pull(landing, source).records
         except Exception as exc:  # noqa: BLE001 - reported; the pull resumes from its cursor next tick

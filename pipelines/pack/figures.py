@@ -119,6 +119,16 @@ FIGURES: tuple[Figure, ...] = (
     Figure("gpu_hours_lost", "tasks", "gpu_hours_lost_by_cause", "failure_causes", _cause("gpu_hours_lost"), True),
     Figure("not_user_fault_share", "tasks", "not_user_fault_share", "failure_causes",
            _cause("not_user_fault_pct"), True),
+    # checkpoints: the month's tenants' rows summed; the rate is the view's definition over the sums
+    Figure("checkpoint_policy_breaches", "tasks", "checkpoint_policy_breaches", "checkpoint_policy_breaches",
+           "select sum(policy_breaches) from metrics.checkpoint_policy_breaches where month = ?", True),
+    Figure("checkpoint_policy_breach_rate", "tasks", "checkpoint_policy_breach_rate", "checkpoint_policy_breaches",
+           "select 100.0 * sum(policy_breaches) / nullif(sum(attempts_with_time_policy), 0) "
+           "from metrics.checkpoint_policy_breaches where month = ?", True),
+    Figure("work_lost_gpu_hours", "tasks", "work_lost_gpu_hours", "work_lost",
+           "select sum(work_lost_gpu_hours) from metrics.work_lost where month = ?", True),
+    Figure("failed_attempts_without_checkpoint", "tasks", "failed_attempts_without_checkpoint", "work_lost",
+           "select sum(attempts_without_checkpoint) from metrics.work_lost where month = ?", True),
     # governance
     Figure("audit_records", "governance", "audit_records", "audit_daily", _sum("audit_records", "audit_daily")),
     Figure("permission_changes", "governance", "permission_changes", "audit_daily",
@@ -197,6 +207,30 @@ TABLES: tuple[Table, ...] = (
           f"order by cause = 'all', failures desc, gpu_hours_lost desc, cause",
           ("attempts_by_cause", "failures_by_cause", "attempt_failure_rate_by_cause", "gpu_hours_lost_by_cause",
            "not_user_fault_share"), monthly=True),
+    # what the month's finished training jobs left, pool-wide: the share is the view's definition over the
+    # tenants' and templates' summed jobs
+    Table("artifact_status", "tasks", "artifact_status",
+          "select artifact_status, cast(sum(jobs) as bigint) as jobs, "
+          "100.0 * sum(jobs) / sum(sum(jobs)) over () as jobs_share_pct, "
+          "cast(sum(jobs_with_checkpoint) as bigint) as jobs_with_checkpoint from metrics.artifact_status where month = ? "
+          "group by artifact_status order by list_position(['registered', 'logged_only', 'none'], artifact_status)",
+          ("artifact_status", "artifact_status_share"), monthly=True, chart=("artifact_status", "jobs_share_pct", "bar")),
+    # GPU-hours since the last checkpoint (else since the start) of the month's interrupted or failed attempts
+    Table("work_lost_by_cause", "tasks", "work_lost",
+          "select cause, cast(sum(attempts) as bigint) as attempts, "
+          "cast(sum(attempts_without_checkpoint) as bigint) as attempts_without_checkpoint, "
+          "sum(work_lost_gpu_hours) as work_lost_gpu_hours, "
+          "sum(work_lost_with_checkpoint_gpu_hours) as work_lost_with_checkpoint_gpu_hours, "
+          "sum(work_lost_without_checkpoint_gpu_hours) as work_lost_without_checkpoint_gpu_hours "
+          "from metrics.work_lost where month = ? group by cause order by work_lost_gpu_hours desc, cause",
+          ("work_lost_gpu_hours", "failed_attempts_without_checkpoint"), monthly=True,
+          chart=("cause", "work_lost_gpu_hours", "bar")),
+    Table("checkpoint_policy_breaches", "tasks", "checkpoint_policy_breaches",
+          "select tenant, training_attempts, attempts_with_time_policy, policy_breaches, breaches_without_checkpoint, "
+          "jobs_breaching, policy_breach_rate_pct from metrics.checkpoint_policy_breaches where month = ? "
+          "order by policy_breaches desc, tenant",
+          ("checkpoint_policy_breaches", "jobs_breaching_checkpoint_policy", "checkpoint_policy_breach_rate"),
+          monthly=True),
     # GPUs with hardware faults from the month's first day to its last (a repeat offender first)
     Table("repeat_offender_gpus", "tasks", "gpu_faults",
           "select host, gpu, gpu_model, is_repeat_offender, is_node_repeat_offender, hardware_faults, "

@@ -7,10 +7,16 @@ job dodge the policy. Missing telemetry is never evidence of idleness: a window 
 of its minutes reported, and a longer gap breaks it. Idle allocation then groups a job attempt's
 overlapping GPU windows into one finding (so 7 idle GPUs of 8 are one finding, not seven); zombie
 and idle interactive need every GPU of the attempt idle at once (`all_idle_spans`).
+
+A zombie is also a training job that stopped checkpointing: every GPU idle for `STALE_IDLE_MINUTES`
+while its last ok checkpoint (or its start, without one) is older than its declared interval x
+`CHECKPOINT_TOLERANCE` (`checkpoint_interval_s`: hourly, every N s/min/h; step and epoch policies have
+no time interval and are not judged), the definition of an overdue checkpoint marts.fct_attempt_checkpoints uses.
 """
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 import polars as pl
 
@@ -25,6 +31,22 @@ WINDOW_SCHEMA: dict[str, pl.DataType] = {
     "reaches_end": pl.Boolean,
 }
 _MINUTE = dt.timedelta(minutes=1)
+CHECKPOINT_TOLERANCE = 1.5  # overdue past the declared interval x this (fct_attempt_checkpoints' gap_tolerance)
+STALE_IDLE_MINUTES = 20  # every GPU idle this long, with an overdue checkpoint, is a zombie (before idle-allocation's 30)
+_EVERY = re.compile(r"every\s*([0-9]+(?:\.[0-9]+)?)?\s*(s|secs?|seconds?|m|mins?|minutes?|h|hrs?|hours?)")
+
+
+def checkpoint_interval_s(policy: str | None) -> float | None:
+    """A declared checkpoint policy's interval in seconds ("hourly", "every 30 min", "every 2 h"); None for
+    a policy without a time interval (steps, epochs, none), as marts.fct_attempt_checkpoints reads it."""
+    text = (policy or "").strip().lower()
+    if text == "hourly":
+        return 3600.0
+    match = _EVERY.fullmatch(text)
+    if match is None:
+        return None
+    unit = 3600 if match[2].startswith("h") else 60 if match[2].startswith("m") else 1
+    return float(match[1] or 1) * unit
 
 
 def idle_windows(minutes: pl.DataFrame, params: pl.DataFrame, now: dt.datetime) -> pl.DataFrame:
@@ -148,8 +170,9 @@ def _gpu_evidence() -> pl.Expr:
 
 
 def _windows_for(inputs: PolicyInputs, catalog: PolicyCatalog, policy: str, now: dt.datetime,
-                 window_param: str) -> pl.DataFrame:
-    """Idle windows of the allocations the policy is enabled for, with their parameters and attempt."""
+                 window_param: str, shortest: float | None = None) -> pl.DataFrame:
+    """Idle windows of the allocations the policy is enabled for, with their parameters and attempt;
+    `shortest`: keep windows this long when the parameter asks for longer ones (the caller filters)."""
     allocs = with_rules(inputs.allocations, catalog, policy, (*IDLE_PARAMS, window_param))
     if "memory_floor_mib" not in catalog.policy(policy).params:
         allocs = allocs.with_columns(memory_floor_mib=pl.lit(None, pl.Float64))
@@ -157,7 +180,8 @@ def _windows_for(inputs: PolicyInputs, catalog: PolicyCatalog, policy: str, now:
         allocs = allocs.with_columns(
             pl.coalesce((pl.col("idle_reminder_s") / 60).ceil(), pl.col(window_param)).alias(window_param)
         )
-    allocs = allocs.with_columns(window_minutes=pl.col(window_param))
+    window = pl.col(window_param) if shortest is None else pl.min_horizontal(window_param, pl.lit(float(shortest)))
+    allocs = allocs.with_columns(window_minutes=window)
     params = allocs.select("allocation_id", *IDLE_PARAMS, "window_minutes", "started_at", "ended_at")
     return idle_windows(inputs.minutes, params, now).join(
         allocs.select("allocation_id", *ATTEMPT_KEY, "host", "gpu", "fraction", "scope", *IDLE_PARAMS,
@@ -249,11 +273,15 @@ def _span_findings(inputs: PolicyInputs, windows: pl.DataFrame, now: dt.datetime
 
 
 def zombie(inputs: PolicyInputs, catalog: PolicyCatalog, policy: str, now: dt.datetime) -> pl.DataFrame:
-    """Attempts whose GPUs are all idle (below the zombie threshold) with no progress signal for
-    limit_minutes. The quiet period starts at the later of the all-idle span's start and the last
-    progress signal inside it; window_start_at is that start, detected_at start + limit."""
+    """Attempts whose GPUs are all idle (below the zombie threshold) and that show no sign of progress:
+    no progress signal for limit_minutes, or (a training job with a declared time interval) every GPU
+    idle for STALE_IDLE_MINUTES while its checkpoint is overdue (module docstring). The quiet period
+    starts at the later of the all-idle span's start and the last progress signal inside it (a checkpoint
+    report is one); window_start_at is that start, detected_at the first moment either condition held.
+    An attempt without an ok checkpoint in `inputs.progress` counts from its start: the frame must reach
+    back the interval x tolerance (the tick's and the warehouse's do)."""
     rule = catalog.rule(policy)
-    windows = _windows_for(inputs, catalog, policy, now, "limit_minutes")
+    windows = _windows_for(inputs, catalog, policy, now, "limit_minutes", shortest=STALE_IDLE_MINUTES)
     if windows.is_empty():
         return findings(windows, rule)
     key = list(ATTEMPT_KEY)
@@ -265,27 +293,61 @@ def zombie(inputs: PolicyInputs, catalog: PolicyCatalog, policy: str, now: dt.da
         .group_by(*key, "span_start_at")
         .agg(last_progress_at=pl.col("at").max())
     )
+    last_checkpoint = (
+        inputs.progress.filter(pl.col("is_checkpoint").fill_null(False) & (pl.col("at") < now))
+        .group_by("job_id", "attempt").agg(last_checkpoint_at=pl.col("at").max())
+    )
+    declared = with_rules(inputs.allocations, catalog, policy, ("limit_minutes",)).group_by(key).agg(
+        pl.col("limit_minutes", "checkpoint_policy").first())
+    intervals = {p: checkpoint_interval_s(p) for p in declared["checkpoint_policy"].unique().to_list() if p}
+    stale_idle = pl.duration(minutes=STALE_IDLE_MINUTES)
     out = (
         spans.join(last_progress, on=[*key, "span_start_at"], how="left")
-        .with_columns(window_start_at=pl.max_horizontal("span_start_at", "last_progress_at"))
-        .with_columns(quiet_minutes=(pl.col("span_end_at") - pl.col("window_start_at")).dt.total_seconds() / 60)
-        .filter(pl.col("quiet_minutes") >= pl.col("window_minutes"))
+        .join(declared, on=key)
+        .join(last_checkpoint, on=["job_id", "attempt"], how="left")
+        .with_columns(
+            window_start_at=pl.max_horizontal("span_start_at", "last_progress_at"),
+            interval_s=pl.col("checkpoint_policy").replace_strict(intervals, default=None, return_dtype=pl.Float64),
+            checkpoint_base_at=pl.coalesce("last_checkpoint_at", "started_at"),
+        )
+        .with_columns(
+            quiet_minutes=(pl.col("span_end_at") - pl.col("window_start_at")).dt.total_seconds() / 60,
+            due_at=pl.when(pl.col("template") == "training").then(
+                pl.col("checkpoint_base_at") + pl.duration(seconds=pl.col("interval_s") * CHECKPOINT_TOLERANCE)),
+        )
+        .with_columns(
+            overdue_at=pl.when((pl.col("quiet_minutes") >= STALE_IDLE_MINUTES) & (pl.col("due_at") <= pl.col("span_end_at")))
+            .then(pl.max_horizontal(pl.col("window_start_at") + stale_idle, "due_at")),
+            silent_at=pl.when(pl.col("quiet_minutes") >= pl.col("limit_minutes"))
+            .then(pl.col("window_start_at") + pl.duration(minutes=pl.col("limit_minutes"))),
+        )
+        .with_columns(detected_at=pl.min_horizontal("overdue_at", "silent_at"))
+        .filter(pl.col("detected_at").is_not_null())
+        .with_columns(
+            checkpoint_overdue=pl.col("overdue_at").is_not_null(),
+            checkpoint_age_minutes=(pl.col("span_end_at") - pl.col("checkpoint_base_at")).dt.total_seconds() / 60,
+            checkpoint_limit_minutes=pl.col("interval_s") * CHECKPOINT_TOLERANCE / 60,
+        )
         .with_columns(
             window_end_at=pl.col("span_end_at"),
-            detected_at=pl.col("window_start_at") + pl.duration(minutes=pl.col("window_minutes")),
             gpus_flagged=pl.col("gpus_held"),
             gpu_hours=pl.col("quiet_minutes") / 60 * pl.col("fraction_held"),
-            metric=pl.lit("minutes_without_progress"),
-            observed=pl.col("quiet_minutes"),
-            threshold=pl.col("window_minutes"),
+            metric=pl.when("checkpoint_overdue").then(pl.lit("minutes_since_checkpoint"))
+            .otherwise(pl.lit("minutes_without_progress")),
+            observed=pl.when("checkpoint_overdue").then("checkpoint_age_minutes").otherwise("quiet_minutes"),
+            threshold=pl.when("checkpoint_overdue").then("checkpoint_limit_minutes").otherwise("limit_minutes"),
             is_ongoing=pl.col("is_running") & pl.col("is_ongoing_span"),
             recommendation=pl.lit(None, pl.String),
-            limit_minutes=pl.col("window_minutes"),
+            checkpoint_tolerance=pl.lit(CHECKPOINT_TOLERANCE),
+            stale_idle_minutes=pl.lit(STALE_IDLE_MINUTES),
             last_progress_at=pl.col("last_progress_at").dt.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            last_checkpoint_at=pl.col("last_checkpoint_at").dt.strftime("%Y-%m-%dT%H:%M:%SZ"),
         )
         .with_columns(
             evidence=pl.struct(
-                "limit_minutes", "activity_threshold", "observed_activity", "last_progress_at", "gpus",
+                "limit_minutes", "activity_threshold", "observed_activity", "last_progress_at", "checkpoint_policy",
+                "checkpoint_tolerance", "stale_idle_minutes", "last_checkpoint_at", "checkpoint_age_minutes",
+                "checkpoint_overdue", "gpus",
             ).struct.json_encode()
         )
     )

@@ -14,7 +14,9 @@ attempt (the columns of marts.fct_allocations the policies need, plus template f
             queue_low_priority (null: unknown)
 MINUTE_SCHEMA: one row per allocation per telemetry minute (marts.fct_allocation_activity); a
   minute without a row had no telemetry, which is never taken as idle.
-PROGRESS_SCHEMA: one row per progress signal of a job attempt (a job event, a checkpoint update).
+PROGRESS_SCHEMA: one row per progress signal of a job attempt (a job event, a checkpoint or artifact
+  report). optional: is_checkpoint (an ok checkpoint was written then; null: no), which the zombie
+  policy reads for checkpoint staleness.
 ATTEMPT_SCHEMA: one row per job attempt (marts.fct_job_attempts with the job's attributes); only
   the retry-storm policy reads it, so callers evaluating the live kinds may leave it empty.
 HOST_USAGE_SCHEMA: one row per job attempt with node_exporter data (metrics.job_host_usage): the
@@ -57,7 +59,7 @@ MINUTE_SCHEMA: dict[str, pl.DataType] = {
     "allocation_id": pl.String, "minute_at": TS, "activity": pl.Float64, "fb_used_mib": pl.Float64,
 }
 MINUTE_REQUIRED = ("allocation_id", "minute_at", "activity")
-PROGRESS_SCHEMA: dict[str, pl.DataType] = {"job_id": pl.String, "attempt": pl.Int64, "at": TS}
+PROGRESS_SCHEMA: dict[str, pl.DataType] = {"job_id": pl.String, "attempt": pl.Int64, "at": TS, "is_checkpoint": pl.Boolean}
 PROGRESS_REQUIRED = ("job_id", "attempt", "at")
 ATTEMPT_SCHEMA: dict[str, pl.DataType] = {
     "source": pl.String, "job_id": pl.String, "attempt": pl.Int64, "tenant": pl.String, "queue": pl.String,
@@ -244,11 +246,22 @@ def inputs_from_warehouse(
         from marts.fct_allocation_activity m
         where m.minute_at >= ? and m.minute_at < ?
     """, [start, end])
+    # job events and checkpoint/artifact reports in the window, and each attempt's last ok checkpoint before
+    # it (checkpoint staleness reaches back further than the window)
     progress = _frame(con, """
-        select job_id, attempt, occurred_at as at
+        select job_id, attempt, occurred_at as at, false as is_checkpoint
         from staging.stg_scheduler__job_events
         where occurred_at >= ? and occurred_at < ?
-    """, [start, end])
+        union all
+        select job_id, attempt, occurred_at as at, kind = 'checkpoint' and status = 'ok' as is_checkpoint
+        from staging.stg_scheduler__artifacts
+        where attempt is not null and occurred_at >= ? and occurred_at < ?
+        union all
+        select job_id, attempt, max(occurred_at) as at, true as is_checkpoint
+        from staging.stg_scheduler__artifacts
+        where attempt is not null and kind = 'checkpoint' and status = 'ok' and occurred_at < ?
+        group by job_id, attempt
+    """, [start, end, start, end, start])
     attempts = _frame(con, """
         with hours as (
           select source, job_id, attempt, sum(allocated_gpu_hours) as gpu_hours

@@ -12,6 +12,15 @@ sorted keys); decision = the authorization.k8s.io/decision annotation with Kuber
 written as "deny"; reason = the authorization.k8s.io/reason annotation, plus "impersonating
 <user>" when the request was impersonated; response_code = responseStatus.code.
 
+Kueue quota objects (apiGroup kueue.x-k8s.io, clusterqueues and resourceflavors; the marts count
+their mutations as quota changes): after_json is the object's quota after the change, from
+responseObject when it is the whole object (RequestResponse level; a patch's requestObject is only
+the patch), else requestObject: {"kind", "name", "spec"} with a ClusterQueue's spec cut to cohort
+and resourceGroups (each flavor's resources with nominalQuota, borrowingLimit, lendingLimit), a
+ResourceFlavor's spec whole; a patch without the whole object is kept as sent. before_json is the
+quota the object's previous change in the same file left (its earlier successful record), and for
+a delete the deleted object Kubernetes returned; null when neither is in the file.
+
 Quarantined: a line that is not JSON (nor Unicode, nor shallow enough to parse) or not an object, a
 kind other than Event/EventList, an apiVersion outside audit.k8s.io, a missing auditID, verb or
 user.username, no usable timestamp; and a `RefusedEvent` line (apiVersion gpupool.io/v1), which
@@ -45,6 +54,10 @@ REASON = "authorization.k8s.io/reason"
 TIME_FIELDS = ("stageTimestamp", "timestamp", "requestReceivedTimestamp")
 REFUSED_KIND = "RefusedEvent"  # the webhook's stand-in for an item it could not keep
 REFUSED_API_VERSION = "gpupool.io/v1"
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_QUOTA_KINDS = {"clusterqueues": "ClusterQueue", "resourceflavors": "ResourceFlavor"}  # resource -> kind
+LIMITS = ("nominalQuota", "borrowingLimit", "lendingLimit")
+MUTATIONS = ("create", "update", "patch", "delete")
 
 
 def refused(value: object) -> bool:
@@ -73,6 +86,53 @@ def _occurred_at(event: dict[str, object]) -> object:
     raise RecordError("no timestamp: stageTimestamp, timestamp and requestReceivedTimestamp are all missing")
 
 
+def _limits(resources: object) -> object:
+    if not isinstance(resources, list):
+        return resources
+    return [{k: r[k] for k in ("name", *LIMITS) if k in r} if isinstance(r, dict) else r for r in resources]
+
+
+def _quota_groups(groups: object) -> object:
+    """A ClusterQueue's resourceGroups cut to flavors, resources and their limits (odd shapes kept)."""
+    if not isinstance(groups, list):
+        return groups
+    out = []
+    for group in groups:
+        flavors = group.get("flavors") if isinstance(group, dict) else None
+        if not isinstance(flavors, list):
+            out.append(group)
+            continue
+        out.append({
+            "coveredResources": group.get("coveredResources"),
+            "flavors": [{"name": f.get("name"), "resources": _limits(f.get("resources"))} if isinstance(f, dict)
+                        else f for f in flavors],
+        })
+    return out
+
+
+def kueue_quota(obj: object, kind: str) -> object:
+    """A whole ClusterQueue or ResourceFlavor cut to its quota ({"kind", "name", "spec"}); anything
+    else (a patch, a Status) as it is."""
+    if not isinstance(obj, dict) or obj.get("kind") != kind:
+        return obj
+    metadata = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    if kind == "ClusterQueue":
+        spec = {k: _quota_groups(v) if k == "resourceGroups" else v
+                for k, v in spec.items() if k in ("cohort", "resourceGroups")}
+    return {"kind": kind, "name": metadata.get("name"), "spec": spec}
+
+
+def _kueue_quota_object(event: dict[str, object]) -> str | None:
+    """The Kueue kind of a change to a ClusterQueue or ResourceFlavor, else None."""
+    object_ref = event.get("objectRef")
+    if not isinstance(object_ref, dict) or object_ref.get("apiGroup") != KUEUE_GROUP:
+        return None
+    if object_ref.get("subresource") or event.get("verb") not in MUTATIONS:  # status: Kueue's bookkeeping
+        return None
+    return KUEUE_QUOTA_KINDS.get(str(object_ref.get("resource")))
+
+
 def _row(event_obj: object, line_number: int) -> dict[str, object]:
     if not isinstance(event_obj, dict):
         raise RecordError(f"event is {json_type(event_obj)}, expected a JSON object")
@@ -94,6 +154,20 @@ def _row(event_obj: object, line_number: int) -> dict[str, object]:
     request_object = get(event, "requestObject", "object")
     response_object = get(event, "responseObject", "object")
     after = request_object if request_object is not None else response_object
+    before = None
+    quota_kind = _kueue_quota_object(event)
+    if quota_kind is not None:
+        whole = [o for o in (response_object, request_object) if isinstance(o, dict) and o.get("kind") == quota_kind]
+        if event.get("verb") == "delete":
+            before, after = (kueue_quota(whole[0], quota_kind) if whole else None), None
+        else:
+            after = kueue_quota(whole[0], quota_kind) if whole else request_object
+        row_quota = {"_quota_whole": bool(whole)}
+        name = kueue_quota(whole[0], quota_kind).get("name") if whole else None  # type: ignore[union-attr]
+        if isinstance(name, str) and name and not object_ref.get("name"):  # a create's objectRef may lack it
+            row_quota["object_name"] = name
+    else:
+        row_quota = {}
     response_status: dict[str, object] = get(event, "responseStatus", "object") or {}
     audit_id = get_str(event, "auditID", required=True)
     return {
@@ -105,7 +179,7 @@ def _row(event_obj: object, line_number: int) -> dict[str, object]:
         "object_kind": f"{resource}/{subresource}" if resource and subresource else resource,
         "object_namespace": get_str(object_ref, "namespace", where="objectRef.") or None,
         "object_name": get_str(object_ref, "name", where="objectRef.") or None,
-        "before_json": None,
+        "before_json": None if before is None else compact_json(before),
         "after_json": None if after is None else compact_json(after),
         "decision": "deny" if decision == "forbid" else decision,
         "reason": "; ".join(r for r in reasons if r) or None,
@@ -115,7 +189,23 @@ def _row(event_obj: object, line_number: int) -> dict[str, object]:
         "api_version": get_str(event, "apiVersion"),
         "source": SOURCE,
         "line_number": line_number,
+        **row_quota,
     }
+
+
+def _chain_quota(row: dict[str, object], quotas: dict[tuple[object, object], str | None], *, whole: bool) -> None:
+    """Give a Kueue quota change the quota the object's previous successful change left as
+    before_json, and remember this one's (a delete forgets the object)."""
+    key = (row["object_kind"], row["object_name"])
+    if row["before_json"] is None:
+        row["before_json"] = quotas.get(key)
+    code = row["response_code"]
+    if row["stage"] not in (None, "ResponseComplete") or (isinstance(code, int) and code >= 400):
+        return
+    if row["action"] != "delete" and whole:
+        quotas[key] = row["after_json"]  # type: ignore[assignment]
+    else:
+        quotas.pop(key, None)  # deleted, or a patch without the whole object: its quota is unknown
 
 
 def _events(record: JsonRecord) -> list[tuple[object, str]]:
@@ -134,6 +224,7 @@ def parse_k8s_audit(data: bytes | str, source_file: str) -> ParseResult:
     records = read_json_lines(data, rejects)
     read = len(rejects)
     audits = Columns(contract("audit_events").schema)
+    quotas: dict[tuple[object, object], str | None] = {}  # Kueue quota object -> its quota after its last change
     for record in records:
         if refused(record.value):
             read += 1
@@ -160,6 +251,8 @@ def parse_k8s_audit(data: bytes | str, source_file: str) -> ParseResult:
                 where = f"items[{index}]: " if raw is not record.raw else ""
                 rejects.add(record.line_number, f"{where}{error}", raw)
                 continue
+            if "_quota_whole" in row:
+                _chain_quota(row, quotas, whole=bool(row.pop("_quota_whole")))
             audits.append(**row, source_file=source_file)
     frame: pl.DataFrame = audits.frame()
     return ParseResult(

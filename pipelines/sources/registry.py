@@ -10,15 +10,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipelines.sources import (
+    allocator_artifacts,
     allocator_log,
     dcgm_parquet,
     dcgm_text,
     governance,
     k8s_audit,
     kueue,
+    mlflow,
     node_exporter,
     prometheus,
     slurm_sacct,
+    slurm_sacctmgr,
 )
 from pipelines.sources.base import ParseResult
 from pipelines.sources.slurm_squeue import parse_squeue_job_gpus
@@ -125,6 +128,14 @@ SOURCES: dict[str, IngestSource] = {
             slurm_sacct.parse_sacct_json,
         ),
         IngestSource(
+            "slurm_sacctmgr",
+            "Slurm admin audit: sacctmgr -P list transactions output (accounts, users, associations, QOS)",
+            ("*.txt", "*.psv"),
+            ("audit_events",),
+            slurm_sacctmgr.parse_sacctmgr_transactions,
+            time_columns={"audit_events": "occurred_at"},
+        ),
+        IngestSource(
             "slurm_squeue",
             "Slurm running jobs' GPU indices (squeue --json snapshots), for the DCGM join",
             ("*.json",),
@@ -164,6 +175,14 @@ SOURCES: dict[str, IngestSource] = {
             time_columns={"audit_events": "occurred_at"},
         ),
         IngestSource(
+            "allocator_artifacts",
+            "gpupool allocator checkpoint and artifact reports (gpupool.artifact/v1 JSON lines)",
+            ("*.jsonl",),
+            ("artifact_events",),
+            allocator_artifacts.parse_artifact_log,
+            time_columns={"artifact_events": "occurred_at"},
+        ),
+        IngestSource(
             "allocator_pool",
             "gpupool allocator pool snapshot (gpupool.pool/v1 JSON): inventory and quotas",
             ("*.json",),
@@ -177,6 +196,15 @@ SOURCES: dict[str, IngestSource] = {
             ("governance_actions",),
             governance.parse_governance_log,
             time_columns={"governance_actions": "occurred_at"},
+        ),
+        IngestSource(
+            "mlflow",
+            "MLflow runs' checkpoints, artifacts and registered model versions (the MLflow connector's "
+            "gpupool.artifact/v1 JSON lines, one file per pull)",
+            ("*.jsonl",),
+            ("artifact_events",),
+            mlflow.parse_mlflow_pull,
+            time_columns={"artifact_events": "occurred_at"},
         ),
     )
 }

@@ -1,9 +1,11 @@
 """The Jobs page: failures by reason, retries and their GPU-hours, jobs past their declared time,
-oversized requests, for an operator and a tenant member."""
+oversized requests, checkpoints and artifacts, for an operator and a tenant member."""
 from __future__ import annotations
 
 import datetime as dt
 
+import duckdb
+import pytest
 import streamlit as st
 
 from dashboards.i18n import STRINGS
@@ -14,13 +16,52 @@ def test_operator(dashboard_env):
     at = signed_in("ops", "jobs")
     assert errors(at) == []
     assert at.title[0].value == STRINGS["page_jobs"]["en"]
-    assert len(at.metric) == 4  # failure rate, failed jobs, retries, preemptions of the window
+    # failure rate, failed jobs, retries, preemptions of the window; breach rate, breaches, work lost,
+    # failed attempts without a checkpoint of the months
+    assert len(at.metric) == 8
     # failures by reason, their GPU-hours, retry GPU-hours, overrun steps, rightsizable GPU-hours
     assert len(at.get("vega_lite_chart")) >= 4
     late = next(df for df in frames(at) if "expected_runtime_s" in df.columns)
     assert len(late) and (late["run_time_s"] > late["expected_runtime_s"].fillna(late["time_limit_s"])).all()
     assert len(tenants_shown(at)) > 1
     assert any("rightsizable_gpu_hours" in df.columns for df in frames(at))
+
+
+def _one(home, sql: str):
+    con = duckdb.connect(str(home / "warehouse.duckdb"), read_only=True)
+    try:
+        return con.execute(sql).fetchone()
+    finally:
+        con.close()
+
+
+def test_checkpoints_and_artifacts_are_the_views_figures(dashboard_env):
+    """The demo month's checkpoint figures on the page equal the views' (pool level: the tenants' rows
+    summed; the rate: breaches over the attempts judged), with words, not raw keys, for readers."""
+    at = signed_in("ops", "jobs")
+    assert errors(at) == []
+    shown = {m.label: m.value for m in at.metric}
+    breaches, judged, lost, without = _one(dashboard_env, "select sum(policy_breaches), sum(attempts_with_time_policy), "
+                                           "(select sum(work_lost_gpu_hours) from metrics.work_lost), "
+                                           "(select sum(attempts_without_checkpoint) from metrics.work_lost) "
+                                           "from metrics.checkpoint_policy_breaches")
+    assert lost > 0 and breaches > 0
+    assert shown["Checkpoint policy breaches"] == f"{breaches:,}"
+    assert shown["Checkpoint policy breach rate"] == f"{100 * breaches / judged:,.1f}%"
+    assert shown["Work lost at interruptions"] == f"{lost:,.1f}"
+    assert shown["Failed attempts without a checkpoint"] == f"{without:,}"
+    offenders = next(df for df in frames(at) if "policy_breaches" in df.columns)
+    assert offenders["policy_breaches"].sum() == breaches and (offenders["policy_breaches"] > 0).all()
+    stale = next(df for df in frames(at) if "checkpoint_age_h" in df.columns)
+    running = _one(dashboard_env, "select count(distinct (source, job_id, attempt)), max(checkpoint_age_s) "
+                                  "from metrics.checkpoint_age where is_running")
+    assert len(stale) == min(running[0], 30) and stale["checkpoint_age_h"].iloc[0] == pytest.approx(running[1] / 3600)
+    assert stale["checkpoint_age_h"].is_monotonic_decreasing and stale["last_ok_checkpoint_at"].notna().all()
+    assert any(s.value == STRINGS["checkpoints"]["en"] for s in at.subheader)
+    assert any(s.value == "Checkpoint / model-artifact status" for s in at.subheader)
+    specs = [str(c.proto) for c in at.get("vega_lite_chart")]  # spec and data
+    assert any("Registered model" in s and "No artifact" in s for s in specs)  # status words, not keys
+    assert any("since the last checkpoint" in s and "Preempted" in s for s in specs)
 
 
 def test_tenant_member_sees_only_their_jobs(dashboard_env):

@@ -189,6 +189,29 @@ def host_samples_frame() -> pl.DataFrame:
     )
 
 
+def artifact_events_frame() -> pl.DataFrame:
+    return contract("artifact_events").conform(
+        pl.DataFrame(
+            {
+                "event_id": ["ar-000000001", "ar-000000002", "r1:artifact:model.pt", "r1:model_version:llm/3"],
+                "occurred_at": [_at(i) for i in range(4)],
+                "job_id": ["j1", "j1", "j1", "j1"],
+                "attempt": [1, 2, None, None],
+                "kind": ["checkpoint", "checkpoint", "artifact", "model_version"],
+                "status": ["ok", "failed", "ok", "ok"],
+                "location": ["s3://ckpt/j1/1000", None, "mlflow-artifacts:/1/r1/artifacts/model.pt", None],
+                "size_bytes": [0, None, 52_428_800_000, None],
+                "training_step": [1000, 0, None, None],
+                "model_name": [None, None, None, "llm"],
+                "model_version": [None, None, None, "3"],
+                "run_id": [None, None, "r1", "r1"],
+                "source": ["allocator", "allocator", "mlflow", "mlflow"],
+                "source_file": ["artifacts.jsonl", "artifacts.jsonl", "runs.jsonl", "runs.jsonl"],
+            }
+        )
+    )
+
+
 CLEAN: dict[str, Callable[[], pl.DataFrame]] = {
     "dcgm_samples": dcgm_frame,
     "job_events": job_events_frame,
@@ -198,6 +221,7 @@ CLEAN: dict[str, Callable[[], pl.DataFrame]] = {
     "queue_quotas": queue_quotas_frame,
     "governance_actions": governance_actions_frame,
     "host_samples": host_samples_frame,
+    "artifact_events": artifact_events_frame,
 }
 
 
@@ -280,6 +304,17 @@ BROKEN = [
      "expect_column_values_to_be_between", "memory_mib is not positive", [1], [0]),
     ("quota_negative", "queue_quotas", "quota_gpus", {2: -1.0},
      "expect_column_values_to_be_between", "quota_gpus is negative", [2], [-1.0]),
+    ("artifact_kind", "artifact_events", "kind", {1: "snapshot"},
+     "expect_column_values_to_be_in_set", "unknown kind (not checkpoint, artifact, model_version)", [1],
+     ["snapshot"]),
+    ("artifact_status", "artifact_events", "status", {0: "partial"},
+     "expect_column_values_to_be_in_set", "unknown status (not ok, failed)", [0], ["partial"]),
+    ("artifact_size_negative", "artifact_events", "size_bytes", {2: -1},
+     "expect_column_values_to_be_between", "size_bytes is negative", [2], [-1]),
+    ("artifact_step_negative", "artifact_events", "training_step", {0: -5},
+     "expect_column_values_to_be_between", "training_step is negative", [0], [-5]),
+    ("artifact_source", "artifact_events", "source", {3: "wandb"},
+     "expect_column_values_to_be_in_set", "source is not one of allocator, mlflow", [3], ["wandb"]),
 ]
 
 

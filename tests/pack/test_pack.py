@@ -112,3 +112,37 @@ def test_failures_by_cause_and_hosts(pack_home):
     assert hosts.height == host_count > 0 and hosts["cpu_busy_pct_mean"].is_between(0, 100).all()
     html = (out / "pack.html").read_text()
     assert "failures_by_cause" in html and "repeat_offender_gpus" in html and "charts/hosts.png" in html
+
+
+def test_checkpoints_and_artifact_status(pack_home):
+    """The task part's artifact status is the view's finished training jobs summed over tenants and
+    templates, with shares of the month's total; work lost by cause and the breaches are the view's rows."""
+    out = (pack_home / _packs(pack_home)[0]["html_path"]).parent
+    status = pl.read_parquet(out / "appendix" / "artifact_status.parquet")
+    lost = pl.read_parquet(out / "appendix" / "work_lost_by_cause.parquet")
+    breaches = pl.read_parquet(out / "appendix" / "checkpoint_policy_breaches.parquet")
+    stored = json.loads((out / "figures.json").read_text())["figures"]
+    con = duckdb.connect(str(pack_home / "warehouse.duckdb"), read_only=True)
+    try:
+        artifacts = con.sql("select * from metrics.artifact_status where month = ?", params=[MONTH]).pl()
+        work = con.sql("select * from metrics.work_lost where month = ?", params=[MONTH]).pl()
+        tenants = con.sql("select * from metrics.checkpoint_policy_breaches where month = ?", params=[MONTH]).pl()
+    finally:
+        con.close()
+    assert status["artifact_status"].to_list() == ["registered", "logged_only", "none"]
+    assert status["jobs"].sum() == artifacts["jobs"].sum() > 0
+    for row in status.iter_rows(named=True):
+        jobs = artifacts.filter(pl.col("artifact_status") == row["artifact_status"])["jobs"].sum()
+        assert row["jobs"] == jobs and row["jobs_share_pct"] == pytest.approx(100 * jobs / artifacts["jobs"].sum())
+    assert status["jobs_share_pct"].sum() == pytest.approx(100)
+    assert set(lost["cause"]) == set(work["cause"]) and "preempted" in set(lost["cause"])
+    assert lost["work_lost_gpu_hours"].sum() == pytest.approx(work["work_lost_gpu_hours"].sum())
+    assert stored["work_lost_gpu_hours"]["value"] == pytest.approx(work["work_lost_gpu_hours"].sum())
+    assert (lost["work_lost_with_checkpoint_gpu_hours"] + lost["work_lost_without_checkpoint_gpu_hours"]
+            - lost["work_lost_gpu_hours"]).abs().max() < 1e-6
+    assert breaches.height == tenants.height and stored["checkpoint_policy_breaches"]["value"] == \
+        tenants["policy_breaches"].sum() > 0
+    assert stored["checkpoint_policy_breach_rate"]["value"] == pytest.approx(
+        100 * tenants["policy_breaches"].sum() / tenants["attempts_with_time_policy"].sum())
+    html = (out / "pack.html").read_text()
+    assert "charts/artifact_status.png" in html and "charts/work_lost_by_cause.png" in html

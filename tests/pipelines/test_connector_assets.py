@@ -169,6 +169,11 @@ def test_gpupool_land_without_a_section_says_what_to_add(command, section, empty
     assert "gpupool.example.yml" in result.output
 
 
+def test_gpupool_land_mlflow_without_a_section_says_what_to_add(empty_config: Path, tmp_path: Path):
+    result = CliRunner().invoke(main, ["land", "mlflow", "--home", str(tmp_path / "home")])
+    assert result.exit_code == 1 and "no `mlflow` section" in result.output and "gpupool.example.yml" in result.output
+
+
 def test_gpupool_land_slurm_offline_lands_and_ingests(tmp_path: Path, empty_config: Path):
     offline = recorded(tmp_path, SLURM_FIXTURES, ("sacct.txt",))
     home = tmp_path / "home"

@@ -52,7 +52,8 @@ def test_schedules_and_jobs_are_defined():
                                            "policy_findings_daily", "capacity_monthly", "review_pack_monthly",
                                            "maintain_lake"}
     assert len(list(defs.schedules)) == 7
-    assert {s.name for s in defs.sensors} == {"dcgm_scrape", "node_exporter_scrape", "slurm_gpu_snapshot", "idle_reclaim"}
+    assert {s.name for s in defs.sensors} == {"dcgm_scrape", "node_exporter_scrape", "slurm_gpu_snapshot", "idle_reclaim",
+                                                "mlflow_pull", "slurm_admin_audit"}
 
 
 def test_the_daily_ingest_schedule_targets_the_day_that_just_ended():

@@ -15,7 +15,15 @@ from hypothesis import strategies as st
 
 from pipelines.contracts import contract
 from pipelines.paths import REPO_ROOT
-from pipelines.sources import allocator_log, dcgm_text, governance, kueue, prometheus, slurm_sacct
+from pipelines.sources import (
+    allocator_artifacts,
+    allocator_log,
+    dcgm_text,
+    governance,
+    kueue,
+    prometheus,
+    slurm_sacct,
+)
 from pipelines.sources.base import ParseResult
 from pipelines.sources.slurm_squeue import parse_squeue_job_gpus
 from tests.conftest import REAL_DATA
@@ -312,6 +320,8 @@ JSONL_PARSERS = {
     "allocator_events": (allocator_log.parse_event_log, FIXTURES / "allocator_events.jsonl", ("job_events", "job_gpus")),
     "allocator_audit": (allocator_log.parse_audit_log, FIXTURES / "allocator_audit.jsonl", ("audit_events",)),
     "governance_actions": (governance.parse_governance_log, None, ("governance_actions",)),
+    "allocator_artifacts": (allocator_artifacts.parse_artifact_log, FIXTURES / "allocator_artifacts.jsonl",
+                            ("artifact_events",)),
 }
 
 
