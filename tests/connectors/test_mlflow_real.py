@@ -19,6 +19,8 @@ from pipelines.ingest import ingest_partition
 from pipelines.warehouse import Warehouse
 from tests.mlflow_server import running_mlflow
 
+pytestmark = pytest.mark.slow  # a real mlflow server
+
 NOW = dt.datetime.now(dt.UTC).replace(microsecond=0)
 
 

@@ -8,6 +8,7 @@ import datetime as dt
 import json
 
 import polars as pl
+import pytest
 import requests
 
 from pipelines.contracts import DecisionStatus, Mode, PolicyKind, StepAction
@@ -18,6 +19,8 @@ from pipelines.policies.evaluate import evaluate
 from pipelines.policies.inputs import PolicyInputs
 from pipelines.policies.planner import plan
 from tests.governance.conftest import ADMIN, BOT, T0, TRAINING, VISION
+
+pytestmark = pytest.mark.slow  # the live allocator over HTTP
 
 HOUR = dt.timedelta(hours=1)
 HOST = "h100-01"

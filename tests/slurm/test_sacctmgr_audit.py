@@ -11,6 +11,7 @@ import stat
 from pathlib import Path
 
 import dagster as dg
+import pytest
 
 from pipelines.assets.connectors import admin_audit_days, build_slurm_admin_audit_sensor
 from pipelines.connectors.slurm import (
@@ -25,6 +26,8 @@ from pipelines.resources.slurm import SlurmAccounting
 from pipelines.resources.warehouse import WarehouseResource
 from pipelines.warehouse import Warehouse
 from tests.slurm.conftest import SlurmCluster, slurm
+
+pytestmark = pytest.mark.slow  # the real Slurm
 
 CAPTURE = Path(__file__).parent / "fixtures" / "sacctmgr_transactions.txt"
 

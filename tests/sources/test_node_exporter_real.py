@@ -14,6 +14,8 @@ import requests
 from pipelines.sources.node_exporter import KEPT_METRICS, parse_node_exporter_text
 from tests.node_exporter_daemon import running_node_exporter
 
+pytestmark = pytest.mark.slow  # the real node_exporter binary
+
 _LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$")
 
 
