@@ -28,7 +28,9 @@ KINDS = ("checkpoint", "artifact", "model_version")
 STATUSES = ("ok", "failed")
 
 
-def _artifact(record: JsonRecord) -> dict[str, object]:
+def artifact_row(record: JsonRecord, source: str = SOURCE) -> dict[str, object]:
+    """One `gpupool.artifact/v1` line as an artifact_events row. The allocator knows the attempt of every
+    report; MLflow (source mlflow) may not, but always names its run."""
     line = record.value
     if not isinstance(line, dict):
         raise RecordError(f"line is {json_type(line)}, expected a JSON object")
@@ -44,7 +46,7 @@ def _artifact(record: JsonRecord) -> dict[str, object]:
         "event_id": get_str(line, "artifact_id", required=True),
         "occurred_at": get_time(line, "ts", required=True),
         "job_id": get_str(line, "job_id", required=True),
-        "attempt": get_int(line, "attempt", required=True, minimum=1),
+        "attempt": get_int(line, "attempt", required=source == SOURCE, minimum=1),
         "kind": kind,
         "status": get_enum(line, "status", STATUSES, required=True),
         "location": get_str(line, "location"),
@@ -52,12 +54,13 @@ def _artifact(record: JsonRecord) -> dict[str, object]:
         "training_step": get_int(line, "training_step", minimum=0, bits=64),
         "model_name": model_name,
         "model_version": model_version,
+        "run_id": get_str(line, "run_id", required=source != SOURCE),
         "reported_by": get_str(line, "reported_by"),
-        "source": SOURCE,
+        "source": source,
     }
 
 
 def parse_artifact_log(data: bytes | str, source_file: str) -> ParseResult:
     """`gpupool.artifact/v1` lines → artifact_events (one row per line)."""
     return parse_record_lines(data, source_file, "allocator_artifacts", "artifact_events",
-                              contract("artifact_events").schema, _artifact)
+                              contract("artifact_events").schema, artifact_row)

@@ -140,5 +140,5 @@ def test_parser_loads_the_records_and_quarantines_bad_lines():
     reasons = result.quarantine["reason"].to_list()
     assert reasons[0].startswith("invalid JSON")
     assert "field 'kind' is 'weights'" in reasons[1]
-    assert "unknown schema 'gpupool.event/v1'" in reasons[2]
-    assert "field 'model_name' is null" in reasons[3]
+    assert "field 'schema' is 'gpupool.event/v1', expected 'gpupool.artifact/v1'" in reasons[2]
+    assert "kind model_version needs fields 'model_name' and 'model_version'" in reasons[3]
