@@ -127,8 +127,8 @@ def record_day(warehouse: Warehouse, day: dt.date, catalog: PolicyCatalog, outbo
     kinds={"duckdb", "polars"},
     # What pipelines/policies/inputs.py reads (tests/pipelines/test_asset_graph.py keeps the list exact).
     deps=reads("marts.dim_jobs", "marts.dim_queues", "marts.fct_allocation_activity", "marts.fct_allocations",
-               "marts.fct_job_attempts", "staging.stg_scheduler__job_events", "metrics.job_host_usage",
-               "metrics.gpu_health_events"),
+               "marts.fct_job_attempts", "staging.stg_scheduler__job_events", "staging.stg_scheduler__artifacts",
+               "metrics.job_host_usage", "metrics.gpu_health_events"),
     partitions_def=daily_partitions,
     description=(
         "Every governance policy re-evaluated over the warehouse for one UTC day: the findings replace the "
