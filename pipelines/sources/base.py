@@ -55,3 +55,16 @@ def quarantine_frame(
 
 def empty_quarantine() -> pl.DataFrame:
     return contract("quarantine").empty_frame()
+
+
+def split_by_reason(rows: pl.DataFrame, source: str, source_file: str, table: str) -> ParseResult:
+    """Rows of a file already in a raw contract, with `reason` (null = sound) and `line_number`: the sound
+    ones loaded into `table`, the others quarantined with the row as JSON (Parquet readers)."""
+    bad = rows.filter(pl.col("reason").is_not_null())
+    good = rows.filter(pl.col("reason").is_null()).drop("reason", "line_number")
+    quarantine = quarantine_frame(
+        source, source_file, bad["line_number"], bad["reason"],
+        bad.drop("reason", "line_number").select(pl.struct(pl.all()).struct.json_encode())[:, 0],
+    ) if bad.height else empty_quarantine()
+    return ParseResult(tables={table: good}, quarantine=quarantine, records_read=rows.height,
+                       records_loaded=good.height)

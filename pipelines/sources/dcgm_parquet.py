@@ -17,7 +17,7 @@ from pathlib import Path
 import polars as pl
 
 from pipelines.contracts import contract
-from pipelines.sources.base import ParseResult, empty_quarantine, quarantine_frame
+from pipelines.sources.base import ParseResult, quarantine_frame, split_by_reason
 from pipelines.sources.dcgm_text import FP64_SENTINELS, INT64_SENTINELS
 
 SOURCE = "dcgm_parquet"
@@ -97,22 +97,7 @@ def _parse_rows(frame: pl.DataFrame, source_file: str, first_line: int) -> Parse
         .when(pl.col("value").is_in(sentinels))
         .then(pl.lit("DCGM blank sentinel"))
     )
-    rows = rows.with_columns(reason=reason)
-    bad = rows.filter(pl.col("reason").is_not_null())
-    good = rows.filter(pl.col("reason").is_null()).drop("reason", "line_number")
-    quarantine = (
-        quarantine_frame(
-            SOURCE,
-            source_file,
-            bad["line_number"],
-            bad["reason"],
-            bad.drop("reason", "line_number").select(pl.struct(pl.all()).struct.json_encode())[:, 0],
-        )
-        if bad.height
-        else empty_quarantine()
-    )
-    return ParseResult(tables={"dcgm_samples": good}, quarantine=quarantine, records_read=rows.height,
-                       records_loaded=good.height)
+    return split_by_reason(rows.with_columns(reason=reason), SOURCE, source_file, "dcgm_samples")
 
 
 def _whole_file_rejected(source_file: str, reason: str) -> ParseResult:

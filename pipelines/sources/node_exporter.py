@@ -29,7 +29,7 @@ from pathlib import Path
 import polars as pl
 
 from pipelines.contracts import contract
-from pipelines.sources.base import ParseResult, empty_quarantine, quarantine_frame
+from pipelines.sources.base import ParseResult, quarantine_frame, split_by_reason
 from pipelines.sources.dcgm_text import (
     _MAX_TIMESTAMP_MS,
     _MIN_TIMESTAMP_MS,
@@ -267,22 +267,7 @@ def parse_node_exporter_parquet(data: bytes, source_file: str) -> ParseResult:
         .when(~pl.col("metric").is_in(KEPT_METRICS))
         .then(pl.format("metric {} is not one raw.host_samples keeps", pl.col("metric")))
     )
-    rows = rows.with_columns(reason=reason)
-    bad = rows.filter(pl.col("reason").is_not_null())
-    good = rows.filter(pl.col("reason").is_null()).drop("reason", "line_number")
-    quarantine = (
-        quarantine_frame(
-            PARQUET_SOURCE,
-            source_file,
-            bad["line_number"],
-            bad["reason"],
-            bad.drop("reason", "line_number").select(pl.struct(pl.all()).struct.json_encode())[:, 0],
-        )
-        if bad.height
-        else empty_quarantine()
-    )
-    return ParseResult(tables={TABLE: good}, quarantine=quarantine, records_read=rows.height,
-                       records_loaded=good.height)
+    return split_by_reason(rows.with_columns(reason=reason), PARQUET_SOURCE, source_file, TABLE)
 
 
 def _rejected(source_file: str, reason: str) -> ParseResult:
