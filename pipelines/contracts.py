@@ -441,7 +441,8 @@ create table if not exists {REVIEW_PACKS_TABLE} (
   html_path VARCHAR,
   pdf_path VARCHAR,
   build_seconds DOUBLE,
-  release_id BIGINT
+  release_id BIGINT,
+  tenant VARCHAR
 )"""
 register(CodeTable(
     REVIEW_PACKS_TABLE, REVIEW_PACKS_DDL, grain="one row per review pack built",
@@ -453,7 +454,10 @@ register(CodeTable(
         "built_at": "when it was built, UTC", "html_path": "its HTML, relative to the gpupool home",
         "pdf_path": "its PDF, relative to the gpupool home", "build_seconds": "seconds the build took",
         "release_id": "warehouse release its figures were read from (pinned; `gpupool pack --as-of` rebuilds it)",
+        "tenant": "the tenant of a tenant pack (its team lead's); null for the pool's pack",
     },
-    # Tables made before releases get the column on their next write (null: release not recorded).
-    migrations=(f"alter table {REVIEW_PACKS_TABLE} add column if not exists release_id BIGINT",),
+    # Tables made before releases (tenant packs) get the column on their next write (null: release not
+    # recorded; the pool's pack).
+    migrations=(f"alter table {REVIEW_PACKS_TABLE} add column if not exists release_id BIGINT",
+                f"alter table {REVIEW_PACKS_TABLE} add column if not exists tenant VARCHAR"),
 ))

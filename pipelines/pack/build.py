@@ -8,34 +8,40 @@ from pathlib import Path
 
 from pipelines.lake import release_read
 from pipelines.pack import store
-from pipelines.pack.figures import collect
+from pipelines.pack.figures import POOL, collect
 from pipelines.pack.render import render
 from pipelines.warehouse import Warehouse
 
 
 def build_pack(warehouse: Warehouse, month: dt.date, lang: str = "en", as_of: int | None = None,
-               on_step: Callable[[str], None] = lambda _m: None) -> Path:
-    """Collect (on the analysts' read-only connection), render and store the pack for `month`; returns
-    its folder, recorded in ops.review_packs with the release it read. `as_of`: read that kept release
-    instead of the latest (raises ReleaseExpired when it is no longer kept). The release read is pinned,
-    so that `as_of` finds it again and rebuilds the same figures."""
+               on_step: Callable[[str], None] = lambda _m: None, tenant: str | None = None) -> Path:
+    """Collect (on the analysts' read-only connection), render and store the pack for `month` (the
+    pool's, or `tenant`'s pack for its team lead); returns its folder, recorded in ops.review_packs with
+    the release it read. `as_of`: read that kept release instead of the latest (raises ReleaseExpired
+    when it is no longer kept). The release read is pinned, so that `as_of` finds it again and rebuilds
+    the same figures."""
+    from pipelines.pack.questions import pool_answers
+    from pipelines.pack.tenant import TENANT, tenant_answers
+
+    spec, summarise = (POOL, pool_answers) if tenant is None else (TENANT, tenant_answers)
     started = time.monotonic()
     con = warehouse.analyst_connect(release=as_of)  # read-only, no file but the release and its lake
     try:
         release_id = release_read(con)
         # pinned before the figures are read: publishes during the collect must not expire it
-        warehouse.pin_release(release_id, f"pack {month:%Y-%m}")
+        warehouse.pin_release(release_id, f"pack {month:%Y-%m}" + (f" {tenant}" if tenant else ""))
         on_step(f"reading release {release_id} (pinned: `gpupool pack --month {month:%Y-%m} --as-of {release_id}` "
                 "rebuilds these figures)")
-        figs = collect(con, month)
+        figs = collect(con, month, spec, tenant)
+        figs.answers, figs.decisions = summarise(con, figs)
     finally:
         con.close()
-    out = store.new_version_dir(warehouse.home, figs.month, lang)
+    out = store.new_version_dir(warehouse.home, figs.month, lang, tenant)
     render(figs, out, lang)
     home = warehouse.home
     store.record_pack(warehouse, store.PackRecord(
         month=figs.month, version=out.name, lang=lang, catalog_version=figs.catalog_version,
         built_at=dt.datetime.now(dt.UTC).replace(tzinfo=None, microsecond=0),
         html_path=str(out.relative_to(home) / "pack.html"), pdf_path=str(out.relative_to(home) / "pack.pdf"),
-        build_seconds=round(time.monotonic() - started, 1), release_id=figs.release_id))
+        build_seconds=round(time.monotonic() - started, 1), release_id=figs.release_id, tenant=tenant))
     return out

@@ -31,8 +31,8 @@ class Figure:
     sql: str  # parameters: the month's first day and the next month's first day (or just the first day)
     monthly: bool = False  # True: one parameter, the month's first day
 
-    def params(self, month: dt.date) -> list:
-        return [month] if self.monthly else [month, next_month(month)]
+    def params(self, month: dt.date, tenant: str | None = None) -> list:
+        return _params(self.monthly, month, tenant)
 
 
 @dataclass(frozen=True)
@@ -44,9 +44,17 @@ class Table:
     metrics: tuple[str, ...] = ()  # catalog metrics its columns carry
     monthly: bool = False
     chart: tuple[str, str, str] | None = None  # (x, y, mark) for a PNG chart
+    title: dict[str, str] | None = None  # {"en": ..., "zh": ...}: the table's heading in the pack
 
-    def params(self, month: dt.date) -> list:
-        return [month] if self.monthly else [month, next_month(month)]
+    def params(self, month: dt.date, tenant: str | None = None) -> list:
+        return _params(self.monthly, month, tenant)
+
+
+def _params(monthly: bool, month: dt.date, tenant: str | None) -> list:
+    """A query's parameters: the month's first day (monthly) or its [first, next first) days, then the
+    tenant for a tenant pack's queries (their SQL puts the tenant's `?` last)."""
+    days = [month] if monthly else [month, next_month(month)]
+    return days if tenant is None else [*days, tenant]
 
 
 def next_month(month: dt.date) -> dt.date:
@@ -281,15 +289,43 @@ TABLES: tuple[Table, ...] = (
 )
 
 
+@dataclass(frozen=True)
+class PackSpec:
+    """What one kind of pack reads: the pool's pack (POOL) or a tenant's (pipelines/pack/tenant.py,
+    whose queries take the tenant as their last parameter)."""
+
+    kind: str  # "pool" | "tenant"
+    parts: tuple[str, ...]
+    figures: tuple[Figure, ...]
+    tables: tuple[Table, ...]
+    part_titles: dict[str, dict[str, str]]  # part -> {"en": ..., "zh": ...}
+
+    def metrics(self) -> list[str]:
+        """The catalog metrics its figures and tables carry, in the order they first appear."""
+        return list(dict.fromkeys([f.metric for f in self.figures] + [m for t in self.tables for m in t.metrics]))
+
+
+POOL = PackSpec("pool", PARTS, FIGURES, TABLES, part_titles={
+    "resources": {"en": "1. Resources", "zh": "一、资源"}, "tasks": {"en": "2. Tasks", "zh": "二、任务"},
+    "governance": {"en": "3. Governance", "zh": "三、治理"},
+    "improvements": {"en": "4. Improvements for next month", "zh": "四、下月改进"},
+    "scorecard": {"en": "Pooling-stage scorecard of the month", "zh": "资源池化阶段评分（本月）"},
+})
+
+
 @dataclass
 class Figures:
     month: dt.date
     catalog_version: str
     release_id: int  # the warehouse release read: `gpupool pack --as-of` reads it again
+    spec: PackSpec = POOL
+    tenant: str | None = None  # a tenant pack's tenant
     values: dict[str, float | None] = field(default_factory=dict)
     previous: dict[str, float | None] = field(default_factory=dict)
     tables: dict[str, pl.DataFrame] = field(default_factory=dict)
     catalog: dict[str, dict] = field(default_factory=dict)  # metric name -> catalog row
+    answers: list = field(default_factory=list)  # page 1: pipelines.pack.answers.Answer
+    decisions: list = field(default_factory=list)  # page 1: pipelines.pack.answers.Decision
 
 
 def _frame(con: duckdb.DuckDBPyConnection, sql: str, params: list) -> pl.DataFrame:
@@ -297,28 +333,34 @@ def _frame(con: duckdb.DuckDBPyConnection, sql: str, params: list) -> pl.DataFra
     return frame.with_columns(pl.col(pl.Decimal).cast(pl.Float64))
 
 
-def figure_value(con: duckdb.DuckDBPyConnection, figure: Figure, month: dt.date) -> float | None:
+def figure_value(con: duckdb.DuckDBPyConnection, figure: Figure, month: dt.date,
+                 tenant: str | None = None) -> float | None:
     """The figure's value for a month (None when the view has no row for it)."""
-    rows = con.sql(figure.sql, params=figure.params(month)).fetchall()
+    rows = con.sql(figure.sql, params=figure.params(month, tenant)).fetchall()
     return None if not rows or rows[0][0] is None else float(rows[0][0])
 
 
-def table_frame(con: duckdb.DuckDBPyConnection, table: Table, month: dt.date) -> pl.DataFrame:
-    return _frame(con, table.sql, table.params(month))
+def table_frame(con: duckdb.DuckDBPyConnection, table: Table, month: dt.date,
+                tenant: str | None = None) -> pl.DataFrame:
+    return _frame(con, table.sql, table.params(month, tenant))
 
 
-def collect(con: duckdb.DuckDBPyConnection, month: dt.date) -> Figures:
-    """Every figure and table of the pack for `month` (its first day) and the previous month's figures."""
+def collect(con: duckdb.DuckDBPyConnection, month: dt.date, spec: PackSpec = POOL,
+            tenant: str | None = None) -> Figures:
+    """Every figure and table of `spec`'s pack for `month` (its first day; a tenant pack's for `tenant`)
+    and the previous month's figures."""
+    if (spec.kind == "tenant") != (tenant is not None):
+        raise ValueError(f"a {spec.kind} pack {'needs' if tenant is None else 'takes no'} tenant")
     month = month.replace(day=1)
     version = con.sql("select catalog_version from metrics.catalog_version").fetchall()[0][0]
-    out = Figures(month=month, catalog_version=version, release_id=release_read(con))
+    out = Figures(month=month, catalog_version=version, release_id=release_read(con), spec=spec, tenant=tenant)
     prev = previous_month(month)
-    for f in FIGURES:
-        out.values[f.key] = figure_value(con, f, month)
-        out.previous[f.key] = figure_value(con, f, prev)
-    for t in TABLES:
-        out.tables[t.key] = table_frame(con, t, month)
-    names = sorted({f.metric for f in FIGURES} | {m for t in TABLES for m in t.metrics})
+    for f in spec.figures:
+        out.values[f.key] = figure_value(con, f, month, tenant)
+        out.previous[f.key] = figure_value(con, f, prev, tenant)
+    for t in spec.tables:
+        out.tables[t.key] = table_frame(con, t, month, tenant)
+    names = sorted(spec.metrics())
     cat = _frame(con, "select * from metrics.catalog where metric_name in (select unnest(?))", [names])
     out.catalog = {r["metric_name"]: r for r in cat.iter_rows(named=True)}
     missing = set(names) - set(out.catalog)

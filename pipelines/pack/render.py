@@ -10,7 +10,7 @@ import altair as alt
 import jinja2
 import vl_convert as vlc
 
-from pipelines.pack.figures import FIGURES, PARTS, TABLES, Figures, change
+from pipelines.pack.figures import Figures, change
 
 TEXT = {
     "title": {"en": "GPU pool monthly review", "zh": "GPU资源池月度报告"},
@@ -19,10 +19,6 @@ TEXT = {
     "metric": {"en": "Metric", "zh": "指标"}, "value": {"en": "Value", "zh": "数值"},
     "previous": {"en": "Previous month", "zh": "上月"}, "change": {"en": "Change", "zh": "变化"},
     "notes": {"en": "Definitions", "zh": "指标定义"}, "appendix": {"en": "Appendix", "zh": "附录"},
-    "resources": {"en": "1. Resources", "zh": "一、资源"}, "tasks": {"en": "2. Tasks", "zh": "二、任务"},
-    "governance": {"en": "3. Governance", "zh": "三、治理"},
-    "improvements": {"en": "4. Improvements for next month", "zh": "四、下月改进"},
-    "scorecard": {"en": "Pooling-stage scorecard (loaded window)", "zh": "资源池化阶段评分（已加载窗口）"},
     "source": {"en": "Source", "zh": "来源"},
 }
 
@@ -37,7 +33,7 @@ td.n { text-align: right } .fn { font-size: 7pt; color: #555 } img { max-width: 
 </style></head><body>
 <h1>{{ t.title }} — {{ month }}</h1>
 <p>{{ t.catalog }}: <b>{{ catalog_version }}</b> · {{ t.release }}: <b>{{ release_id }}</b> · {{ generated }}</p>
-{% for part in parts %}<h2>{{ t[part] }}</h2>
+{% for part in parts %}<h2>{{ part_titles[part] }}</h2>
 {% if headlines[part] %}<table><tr><th>{{ t.metric }}</th><th>{{ t.value }}</th><th>{{ t.previous }}</th><th>{{ t.change }}</th></tr>
 {% for h in headlines[part] %}<tr><td>{{ h.label }}<sup>{{ h.note }}</sup></td><td class="n">{{ h.value }}</td>
 <td class="n">{{ h.previous }}</td><td class="n">{{ h.change }}</td></tr>{% endfor %}</table>{% endif %}
@@ -74,17 +70,17 @@ def render(figs: Figures, out: Path, lang: str = "en") -> dict[str, Path]:
     t = {k: v[lang] for k, v in TEXT.items()}
     (out / "charts").mkdir()
     (out / "appendix").mkdir()
-    order = [f.metric for f in FIGURES] + [m for tb in TABLES for m in tb.metrics]
-    note_no = {m: i for i, m in enumerate(dict.fromkeys(order), 1)}
+    spec = figs.spec
+    note_no = {m: i for i, m in enumerate(spec.metrics(), 1)}
     label = "label_zh" if lang == "zh" else "label_en"
-    headlines = {p: [] for p in PARTS}
-    for f in FIGURES:
+    headlines = {p: [] for p in spec.parts}
+    for f in spec.figures:
         cat = figs.catalog[f.metric]
         headlines[f.part].append({"label": cat[label], "note": note_no[f.metric], "value": fmt(figs.values[f.key]),
                                   "previous": fmt(figs.previous[f.key]),
                                   "change": change(figs.values[f.key], figs.previous[f.key])})
-    tables = {p: [] for p in PARTS}
-    for tb in TABLES:
+    tables = {p: [] for p in spec.parts}
+    for tb in spec.tables:
         frame = figs.tables[tb.key]
         frame.write_csv(out / "appendix" / f"{tb.key}.csv")
         frame.write_parquet(out / "appendix" / f"{tb.key}.parquet")
@@ -99,15 +95,15 @@ def render(figs: Figures, out: Path, lang: str = "en") -> dict[str, Path]:
               "view": figs.catalog[m]["view_name"], "column": figs.catalog[m]["column_name"]} for m in note_no]
     html = TEMPLATE.render(lang=lang, t=t, month=figs.month.strftime("%Y-%m"), catalog_version=figs.catalog_version,
                            release_id=figs.release_id,
-                           generated=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"), parts=PARTS,
+                           generated=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"), parts=spec.parts, part_titles={p: spec.part_titles[p][lang] for p in spec.parts},
                            headlines=headlines, tables=tables, notes=notes, fmt=fmt)
     (out / "pack.html").write_text(html, encoding="utf-8")
     HTML(string=html, base_url=str(out)).write_pdf(out / "pack.pdf")
     (out / "figures.json").write_text(json.dumps({
         "month": figs.month.isoformat(), "catalog_version": figs.catalog_version, "release_id": figs.release_id,
-        "lang": lang,
+        "lang": lang, "kind": spec.kind, "tenant": figs.tenant,
         "figures": {f.key: {"value": figs.values[f.key], "previous": figs.previous[f.key], "metric": f.metric,
-                            "view": f.view, "sql": f.sql} for f in FIGURES},
-        "tables": {tb.key: {"view": tb.view, "sql": tb.sql, "rows": figs.tables[tb.key].height} for tb in TABLES},
+                            "view": f.view, "sql": f.sql} for f in spec.figures},
+        "tables": {tb.key: {"view": tb.view, "sql": tb.sql, "rows": figs.tables[tb.key].height} for tb in spec.tables},
     }, indent=2))
     return {"html": out / "pack.html", "pdf": out / "pack.pdf"}
