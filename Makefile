@@ -1,5 +1,5 @@
 # The two commands a newcomer needs: `make demo` and `make test`.
-.PHONY: setup components demo test test-quick lint bench dev
+.PHONY: setup components demo demo-pack test test-quick lint bench dev
 
 setup:
 	@bash scripts/setup.sh
@@ -9,6 +9,15 @@ components:
 
 demo: setup
 	.venv/bin/gpupool demo
+
+# Two months (October and November 2026), each month's capacity advice recorded at its end, and
+# November's review packs: the pool's in English and Chinese and every tenant's (docs/pack.md).
+demo-pack: setup components
+	.venv/bin/gpupool demo --start 2026-10-01 --days 61 --no-baseline
+	.venv/bin/gpupool recommend --month 2026-10 --whatif-top 1
+	.venv/bin/gpupool recommend --month 2026-11 --whatif-top 1
+	.venv/bin/gpupool pack --month 2026-11 --all-tenants
+	.venv/bin/gpupool pack --month 2026-11 --lang zh
 
 test: setup components
 	.venv/bin/python -m pytest -q

@@ -455,7 +455,13 @@ def exemptions_problem() -> str | None:
     return json.loads(rows.item()).get("error") if rows.height else None
 
 
-def review_packs() -> pl.DataFrame:
-    """Every review pack built (ops.review_packs), newest first; paths are relative to the home."""
-    return query("select month, version, lang, catalog_version, built_at, html_path, pdf_path "
-                 f"from {REVIEW_PACKS_TABLE} order by built_at desc, version desc")
+def review_packs(tenant_scope: str | None) -> pl.DataFrame:
+    """The review packs a user may open (ops.review_packs), newest first; paths are relative to the home.
+    `tenant_scope` (auth.tenant_scope): None, an operator's, lists every pack, the pool's and each
+    tenant's; a tenant's name lists only that tenant's packs (never the pool's nor another tenant's),
+    filtered here, in the query, so that no page can show more."""
+    columns = "month, version, lang, catalog_version, built_at, html_path, pdf_path, tenant"
+    if tenant_scope is None:
+        return query(f"select {columns} from {REVIEW_PACKS_TABLE} order by built_at desc, version desc")
+    return query(f"select {columns} from {REVIEW_PACKS_TABLE} where tenant = ? order by built_at desc, version desc",
+                 (tenant_scope,))

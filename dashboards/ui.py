@@ -1,8 +1,10 @@
 """What every page shares: the guard (warehouse missing, no data), the definition of a metric
-one click away, number formatting and chart helpers (Altair, with units in the axis titles)."""
+one click away, number formatting and chart helpers (Altair: every chart titled in the page's language, units in the axis
+titles, at most MAX_SERIES colours, and a mark of what good looks like where the pool states one)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import altair as alt
 import polars as pl
@@ -61,23 +63,154 @@ def kpi(col, column: str, view_name: str, value, unit: str = "", delta=None) -> 
                help=(data.metric(column, view_name) or {}).get("description"))
 
 
-def line(frame: pl.DataFrame, x: str, y: str, color: str | None, y_title: str, x_title: str = "") -> None:
-    chart = alt.Chart(frame.to_pandas()).mark_line(point=False).encode(
-        x=alt.X(x, title=x_title or None), y=alt.Y(y, title=y_title),
-        **({"color": alt.Color(color, title=None)} if color else {}),
-        tooltip=list(filter(None, [x, y, color])),
-    )
-    st.altair_chart(chart, width="stretch")
+MAX_SERIES = 8  # more colours than this cannot be told apart at a glance (issue 18)
+GOOD_COLOR = "#2e7d32"
+# what good looks like where the pool states it: the pooling scorecard's full-score thresholds
+# (models/metrics/pooling_scorecard.sql: utilisation of allocated GPUs 70 %, queue wait p95 15 min)
+UTILISATION_TARGET_PCT = 70.0
+WAIT_P95_TARGET_MIN = 15.0
 
 
-def bars(frame: pl.DataFrame, x: str, y: str, color: str | None, y_title: str, *, horizontal: bool = False,
-         stack: bool = True) -> None:
-    enc = {"x": alt.X(y, title=y_title, stack=stack), "y": alt.Y(x, title=None, sort="-x")} if horizontal else \
-        {"x": alt.X(x, title=None), "y": alt.Y(y, title=y_title, stack=stack)}
+@dataclass(frozen=True)
+class Good:
+    """What good looks like on a chart's value axis: a line at `at`, or a band from `at` to `to`, named by
+    `label`. `better` says which side is good ("high", "low", or "near" the mark): a heatmap colours by it."""
+    at: float
+    label: str
+    to: float | None = None
+    better: str = "high"
+
+
+def _field(shorthand: str) -> str:
+    return shorthand.split(":")[0]
+
+
+def _is_day(shorthand: str) -> bool:
+    return shorthand.endswith(":T")
+
+
+def day_format() -> str:
+    """Day tick labels in the page's language: "Oct 05" or "10月05日"."""
+    return "%m月%d日" if lang() == "zh" else "%b %d"
+
+
+def day_x(shorthand: str, title: str | None = None) -> alt.X:
+    """A day axis: one band per UTC day (bars and cells a day wide), labels that do not overlap."""
+    return alt.X(f"yearmonthdate({_field(shorthand)}):T", title=title or t("day_axis"),
+                 axis=alt.Axis(format=day_format(), labelAngle=0, labelOverlap="greedy", labelSeparation=8,
+                               tickCount=alt.TickCount(interval="day", step=1)))  # no half-day ticks named twice
+
+
+def tooltip(*shorthands: str) -> list:
+    return [alt.Tooltip(_field(s), type="temporal", format="%Y-%m-%d") if _is_day(s) else s
+            for s in shorthands if s]
+
+
+def top_n(frame: pl.DataFrame, series: str, value: str, keys: list[str], n: int = MAX_SERIES) -> pl.DataFrame:
+    """At most `n` series: the n-1 with the most `value` in the frame, the rest summed into one "others"
+    series per `keys` row. Only for additive values (GPU-hours, counts, USD): a sum of ratios means nothing.
+    A reshape for the chart, not a new figure: the total per key is unchanged."""
+    series, value, keys = _field(series), _field(value), [_field(k) for k in keys]
+    kept = series_order(frame, series, value)
+    if len(kept) <= n:
+        return frame
+    kept = kept[:n - 1]
+    rest = frame.filter(~pl.col(series).is_in(kept)).group_by(keys).agg(pl.col(value).sum()) \
+        .with_columns(pl.lit(t("others")).alias(series))
+    return pl.concat([frame.filter(pl.col(series).is_in(kept)).select(*keys, series, value),
+                      rest.select(*keys, series, value)])
+
+
+def series_order(frame: pl.DataFrame, series: str, value: str) -> list[str]:
+    """Series by their total `value`, largest first, "others" last: the legend's order."""
+    totals = frame.group_by(_field(series)).agg(pl.col(_field(value)).sum().alias("_total"))
+    names = totals.sort(["_total", _field(series)], descending=[True, False])[_field(series)].to_list()
+    return [s for s in names if s != t("others")] + [s for s in names if s == t("others")]
+
+
+def good_marks(good: Good | None, axis: str = "y") -> list[alt.Chart]:
+    """The "what good looks like" layers on the value axis (`axis`): a green band or dashed line, labelled
+    at the chart's edge."""
+    if good is None:
+        return []
+    frame = pl.DataFrame({"at": [good.at], "to": [good.at if good.to is None else good.to],
+                          "label": [good.label]}).to_pandas()
+    at = alt.Y("at:Q") if axis == "y" else alt.X("at:Q")
+    base = alt.Chart(frame)
+    mark = base.mark_rule(color=GOOD_COLOR, strokeDash=[6, 3], strokeWidth=2).encode(**{axis: at}) \
+        if good.to is None else base.mark_rect(color=GOOD_COLOR, opacity=0.12).encode(**{axis: at, f"{axis}2": "to:Q"})
+    # the label sits on the mark at the start of the other axis: above a line, left of a column
+    text = base.mark_text(color=GOOD_COLOR, fontWeight="bold", baseline="bottom",
+                          align="left" if axis == "y" else "right", dx=4 if axis == "y" else -4, dy=-3 if axis == "y" else 12)
+    return [mark, text.encode(**{axis: at, ("x" if axis == "y" else "y"): alt.value(0)}, text="label:N")]
+
+
+def chart_title(title: str, note: str | None = None) -> alt.TitleParams:
+    return alt.TitleParams(title, subtitle=note or "", anchor="start", fontSize=15, subtitleFontSize=12,
+                           subtitleColor="#555")
+
+
+def show(chart, title: str, note: str | None = None, *, stretch: bool = True) -> None:
+    """Every chart of the dashboards goes out here: titled in the page's language, with an optional note
+    (what good looks like, what the colours mean) under the title."""
+    st.altair_chart(chart.properties(title=chart_title(title, note)), width="stretch" if stretch else "content")
+
+
+def line(frame: pl.DataFrame, x: str, y: str, color: str | None, y_title: str, *, title: str,
+         x_title: str | None = None, good: Good | None = None, note: str | None = None) -> None:
+    """Lines over days; with more than MAX_SERIES series the same figures as a heatmap (series x day)."""
+    if color and frame[_field(color)].n_unique() > MAX_SERIES:
+        heatmap(frame, x, color, y, title=title, value_title=y_title, good=good, note=note)
+        return
+    base = alt.Chart(frame.to_pandas()).mark_line(point=frame.height <= 40 * max(1, _series(frame, color))).encode(
+        x=day_x(x, x_title) if _is_day(x) else alt.X(x, title=x_title),
+        y=alt.Y(y, title=y_title),
+        **({"color": alt.Color(color, title=None, sort=sorted(frame[_field(color)].unique().to_list()))}
+           if color else {}),
+        tooltip=tooltip(x, y, color or ""))
+    show(alt.layer(base, *good_marks(good)), title, note)
+
+
+def _series(frame: pl.DataFrame, color: str | None) -> int:
+    return frame[_field(color)].n_unique() if color else 1
+
+
+def bars(frame: pl.DataFrame, x: str, y: str, color: str | None, y_title: str, *, title: str,
+         x_title: str | None = None, horizontal: bool = False, stack: bool = True, good: Good | None = None,
+         note: str | None = None) -> None:
+    """Bars per day (or per category); stacked bars add up, so past MAX_SERIES colours the smallest series
+    are summed into "others" (top_n)."""
+    enc = {}
     if color:
-        enc["color"] = alt.Color(color, title=None)
-    chart = alt.Chart(frame.to_pandas()).mark_bar().encode(**enc, tooltip=list(filter(None, [x, y, color])))
-    st.altair_chart(chart, width="stretch")
+        if stack and frame[_field(color)].n_unique() > MAX_SERIES:
+            frame = top_n(frame, color, y, [x])
+            note = "  ·  ".join(filter(None, [note, t("top_note", n=MAX_SERIES - 1)]))
+        enc["color"] = alt.Color(color, title=None, sort=series_order(frame, color, y),
+                                 legend=alt.Legend(labelLimit=260))
+    category = day_x(x, x_title) if _is_day(x) else alt.X(x, title=x_title, axis=alt.Axis(labelLimit=260))
+    if horizontal:
+        enc |= {"x": alt.X(y, title=y_title, stack=stack),
+                "y": alt.Y(_field(x), type="nominal", title=x_title, sort="-x", axis=alt.Axis(labelLimit=260))}
+    else:
+        enc |= {"x": category, "y": alt.Y(y, title=y_title, stack=stack)}
+    base = alt.Chart(frame.to_pandas()).mark_bar().encode(**enc, tooltip=tooltip(x, y, color or ""))
+    show(alt.layer(base, *good_marks(good, "x" if horizontal else "y")), title, note)
+
+
+def heatmap(frame: pl.DataFrame, x: str, y: str, value: str, *, title: str, value_title: str,
+            y_title: str | None = None, good: Good | None = None, note: str | None = None) -> None:
+    """One row per series, one cell per day, the value as colour: many series readable at once. With a
+    `good` mark the colours diverge from it (green the good side, or white at the mark when "near" is good)."""
+    scale = alt.Scale(scheme="viridis", reverse=True)
+    if good is not None:
+        scale = alt.Scale(scheme="blueorange", domainMid=good.at) if good.better == "near" else \
+            alt.Scale(scheme="redyellowgreen", domainMid=good.at, reverse=good.better == "low")
+    chart = alt.Chart(frame.to_pandas()).mark_rect().encode(
+        x=day_x(x),
+        y=alt.Y(y, title=y_title, sort="ascending", axis=alt.Axis(labelLimit=260, labelOverlap=False)),
+        color=alt.Color(value, title=value_title, scale=scale, legend=alt.Legend(format=",.0f", gradientLength=160)),
+        tooltip=tooltip(x, y, value))
+    show(chart.properties(height=alt.Step(20)), title, "  ·  ".join(filter(None, [good.label if good else None, note])))
 
 
 def title(key: str) -> None:

@@ -461,3 +461,29 @@ register(CodeTable(
     migrations=(f"alter table {REVIEW_PACKS_TABLE} add column if not exists release_id BIGINT",
                 f"alter table {REVIEW_PACKS_TABLE} add column if not exists tenant VARCHAR"),
 ))
+
+# Appended by pipelines/pack/deliver.py, one row per review pack emailed to one recipient: what a
+# retried delivery skips.
+PACK_DELIVERIES_TABLE = "ops.pack_deliveries"
+PACK_DELIVERIES_DDL = f"""
+create table if not exists {PACK_DELIVERIES_TABLE} (
+  month DATE,
+  tenant VARCHAR,
+  lang VARCHAR,
+  version VARCHAR,
+  recipient VARCHAR,
+  sent_at TIMESTAMP,
+  message_id VARCHAR
+)"""
+register(CodeTable(
+    PACK_DELIVERIES_TABLE, PACK_DELIVERIES_DDL, grain="one row per review pack emailed to one recipient",
+    description="The review packs emailed by the review_pack asset (the pack_delivery section of gpupool.yml): "
+                "a recipient gets a month's pack in a language once, however often the run is retried.",
+    descriptions={
+        "month": "first day of the month the pack reports on",
+        "tenant": "the tenant of a tenant pack; null for the pool's pack", "lang": "language: en | zh",
+        "version": "the pack's version folder that was sent (ops.review_packs.version)",
+        "recipient": "the address it was sent to", "sent_at": "when the SMTP server accepted it, UTC",
+        "message_id": "the message's Message-ID header",
+    },
+))

@@ -12,7 +12,6 @@ from dashboards import data, filters, ui
 from dashboards.auth import tenant_scope
 from dashboards.i18n import t
 
-DAY = "monthdate(day):O"  # one bar per day, labelled "Nov 01"
 ROW_LIMIT = 1000
 CATEGORIES = ("permission_change", "quota_change", "approval", "enforcement", "queue_change", "other_change",
               "read", "other")
@@ -35,7 +34,7 @@ def counts(f: filters.Filters) -> None:
     ui.definition("audit_records", "audit_daily")
     long = daily.unpivot(index=["day"], on=list(CHARTED), variable_name="what", value_name="records") \
         .with_columns(pl.col("what").replace({c: ui.metric_label(c, "audit_daily") for c in CHARTED}))
-    ui.bars(long, DAY, "records:Q", "what:N", t("a_records"))
+    ui.bars(long, "day:T", "records:Q", "what:N", t("a_records"), title=t("ch_audit"))
 
 
 def records(user, f: filters.Filters, query: str, category: str | None) -> None:

@@ -75,11 +75,11 @@ def recommendations(f: filters.Filters) -> None:
     chart = chart.encode(
         x=alt.X("impact_gpu_hours:Q", title=f"{ui.metric_label('recommendation', 'capacity_recommendations')} "
                                             f"({t('impact_axis')}, GPU-h)"),
-        y=alt.Y("target:N", sort=alt.SortField("rank"), title=None),
+        y=alt.Y("target:N", sort=alt.SortField("rank"), title=None, axis=alt.Axis(labelLimit=260)),
         color=alt.Color("confidence:N", scale=alt.Scale(domain=list(CONFIDENCE_COLORS),
                                                         range=list(CONFIDENCE_COLORS.values())), title=None),
         tooltip=["rank", "kind", "target", "confidence", "impact_gpu_hours"])
-    st.altair_chart(chart, width="stretch")
+    ui.show(chart, t("ch_recs"))
     for rec in recs.iter_rows(named=True):
         head = f"#{rec['rank']} · {rec['kind']} · {rec['target']} · {t('confidence')}: {rec['confidence']}"
         with st.expander(head, expanded=rec["rank"] == recs["rank"].min()):
@@ -125,9 +125,11 @@ def headroom(f: filters.Filters) -> None:
     names |= {"capacity_gpus": t("capacity_gpus"), "peak_allocated_gpus": t("peak_allocated_gpus")}
     long = long.with_columns(pl.col("measure").replace(names))
     chart = alt.Chart(long.to_pandas()).mark_bar().encode(
-        x=alt.X("gpu_model:N", title=None), xOffset="measure:N", y=alt.Y("gpus:Q", title="GPUs"),
-        color=alt.Color("measure:N", title=None), tooltip=["gpu_model", "measure", "gpus"])
-    st.altair_chart(chart, width="stretch")
+        x=alt.X("gpu_model:N", title=t("gpu_model"), axis=alt.Axis(labelAngle=0)), xOffset="measure:N",
+        y=alt.Y("gpus:Q", title="GPUs"),
+        color=alt.Color("measure:N", title=None, legend=alt.Legend(labelLimit=300)),
+        tooltip=["gpu_model", "measure", "gpus"])
+    ui.show(chart, t("ch_headroom_p95"))
     st.dataframe(period.select("gpu_model", "capacity_gpus", "peak_allocated_gpus", "p95_allocated_gpus",
                                "headroom_at_peak_gpus", "headroom_at_p95_gpus", "utilisation_at_peak_pct",
                                "utilisation_at_p95_pct", "p95_demand_gpus", "mean_pending_gpus"),
@@ -137,8 +139,10 @@ def headroom(f: filters.Filters) -> None:
                       order="gpu_model, weeks_before_end desc",
                       columns="gpu_model, window_start_at, headroom_at_p95_gpus, is_complete_week")
     if not weeks.is_empty():
-        st.markdown(f"**{ui.metric_label('headroom_at_p95_gpus', 'capacity_headroom')}** · {t('per_week')}")
-        ui.line(weeks, "window_start_at:T", "headroom_at_p95_gpus:Q", "gpu_model:N", "GPUs")
+        headroom = ui.metric_label("headroom_at_p95_gpus", "capacity_headroom")
+        ui.line(weeks, "window_start_at:T", "headroom_at_p95_gpus:Q", "gpu_model:N", f"{headroom} (GPUs)",
+                title=t("ch_per_week_model", what=headroom), x_title=t("week_axis"),
+                good=ui.Good(0, t("good_headroom")))
 
     clause = filters.where("window_kind = 'period'", "queue <> 'all'", model, "? is null or tenant = ?")
     queues = data.view("capacity_headroom", clause, (*model_params, f.tenant, f.tenant), order="gpu_model, queue",
@@ -168,11 +172,12 @@ def trend(f: filters.Filters) -> None:
     if ui.empty(long, t("no_trend")):
         return
     chart = alt.Chart(long.to_pandas()).mark_line(point=True).encode(
-        x=alt.X("week_start_at:T", title=t("week_axis")), y=alt.Y("gpu_hours:Q", title=t("gpu_hours_per_week")),
+        x=alt.X("week_start_at:T", title=t("week_axis"), axis=alt.Axis(format=ui.day_format(), labelOverlap="greedy")),
+        y=alt.Y("gpu_hours:Q", title=t("gpu_hours_per_week")),
         color=alt.Color("measure:N", title=None), strokeDash=alt.StrokeDash("line:N", title=None),
         tooltip=["gpu_model", "week_start_at", "measure", "line", "gpu_hours", "is_forecast"],
-    ).facet(row=alt.Row("gpu_model:N", title=None))
-    st.altair_chart(chart)
+    ).properties(height=160).facet(row=alt.Row("gpu_model:N", title=None))
+    ui.show(chart, t("ch_trend"), stretch=False)
     fit = weeks.filter(pl.col("weeks_before_end") == 0).select(
         "gpu_model", "capacity_gpus", "trend_weeks_used", "allocated_slope_gpu_hours_per_week", "allocated_trend_r2",
         "p95_slope_gpus_per_week", "p95_trend_r2", "demand_slope_gpu_hours_per_week", "demand_trend_r2")

@@ -42,12 +42,11 @@ def causes(f: filters.Filters) -> None:
     left, right = st.columns(2)
     for col, measure, unit in ((left, "failures", t("attempts_axis")), (right, "gpu_hours_lost", "GPU-h")):
         with col:
-            st.markdown(f"**{ui.metric_label(measure, 'failure_causes')}**")
             chart = alt.Chart(failed.to_pandas()).mark_bar().encode(
                 x=alt.X(f"{measure}:Q", title=unit),
-                y=alt.Y("cause:N", sort="-x", title=None, axis=alt.Axis(labelLimit=240)),
+                y=alt.Y("cause:N", sort="-x", title=t("cause"), axis=alt.Axis(labelLimit=240)),
                 tooltip=["cause", "attempts", "failures", "failure_rate_pct", "gpu_hours_lost", "not_user_fault_pct"])
-            st.altair_chart(chart, width="stretch")
+            ui.show(chart, ui.metric_label(measure, "failure_causes"), t("good_lower"))
     d1, d2 = st.columns(2)
     with d1:
         ui.definition("gpu_hours_lost", "failure_causes")
@@ -61,8 +60,8 @@ def causes(f: filters.Filters) -> None:
     per_tenant = data.failure_causes_per_tenant(f.start, f.end, clause, params)
     shares = per_tenant.filter((pl.col("cause") == "all") & pl.col("not_user_fault_pct").is_not_null())
     if shares.height > 1:
-        st.markdown(f"**{t('h_not_user_fault_tenant')}**")
-        ui.bars(shares, "tenant:N", "not_user_fault_pct:Q", None, "%", horizontal=True)
+        ui.bars(shares, "tenant:N", "not_user_fault_pct:Q", None, f"{ui.metric_label('not_user_fault_pct', 'failure_causes')} (%)",
+                title=t("h_not_user_fault_tenant"), x_title=t("tenant"), horizontal=True)
     with st.expander(t("h_per_tenant")):
         config = ui.column_labels("failure_causes", per_tenant.columns, failure_rate_pct="%.1f%%",
                                   gpu_hours_lost="%.1f", not_user_fault_pct="%.1f%%")
@@ -104,7 +103,9 @@ def mtbf(f: filters.Filters) -> None:
     with_mtbf = rows.filter(pl.col("mtbf_gpu_hours").is_not_null())
     if with_mtbf.height:
         ui.bars(with_mtbf, "gpu_model:N", "mtbf_gpu_hours:Q", None,
-                ui.metric_label("mtbf_gpu_hours", "gpu_model_reliability") + " (GPU-h)", horizontal=True)
+                ui.metric_label("mtbf_gpu_hours", "gpu_model_reliability") + " (GPU-h)", horizontal=True,
+                title=t("ch_by", what=ui.metric_label("mtbf_gpu_hours", "gpu_model_reliability"), by=t("gpu_model")),
+                x_title=t("gpu_model"))
     st.dataframe(rows, width="stretch", hide_index=True, column_config=ui.column_labels(
         "gpu_model_reliability", columns, observed_gpu_hours="%.0f", mtbf_gpu_hours="%.0f"))
 
@@ -124,13 +125,13 @@ def hosts(f: filters.Filters) -> None:
     unit = (data.metric(measure, "host_daily") or {}).get("unit", "")
     percent = unit == "percent"
     chart = alt.Chart(cells.to_pandas()).mark_rect().encode(
-        x=alt.X("day:O", title=t("day_axis"), timeUnit="yearmonthdate", axis=alt.Axis(format="%Y-%m-%d")),
+        x=ui.day_x("day:T"),
         y=alt.Y("host:N", title=t("h_host_axis"), sort=alt.EncodingSortField("value", op="max", order="descending")),
         color=alt.Color("value:Q", title=f"{ui.metric_label(measure, 'host_daily')} ({unit})",
                         scale=alt.Scale(scheme="orangered", **({"domain": [0, 100]} if percent else {})),
                         legend=alt.Legend(format=".0f" if percent else ".3s")),
-        tooltip=["day:T", "host:N", alt.Tooltip("value:Q", format=".1f" if percent else ".4s")])
-    st.altair_chart(chart.properties(height=alt.Step(22)), width="stretch")
+        tooltip=[*ui.tooltip("day:T", "host:N"), alt.Tooltip("value:Q", format=".1f" if percent else ".4s")])
+    ui.show(chart.properties(height=alt.Step(22)), t("ch_host_day", what=ui.metric_label(measure, "host_daily")))
     with st.expander(t("h_host_rows")):
         columns = ["day", "host", *HOST_MEASURES, "cpus", "memory_total_bytes", "minutes_with_data"]
         rows = data.view("host_daily", clause, params, columns=", ".join(columns),

@@ -36,7 +36,9 @@ def idle_period(f: filters.Filters) -> None:
     clause, params = f.clause(gpu_model="gpu_model")
     daily = data.idle_by_tenant(clause, params)
     if not ui.empty(daily):
-        ui.bars(daily, "day:T", "idle_allocated_gpu_hours:Q", "tenant:N", "GPU-h")
+        ui.bars(daily, "day:T", "idle_allocated_gpu_hours:Q", "tenant:N", t("gpu_hours_unit"),
+                title=t("ch_by_day", what=ui.metric_label("idle_allocated_gpu_hours", "tenant_daily"), by=t("tenant_lc")),
+                note=t("good_lower"))
     clause, params = f.clause(day="window_start_at", queue="queue", gpu_model="gpu_model")
     windows = data.view("idle_allocations", clause, params, order=f"idle_gpu_hours desc limit {ROWS}",
                         columns="window_start_at, window_end_at, job_id, tenant, queue, template, host, gpu, "
@@ -54,7 +56,7 @@ def actions(f: filters.Filters) -> None:
     by_day = data.governance_steps_daily(clause, params)
     if ui.empty(by_day, t("no_governance")):
         return
-    ui.bars(by_day, "day:T", "actions:Q", "outcome:N", t("steps_axis"))
+    ui.bars(by_day, "day:T", "actions:Q", "outcome:N", t("steps_axis"), title=t("ch_gov_steps"))
     by_policy = data.governance_steps_by_policy(clause, params)
     st.dataframe(by_policy, width="stretch", hide_index=True)
 
@@ -100,7 +102,7 @@ def ledger(f: filters.Filters) -> None:
     long = daily.unpivot(index="day", variable_name="measure", value_name="gpu_hours").with_columns(
         pl.col("measure").replace({c: ui.metric_label(c, "reclaim_ledger")
                                    for c in ("recovered_gpu_hours", "reused_gpu_hours")}))
-    ui.line(long, "day:T", "gpu_hours:Q", "measure:N", "GPU-h")
+    ui.line(long, "day:T", "gpu_hours:Q", "measure:N", t("gpu_hours_unit"), title=t("ch_reclaimed"))
     rows = data.view("reclaim_ledger", clause, params, order=f"acted_at desc limit {ROWS}",
                      columns="acted_at, action_kind, tenant, queue, job_id, policy, gpu_model, gpus_freed, "
                              "would_end_at, would_end_basis, recovered_gpu_hours, reused_gpu_hours, reuse_share_pct, "

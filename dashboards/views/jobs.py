@@ -43,10 +43,10 @@ def failures(f: filters.Filters) -> None:
         y=alt.Y("failure_reason:N", sort="-x", title=None, axis=alt.Axis(labelLimit=420)),
         color=alt.Color("final_state:N", title=None),
         tooltip=["failure_reason", "final_state", "failed_jobs", "allocated_gpu_hours"])
-    st.altair_chart(chart, width="stretch")
+    ui.show(chart, t("ch_fail_reasons", n=TOP_REASONS), t("good_lower"))
     by_day = data.failed_gpu_hours_daily(clause, params)
-    st.markdown(f"**{t('failed_gpu_hours')}**")
-    ui.bars(by_day, "day:T", "allocated_gpu_hours:Q", "final_state:N", "GPU-h")
+    ui.bars(by_day, "day:T", "allocated_gpu_hours:Q", "final_state:N", t("gpu_hours_unit"), title=t("ch_failed_hours"),
+            note=t("good_lower"))
 
 
 def retries(f: filters.Filters) -> None:
@@ -56,7 +56,9 @@ def retries(f: filters.Filters) -> None:
     daily = data.retries_daily(clause, params)
     if ui.empty(daily):
         return
-    ui.bars(daily, "day:T", "retry_gpu_hours:Q", "template:N", "GPU-h")
+    ui.bars(daily, "day:T", "retry_gpu_hours:Q", "template:N", t("gpu_hours_unit"),
+            title=t("ch_by_day", what=ui.metric_label("retry_gpu_hours", "task_daily"), by=t("template")),
+            note=t("good_lower"))
     clause, params = f.clause(day="submitted_at", queue="queue", gpu_model="gpu_model")
     top = data.view("job_summary", filters.where(clause, "retries > 0"), params, order=f"retry_gpu_hours desc limit {ROWS}",
                     columns="job_id, tenant, queue, template, user_name, job_name, gpu_model, gpus_requested, status, "
@@ -73,8 +75,7 @@ def overruns(f: filters.Filters) -> None:
     clause, params = f.clause()
     steps = data.governance_steps_daily(filters.where(clause, "policy = ?"), (*params, "overrun"))
     if not steps.is_empty():
-        st.markdown(f"**{t('overrun_steps')}**")
-        ui.bars(steps, "day:T", "actions:Q", "outcome:N", t("steps_axis"))
+        ui.bars(steps, "day:T", "actions:Q", "outcome:N", t("steps_axis"), title=t("ch_overrun_steps"))
     clause, params = f.clause(day="submitted_at", queue="queue", gpu_model="gpu_model")
     late = data.view(
         "job_summary", filters.where(clause, "run_time_s > coalesce(expected_runtime_s, time_limit_s)"), params,
@@ -97,7 +98,8 @@ def oversized(f: filters.Filters) -> None:
     if ui.empty(daily):
         return
     st.caption(t("pool_level_only"))
-    ui.bars(daily, "day:T", "rightsizable_gpu_hours:Q", "gpu_model:N", "GPU-h")
+    ui.bars(daily, "day:T", "rightsizable_gpu_hours:Q", "gpu_model:N", t("gpu_hours_unit"),
+            title=t("ch_by_day_model", what=ui.metric_label("rightsizable_gpu_hours", "spec_gaps")), note=t("good_lower"))
     shapes = data.rightsizable_shapes(clause, params)
     st.dataframe(shapes, width="stretch", hide_index=True)
 
@@ -139,7 +141,7 @@ def checkpoints(f: filters.Filters) -> None:
         color=alt.Color("checkpoint:N", title=None, legend=alt.Legend(orient="bottom", labelLimit=400)),
         tooltip=[alt.Tooltip("cause:N", title=t("cause")), alt.Tooltip("checkpoint:N", title=" "),
                  alt.Tooltip("gpu_hours:Q", title=t("gpu_hours_unit"), format=",.1f")])
-    st.altair_chart(chart, width="stretch")
+    ui.show(chart, t("ch_work_lost"), t("good_lower"))
 
 
 def artifacts(f: filters.Filters) -> None:
@@ -164,7 +166,7 @@ def artifacts(f: filters.Filters) -> None:
         order=alt.Order("rank:Q"),
         tooltip=[alt.Tooltip("tenant:N", title=t("tenant")), alt.Tooltip("artifact_status:N", title=" "),
                  alt.Tooltip("jobs:Q", title=t("jobs_axis"))])
-    st.altair_chart(chart, width="stretch")
+    ui.show(chart, t("ch_artifacts"))
 
 
 def stalest(f: filters.Filters) -> None:

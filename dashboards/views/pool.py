@@ -32,10 +32,15 @@ def over_time(f: filters.Filters) -> None:
     ui.definition("allocation_rate_pct", "pool_daily")
     if ui.empty(daily):
         return
-    ui.line(daily, "day:T", "allocation_rate_pct:Q", "gpu_model:N", "%")
+    rate = ui.metric_label("allocation_rate_pct", "pool_daily")
+    ui.line(daily, "day:T", "allocation_rate_pct:Q", "gpu_model:N", f"{rate} (%)",
+            title=t("ch_by_day_model", what=rate))
     st.subheader(ui.metric_label("utilisation_of_allocated_pct", "pool_daily"))
     ui.definition("utilisation_of_allocated_pct", "pool_daily")
-    ui.line(daily, "day:T", "utilisation_of_allocated_pct:Q", "gpu_model:N", "%")
+    used = ui.metric_label("utilisation_of_allocated_pct", "pool_daily")
+    ui.line(daily, "day:T", "utilisation_of_allocated_pct:Q", "gpu_model:N", f"{used} (%)",
+            title=t("ch_by_day_model", what=used),
+            good=ui.Good(ui.UTILISATION_TARGET_PCT, t("good_util", pct=ui.UTILISATION_TARGET_PCT), to=100))
 
 
 def gpus(f: filters.Filters, user) -> None:
@@ -68,9 +73,9 @@ def scorecard(f: filters.Filters) -> None:
         {k: f"{i + 1}. {t('stage_' + k)}" for i, k in enumerate(STAGE_KEYS)}, default=pl.col("stage")))
     chart = alt.Chart(score.select("stage_label", "score_pct", "criterion").to_pandas()).mark_bar().encode(
         x=alt.X("score_pct:Q", title=t("score_axis"), scale=alt.Scale(domain=[0, 100])),
-        y=alt.Y("stage_label:N", title=None, sort=None),
+        y=alt.Y("stage_label:N", title=None, sort=None, axis=alt.Axis(labelLimit=300)),
         tooltip=["stage_label:N", "criterion:N", "score_pct:Q"])
-    st.altair_chart(chart, width="stretch")
+    ui.show(alt.layer(chart, *ui.good_marks(ui.Good(100, t("good_score")), "x")), t("ch_scorecard"))
     st.caption(t("scorecard_caption", first=score["first_day"][0], last=score["last_day"][0]))
     for row in score.iter_rows(named=True):
         with st.expander(f"{row['stage_label']} · {row['score_pct']:.0f}%"):

@@ -8,7 +8,6 @@ import streamlit as st
 from dashboards import data, filters, ui
 from dashboards.i18n import t
 
-DAY = "monthdate(day):O"  # one bar per day, labelled "Nov 01"
 ROW_LIMIT = 500
 
 
@@ -42,11 +41,14 @@ def loaded(f: filters.Filters) -> None:
         ui.definition("quarantined_pct", "ingest_daily")
     long = daily.unpivot(index=["day", "ingest_source"], on=["records_loaded", "records_quarantined"],
                          variable_name="what", value_name="records")
-    ui.bars(long.filter(pl.col("what") == "records_loaded"), DAY, "records:Q", "ingest_source:N",
-            f"{ui.metric_label('records_loaded', 'ingest_daily')} ({t('records')})")
+    loaded_label = ui.metric_label("records_loaded", "ingest_daily")
+    ui.bars(long.filter(pl.col("what") == "records_loaded"), "day:T", "records:Q", "ingest_source:N",
+            f"{loaded_label} ({t('records')})", title=t("ch_by_day", what=loaded_label, by=t("source_axis")))
     if daily["records_quarantined"].sum() > 0:
-        ui.bars(long.filter(pl.col("what") == "records_quarantined"), DAY, "records:Q", "ingest_source:N",
-                f"{ui.metric_label('records_quarantined', 'ingest_daily')} ({t('records')})")
+        quarantined = ui.metric_label("records_quarantined", "ingest_daily")
+        ui.bars(long.filter(pl.col("what") == "records_quarantined"), "day:T", "records:Q", "ingest_source:N",
+                f"{quarantined} ({t('records')})", title=t("ch_by_day", what=quarantined, by=t("source_axis")),
+                note=t("good_lower"))
 
 
 def quarantine(user, f: filters.Filters) -> None:
@@ -94,7 +96,9 @@ def scrape_gaps(f: filters.Filters) -> None:
     gaps = data.view("scrape_gaps", where, params, order="day, target, error_kind")
     if ui.empty(gaps, t("q_no_gaps")):
         return
-    ui.bars(gaps, DAY, "gaps:Q", "error_kind:N", f"{ui.metric_label('gaps', 'scrape_gaps')} ({t('gaps_unit')})")
+    gaps_label = ui.metric_label("gaps", "scrape_gaps")
+    ui.bars(gaps, "day:T", "gaps:Q", "error_kind:N", f"{gaps_label} ({t('gaps_unit')})",
+            title=t("ch_by_day", what=gaps_label, by=t("error_kind")), note=t("good_lower"))
     st.dataframe(gaps.sort("gaps", descending=True).head(ROW_LIMIT), hide_index=True, key="q_gaps")
 
 
@@ -107,8 +111,10 @@ def reconciliation(user, f: filters.Filters) -> None:
         st.success(t("q_no_findings"))
         return
     # pool-level: GPU-hours per finding and day (additive), without naming anyone
-    ui.bars(findings.select("day", "finding", "gpu_hours"), DAY, "gpu_hours:Q", "finding:N",
-            f"{ui.metric_label('gpu_hours', 'telemetry_reconciliation')} ({t('gpu_hours_unit')})")
+    findings_label = ui.metric_label("gpu_hours", "telemetry_reconciliation")
+    ui.bars(findings.select("day", "finding", "gpu_hours"), "day:T", "gpu_hours:Q", "finding:N",
+            f"{findings_label} ({t('gpu_hours_unit')})", title=t("ch_by_day", what=findings_label, by=t("finding")),
+            note=t("good_lower"))
     columns = ["finding", "day", "host", "gpu", "gpu_instance_id", "gpu_model", "minutes", "gpu_hours",
                "mean_activity", "tenant", "job_id", "allocation_id", "telemetry_hpc_job", "telemetry_k8s_pod",
                "detail", "first_at", "last_at"]

@@ -47,10 +47,15 @@ def waits(f: filters.Filters) -> None:
                               "queue_wait_p95_s / 60.0 as queue_wait_p95_min")
     if not ui.empty(daily, t("no_waits")):
         p95, p50 = st.tabs(["p95", "p50"])
+        target = ui.WAIT_P95_TARGET_MIN
+        many = daily["queue_tenant"].n_unique() > ui.MAX_SERIES  # a heatmap: the target is a colour, not a line
         with p95:
-            ui.line(daily, "day:T", "queue_wait_p95_min:Q", "queue_tenant:N", t("wait_axis_min"))
+            ui.line(daily, "day:T", "queue_wait_p95_min:Q", "queue_tenant:N", t("wait_axis_min"),
+                    title=t("ch_wait_p95"), good=ui.Good(target, t("good_wait_heat" if many else "good_wait",
+                                                                    minutes=target), better="low"))
         with p50:
-            ui.line(daily, "day:T", "queue_wait_p50_min:Q", "queue_tenant:N", t("wait_axis_min"))
+            ui.line(daily, "day:T", "queue_wait_p50_min:Q", "queue_tenant:N", t("wait_axis_min"),
+                    title=t("ch_wait_p50"), note=t("good_lower"))
     waiting_work(clause, params)
 
 
@@ -85,12 +90,12 @@ def pending_demand(f: filters.Filters) -> None:
         return
     # pending GPUs of the sizes and shapes of a model add up (means of counts): the bars stack them
     chart = alt.Chart(demand.to_pandas()).mark_bar().encode(
-        x=alt.X("day:T", title=None),
+        x=ui.day_x("day:T"),
         y=alt.Y("sum(pending_gpus_avg):Q", title=t("pending_axis")),
         color=alt.Color("gpu_model:N", title=None),
-        tooltip=["day:T", "gpu_model:N", "shape:N", "gpus_requested:Q", "pending_gpus_avg:Q"],
+        tooltip=ui.tooltip("day:T", "gpu_model:N", "shape:N", "gpus_requested:Q", "pending_gpus_avg:Q"),
     )
-    st.altair_chart(chart, width="stretch")
+    ui.show(chart, t("ch_pending"), t("good_lower"))
     gaps = data.view("spec_gaps", filters.where(clause, "gap_gpus_peak_hour > 0"), params,
                      order=f"gap_gpus_peak_hour desc, day limit {GAP_ROWS}",
                      columns="day, gpu_model, share_mode, mig_profile, gpus_requested, pending_gpus_peak_hour, "
@@ -108,7 +113,9 @@ def causes(f: filters.Filters) -> None:
     by_cause = data.waited_by_cause(filters.where(clause), params)
     if ui.empty(by_cause, t("no_wait_causes")):
         return
-    ui.bars(by_cause, "day:T", "waited_gpu_hours:Q", "cause:N", "GPU-h")
+    ui.bars(by_cause, "day:T", "waited_gpu_hours:Q", "cause:N", t("gpu_hours_unit"),
+            title=t("ch_per_day", what=ui.metric_label("waited_gpu_hours", "wait_causes")),
+            note=t("good_lower"))
 
 
 def interruptions(f: filters.Filters) -> None:
@@ -117,10 +124,12 @@ def interruptions(f: filters.Filters) -> None:
     clause, params = f.clause(queue="queue")
     daily = data.queue_interruptions_daily(filters.where(clause), params)
     long = daily.unpivot(index="day", on=["preemptions", "requeues"], variable_name="kind", value_name="attempts") \
-        .filter(pl.col("attempts") > 0)
+        .filter(pl.col("attempts") > 0) \
+        .with_columns(pl.col("kind").replace({c: ui.metric_label(c, "queue_daily") for c in ("preemptions", "requeues")}))
     if ui.empty(long, t("no_interruptions")):
         return
-    ui.bars(long, "day:T", "attempts:Q", "kind:N", t("attempts_axis"))
+    ui.bars(long, "day:T", "attempts:Q", "kind:N", t("attempts_axis"), title=t("ch_interruptions"),
+            note=t("good_lower"))
     per_queue = data.queue_interruptions_per_queue(filters.where(clause), params)
     st.dataframe(per_queue, width="stretch", hide_index=True)
 

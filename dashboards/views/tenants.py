@@ -28,9 +28,13 @@ def quota(f: filters.Filters) -> None:
     usage, borrowed = st.tabs([ui.metric_label("quota_usage_pct", "tenant_quota"),
                                ui.metric_label("borrowed_gpu_hours", "tenant_quota")])
     with usage:
-        ui.line(daily, "day:T", "quota_usage_pct:Q", "tenant_model:N", "%")
+        # a ratio per tenant and model: a heatmap, whose colours turn at the quota (usage 100 %)
+        ui.heatmap(daily, "day:T", "tenant_model:N", "quota_usage_pct:Q", title=t("ch_quota_usage"),
+                   value_title=t("quota_pct_axis"), y_title=t("tenant_model"),
+                   good=ui.Good(100, t("good_quota"), better="near"))
     with borrowed:
-        ui.bars(daily, "day:T", "borrowed_gpu_hours:Q", "tenant_model:N", "GPU-h")
+        ui.bars(daily, "day:T", "borrowed_gpu_hours:Q", "tenant_model:N", t("gpu_hours_unit"),
+                title=t("ch_by_day", what=ui.metric_label("borrowed_gpu_hours", "tenant_quota"), by=t("tenant_model")))
 
 
 def quota_fit(f: filters.Filters) -> None:
@@ -44,14 +48,18 @@ def quota_fit(f: filters.Filters) -> None:
     if ui.empty(fit, t("no_quota")):
         return
     st.caption(t("quota_fit_caption"))
-    parts = fit.select("tenant", "gpu_model", "in_quota_gpu_hours", "borrowed_gpu_hours", "quota_less_gpu_hours",
-                       "idle_quota_gpu_hours") \
+    part_columns = ("in_quota_gpu_hours", "borrowed_gpu_hours", "quota_less_gpu_hours", "idle_quota_gpu_hours")
+    names = {c: ui.metric_label(c, "quota_fit") if data.metric(c, "quota_fit") else t(f"col_{c}") for c in part_columns}
+    parts = fit.select("tenant", "gpu_model", *part_columns) \
         .with_columns(row=pl.col("tenant") + " · " + pl.col("gpu_model")) \
-        .unpivot(index=["row", "tenant", "gpu_model"], variable_name="part", value_name="gpu_hours")
+        .unpivot(index=["row", "tenant", "gpu_model"], variable_name="part", value_name="gpu_hours") \
+        .with_columns(pl.col("part").replace(names))
     chart = alt.Chart(parts.to_pandas()).mark_bar().encode(
-        x=alt.X("gpu_hours:Q", title="GPU-h"), y=alt.Y("row:N", title=None),
-        color=alt.Color("part:N", title=None), tooltip=["tenant:N", "gpu_model:N", "part:N", "gpu_hours:Q"])
-    st.altair_chart(chart, width="stretch")
+        x=alt.X("gpu_hours:Q", title=t("gpu_hours_unit")),
+        y=alt.Y("row:N", title=t("tenant_model"), axis=alt.Axis(labelLimit=260)),
+        color=alt.Color("part:N", title=None, sort=list(names.values()), legend=alt.Legend(orient="bottom", labelLimit=300)),
+        tooltip=["tenant:N", "gpu_model:N", "part:N", alt.Tooltip("gpu_hours:Q", format=",.1f")])
+    ui.show(chart, t("ch_quota_fit"))
     st.dataframe(fit, width="stretch", hide_index=True,
                  column_config={"quota_used_pct": st.column_config.NumberColumn(format="%.1f %%"),
                                 "idle_quota_share_pct": st.column_config.NumberColumn(format="%.1f %%")})
@@ -75,16 +83,17 @@ def costs(f: filters.Filters, operator: bool) -> None:
         ui.kpi(col, "pool_total_cost_usd", "cost_attribution", month["pool_total_cost_usd"], " USD")
         col.caption(f"{month['month']:%Y-%m}")
     st.caption(t("cost_caption_operator" if operator and f.tenant is None else "cost_caption_scoped"))
-    bars = alt.Chart(rows.to_pandas()).mark_bar().encode(
-        x=alt.X("yearmonth(month):O", title=None),
-        y=alt.Y("total_cost_usd:Q", title="USD", stack=True),
-        color=alt.Color("tenant:N", title=None),
-        tooltip=["yearmonth(month):O", "tenant:N", "total_cost_usd:Q", "allocated_cost_usd:Q",
-                 "shared_unallocated_cost_usd:Q", "cost_share_pct:Q"])
+    # costs add up: past MAX_SERIES tenants the smallest are summed into "others" (the total stays the pool's)
+    shown = ui.top_n(rows, "tenant", "total_cost_usd", ["month"])
+    month = alt.X("yearmonth(month):O", title=t("month_axis"), axis=alt.Axis(format="%Y-%m", labelAngle=0))
+    bars = alt.Chart(shown.to_pandas()).mark_bar().encode(
+        x=month, y=alt.Y("total_cost_usd:Q", title="USD", stack=True),
+        color=alt.Color("tenant:N", title=None, sort=ui.series_order(shown, "tenant", "total_cost_usd")),
+        tooltip=["yearmonth(month):O", "tenant:N", alt.Tooltip("total_cost_usd:Q", format=",.2f")])
     total = alt.Chart(pool.to_pandas()).mark_tick(color="black", thickness=2, size=40).encode(
-        x=alt.X("yearmonth(month):O", title=None), y=alt.Y("pool_total_cost_usd:Q"),
-        tooltip=["yearmonth(month):O", "pool_total_cost_usd:Q"])
-    st.altair_chart(bars + total, width="stretch")
+        x=month, y=alt.Y("pool_total_cost_usd:Q"),
+        tooltip=["yearmonth(month):O", alt.Tooltip("pool_total_cost_usd:Q", format=",.2f")])
+    ui.show(bars + total, t("ch_costs"), t("cost_tick_note"))
     if not ui.empty(rows, t("no_costs_tenant")):
         st.dataframe(rows, width="stretch", hide_index=True,
                      column_config={c: st.column_config.NumberColumn(format="%.2f")
@@ -110,19 +119,22 @@ def task_mix(f: filters.Filters) -> None:
                 continue
             by_jobs, by_hours = st.columns(2)
             with by_jobs:
-                mix(frame, "submissions", t("submissions_share"))
+                mix(frame, "submissions", t("submissions_share"), t("ch_mix_submissions"))
             with by_hours:
-                mix(frame, "allocated_gpu_hours", t("gpu_hours_share"))
+                mix(frame, "allocated_gpu_hours", t("gpu_hours_share"), t("ch_mix_hours"))
 
 
-def mix(frame: pl.DataFrame, value: str, title: str) -> None:
+def mix(frame: pl.DataFrame, value: str, axis_title: str, title: str) -> None:
     """Each day's bar split by template, normalised to 100% by the chart (a share, not a new figure)."""
-    chart = alt.Chart(frame.to_pandas()).mark_bar().encode(
-        x=alt.X("day:T", title=None),
-        y=alt.Y(f"sum({value}):Q", stack="normalize", title=title, axis=alt.Axis(format="%")),
-        color=alt.Color("template:N", title=None),
-        tooltip=["day:T", "template:N", f"sum({value}):Q"])
-    st.altair_chart(chart, width="stretch")
+    shown = ui.top_n(frame, "template", value, ["day"])
+    chart = alt.Chart(shown.to_pandas()).mark_bar().encode(
+        x=ui.day_x("day:T"),
+        y=alt.Y(f"sum({value}):Q", stack="normalize", title=axis_title, axis=alt.Axis(format="%")),
+        # the same template keeps its colour in both charts: names in order, "others" last
+        color=alt.Color("template:N", title=None, sort=sorted(shown["template"].unique(), key=lambda n: (n == t("others"), n)),
+                        legend=alt.Legend(orient="bottom", columns=4, labelLimit=200)),
+        tooltip=ui.tooltip("day:T", "template:N", f"sum({value}):Q"))
+    ui.show(chart, title)
 
 
 def draw() -> None:

@@ -7,7 +7,23 @@ from pathlib import Path
 import click
 
 from pipelines.cli.common import HOME_OPTION, step, warehouse
-from pipelines.warehouse import ReleaseExpired
+from pipelines.warehouse import ReleaseExpired, Warehouse
+
+
+def _check_tenant(wh: Warehouse, month: dt.date, tenant: str, as_of: int | None) -> None:
+    """Refuse a tenant with no allocations in the month (a typo would build an empty pack), naming those
+    that have some; the same release the pack would read."""
+    from pipelines.pack.tenant import tenants_of_month
+
+    con = wh.analyst_connect(release=as_of)
+    try:
+        known = tenants_of_month(con, month)
+    finally:
+        con.close()
+    if tenant not in known:
+        raise click.ClickException(
+            f"tenant {tenant!r} has no allocations in {month:%Y-%m}; tenants of that month: "
+            f"{', '.join(known) or 'none (build the warehouse for that month first)'}")
 
 
 @click.command()
@@ -29,7 +45,10 @@ def pack(home: Path | None, month: str, lang: str, as_of: int | None, tenant: st
     except ValueError:
         raise click.BadParameter(f"{month!r}: expected YYYY-MM", param_hint="--month") from None
     try:
-        out = build_pack(warehouse(home), first, lang, as_of=as_of, on_step=step, tenant=tenant)
+        wh = warehouse(home)
+        if tenant is not None:
+            _check_tenant(wh, first, tenant, as_of)
+        out = build_pack(wh, first, lang, as_of=as_of, on_step=step, tenant=tenant)
     except (FileNotFoundError, ReleaseExpired) as err:
         raise click.ClickException(str(err)) from None
     step(f"review pack {month}{f' for {tenant}' if tenant else ''} ({lang}) in {out}")

@@ -3,7 +3,7 @@
 A headline figure is one value: its SQL reads one metric view for the month ([start, end) days, or
 the month's row of a monthly view) and names the catalog metric it carries, so a test can run the
 same query again and the pack can footnote the definition. Each headline is queried again for the
-previous month for the change ("n/a" when that month has no data). Tables are queries too; the pack
+previous month for the change (none when that month has no data). Tables are queries too; the pack
 shows them and writes each to the CSV/Parquet appendix. Ratios of a month come from
 metrics.pack_month (computed in SQL), never from sums in Python.
 """
@@ -43,7 +43,8 @@ class Table:
     sql: str
     metrics: tuple[str, ...] = ()  # catalog metrics its columns carry
     monthly: bool = False
-    chart: tuple[str, str, str] | None = None  # (x, y, mark) for a PNG chart
+    # (x, y, mark) for a PNG chart; y: one column, or several drawn as lines with a legend
+    chart: tuple[str, str | tuple[str, ...], str] | None = None
     title: dict[str, str] | None = None  # {"en": ..., "zh": ...}: the table's heading in the pack
 
     def params(self, month: dt.date, tenant: str | None = None) -> list:
@@ -88,6 +89,30 @@ def _host_mean(column: str) -> str:
     return (f"select sum({column} * minutes_with_data) / nullif(sum(minutes_with_data), 0) "
             f"from metrics.host_daily where {DAYS}")
 
+
+ADVICE_OUTCOME = """with m as (select cast(? as date) as month),
+advice as (
+  select a.rank, a.kind, a.gpu_model, a.target, a.quantity, a.unit, a.confidence,
+    try_cast(a.whatif_json ->> '$.wait_p95_min.baseline' as double) * 60 as predicted_baseline_wait_p95_s,
+    try_cast(a.whatif_json ->> '$.wait_p95_min.changed' as double) * 60 as predicted_wait_p95_s,
+    try_cast(a.whatif_json ->> '$.pool_utilisation_pct.changed' as double) as predicted_pool_utilisation_pct
+  from metrics.capacity_recommendations a, m where a.period_month = m.month - interval 1 month
+),
+gpus as (
+  select gpu_model,
+    max(physical_gpus) filter (where day < m.month) as physical_gpus_previous_month,
+    max(physical_gpus) filter (where day >= m.month) as physical_gpus
+  from metrics.pool_daily, m where day >= m.month - interval 1 month and day < m.month + interval 1 month
+  group by gpu_model
+),
+observed as (
+  select queue_wait_p95_s, pool_utilisation_pct from metrics.pack_month, m where pack_month.month = m.month
+)
+select a.rank, a.kind, a.target, a.quantity, a.unit, a.confidence, g.physical_gpus_previous_month, g.physical_gpus,
+  a.predicted_baseline_wait_p95_s, a.predicted_wait_p95_s, o.queue_wait_p95_s,
+  a.predicted_pool_utilisation_pct, o.pool_utilisation_pct
+from advice a left join gpus g using (gpu_model) left join observed o on true
+order by a.rank"""
 
 FIGURES: tuple[Figure, ...] = (
     # resources
@@ -146,6 +171,10 @@ FIGURES: tuple[Figure, ...] = (
            _sum("actions", "enforcement_daily")),
     Figure("recovered_gpu_hours", "governance", "recovered_gpu_hours", "enforcement_daily",
            _sum("recovered_gpu_hours", "enforcement_daily")),
+    # the month's applied reminders after which the job ended on its own: the catalog's ratio over the month's sums
+    Figure("self_release_rate", "governance", "self_release_rate", "governance_actions",
+           f"select 100.0 * sum(released_after_reminder) / nullif(sum(reminders_applied), 0) "
+           f"from metrics.governance_actions where {DAYS}"),
     Figure("pool_total_cost", "governance", "pool_total_cost", "cost_attribution",
            "select max(pool_total_cost_usd) from metrics.cost_attribution where month = ?", True),
 )
@@ -154,30 +183,36 @@ TABLES: tuple[Table, ...] = (
     Table("pool_by_day", "resources", "pool_daily",
           f"select day, sum(capacity_gpu_hours) as capacity_gpu_hours, sum(allocated_gpu_hours) as allocated_gpu_hours, "
           f"sum(active_gpu_hours) as active_gpu_hours from metrics.pool_daily where {DAYS} group by day order by day",
-          ("capacity_gpu_hours", "allocated_gpu_hours", "active_gpu_hours"), chart=("day", "allocated_gpu_hours", "bar")),
+          ("capacity_gpu_hours", "allocated_gpu_hours", "active_gpu_hours"),
+          chart=("day", ("capacity_gpu_hours", "allocated_gpu_hours", "active_gpu_hours"), "line"),
+          title={"en": "Capacity, allocation and use by day", "zh": "每日容量、分配与使用"}),
     Table("gpu_models", "resources", "pool_daily",
           f"select gpu_model, max(physical_gpus) as physical_gpus, sum(capacity_gpu_hours) as capacity_gpu_hours, "
           f"sum(allocated_gpu_hours) as allocated_gpu_hours, max(peak_allocated_gpus) as peak_allocated_gpus "
           f"from metrics.pool_daily where {DAYS} group by gpu_model order by gpu_model",
-          ("physical_gpus", "capacity_gpu_hours", "allocated_gpu_hours", "peak_allocated_gpus")),
+          ("physical_gpus", "capacity_gpu_hours", "allocated_gpu_hours", "peak_allocated_gpus"),
+          title={"en": "GPU models", "zh": "GPU型号"}),
     # one row per queue and tenant (a shared queue has one per tenant); percentiles over the month's jobs
     Table("queues", "resources", "queue_month",
           "select queue, tenant, submissions, jobs_started, queue_wait_p50_s, queue_wait_p95_s, jobs_waiting, "
           "waiting_age_max_s, cancelled_while_queued, cancelled_pending_age_p95_s, preemptions, requeues, "
           "allocated_gpu_hours from metrics.queue_month where month = ? order by queue, tenant",
           ("submissions", "jobs_started", "queue_wait_p50", "queue_wait_p95", "jobs_waiting", "waiting_age_max",
-           "cancelled_while_queued", "cancelled_pending_age_p95", "preemptions", "requeues"), monthly=True),
+           "cancelled_while_queued", "cancelled_pending_age_p95", "preemptions", "requeues"), monthly=True,
+          title={"en": "Queues and tenants: submissions, waits, waiting work", "zh": "队列与租户：提交、等待与排队作业"}),
     Table("quotas", "resources", "tenant_quota",
           f"select tenant, gpu_model, max(quota_gpus) as quota_gpus, sum(quota_gpu_hours) as quota_gpu_hours, "
           f"sum(allocated_gpu_hours) as allocated_gpu_hours, sum(borrowed_gpu_hours) as borrowed_gpu_hours, "
           f"sum(unused_quota_gpu_hours) as unused_quota_gpu_hours from metrics.tenant_quota where {DAYS} "
           f"group by tenant, gpu_model order by tenant, gpu_model",
-          ("quota_gpu_hours", "borrowed_gpu_hours", "unused_quota_gpu_hours")),
+          ("quota_gpu_hours", "borrowed_gpu_hours", "unused_quota_gpu_hours"),
+          title={"en": "Quotas: use and borrowing", "zh": "配额：使用与借用"}),
     Table("spec_gaps", "resources", "spec_gaps",
           f"select gpu_model, share_mode, gpus_requested, max(gap_gpus_peak_hour) as gap_gpus_peak_hour, "
           f"sum(rightsizable_attempts) as rightsizable_attempts, sum(rightsizable_gpu_hours) as rightsizable_gpu_hours "
           f"from metrics.spec_gaps where {DAYS} group by all order by gap_gpus_peak_hour desc nulls last, gpu_model, share_mode, gpus_requested limit 15",
-          ("spec_gap_gpus_peak_hour", "rightsizable_attempts", "rightsizable_gpu_hours")),
+          ("spec_gap_gpus_peak_hour", "rightsizable_attempts", "rightsizable_gpu_hours"),
+          title={"en": "Spec gaps: what jobs asked vs what the pool offers", "zh": "规格缺口：作业申请与资源池供给"}),
     # per host over the month: means weighted by minutes with data, the busiest day's p95, the peak memory
     Table("hosts", "resources", "host_daily",
           f"select host, max(cpus) as cpus, "
@@ -193,28 +228,41 @@ TABLES: tuple[Table, ...] = (
           f"from metrics.host_daily where {DAYS} group by host order by cpu_busy_pct_mean desc, host limit 30",
           ("host_cpu_utilisation", "host_cpu_utilisation_p95", "host_memory_usage", "host_memory_peak",
            "host_network_receive_rate", "host_network_transmit_rate", "storage_read_rate", "storage_write_rate"),
-          chart=("host", "cpu_busy_pct_mean", "bar")),
+          chart=("host", "cpu_busy_pct_mean", "bar"),
+          title={"en": "Hosts: CPU, memory, network and disk", "zh": "主机：CPU、内存、网络与磁盘"}),
     Table("templates", "tasks", "task_daily",
           f"select template, sum(submissions) as submissions, sum(finished_jobs) as finished_jobs, "
           f"sum(failed_jobs) as failed_jobs, sum(retries) as retries, sum(retry_gpu_hours) as retry_gpu_hours, "
           f"sum(interruptions_without_checkpoint_policy) as interruptions_without_checkpoint_policy "
           f"from metrics.task_daily where {DAYS} group by template order by submissions desc, template",
           ("submissions", "finished_jobs", "failed_jobs", "retries", "retry_gpu_hours",
-           "interruptions_without_checkpoint")),
+           "interruptions_without_checkpoint"),
+          title={"en": "Job templates", "zh": "作业模板"}),
     Table("run_times", "tasks", "task_month",
           "select template, finished_jobs, run_time_p50_s, run_time_p95_s from metrics.task_month "
           "where month = ? order by template = 'all', template",
-          ("run_time_p50", "run_time_p95", "finished_jobs"), monthly=True),
+          ("run_time_p50", "run_time_p95", "finished_jobs"), monthly=True,
+          title={"en": "Run times by template", "zh": "按模板的运行时长"}),
     Table("failure_reasons", "tasks", "failure_reasons",
           f"select failure_reason, sum(failed_jobs) as failed_jobs, sum(allocated_gpu_hours) as allocated_gpu_hours "
           f"from metrics.failure_reasons where {DAYS} group by failure_reason order by failed_jobs desc, failure_reason",
-          ("failures_by_reason",), chart=("failure_reason", "failed_jobs", "bar")),
+          ("failures_by_reason",), chart=("failure_reason", "failed_jobs", "bar"),
+          title={"en": "Failed jobs by reason", "zh": "按原因的失败作业"}),
+    # the month's pending time by its first applicable cause; the share is the catalog's over the month's sums
+    Table("wait_causes", "tasks", "wait_causes",
+          f"select cause, sum(waited_hours) as waited_hours, sum(waited_gpu_hours) as waited_gpu_hours, "
+          f"100.0 * sum(waited_gpu_hours) / nullif(sum(sum(waited_gpu_hours)) over (), 0) as cause_share_pct "
+          f"from metrics.wait_causes where {DAYS} group by cause order by waited_gpu_hours desc, cause",
+          ("waited_hours_by_cause", "waited_gpu_hours_by_cause", "wait_cause_share"),
+          chart=("cause", "waited_gpu_hours", "bar"),
+          title={"en": "Waits by cause", "zh": "按原因的排队等待"}),
     # every ended attempt's cause (hardware, preempted, reclaimed, capped, time limit, OOM, user code, ...)
     Table("failures_by_cause", "tasks", "failure_causes",
           f"select * from ({_CAUSES}) where failures > 0 or cause = 'all' "
           f"order by cause = 'all', failures desc, gpu_hours_lost desc, cause",
           ("attempts_by_cause", "failures_by_cause", "attempt_failure_rate_by_cause", "gpu_hours_lost_by_cause",
-           "not_user_fault_share"), monthly=True),
+           "not_user_fault_share"), monthly=True,
+          title={"en": "Ended attempts by cause", "zh": "按原因的结束尝试"}),
     # what the month's finished training jobs left, pool-wide: the share is the view's definition over the
     # tenants' and templates' summed jobs
     Table("artifact_status", "tasks", "artifact_status",
@@ -222,7 +270,8 @@ TABLES: tuple[Table, ...] = (
           "100.0 * sum(jobs) / sum(sum(jobs)) over () as jobs_share_pct, "
           "cast(sum(jobs_with_checkpoint) as bigint) as jobs_with_checkpoint from metrics.artifact_status where month = ? "
           "group by artifact_status order by list_position(['registered', 'logged_only', 'none'], artifact_status)",
-          ("artifact_status", "artifact_status_share"), monthly=True, chart=("artifact_status", "jobs_share_pct", "bar")),
+          ("artifact_status", "artifact_status_share"), monthly=True, chart=("artifact_status", "jobs_share_pct", "bar"),
+          title={"en": "Finished training jobs by artifact status", "zh": "按产出状态的已完成训练作业"}),
     # GPU-hours since the last checkpoint (else since the start) of the month's interrupted or failed attempts
     Table("work_lost_by_cause", "tasks", "work_lost",
           "select cause, cast(sum(attempts) as bigint) as attempts, "
@@ -232,60 +281,86 @@ TABLES: tuple[Table, ...] = (
           "sum(work_lost_without_checkpoint_gpu_hours) as work_lost_without_checkpoint_gpu_hours "
           "from metrics.work_lost where month = ? group by cause order by work_lost_gpu_hours desc, cause",
           ("work_lost_gpu_hours", "failed_attempts_without_checkpoint"), monthly=True,
-          chart=("cause", "work_lost_gpu_hours", "bar")),
+          chart=("cause", "work_lost_gpu_hours", "bar"),
+          title={"en": "Work lost at interruptions, by cause", "zh": "按原因的中断损失工作量"}),
     Table("checkpoint_policy_breaches", "tasks", "checkpoint_policy_breaches",
           "select tenant, training_attempts, attempts_with_time_policy, policy_breaches, breaches_without_checkpoint, "
           "jobs_breaching, policy_breach_rate_pct from metrics.checkpoint_policy_breaches where month = ? "
           "order by policy_breaches desc, tenant",
           ("checkpoint_policy_breaches", "jobs_breaching_checkpoint_policy", "checkpoint_policy_breach_rate"),
-          monthly=True),
+          monthly=True,
+          title={"en": "Checkpoint policy breaches by tenant", "zh": "按租户的检查点策略违规"}),
     # GPUs with hardware faults from the month's first day to its last (a repeat offender first)
     Table("repeat_offender_gpus", "tasks", "gpu_faults",
           "select host, gpu, gpu_model, is_repeat_offender, is_node_repeat_offender, hardware_faults, "
           "first_fault_at, last_fault_at, xids_seen, ecc_dbe_errors from metrics.gpu_faults "
           "where hardware_faults > 0 and last_fault_at >= ? and first_fault_at < ? "
           "order by is_repeat_offender desc, hardware_faults desc, host, gpu limit 20",
-          ("gpu_hardware_faults", "repeat_offender_gpu")),
+          ("gpu_hardware_faults", "repeat_offender_gpu"),
+          title={"en": "GPUs with hardware faults", "zh": "出现硬件故障的GPU"}),
     # the month's drains and undrains of the gpu-health policy; mode shadow: what it would have done, nothing sent
     Table("drain_decisions", "tasks", "drain_decisions",
           f"select decided_at, action, mode, target, target_kind, outcome, fault_minutes, faulty_gpus, last_fault_at, "
           f"drains_decided, drains_applied from metrics.drain_decisions where {DAYS} "
           f"order by decided_at, target limit 50",
-          ("drains_decided", "drains_applied")),
+          ("drains_decided", "drains_applied"),
+          title={"en": "Drains and undrains of the GPU-health policy", "zh": "GPU健康策略的摘除与恢复"}),
     Table("audit", "governance", "audit_daily",
           f"select source, sum(audit_records) as audit_records, sum(permission_changes) as permission_changes, "
           f"sum(quota_changes) as quota_changes, sum(approvals) as approvals, sum(denied_requests) as denied_requests "
           f"from metrics.audit_daily where {DAYS} group by source order by source",
-          ("audit_records", "permission_changes", "quota_changes", "approvals", "denied_requests")),
+          ("audit_records", "permission_changes", "quota_changes", "approvals", "denied_requests"),
+          title={"en": "Audit records by source", "zh": "按来源的审计记录"}),
     Table("cost_by_tenant", "governance", "cost_attribution",
           "select tenant, allocated_gpu_hours, allocated_cost_usd, shared_unallocated_cost_usd, total_cost_usd, "
           "cost_share_pct from metrics.cost_attribution where month = ? order by total_cost_usd desc, tenant",
           ("allocated_cost", "shared_unallocated_cost", "total_cost", "cost_share"), monthly=True,
-          chart=("tenant", "total_cost_usd", "bar")),
+          chart=("tenant", "total_cost_usd", "bar"),
+          title={"en": "Cost by tenant", "zh": "按租户的成本"}),
     Table("enforcement", "governance", "enforcement_daily",
           f"select action_kind, decision, sum(actions) as actions, sum(gpus_released) as gpus_released, "
           f"sum(recovered_gpu_hours) as recovered_gpu_hours, sum(reused_gpu_hours) as reused_gpu_hours "
           f"from metrics.enforcement_daily where {DAYS} group by action_kind, decision order by action_kind, decision",
-          ("enforcement_actions", "recovered_gpu_hours", "reused_gpu_hours")),
+          ("enforcement_actions", "recovered_gpu_hours", "reused_gpu_hours"),
+          title={"en": "Enforcement actions", "zh": "执行动作"}),
+    # reminders the policies sent and how many were followed by the owner releasing the GPUs
+    Table("reminders", "governance", "governance_actions",
+          f"select policy, sum(reminders_applied) as reminders_applied, "
+          f"sum(released_after_reminder) as released_after_reminder, "
+          f"100.0 * sum(released_after_reminder) / nullif(sum(reminders_applied), 0) as self_release_rate_pct "
+          f"from metrics.governance_actions where {DAYS} group by policy having sum(reminders_applied) > 0 "
+          f"order by reminders_applied desc, policy",
+          ("self_release_rate",),
+          title={"en": "Reminders and self-release", "zh": "提醒与自行释放"}),
     # who carried the month's governance: every actor's audited changes and decisions by kind
     Table("responsibilities", "governance", "audit_events",
           f"select actor_role, actor, category, count(*) as audit_records from metrics.audit_events "
           f"where {DAYS} group by actor_role, actor, category order by audit_records desc, actor, category limit 40",
-          ("audit_records",)),
+          ("audit_records",),
+          title={"en": "Who did what", "zh": "职责与操作人"}),
     Table("governance_findings", "improvements", "governance_actions",
           # steps, not findings: a finding whose steps fall on two days is in two days' rows
           f"select policy, mode, outcome, sum(actions) as actions, "
           f"sum(recovered_gpu_hours) as recovered_gpu_hours, sum(false_positives) as false_positives "
           f"from metrics.governance_actions where {DAYS} group by policy, mode, outcome order by policy, mode, outcome",
-          ("governance_actions_by_outcome", "recovered_gpu_hours")),
+          ("governance_actions_by_outcome", "recovered_gpu_hours"),
+          title={"en": "Governance policies' actions by outcome", "zh": "治理策略动作（按结果）"}),
     Table("capacity_recommendations", "improvements", "capacity_recommendations",
-          "select rank, kind, recommendation, recommendation_zh, confidence, impact_gpu_hours "
+          "select rank, kind, gpu_model, quantity, unit, recommendation, recommendation_zh, confidence, "
+          "impact_gpu_hours, try_cast(whatif_json ->> '$.confirms' as boolean) as whatif_confirms "
           "from metrics.capacity_recommendations where period_month = ? order by rank",
-          ("capacity_recommendations",), monthly=True),
+          ("capacity_recommendations",), monthly=True,
+          title={"en": "Capacity advice of the month", "zh": "本月容量建议"}),
+    # last month's advice (with its what-if prediction) against this month's outcome: the model's GPUs
+    # (was it applied) and the pool's observed wait p95 and utilisation (the what-if predicts pool-wide ones)
+    Table("advice_outcome", "improvements", "capacity_recommendations", ADVICE_OUTCOME,
+          ("capacity_recommendations", "physical_gpus", "queue_wait_p95", "pool_utilisation"), monthly=True,
+          title={"en": "Last month's advice against this month's outcome", "zh": "上月建议与本月结果对比"}),
     Table("pooling_scorecard", "scorecard", "pooling_scorecard",
           "select stage, criterion, score_pct, first_day, last_day from metrics.pooling_scorecard "
           "where month = ? order by stage_order",
-          ("pooling_stage_score",), monthly=True, chart=("stage", "score_pct", "bar")),
+          ("pooling_stage_score",), monthly=True, chart=("stage", "score_pct", "bar"),
+          title={"en": "Pooling-stage scorecard", "zh": "资源池化阶段评分"}),
 )
 
 
@@ -309,7 +384,8 @@ POOL = PackSpec("pool", PARTS, FIGURES, TABLES, part_titles={
     "resources": {"en": "1. Resources", "zh": "一、资源"}, "tasks": {"en": "2. Tasks", "zh": "二、任务"},
     "governance": {"en": "3. Governance", "zh": "三、治理"},
     "improvements": {"en": "4. Improvements for next month", "zh": "四、下月改进"},
-    "scorecard": {"en": "Pooling-stage scorecard of the month", "zh": "资源池化阶段评分（本月）"},
+    # {month}: the render writes the pack's month in, so the scorecard's period is on its heading
+    "scorecard": {"en": "5. Pooling-stage scorecard, {month}", "zh": "五、资源池化阶段评分（{month}）"},
 })
 
 
@@ -324,6 +400,7 @@ class Figures:
     previous: dict[str, float | None] = field(default_factory=dict)
     tables: dict[str, pl.DataFrame] = field(default_factory=dict)
     catalog: dict[str, dict] = field(default_factory=dict)  # metric name -> catalog row
+    catalog_all: dict[str, dict] = field(default_factory=dict)  # every catalog metric: column labels, glossary
     answers: list = field(default_factory=list)  # page 1: pipelines.pack.answers.Answer
     decisions: list = field(default_factory=list)  # page 1: pipelines.pack.answers.Decision
 
@@ -361,19 +438,10 @@ def collect(con: duckdb.DuckDBPyConnection, month: dt.date, spec: PackSpec = POO
     for t in spec.tables:
         out.tables[t.key] = table_frame(con, t, month, tenant)
     names = sorted(spec.metrics())
-    cat = _frame(con, "select * from metrics.catalog where metric_name in (select unnest(?))", [names])
-    out.catalog = {r["metric_name"]: r for r in cat.iter_rows(named=True)}
+    every = _frame(con, "select * from metrics.catalog order by metric_name", [])
+    out.catalog_all = {r["metric_name"]: r for r in every.iter_rows(named=True)}
+    out.catalog = {m: out.catalog_all[m] for m in names if m in out.catalog_all}
     missing = set(names) - set(out.catalog)
     if missing:
         raise KeyError(f"review pack: metrics {sorted(missing)} are not in catalog {version}")
     return out
-
-
-def change(value: float | None, previous: float | None) -> str:
-    """The change from the previous month as text; 'n/a' when either month has no value."""
-    if value is None or previous is None:
-        return "n/a"
-    delta = value - previous
-    if previous == 0:
-        return f"{delta:+,.1f}"
-    return f"{delta:+,.1f} ({100 * delta / abs(previous):+.1f}%)"

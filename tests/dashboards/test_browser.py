@@ -1,7 +1,8 @@
 """The dashboards in a real browser: `streamlit run` started for real on a free port, Debian's Chromium
 driven by Playwright (the system browser through executable_path, no browser download). Each page is
-loaded by its URL, signed in through the form, checked for its key element and for no error, and
-screenshotted.
+loaded by its URL, signed in through the form, checked for its key element and for no error, its charts
+read from the drawn SVG as a reader would (a title, axis titles, at most eight colours in a legend), and
+screenshotted; one page is also drawn in Chinese.
 
 Screenshots are test artifacts under $GPUPOOL_ARTIFACTS/browser (default: the test's tmp_path).
 With GPUPOOL_SCREENSHOTS=docs/screenshots they are also written there, named <page>.png: that is how
@@ -52,6 +53,18 @@ PAGES = {
 DEFAULT_PAGE = "pool"  # st.navigation serves its first page at the root URL, not at /pool
 ERRORS = '[data-testid="stException"], [data-testid="stAlertContentError"]'
 VIEWPORT = {"width": 1440, "height": 1400}
+MAX_SERIES = 8  # dashboards.ui.MAX_SERIES: more colours than this cannot be told apart
+SIGN_IN = {"en": ("User", "Password", "Sign in"), "zh": ("用户名", "密码", "登录")}
+# what Vega drew for each chart (Streamlit renders SVG; a chart of over 2,000 points per datum gets a canvas,
+# which has no text to read: counted apart). Legends with a colour gradient (heatmaps) are not series.
+CHARTS_JS = """els => els.map(el => {
+  const svg = el.querySelector('svg');
+  if (!svg) return null;
+  const texts = (sel, root) => [...(root || svg).querySelectorAll(sel + ' text')].map(x => x.textContent.trim());
+  const legends = [...svg.querySelectorAll('.role-legend')].filter(l => !l.querySelector('.role-legend-gradient'));
+  return {title: texts('.role-title-text').join(' '), axes: texts('.role-axis-title'),
+          series: Math.max(0, ...legends.map(l => texts('.role-legend-label', l).length))};
+})"""
 
 
 def _free_port() -> int:
@@ -122,10 +135,47 @@ def shots(tmp_path_factory) -> list[Path]:
     return folders
 
 
-def _sign_in(page, name: str) -> None:
-    page.get_by_label("User").fill(name)
-    page.get_by_label("Password", exact=True).fill(PASSWORD)
-    page.get_by_role("button", name="Sign in").click()
+def _sign_in(page, name: str, lang: str = "en") -> None:
+    user, password, button = SIGN_IN[lang]
+    page.get_by_label(user).fill(name)
+    page.get_by_label(password, exact=True).fill(PASSWORD)
+    page.get_by_role("button", name=button).click()
+
+
+def _charts_read(page, path: str) -> list[dict]:
+    """Each drawn chart has a title and axis titles and at most MAX_SERIES colours; returns what was read."""
+    drawn = page.locator(CHART).evaluate_all(CHARTS_JS)
+    read = [c for c in drawn if c is not None]
+    assert read or not drawn, f"{path}: no chart was drawn as SVG, none could be read"
+    for chart in read:
+        assert chart["title"], f"{path}: a chart without a title (axes {chart['axes']})"
+        assert chart["axes"], f"{path}: chart {chart['title']!r} has no axis title"
+        assert chart["series"] <= MAX_SERIES, f"{path}: chart {chart['title']!r} has {chart['series']} colours"
+    return read
+
+
+def _whole_page(page) -> None:
+    """Streamlit scrolls inside its main block, so a full-page screenshot is one window high: make the
+    window as tall as the content (up to 12,000 px) so that every chart is in the picture."""
+    height = page.evaluate("document.querySelector('[data-testid=\"stMain\"]').scrollHeight")
+    page.set_viewport_size({"width": VIEWPORT["width"], "height": min(max(height, VIEWPORT["height"]), 12_000)})
+    _settled(page)
+
+
+def _open(browser, url: str, path: str, lang: str = "en"):
+    """A page signed in as the operator and drawn; JavaScript errors collected in the returned list."""
+    page = browser.new_page(viewport=VIEWPORT)
+    problems: list[str] = []
+    page.on("pageerror", lambda exc: problems.append(str(exc)))
+    page.goto(url)
+    page.wait_for_selector('[data-testid="stForm"]', timeout=30_000)
+    _settled(page)  # widgets stay inert while the script runs
+    _sign_in(page, "ops", lang)
+    page.wait_for_selector(f'[data-testid="gpupool-page"][data-page="page_{path}"][data-lang="{lang}"]',
+                           state="attached", timeout=60_000)
+    page.wait_for_selector(PAGES[path], timeout=60_000)
+    _settled(page)
+    return page, problems
 
 
 def _settled(page, timeout_ms: int = 30_000) -> None:
@@ -152,28 +202,37 @@ def test_sign_in_form_guards_every_page(browser, app_url):
 
 @pytest.mark.parametrize("path", list(PAGES))
 def test_page_in_the_browser(browser, app_url, shots, path):
-    page = browser.new_page(viewport=VIEWPORT)
-    problems: list[str] = []
-    page.on("pageerror", lambda exc: problems.append(str(exc)))
+    began = time.monotonic()
+    page, problems = _open(browser, f"{app_url}/{'' if path == DEFAULT_PAGE else path}", path)
     try:
-        began = time.monotonic()
-        page.goto(f"{app_url}/{'' if path == DEFAULT_PAGE else path}")
-        page.wait_for_selector('[data-testid="stForm"]', timeout=30_000)
-        _settled(page)  # widgets stay inert while the script runs
-        _sign_in(page, "ops")
-        page.wait_for_selector(f'[data-testid="gpupool-page"][data-page="page_{path}"]', state="attached",
-                               timeout=60_000)
-        page.wait_for_selector(PAGES[path], timeout=60_000)
-        _settled(page)
         seconds = time.monotonic() - began
         errors = [e.inner_text()[:500] for e in page.locator(ERRORS).all()]
         assert errors == [], f"{path}: {errors}"
         assert problems == [], f"{path}: JavaScript errors {problems}"
+        charts = _charts_read(page, path)
+        _whole_page(page)
         for folder in shots:
             page.screenshot(path=str(folder / f"{path}.png"), full_page=True)
-        print(f"{path}: signed in and drawn in {seconds:.1f} s")
+        print(f"{path}: signed in and drawn in {seconds:.1f} s; charts: {[c['title'] for c in charts]}")
     except Exception:
         page.screenshot(path=str(shots[0] / f"{path}-failed.png"))
+        raise
+    finally:
+        page.close()
+
+
+def test_page_in_chinese(browser, app_url, shots):
+    """The tenants page (a heatmap, top-N bars, a facet-free mix) in Chinese: titles in Chinese, no error."""
+    page, problems = _open(browser, f"{app_url}/tenants?lang=zh", "tenants", "zh")
+    try:
+        assert [e.inner_text()[:500] for e in page.locator(ERRORS).all()] == []
+        assert problems == [], f"JavaScript errors {problems}"
+        titles = [c["title"] for c in _charts_read(page, "tenants")]
+        assert any("配额" in title for title in titles), titles
+        _whole_page(page)
+        page.screenshot(path=str(shots[0] / "tenants-zh.png"), full_page=True)
+    except Exception:
+        page.screenshot(path=str(shots[0] / "tenants-zh-failed.png"))
         raise
     finally:
         page.close()

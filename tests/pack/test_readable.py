@@ -1,0 +1,70 @@
+"""The packs read as a document: every column of every table of the pool's and the tenant's pack has a
+human label in English and Chinese (never its raw key), every table a title; the HTML has page 1, a
+table of contents with page numbers, a page footer, the glossary and the catalog version."""
+from __future__ import annotations
+
+import datetime as dt
+import re
+
+import pytest
+
+from pipelines.catalog import load_catalog
+from pipelines.pack.figures import POOL, collect
+from pipelines.pack.labels import column_label
+from pipelines.pack.questions import pool_answers
+from pipelines.pack.render import duration, fmt, render
+from pipelines.pack.tenant import TENANT, tenants_of_month
+from pipelines.warehouse import Warehouse
+
+pytestmark = pytest.mark.slow
+MONTH = dt.date(2026, 11, 1)
+
+
+@pytest.fixture(scope="module")
+def collected(small_demo_home):
+    con = Warehouse(small_demo_home).analyst_connect()
+    try:
+        pool = collect(con, MONTH)
+        pool.answers, pool.decisions = pool_answers(con, pool)
+        tenant = collect(con, MONTH, TENANT, tenants_of_month(con, MONTH)[0])
+    finally:
+        con.close()
+    return pool, tenant
+
+
+def test_every_column_has_a_label_in_both_languages(collected):
+    for figs in collected:
+        for tb in figs.spec.tables:
+            assert figs.spec.kind == "tenant" or tb.title and tb.title["en"] and tb.title["zh"], tb.key
+            for column in figs.tables[tb.key].columns:
+                labels = {lang: column_label(tb.view, column, lang, figs.catalog_all) for lang in ("en", "zh")}
+                assert all(labels.values()) and column not in labels.values(), (tb.key, column, labels)
+                assert re.search(r"[\u4e00-\u9fff]", labels["zh"]) or labels["zh"].isupper(), (tb.key, column)
+
+
+def test_unknown_column_says_what_to_do():
+    with pytest.raises(KeyError, match="DIMENSIONS"):
+        column_label("pool_daily", "no_such_column", "en", {})
+
+
+def test_values_read_as_units():
+    assert duration(45) == "45 s" and duration(720) == "12 min" and duration(3 * 3600 + 300) == "3 h 05 min"
+    assert fmt(12.345, "percent") == "12.3%" and fmt(None, "", "zh") == "无数据" and fmt(True, "", "zh") == "是"
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_html_reads_as_a_document(collected, tmp_path, lang):
+    pool, _ = collected
+    render(pool, tmp_path, lang)
+    html = (tmp_path / "pack.html").read_text()
+    first_page = html[:html.index('<h2 class="toc"')]
+    assert len(re.findall(r'<div class="q">', first_page)) == 5 and 'href="#advice_outcome"' in first_page
+    assert "target-counter(attr(href), page)" in html and "counter(pages)" in html
+    for tb in POOL.tables:
+        assert f'id="{tb.key}"' in html and f'href="#{tb.key}"' in html and tb.title[lang] in html
+    assert 'id="glossary"' in html and load_catalog().version in html[html.index('id="glossary"'):]
+    for name in POOL.metrics():
+        assert pool.catalog[name][f"label_{lang}"] in html
+    assert "2026-11" in html[html.index('id="part-scorecard"'):][:200]
+    assert "capacity_gpu_hours</th>" not in html and ">pool_by_day<" not in html
+    assert (tmp_path / "pack.pdf").stat().st_size > 10_000
