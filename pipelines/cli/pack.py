@@ -10,16 +10,21 @@ from pipelines.cli.common import HOME_OPTION, step, warehouse
 from pipelines.warehouse import ReleaseExpired, Warehouse
 
 
-def _check_tenant(wh: Warehouse, month: dt.date, tenant: str, as_of: int | None) -> None:
-    """Refuse a tenant with no allocations in the month (a typo would build an empty pack), naming those
-    that have some; the same release the pack would read."""
+def _tenants(wh: Warehouse, month: dt.date, as_of: int | None) -> list[str]:
+    """The tenants with allocations in the month, in the release the packs read."""
     from pipelines.pack.tenant import tenants_of_month
 
     con = wh.analyst_connect(release=as_of)
     try:
-        known = tenants_of_month(con, month)
+        return tenants_of_month(con, month)
     finally:
         con.close()
+
+
+def _check_tenant(wh: Warehouse, month: dt.date, tenant: str, as_of: int | None) -> None:
+    """Refuse a tenant with no allocations in the month (a typo would build an empty pack), naming those
+    that have some; the same release the pack would read."""
+    known = _tenants(wh, month, as_of)
     if tenant not in known:
         raise click.ClickException(
             f"tenant {tenant!r} has no allocations in {month:%Y-%m}; tenants of that month: "
@@ -34,7 +39,9 @@ def _check_tenant(wh: Warehouse, month: dt.date, tenant: str, as_of: int | None)
               help="Build from this kept warehouse release (the id an earlier pack recorded; `gpupool releases` "
                    "lists them) instead of the latest: the same figures again.")
 @click.option("--tenant", default=None, help="Build this tenant's pack for its team lead instead of the pool's.")
-def pack(home: Path | None, month: str, lang: str, as_of: int | None, tenant: str | None) -> None:
+@click.option("--all-tenants", "all_tenants", is_flag=True,
+              help="Build the pool's pack and every tenant's with allocations in the month (as the monthly schedule does).")
+def pack(home: Path | None, month: str, lang: str, as_of: int | None, tenant: str | None, all_tenants: bool) -> None:
     """The monthly review pack (HTML, PDF, PNG charts, CSV/Parquet appendix) from the metrics views,
     kept under <home>/packs/YYYY-MM/<version>/ and listed in the warehouse's ops.review_packs with the
     release it read, which stays kept (docs/pack.md)."""
@@ -44,12 +51,15 @@ def pack(home: Path | None, month: str, lang: str, as_of: int | None, tenant: st
         first = dt.datetime.strptime(month, "%Y-%m").date()
     except ValueError:
         raise click.BadParameter(f"{month!r}: expected YYYY-MM", param_hint="--month") from None
+    if tenant is not None and all_tenants:
+        raise click.UsageError("--tenant and --all-tenants: choose one")
     try:
         wh = warehouse(home)
         if tenant is not None:
             _check_tenant(wh, first, tenant, as_of)
-        out = build_pack(wh, first, lang, as_of=as_of, on_step=step, tenant=tenant)
+        for each in (None, *_tenants(wh, first, as_of)) if all_tenants else (tenant,):
+            out = build_pack(wh, first, lang, as_of=as_of, on_step=step, tenant=each)
+            step(f"review pack {month}{f' for {each}' if each else ''} ({lang}) in {out}")
+            click.echo(f"  {out / 'pack.html'}\n  {out / 'pack.pdf'}")
     except (FileNotFoundError, ReleaseExpired) as err:
         raise click.ClickException(str(err)) from None
-    step(f"review pack {month}{f' for {tenant}' if tenant else ''} ({lang}) in {out}")
-    click.echo(f"  {out / 'pack.html'}\n  {out / 'pack.pdf'}")

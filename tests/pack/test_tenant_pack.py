@@ -125,3 +125,20 @@ def test_unknown_tenant_is_refused_and_nothing_recorded(tenant_home):
 def test_a_tenant_name_is_never_a_path(name):
     folder = safe_name(name)
     assert folder not in ("", ".", "..") and "/" not in folder and "\\" not in folder
+
+
+def test_all_tenants_builds_the_pool_and_every_tenant(tmp_path, small_demo_home):
+    """`gpupool pack --all-tenants` is what the monthly schedule builds: the pool's pack and one per tenant
+    of the month; with --tenant it is refused."""
+    home = copy_home(small_demo_home, tmp_path / "gpupool")
+    refused = _gpupool("pack", "--month", "2026-11", "--all-tenants", "--tenant", TENANT_NAME, "--home", str(home),
+                       check=False)
+    assert refused.returncode == 2 and "choose one" in refused.stderr
+    _gpupool("pack", "--month", "2026-11", "--all-tenants", "--home", str(home))
+    con = duckdb.connect(str(home / "warehouse.duckdb"), read_only=True)
+    try:
+        tenants = tenants_of_month(con, MONTH)
+    finally:
+        con.close()
+    built = [p["tenant"] for p in _packs(home)]
+    assert built.count(None) == 1 and sorted(t for t in built if t) == tenants and len(tenants) > 1
