@@ -20,6 +20,7 @@ from pipelines.lake import release_read
 PARTS = ("resources", "tasks", "governance", "improvements", "scorecard")
 
 DAYS = "day >= ? and day < ?"
+OTHER_REASONS = "other reasons"  # the rest of a top-N table, summed
 
 
 @dataclass(frozen=True)
@@ -243,9 +244,14 @@ TABLES: tuple[Table, ...] = (
           "where month = ? order by template = 'all', template",
           ("run_time_p50", "run_time_p95", "finished_jobs"), monthly=True,
           title={"en": "Run times by template", "zh": "按模板的运行时长"}),
+    # the 14 commonest reasons and the rest summed: a month has a hundred (every run-time cap is its own)
     Table("failure_reasons", "tasks", "failure_reasons",
-          f"select failure_reason, sum(failed_jobs) as failed_jobs, sum(allocated_gpu_hours) as allocated_gpu_hours "
-          f"from metrics.failure_reasons where {DAYS} group by failure_reason order by failed_jobs desc, failure_reason",
+          f"with reasons as (select failure_reason, sum(failed_jobs) as failed_jobs, "
+          f"sum(allocated_gpu_hours) as allocated_gpu_hours from metrics.failure_reasons where {DAYS} group by failure_reason), "
+          f"ranked as (select *, row_number() over (order by failed_jobs desc, failure_reason) as n from reasons) "
+          f"select if(n <= 14, failure_reason, '{OTHER_REASONS}') as failure_reason, sum(failed_jobs) as failed_jobs, "
+          f"sum(allocated_gpu_hours) as allocated_gpu_hours from ranked group by all "
+          f"order by min(n) > 14, failed_jobs desc, failure_reason",
           ("failures_by_reason",), chart=("failure_reason", "failed_jobs", "bar"),
           title={"en": "Failed jobs by reason", "zh": "按原因的失败作业"}),
     # the month's pending time by its first applicable cause; the share is the catalog's over the month's sums

@@ -96,14 +96,14 @@ def _q1(figs: Figures) -> Answer:
     done_en = {True: "applied", False: "not applied"}.get(applied, "not visible in the GPU counts")
     done_zh = {True: "已执行", False: "未执行"}.get(applied, "无法从GPU数量判断是否执行")
     if error is None:
-        en = (f"Last month's top advice ({_kind(top['kind'], 'en')} {top['target']}, {done_en}) has no what-if prediction to "
+        en = (f"Last month's top advice ({_kind(top['kind'], 'en')}: {top['target']}, {done_en}) has no what-if prediction to "
               f"compare; run `gpupool recommend --month {prev} --whatif-top 1` so next month can check it.")
-        zh = (f"上月首要建议（{_kind(top['kind'], 'zh')} {top['target']}，{done_zh}）没有模拟预测可对比；请运行 "
+        zh = (f"上月首要建议（{_kind(top['kind'], 'zh')}：{top['target']}，{done_zh}）没有模拟预测可对比；请运行 "
               f"`gpupool recommend --month {prev} --whatif-top 1`，以便下月核对。")
     else:
-        en = (f"Last month's top advice ({_kind(top['kind'], 'en')} {top['target']}, {done_en}) predicted a pool wait p95 of "
+        en = (f"Last month's top advice ({_kind(top['kind'], 'en')}: {top['target']}, {done_en}) predicted a pool wait p95 of "
               f"{predicted / 60:,.0f} min; this month's was {observed / 60:,.0f} min, {error:.0f}% off.")
-        zh = (f"上月首要建议（{_kind(top['kind'], 'zh')} {top['target']}，{done_zh}）预测资源池P95等待为 {predicted / 60:,.0f} 分钟；"
+        zh = (f"上月首要建议（{_kind(top['kind'], 'zh')}：{top['target']}，{done_zh}）预测资源池P95等待为 {predicted / 60:,.0f} 分钟；"
               f"本月实际为 {observed / 60:,.0f} 分钟，偏差 {error:.0f}%。")
     return Answer("q1", Q["q1"], {"en": en, "zh": zh}, prediction_status(error), "advice_outcome", error,
                   ("advice_outcome",))

@@ -92,6 +92,9 @@ ul.dec li { margin-bottom: 3pt }
 </body></html>""")
 
 
+CHART_FONT = {"en": "DejaVu Sans", "zh": "Noto Sans CJK SC"}
+
+
 def duration(seconds: float) -> str:
     """Seconds as a reader says them: "45 s", "12 min", "3 h 05 min"."""
     if seconds < 60:
@@ -110,8 +113,8 @@ def fmt(v: object, unit: str = "", lang: str = "en") -> str:
         return TEXT["yes" if v else "no"][lang]
     if isinstance(v, int | float) and unit == "seconds":
         return duration(float(v))
-    if isinstance(v, float):
-        text = f"{v:,.0f}" if v.is_integer() and abs(v) >= 10 else f"{v:,.1f}"
+    if isinstance(v, float):  # a whole number without decimals, so that a column of counts reads alike
+        text = f"{v:,.0f}" if v.is_integer() else f"{v:,.1f}"
     elif isinstance(v, int):
         text = f"{v:,}"
     elif isinstance(v, dt.datetime):
@@ -155,7 +158,9 @@ def _chart(frame, x: str, y: str | tuple[str, ...], mark: str, labels: dict[str,
     else:
         chart = (base.mark_line(point=True) if mark == "line" else base.mark_bar()).encode(
             x=xenc, y=alt.Y(f"{labels[ys[0]]}:Q", title=labels[ys[0]]))
-    chart = chart.properties(width=500, height=190).configure_axis(labelFontSize=10, titleFontSize=11)
+    # the pack's own sans-serif (vl-convert falls back to a serif CJK font for Chinese otherwise)
+    chart = chart.properties(width=500, height=190).configure(font=CHART_FONT[lang]) \
+        .configure_axis(labelFontSize=10, titleFontSize=11)
     path.write_bytes(vlc.vegalite_to_png(chart.to_json(), scale=2))
 
 

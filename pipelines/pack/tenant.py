@@ -245,13 +245,16 @@ def tenant_answers(con: duckdb.DuckDBPyConnection, figs) -> tuple[list[Answer], 
         said = {"en": f"We hold no quota: all {_n(held)} GPU-hours we used were borrowed from the pool.",
                 "zh": f"我们没有配额：使用的{_n(held)} GPU小时全部借自资源池。"}
     else:
-        said = {"en": f"We used {_n(quota, 1)}% of our quota's {_n(v['quota_gpu_hours'])} GPU-hours and borrowed "
-                      f"{_n(borrowed)} GPU-hours above it.",
-                "zh": f"配额{_n(v['quota_gpu_hours'])} GPU小时用了{_n(quota, 1)}%，超额借用{_n(borrowed)} GPU小时。"}
+        # per GPU model: a team can borrow above its quota of one model and leave another's unused
+        said = {"en": f"We used {_n(quota, 1)}% of our quota's {_n(v['quota_gpu_hours'])} GPU-hours: we borrowed "
+                      f"{_n(borrowed)} GPU-hours above it where it was short and left {_n(v['unused_quota_gpu_hours'])} "
+                      f"unused where it was not.",
+                "zh": f"配额{_n(v['quota_gpu_hours'])} GPU小时用了{_n(quota, 1)}%：不足处超额借用{_n(borrowed)} GPU小时，"
+                      f"其余处未用{_n(v['unused_quota_gpu_hours'])} GPU小时。"}
     answers.append(Answer(
         "quota", {"en": "Did we use our quota, and did we borrow?", "zh": "配额用了多少？是否借用？"}, said,
         _status(quota, QUOTA_ACT_PCT, QUOTA_WATCH_PCT, high_is_bad=False), "quota", quota,
-        ("quota_usage", "quota_gpu_hours", "borrowed_gpu_hours")))
+        ("quota_usage", "quota_gpu_hours", "borrowed_gpu_hours", "unused_quota_gpu_hours")))
 
     wait = v["queue_wait_p95"]
     was = _last(figs, "queue_wait_p95", _duration(figs.previous["queue_wait_p95"]))
@@ -271,7 +274,7 @@ def tenant_answers(con: duckdb.DuckDBPyConnection, figs) -> tuple[list[Answer], 
     false_pos = int(top["false_positives"].sum() or 0)
     answers.append(Answer(
         "actions", {"en": "What did the pool do to our jobs, and why?", "zh": "资源池对我们的作业做了什么？为什么？"},
-        {"en": f"The pool's policies took {_n(actions)} actions on our jobs (most by policy {top_policy or 'none'}), "
+        {"en": f"The pool's policies took {_n(actions)} actions on our jobs (most of them by the {top_policy or 'no'} policy), "
                f"recovering {_n(v['recovered_gpu_hours'])} GPU-hours; "
                + (f"{false_pos} reclaimed jobs were resubmitted within the hour (still wanted)." if false_pos
                   else "no reclaimed job was resubmitted within the hour."),
