@@ -353,7 +353,8 @@ TABLES: tuple[Table, ...] = (
           title={"en": "Governance policies' actions by outcome", "zh": "治理策略动作（按结果）"}),
     Table("capacity_recommendations", "improvements", "capacity_recommendations",
           "select rank, kind, gpu_model, quantity, unit, recommendation, recommendation_zh, confidence, "
-          "impact_gpu_hours, try_cast(whatif_json ->> '$.confirms' as boolean) as whatif_confirms "
+          "impact_gpu_hours, try_cast(whatif_json ->> '$.confirms' as boolean) as whatif_confirms, "
+          "whatif_json ->> '$.search.smallest_change' as smallest_sufficient_change "
           "from metrics.capacity_recommendations where period_month = ? order by rank",
           ("capacity_recommendations",), monthly=True,
           title={"en": "Capacity advice of the month", "zh": "本月容量建议"}),

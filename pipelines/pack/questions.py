@@ -36,6 +36,14 @@ Q = {
     "q5": {"en": "Does the next round of expansion rest on data?", "zh": "下一轮扩容或优化有数据支撑吗？"},
 }
 CONFIDENCE_ZH = {"high": "高", "medium": "中", "low": "低"}
+# marts.fct_wait_causes' causes as a reader says them
+WAIT_CAUSES = {
+    "capacity_bound": {"en": "no free GPU of the kind asked", "zh": "所需型号无空闲GPU"},
+    "fragmentation": {"en": "fragmentation (free GPUs, but not on one node or not in the MIG layout asked)",
+                      "zh": "碎片化（有空闲GPU，但不在同一节点或MIG布局不符）"},
+    "quota_bound": {"en": "the queue's quota", "zh": "队列配额已满"},
+    "policy": {"en": "queue policy (priority, limits)", "zh": "队列策略（优先级、限制）"},
+}
 # the capacity advice's kinds (pipelines/capacity/recommend.py) as the answers say them
 KINDS = {
     "add_nodes": {"en": "add nodes", "zh": "增加节点"}, "remove_nodes": {"en": "remove nodes", "zh": "减少节点"},
@@ -70,6 +78,10 @@ def advice_status(rows: int, confirms: bool | None) -> str:
     return "on_track" if confirms else "act"
 
 
+def _change_pct(value: float | None, previous: float | None) -> float | None:
+    return None if value is None or not previous else 100 * (value - previous) / previous
+
+
 def _ym(month) -> str:
     return month.strftime("%Y-%m")
 
@@ -101,10 +113,15 @@ def _q1(figs: Figures) -> Answer:
         zh = (f"上月首要建议（{_kind(top['kind'], 'zh')}：{top['target']}，{done_zh}）没有模拟预测可对比；请运行 "
               f"`gpupool recommend --month {prev} --whatif-top 1`，以便下月核对。")
     else:
+        # a replay of last month's demand cannot foresee this month's: the change in demand says how much of
+        # the gap is demand rather than the model
+        demand = _change_pct(figs.values["allocated_gpu_hours"], figs.previous["allocated_gpu_hours"])
+        demand_en = "" if demand is None else f" (allocated GPU-hours {demand:+.1f}% on last month)"
+        demand_zh = "" if demand is None else f"（已分配GPU小时较上月 {demand:+.1f}%）"
         en = (f"Last month's top advice ({_kind(top['kind'], 'en')}: {top['target']}, {done_en}) predicted a pool wait p95 of "
-              f"{predicted / 60:,.0f} min; this month's was {observed / 60:,.0f} min, {error:.0f}% off.")
+              f"{predicted / 60:,.0f} min; this month's was {observed / 60:,.0f} min{demand_en}, {error:.0f}% off.")
         zh = (f"上月首要建议（{_kind(top['kind'], 'zh')}：{top['target']}，{done_zh}）预测资源池P95等待为 {predicted / 60:,.0f} 分钟；"
-              f"本月实际为 {observed / 60:,.0f} 分钟，偏差 {error:.0f}%。")
+              f"本月实际为 {observed / 60:,.0f} 分钟{demand_zh}，偏差 {error:.0f}%。")
     return Answer("q1", Q["q1"], {"en": en, "zh": zh}, prediction_status(error), "advice_outcome", error,
                   ("advice_outcome",))
 
@@ -160,8 +177,9 @@ def _q4(figs: Figures) -> Answer:
     waits = figs.tables["wait_causes"]
     if waits.height:
         top = waits.row(0, named=True)
-        wait_en = f"the largest wait cause was {top['cause']} ({top['cause_share_pct']:.0f}% of waited GPU-hours)"
-        wait_zh = f"最主要的等待原因是 {top['cause']}（占等待GPU小时的 {top['cause_share_pct']:.0f}%）"
+        cause = WAIT_CAUSES.get(top["cause"], {"en": top["cause"], "zh": top["cause"]})
+        wait_en = f"the largest wait cause was {cause['en']} ({top['cause_share_pct']:.0f}% of waited GPU-hours)"
+        wait_zh = f"最主要的等待原因是{cause['zh']}（占等待GPU小时的 {top['cause_share_pct']:.0f}%）"
     else:
         wait_en, wait_zh = "no job waited", "没有作业等待"
     return Answer("q4", Q["q4"], {
@@ -205,9 +223,12 @@ def decisions(figs: Figures) -> list[Decision]:
     out = []
     recs = figs.tables["capacity_recommendations"].filter(pl.col("confidence") != "low")
     for r in recs.head(MAX_ADVICE_DECISIONS).iter_rows(named=True):
-        out.append(Decision({"en": f"Approve: {r['recommendation']}",
-                             "zh": f"批准：{r['recommendation_zh']}"}, "capacity_recommendations",
-                            ("capacity_recommendations",)))
+        smallest = r["smallest_sufficient_change"]
+        out.append(Decision({"en": f"Approve: {r['recommendation']}" + (
+                                 f" The what-if search found {smallest} sufficient." if smallest else ""),
+                             "zh": f"批准：{r['recommendation_zh']}" + (
+                                 f" 模拟搜索表明 {smallest} 即已足够。" if smallest else "")},
+                            "capacity_recommendations", ("capacity_recommendations",)))
     shadow = (figs.tables["governance_findings"].filter(pl.col("mode") == "shadow")
               .group_by("policy").agg(pl.col("actions").sum(), pl.col("recovered_gpu_hours").sum()).sort("policy"))
     for p in shadow.iter_rows(named=True):
