@@ -99,7 +99,6 @@ STRINGS: dict[str, dict[str, str]] = {
     "page_audit": {"en": "Audit", "zh": "审计"},
     "page_catalog": {"en": "Metric catalog", "zh": "指标目录"},
     "page_packs": {"en": "Review packs", "zh": "月度评审报告"},
-    "packs_operators_only": {"en": "Review packs are for operators.", "zh": "月度评审报告仅供运维人员查看。"},
     "no_packs": {"en": "No review pack yet: run `gpupool pack --month YYYY-MM` (or the review_pack asset).",
                  "zh": "还没有月度评审报告：请运行 `gpupool pack --month YYYY-MM`（或 review_pack 资产）。"},
     # idle, jobs and capacity pages

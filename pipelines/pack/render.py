@@ -41,9 +41,11 @@ TEXT = {
     "page_ref": {"en": '" (p. " target-counter(attr(href), page) ")"', "zh": '"（第 " target-counter(attr(href), page) " 页）"'},
 }
 
-TEMPLATE = jinja2.Template("""<!doctype html><html lang="{{ lang }}"><head><meta charset="utf-8">
+# autoescaped: job names, failure reasons and tenant names are users' text, and the PDF renderer would
+# fetch any <img src> a job name smuggled in (a local file, an internal URL)
+TEMPLATE = jinja2.Environment(autoescape=True).from_string("""<!doctype html><html lang="{{ lang }}"><head><meta charset="utf-8">
 <title>{{ title }} {{ month }}</title><style>
-@page { size: A4; margin: 14mm 14mm 16mm; @bottom-right { content: {{ t.page_of }}; font-size: 8pt; color: #555 } }
+@page { size: A4; margin: 14mm 14mm 16mm; @bottom-right { content: {{ t.page_of | safe }}; font-size: 8pt; color: #555 } }
 body { font-family: "Noto Sans", "Noto Sans CJK SC", "DejaVu Sans", sans-serif; font-size: 9pt; color: #222; }
 h1 { font-size: 17pt; margin: 0 } h2 { font-size: 12pt; border-bottom: 1px solid #888; margin-top: 12pt; }
 h2.part, h2.toc, h2.glossary { page-break-before: always; margin-top: 0 }
@@ -56,7 +58,7 @@ img { width: 100%; } .meta { color: #555; margin: 2pt 0 8pt }
 .badge { display: inline-block; min-width: 42pt; text-align: center; padding: 1pt 4pt; border-radius: 3pt;
   color: #fff; font-size: 8pt; font-weight: bold; margin-right: 4pt }
 .on_track { background: #2e7d32 } .watch { background: #e08e0b } .act { background: #c62828 }
-a { color: #1a4f8b; text-decoration: none } a.ref::after { content: {{ t.page_ref }}; color: #555 }
+a { color: #1a4f8b; text-decoration: none } a.ref::after { content: {{ t.page_ref | safe }}; color: #555 }
 ul.toc { list-style: none; padding-left: 0 } ul.toc ul { list-style: none; padding-left: 12pt }
 ul.toc a::after { content: leader(".") target-counter(attr(href), page) }
 ul.dec li { margin-bottom: 3pt }
@@ -170,6 +172,21 @@ def _shown(columns: list[str], lang: str) -> list[str]:
             and not (lang == "zh" and f"{c}_zh" in columns)]
 
 
+def local_fetcher(out: Path):
+    """The PDF renderer's fetcher: the pack's own files (its charts) only, never another file or a URL."""
+    from weasyprint.urls import URLFetcher  # imported late: weasyprint loads Pango
+
+    inside = out.resolve().as_uri() + "/"
+
+    class PackFiles(URLFetcher):
+        def fetch(self, url, headers=None):
+            if not url.startswith(inside) or "/../" in url:
+                raise ValueError(f"review pack: refusing to fetch {url!r}: only the pack's own files are read")
+            return super().fetch(url, headers)
+
+    return PackFiles(allowed_protocols={"file"})
+
+
 def render(figs: Figures, out: Path, lang: str = "en") -> dict[str, Path]:
     """Write pack.html, pack.pdf, charts/*.png, appendix/*.csv|parquet and figures.json into `out`."""
     from weasyprint import HTML  # imported late: it loads Pango
@@ -222,7 +239,7 @@ def render(figs: Figures, out: Path, lang: str = "en") -> dict[str, Path]:
                            headlines=headlines, tables=tables, titles=titles, notes=notes, answers=answers,
                            decisions=decisions)
     (out / "pack.html").write_text(html, encoding="utf-8")
-    HTML(string=html, base_url=str(out)).write_pdf(out / "pack.pdf")
+    HTML(string=html, base_url=str(out), url_fetcher=local_fetcher(out)).write_pdf(out / "pack.pdf")
     (out / "figures.json").write_text(json.dumps({
         "month": figs.month.isoformat(), "catalog_version": figs.catalog_version, "release_id": figs.release_id,
         "lang": lang, "kind": spec.kind, "tenant": figs.tenant,

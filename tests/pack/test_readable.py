@@ -68,3 +68,26 @@ def test_html_reads_as_a_document(collected, tmp_path, lang):
     assert "2026-11" in html[html.index('id="part-scorecard"'):][:200]
     assert "capacity_gpu_hours</th>" not in html and ">pool_by_day<" not in html
     assert (tmp_path / "pack.pdf").stat().st_size > 10_000
+
+
+def test_users_text_is_escaped_and_the_pdf_reads_only_the_packs_files(tmp_path):
+    """Job names, failure reasons and tenant names are users' text: the HTML escapes them, and the PDF
+    renderer fetches nothing but the pack's own charts (an <img> smuggled in would read a local file)."""
+    from pipelines.pack.render import TEMPLATE, TEXT, local_fetcher
+
+    hostile = "<img src='file:///etc/passwd'>"
+    html = TEMPLATE.render(t={k: v["en"] for k, v in TEXT.items()}, title=hostile, parts=["p"],
+                           part_titles={"p": "Part"}, headlines={"p": []}, titles={},
+                           tables={"p": [{"key": "k", "title": "T", "view": "v", "chart": None, "columns": ["c"],
+                                          "rows": [[(hostile, False)]], "notes": ""}]},
+                           answers=[{"question": "Q", "answer": hostile, "status": "watch", "evidence": "k"}])
+    assert hostile not in html and "&lt;img src=" in html
+    assert '"Page " counter(page)' in html  # the page footer's CSS is not escaped
+    (tmp_path / "charts").mkdir()
+    (tmp_path / "charts" / "c.png").write_bytes(b"\x89PNG")
+    fetch = local_fetcher(tmp_path)
+    assert fetch.fetch((tmp_path / "charts" / "c.png").resolve().as_uri()).read() == b"\x89PNG"
+    for url in ("file:///etc/passwd", (tmp_path / "charts").resolve().as_uri() + "/../../etc/passwd",
+                "http://169.254.169.254/latest/meta-data/"):
+        with pytest.raises(ValueError, match="refusing to fetch"):
+            fetch.fetch(url)
