@@ -19,9 +19,6 @@ def _sum(column: str, view: str) -> str:
     return f"select sum({column}) from metrics.{view} where {DAYS} and {T}"
 
 
-# the tenant's jobs that started in the month, as metrics.queue_month counts them (percentiles over jobs)
-_STARTED = "first_started_at >= ? and first_started_at < ?"
-
 TENANT_FIGURES: tuple[Figure, ...] = (
     # usage
     Figure("allocated_gpu_hours", "usage", "allocated_gpu_hours", "tenant_daily",
@@ -46,8 +43,8 @@ TENANT_FIGURES: tuple[Figure, ...] = (
     Figure("unused_quota_gpu_hours", "quota_waits", "unused_quota_gpu_hours", "tenant_quota",
            _sum("unused_quota_gpu_hours", "tenant_quota")),
     # over all the tenant's jobs of the month, whatever their queue (queue_month has one row per queue)
-    Figure("queue_wait_p95", "quota_waits", "queue_wait_p95", "job_summary",
-           f"select quantile_cont(queue_wait_s, 0.95) from metrics.job_summary where {_STARTED} and {T}"),
+    Figure("queue_wait_p95", "quota_waits", "queue_wait_p95", "tenant_month",
+           f"select queue_wait_p95_s from metrics.tenant_month where month = ? and {T}", True),
     Figure("jobs_waiting", "quota_waits", "jobs_waiting", "queue_month",
            f"select sum(jobs_waiting) from metrics.queue_month where month = ? and {T}", True),
     # costs

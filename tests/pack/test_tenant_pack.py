@@ -142,3 +142,20 @@ def test_all_tenants_builds_the_pool_and_every_tenant(tmp_path, small_demo_home)
         con.close()
     built = [p["tenant"] for p in _packs(home)]
     assert built.count(None) == 1 and sorted(t for t in built if t) == tenants and len(tenants) > 1
+
+
+def test_tenant_wait_p95_is_over_the_tenants_jobs_of_the_month(tenant_home):
+    """metrics.tenant_month's wait p95 is the percentile over the tenant's jobs that first started in the
+    month, whatever their queue: recomputed here from the jobs, not from the queues' percentiles."""
+    con = duckdb.connect(str(tenant_home / "warehouse.duckdb"), read_only=True)
+    try:
+        view = con.execute("select queue_wait_p95_s, jobs_started from metrics.tenant_month where month = ? and tenant = ?",
+                           [MONTH, TENANT_NAME]).fetchone()
+        jobs = con.execute("select quantile_cont(queue_wait_s, 0.95), count(*) from metrics.job_summary "
+                           "where first_started_at >= ? and first_started_at < ? and tenant = ?",
+                           [MONTH, dt.date(2026, 12, 1), TENANT_NAME]).fetchone()
+        queues = con.execute("select count(*) from metrics.queue_month where month = ? and tenant = ?",
+                             [MONTH, TENANT_NAME]).fetchone()[0]
+    finally:
+        con.close()
+    assert view[0] == pytest.approx(jobs[0]) and view[1] == jobs[1] > 0 and queues >= 1
