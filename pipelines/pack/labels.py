@@ -105,15 +105,16 @@ def _catalog_columns(catalog: dict[str, dict]) -> dict[str, dict]:
 
 
 def column_label(view: str, column: str, lang: str, catalog: dict[str, dict]) -> str:
-    """The heading of a pack table's column: the label of the catalog metric held at metrics.<view>.<column>
-    (else of the one whose own column has that name), else DIMENSIONS' label. `catalog`: every catalog row
-    by metric name (Figures.catalog_all)."""
-    by_place = _catalog_columns(catalog)
-    row = by_place.get(f"metrics.{view}.{column}") or next(
-        (r for r in catalog.values() if r["column_name"] == column), None)
+    """The heading of a pack table's column: the label of the catalog metric held at metrics.<view>.<column>,
+    else DIMENSIONS' label, else the label of the catalog metric whose own column has that name. The
+    dimensions come before that last guess: a plain `jobs` or `attempts` column is not the metric of
+    another view that happens to share the name (artifact status, attempts by cause). `catalog`: every
+    catalog row by metric name (Figures.catalog_all)."""
+    row = _catalog_columns(catalog).get(f"metrics.{view}.{column}")
+    if row is None and column in DIMENSIONS:
+        return DIMENSIONS[column][lang]
+    row = row or next((r for r in catalog.values() if r["column_name"] == column), None)
     if row is not None:
         return row["label_zh" if lang == "zh" else "label_en"]
-    if column in DIMENSIONS:
-        return DIMENSIONS[column][lang]
     raise KeyError(f"pack column {column!r} of metrics.{view} has no label: add it to the catalog or to "
                    "pipelines/pack/labels.py DIMENSIONS (en and zh)")

@@ -7,6 +7,7 @@ import datetime as dt
 import re
 
 import pytest
+from markupsafe import escape
 
 from pipelines.catalog import load_catalog
 from pipelines.pack.figures import POOL, collect
@@ -61,10 +62,10 @@ def test_html_reads_as_a_document(collected, tmp_path, lang):
     assert len(re.findall(r'<div class="q">', first_page)) == 5 and 'href="#advice_outcome"' in first_page
     assert "target-counter(attr(href), page)" in html and "counter(pages)" in html
     for tb in POOL.tables:
-        assert f'id="{tb.key}"' in html and f'href="#{tb.key}"' in html and tb.title[lang] in html
+        assert f'id="{tb.key}"' in html and f'href="#{tb.key}"' in html and escape(tb.title[lang]) in html
     assert 'id="glossary"' in html and load_catalog().version in html[html.index('id="glossary"'):]
     for name in POOL.metrics():
-        assert pool.catalog[name][f"label_{lang}"] in html
+        assert escape(pool.catalog[name][f"label_{lang}"]) in html  # the HTML is autoescaped
     assert "2026-11" in html[html.index('id="part-scorecard"'):][:200]
     assert "capacity_gpu_hours</th>" not in html and ">pool_by_day<" not in html
     assert (tmp_path / "pack.pdf").stat().st_size > 10_000
@@ -91,3 +92,15 @@ def test_users_text_is_escaped_and_the_pdf_reads_only_the_packs_files(tmp_path):
                 "http://169.254.169.254/latest/meta-data/"):
         with pytest.raises(ValueError, match="refusing to fetch"):
             fetch.fetch(url)
+
+
+def test_a_column_takes_another_views_metric_label_only_when_no_dimension_names_it():
+    """`jobs` in metrics.artifact_status is the artifact-status metric; `jobs` elsewhere is just jobs."""
+    catalog = {"artifact_status": {"view_name": "metrics.artifact_status", "column_name": "jobs", "also_in": "",
+                                   "label_en": "Checkpoint / model-artifact status", "label_zh": "检查点/模型产物状态"},
+               "retry_gpu_hours": {"view_name": "metrics.task_daily", "column_name": "retry_gpu_hours", "also_in": "",
+                                   "label_en": "GPU-hours burned by retries", "label_zh": "重试消耗GPU小时"}}
+    assert column_label("artifact_status", "jobs", "en", catalog) == "Checkpoint / model-artifact status"
+    assert column_label("job_summary", "jobs", "en", catalog) == "Jobs"
+    assert column_label("job_summary", "jobs", "zh", catalog) == "作业数"
+    assert column_label("job_summary", "retry_gpu_hours", "en", catalog) == "GPU-hours burned by retries"
