@@ -200,6 +200,8 @@ def k8s_audit_webhook(host: str | None, port: int | None, insecure_no_auth: bool
     when set. See docs/connectors.md for the API server's webhook kubeconfig.
     """
     import os
+    import signal
+    import sys
 
     from pipelines.config import ConfigError, section
     from pipelines.connectors.k8s_audit import serve_audit_webhook
@@ -234,6 +236,9 @@ def k8s_audit_webhook(host: str | None, port: int | None, insecure_no_auth: bool
                    f"!! Any client that reaches {host}:{port} can write audit events into the warehouse.\n"
                    f"!! Set $GPUPOOL_AUDIT_TOKEN for anything but a local test.\n{rule}", err=True)
     step(f"audit webhook on {scheme}://{host}:{port}/ writing to {wh.landing / 'k8s_audit'}")
+    # a supervisor's stop (SIGTERM) ends the server cleanly, also where the parent left SIGTERM ignored
+    # (an ignored signal is inherited across exec, and the server would then never stop)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         serve_audit_webhook(wh.landing, host, port, token, **options)
     except OSError as err:

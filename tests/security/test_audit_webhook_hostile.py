@@ -227,13 +227,15 @@ def test_the_command_refuses_to_start_without_a_token(tmp_path):
     assert "GPUPOOL_AUDIT_TOKEN" in result.stderr and "--insecure-no-auth" in result.stderr
 
 
-def run_webhook(tmp_path: Path, env: dict[str, str], *args: str) -> tuple[str, str]:
-    """Start the command, wait for /healthz, return (url, its stderr after it is stopped)."""
+def run_webhook(tmp_path: Path, env: dict[str, str], *args: str, term_ignored: bool = False) -> tuple[str, str]:
+    """Start the command, wait for /healthz, return (url, its stderr after it is stopped with SIGTERM).
+    term_ignored: start it with SIGTERM ignored, as a parent that ignores it leaves it."""
     port = free_port()
-    process = subprocess.Popen(
-        webhook_command(tmp_path, "--port", str(port), *args),
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
+    command = webhook_command(tmp_path, "--port", str(port), *args)
+    if term_ignored:  # the shell ignores TERM, then becomes the command (exec): the same pid, TERM still ignored
+        command = ["sh", "-c", 'trap "" TERM; exec "$@"', "sh", *command]
+    process = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
     url = f"http://127.0.0.1:{port}/"
     try:
         deadline = time.monotonic() + 60
@@ -268,3 +270,12 @@ def test_the_command_with_a_token_requires_it(tmp_path, events):
     assert requests.post(url, data=batch(json.dumps(events[0])), timeout=30).status_code == 401
     assert requests.post(url, data=batch(json.dumps(events[0])), headers=HEADERS, timeout=30).status_code == 200
     assert "INSECURE" not in next(steps)
+
+
+def test_the_command_stops_on_sigterm_even_when_started_with_it_ignored(tmp_path, events):
+    """An ignored signal survives exec: a server started by a parent that ignores SIGTERM must still stop
+    on it (else a supervisor's stop hangs, and a test run leaks the process)."""
+    steps = run_webhook(tmp_path, command_env(), "--insecure-no-auth", term_ignored=True)
+    url = next(steps)
+    assert requests.post(url, data=batch(json.dumps(events[0])), timeout=30).status_code == 200
+    next(steps)  # terminate() then communicate(timeout=30): raises if the process does not stop
