@@ -71,7 +71,7 @@ def _pm(column: str) -> str:
     return f"select {column} from metrics.pack_month where month = ?"
 
 
-def _sum(column: str, view: str) -> str:
+def month_sum(column: str, view: str) -> str:
     return f"select sum({column}) from metrics.{view} where {DAYS}"
 
 
@@ -144,8 +144,8 @@ FIGURES: tuple[Figure, ...] = (
     Figure("cancelled_pending_age_p95", "tasks", "cancelled_pending_age_p95", "pack_month",
            _pm("cancelled_pending_age_p95_s"), True),
     Figure("run_time_p95", "tasks", "run_time_p95", "pack_month", _pm("run_time_p95_s"), True),
-    Figure("retries", "tasks", "retries", "task_daily", _sum("retries", "task_daily")),
-    Figure("retry_gpu_hours", "tasks", "retry_gpu_hours", "task_daily", _sum("retry_gpu_hours", "task_daily")),
+    Figure("retries", "tasks", "retries", "task_daily", month_sum("retries", "task_daily")),
+    Figure("retry_gpu_hours", "tasks", "retry_gpu_hours", "task_daily", month_sum("retry_gpu_hours", "task_daily")),
     Figure("checkpoint_policy_coverage", "tasks", "checkpoint_policy_coverage", "pack_month",
            _pm("checkpoint_policy_pct"), True),
     Figure("attempt_failure_rate", "tasks", "attempt_failure_rate_by_cause", "failure_causes",
@@ -164,14 +164,14 @@ FIGURES: tuple[Figure, ...] = (
     Figure("failed_attempts_without_checkpoint", "tasks", "failed_attempts_without_checkpoint", "work_lost",
            "select sum(attempts_without_checkpoint) from metrics.work_lost where month = ?", True),
     # governance
-    Figure("audit_records", "governance", "audit_records", "audit_daily", _sum("audit_records", "audit_daily")),
+    Figure("audit_records", "governance", "audit_records", "audit_daily", month_sum("audit_records", "audit_daily")),
     Figure("permission_changes", "governance", "permission_changes", "audit_daily",
-           _sum("permission_changes", "audit_daily")),
-    Figure("approvals", "governance", "approvals", "audit_daily", _sum("approvals", "audit_daily")),
+           month_sum("permission_changes", "audit_daily")),
+    Figure("approvals", "governance", "approvals", "audit_daily", month_sum("approvals", "audit_daily")),
     Figure("enforcement_actions", "governance", "enforcement_actions", "enforcement_daily",
-           _sum("actions", "enforcement_daily")),
+           month_sum("actions", "enforcement_daily")),
     Figure("recovered_gpu_hours", "governance", "recovered_gpu_hours", "enforcement_daily",
-           _sum("recovered_gpu_hours", "enforcement_daily")),
+           month_sum("recovered_gpu_hours", "enforcement_daily")),
     # the month's applied reminders after which the job ended on its own: the catalog's ratio over the month's sums
     Figure("self_release_rate", "governance", "self_release_rate", "governance_actions",
            f"select 100.0 * sum(released_after_reminder) / nullif(sum(reminders_applied), 0) "
@@ -406,8 +406,7 @@ class Figures:
     values: dict[str, float | None] = field(default_factory=dict)
     previous: dict[str, float | None] = field(default_factory=dict)
     tables: dict[str, pl.DataFrame] = field(default_factory=dict)
-    catalog: dict[str, dict] = field(default_factory=dict)  # metric name -> catalog row
-    catalog_all: dict[str, dict] = field(default_factory=dict)  # every catalog metric: column labels, glossary
+    catalog: dict[str, dict] = field(default_factory=dict)  # every catalog metric: column labels, glossary
     answers: list = field(default_factory=list)  # page 1: pipelines.pack.answers.Answer
     decisions: list = field(default_factory=list)  # page 1: pipelines.pack.answers.Decision
 
@@ -446,8 +445,7 @@ def collect(con: duckdb.DuckDBPyConnection, month: dt.date, spec: PackSpec = POO
         out.tables[t.key] = table_frame(con, t, month, tenant)
     names = sorted(spec.metrics())
     every = _frame(con, "select * from metrics.catalog order by metric_name", [])
-    out.catalog_all = {r["metric_name"]: r for r in every.iter_rows(named=True)}
-    out.catalog = {m: out.catalog_all[m] for m in names if m in out.catalog_all}
+    out.catalog = {r["metric_name"]: r for r in every.iter_rows(named=True)}
     missing = set(names) - set(out.catalog)
     if missing:
         raise KeyError(f"review pack: metrics {sorted(missing)} are not in catalog {version}")

@@ -109,7 +109,7 @@ def column_label(view: str, column: str, lang: str, catalog: dict[str, dict]) ->
     else DIMENSIONS' label, else the label of the catalog metric whose own column has that name. The
     dimensions come before that last guess: a plain `jobs` or `attempts` column is not the metric of
     another view that happens to share the name (artifact status, attempts by cause). `catalog`: every
-    catalog row by metric name (Figures.catalog_all)."""
+    catalog row by metric name (Figures.catalog)."""
     row = _catalog_columns(catalog).get(f"metrics.{view}.{column}")
     if row is None and column in DIMENSIONS:
         return DIMENSIONS[column][lang]

@@ -211,7 +211,7 @@ def render(figs: Figures, out: Path, lang: str = "en") -> dict[str, Path]:
         frame = figs.tables[tb.key]
         frame.write_csv(out / "appendix" / f"{tb.key}.csv")
         frame.write_parquet(out / "appendix" / f"{tb.key}.parquet")
-        labels = {c: column_label(tb.view, c, lang, figs.catalog_all) for c in frame.columns}
+        labels = {c: column_label(tb.view, c, lang, figs.catalog) for c in frame.columns}
         titles[tb.key] = tb.title[lang] if tb.title else tb.key
         chart = None
         if tb.chart and frame.height:

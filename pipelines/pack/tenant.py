@@ -8,7 +8,7 @@ import datetime as dt
 import duckdb
 
 from pipelines.pack.answers import Answer, Decision
-from pipelines.pack.figures import DAYS, Figure, PackSpec, Table, next_month
+from pipelines.pack.figures import DAYS, Figure, PackSpec, Table, month_sum, next_month
 
 TENANT_PARTS = ("usage", "quota_waits", "costs", "actions", "advice")
 
@@ -16,7 +16,7 @@ T = "tenant = ?"  # every query's last condition: the pack's tenant
 
 
 def _sum(column: str, view: str) -> str:
-    return f"select sum({column}) from metrics.{view} where {DAYS} and {T}"
+    return f"{month_sum(column, view)} and {T}"
 
 
 TENANT_FIGURES: tuple[Figure, ...] = (
