@@ -15,11 +15,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
+from allocator.filemodes import OTHERS_WRITE
 from allocator.inputs import MAX_NAME, has_surrogate
 
 TOKENS_ENV = "GPUPOOL_ALLOCATOR_TOKENS"
@@ -126,8 +128,12 @@ def load_tokens(path: Path | str | None = None, environ: Mapping[str, str] | Non
         p = Path(path)
         try:
             text = p.read_text()
+            mode = stat.S_IMODE(p.stat().st_mode)
         except OSError as exc:
             raise TokenError(f"tokens file {p}: {exc.strerror}") from None
+        if mode & OTHERS_WRITE:  # whoever can write it can add an admin token
+            raise TokenError(f"tokens file {p}: writable by group or others (mode {mode:04o}), so anyone on "
+                             f"this host could add a token; run `chmod 600 {p}` (allocator/filemodes.py)")
         return parse_tokens(text, f"tokens file {p}")
     env = os.environ if environ is None else environ
     text = env.get(TOKENS_ENV)

@@ -6,10 +6,13 @@ from pathlib import Path
 
 import click
 
+from allocator.filemodes import restrict_umask
+
 
 @click.group()
 def allocator() -> None:
     """The live allocator: the pool's control plane over HTTP."""
+    restrict_umask()  # nothing it writes is writable by group or others (allocator/filemodes.py)
 
 
 @allocator.command()

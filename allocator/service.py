@@ -3,8 +3,9 @@ queues, nodes and their drains, the logs by cursor, node metrics.
 
 Roles (see `allocator.auth`): an admin does everything; the governance bot reads everything, sends
 enforcement actions and reports finished work; a tenant member sees and changes only its tenant's
-jobs, and another tenant's job answers 404 so that ids do not leak (a report of checkpoints or
-artifacts for it answers 403: the job's own token is expected there). Every mutation goes through
+jobs, and another tenant's job answers 404 on every route, with the very body an unknown id gets, so
+that neither ids nor their tenants leak. Every refused request is logged with the token holder's name
+(`allocator.access`), never the token. Every mutation goes through
 `Store.execute`, which logs and commits it before the answer; the scheduler runs with each one and
 a background timer runs the engine's timers (run-time caps, preemption grace, reservations).
 """
@@ -29,6 +30,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from allocator.access import AccessLog, Refusal, note_refusal
 from allocator.artifacts import MAX_BIGINT
 from allocator.auth import Principal, Role, TokenTable, load_tokens
 from allocator.inputs import (
@@ -287,6 +289,7 @@ class SafeJSONResponse(JSONResponse):
 
 
 def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
+    note_refusal(request, exc)  # what the access log says beyond the answer
     if exc.status_code in (204, 304):
         return Response(status_code=exc.status_code, headers=exc.headers)
     return SafeJSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
@@ -297,6 +300,14 @@ def _invalid_request(request: Request, exc: RequestValidationError) -> Response:
 
 
 # -- the app -------------------------------------------------------------------------------------
+
+
+class _AllocatorAPI(FastAPI):
+    """FastAPI with the access log (`allocator.access`) around everything else, so that it sees every
+    answer, the 413 of the body limit included; it names callers from `state.tokens`."""
+
+    def build_middleware_stack(self):
+        return AccessLog(super().build_middleware_stack(), self.state.tokens)
 
 
 def create_app(
@@ -328,7 +339,7 @@ def create_app(
             # here, not after uvicorn.run: uvicorn re-raises SIGTERM once the app has shut down
             await asyncio.to_thread(store.checkpoint)
 
-    app = FastAPI(
+    app = _AllocatorAPI(
         title="gpupool allocator",
         version="1",
         lifespan=lifespan,
@@ -340,10 +351,18 @@ def create_app(
     app.state.tokens = tokens
 
     def visible_job(who: Principal, job_id: str):
-        """The job if the caller may see it; 404 otherwise, for unknown and foreign jobs alike."""
+        """The job if the caller may see it; 404 otherwise, for unknown and foreign jobs alike: the same
+        status and body, so a tenant member cannot tell another tenant's job from no job. Only the
+        access log says that it was another tenant's."""
         job = store.engine.jobs.get(job_id)
-        if job is None or not who.sees_tenant(job.spec.tenant):
+        if job is None:
             raise HTTPException(404, f"job {job_id} not found")
+        if not who.sees_tenant(job.spec.tenant):
+            raise Refusal(
+                404,
+                f"job {job_id} not found",
+                note=f"job of another tenant ({job.spec.tenant}), answered as unknown",
+            )
         return job
 
     def answer(result: CommandResult, ok_status: int = 200) -> Response:
@@ -444,14 +463,7 @@ def create_app(
     ) -> Response:
         """A job reports a checkpoint, artifact or model version: its tenant's token or an admin's."""
         with store.lock:
-            job = store.engine.jobs.get(job_id)
-            if job is None:
-                raise HTTPException(404, f"job {job_id} not found")
-            if not who.sees_tenant(job.spec.tenant):
-                raise HTTPException(
-                    403, f"{who.name} belongs to tenant {who.tenant}: only tenant {job.spec.tenant}'s token "
-                    f"(or an admin's) may report for job {job_id}"
-                )
+            visible_job(who, job_id)  # another tenant's job is 404, as on every route
             payload = {"job_id": job_id, "report": body.payload(), "reported_by": who.name}
             return answer(
                 store.execute("artifact", payload, who.name, clock(), request_key(who, idempotency_key)), 201
@@ -624,6 +636,9 @@ def serve(
     """Run the allocator service until interrupted; a clean stop snapshots the engine."""
     import uvicorn
 
+    # the access log of refused requests (allocator.access) and the tick's failures go to stderr,
+    # unless the embedding process configured logging itself (basicConfig leaves that alone)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     tokens = load_tokens(tokens_path)
     store = Store(db_path, load_pool_config(pool_path), snapshot_every=snapshot_every)
     try:

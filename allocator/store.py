@@ -31,6 +31,7 @@ from typing import Any
 
 from allocator.artifacts import ArtifactReport, ArtifactReportError
 from allocator.engine import Engine
+from allocator.filemodes import PRIVATE_MODE, create_file, make_dirs, opener
 from allocator.inputs import json_problem
 from allocator.model import (
     Action,
@@ -327,8 +328,10 @@ class Store:
         self._last_now: dt.datetime | None = None
         self._last_seq = 0
         self._snapshot_seq = 0
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # the allocator's state: the owner's only, whatever the umask (SQLite gives -wal and -shm its mode)
+        make_dirs(self.path.parent)
         self._owner = _own(self.path)
+        create_file(self.path, PRIVATE_MODE)
         self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         self._db.execute("pragma journal_mode=wal")
         self._db.execute("pragma synchronous=full")
@@ -638,7 +641,7 @@ class Store:
 def _own(path: Path):
     """One process owns a database: two engines appending to one log would fork the state. The
     lock is an flock on a file beside it, which the kernel drops when the process dies, even by kill -9."""
-    owner = open(path.with_name(path.name + ".lock"), "a")  # noqa: SIM115 (held for the store's lifetime)
+    owner = open(path.with_name(path.name + ".lock"), "a", opener=opener(PRIVATE_MODE))  # noqa: SIM115 (held for the store's lifetime)
     try:
         fcntl.flock(owner, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -23,14 +23,22 @@ from pathlib import Path
 
 import duckdb
 import polars as pl
+import pyarrow as pa
 import streamlit as st
 
 from pipelines.contracts import EXEMPTIONS_CHECK, EXEMPTIONS_TABLE, REVIEW_PACKS_TABLE
 from pipelines.paths import default_home
-from pipelines.sandbox import check_read_only
+from pipelines.sandbox import QueryLimitExceeded, check_read_only, guarded
 from pipelines.warehouse import Warehouse
 
 TTL_S = int(os.environ.get("GPUPOOL_DASHBOARD_TTL_S", "60"))
+# DuckDB's memory for one page's query (it spills beyond, up to GPUPOOL_SQL_TEMP_LIMIT, and stops at
+# GPUPOOL_SQL_TIMEOUT_S: pipelines/sandbox.py).
+MEMORY_LIMIT = "2GB"
+# The most rows a query may bring back to a page, fetched BATCH_ROWS at a time: a chart or a table of more
+# is a query missing its filter or its LIMIT, and it stops with QueryLimitExceeded instead of filling memory.
+MAX_ROWS = 1_000_000
+BATCH_ROWS = 65_536
 
 
 class WarehouseMissing(RuntimeError):
@@ -52,7 +60,7 @@ def _connect() -> duckdb.DuckDBPyConnection:
     path = db_path()
     if not path.exists():
         raise WarehouseMissing(f"no warehouse at {path}: run `gpupool demo` (or ingest data) first")
-    return Warehouse(home()).analyst_connect(memory_limit="2GB")
+    return Warehouse(home()).analyst_connect(memory_limit=MEMORY_LIMIT)
 
 
 def query(sql: str, params: tuple = ()) -> pl.DataFrame:
@@ -65,7 +73,17 @@ def _query(path: str, sql: str, params: tuple) -> pl.DataFrame:
     check_read_only(sql)  # the pages' SQL is ours; a second line of defence all the same
     con = _connect()
     try:
-        frame = pl.from_arrow(con.sql(sql, params=list(params)).to_arrow_table())
+        with guarded(con, memory_knob="MEMORY_LIMIT in dashboards/data.py"):  # the statement timeout, limits' errors
+            reader = con.sql(sql, params=list(params)).to_arrow_reader(BATCH_ROWS)  # streams: DuckDB runs as it is read
+            batches, rows = [], 0
+            for batch in reader:
+                rows += batch.num_rows
+                if rows > MAX_ROWS:
+                    reader.close()
+                    raise QueryLimitExceeded(f"a dashboard query returned more than {MAX_ROWS:,} rows (MAX_ROWS in "
+                                             f"dashboards/data.py): it needs a narrower filter or a LIMIT ({sql[:80]}...)")
+                batches.append(batch)
+        frame = pl.from_arrow(pa.Table.from_batches(batches, schema=reader.schema))
         # DuckDB's sums of integers are DECIMAL; charts and number formats want floats
         return frame.with_columns(pl.col(pl.Decimal).cast(pl.Float64))
     finally:

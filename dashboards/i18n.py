@@ -507,6 +507,9 @@ STRINGS: dict[str, dict[str, str]] = {
     "cause_user_code": {"en": "User code", "zh": "用户代码"},
     "cause_unknown": {"en": "Unknown", "zh": "未知"},
     "pack_pool": {"en": "pool", "zh": "资源池"},
+    "pack_saving": {"en": "Saving {name}… (not saved? click here)", "zh": "正在保存 {name}……（未保存？点此）"},
+    "pack_too_large": {"en": "Ask an operator for the file: its place on the server is shown on this page to operators.",
+                       "zh": "请向运维人员索取该文件：运维人员在本页可以看到它在服务器上的位置。"},
     "no_tenant_packs": {"en": "No review pack for {tenant} yet: the monthly schedule builds one per tenant "
                                "(`gpupool pack --month YYYY-MM --tenant {tenant}`).",
                         "zh": "还没有 {tenant} 的月度评审报告：月度调度会为每个租户生成一份"

@@ -25,11 +25,14 @@ def page_user() -> User:
 
 
 def guarded(draw: Callable[[], None]) -> None:
-    """Run a page's drawing; a missing warehouse becomes a message that says what to do."""
+    """Run a page's drawing; a missing warehouse, or a query stopped at a limit (time, memory, temporary disk,
+    rows), becomes a message that says what to do."""
     try:
         draw()
     except data.WarehouseMissing as exc:
         st.warning(f"**{t('no_warehouse')}.** {exc}")
+    except data.QueryLimitExceeded as exc:
+        st.error(str(exc))
 
 
 def empty(frame: pl.DataFrame, why: str | None = None) -> bool:

@@ -39,6 +39,7 @@ from dbt.cli.main import dbtRunner
 from dbt.contracts.graph.manifest import Manifest, WritableManifest
 from dbt.version import __version__ as dbt_version
 
+from allocator.filemodes import PRIVATE_DIR_MODE, PRIVATE_MODE, copy_file, make_dirs
 from pipelines.duckdb_limits import writer_limits
 from pipelines.paths import MODELS_DIR
 from pipelines.warehouse import Warehouse
@@ -83,8 +84,8 @@ def build(
             present = set(con.execute("select table_schema, table_name from information_schema.tables").fetchall())
             window = _event_time_window(con, warehouse, _microbatch_relations(manifest), present, full_refresh)
         shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
-        shutil.copyfile(warehouse.writer_path, copy)
+        make_dirs(staging, PRIVATE_DIR_MODE)
+        copy_file(warehouse.writer_path, copy, PRIVATE_MODE)  # it becomes the writers' file: 0600 from the start
         args = [
             "build", "--resource-type", "seed", "--resource-type", "model",
             *_project_args(project_dir, dbt_dir, copy),

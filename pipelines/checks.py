@@ -6,6 +6,12 @@ bad *batch*: a format change, a broken exporter, a sacct shape we do not know. T
 when more than MAX_REJECTED_SHARE of a day's records were quarantined (parse or validation), or
 when a day's non-empty files yielded nothing at all (an empty file is a quiet day, noted as such). It blocks downstream materialisation for the tables
 whose corruption would poison every mart (telemetry, job events) and warns for the others.
+
+Where a tenant controls the records (`IngestSource.tenant_field`: MLflow runs' tags), the share is
+judged per tenant: a tenant over MAX_REJECTED_SHARE is judged alone (its records stay quarantined,
+a WARN `tenant_quarantine_share` result names it) and the batch is judged on the other records, so
+one tenant's bad tags cannot stop everyone's rebuild. When two or more tenants are all over it, the
+cause is the format, not a tenant: the batch fails as any other.
 """
 import dagster as dg
 
@@ -13,6 +19,7 @@ from pipelines.sources.registry import IngestSource
 from pipelines.warehouse import IngestReport, Warehouse
 
 CHECK_NAME = "expectations_suite"
+TENANT_CHECK_NAME = "tenant_quarantine_share"
 MAX_REJECTED_SHARE = 0.05
 BLOCKING_TABLES = {"dcgm_samples", "job_events", "job_gpus"}
 
@@ -33,17 +40,33 @@ def suite_check_spec(src: IngestSource, asset_key: dg.AssetKey) -> dg.AssetCheck
     )
 
 
+def tenants_judged_alone(report: IngestReport) -> dict[str, tuple[int, int]]:
+    """Tenants over MAX_REJECTED_SHARE, as tenant -> (read, quarantined), judged apart from the batch
+    (module doc); empty when two or more tenants are all over it (then the format is at fault)."""
+    named = {t: c for t, c in report.tenants.items() if t is not None}
+    over = {t: (read, bad) for t, (read, bad) in named.items() if read and bad > MAX_REJECTED_SHARE * read}
+    return over if len(over) < len(named) or len(named) == 1 else {}
+
+
+def tenant_warnings(report: IngestReport) -> list[str]:
+    return [f"{report.partition_date}: tenant {t}: {bad:,} of {read:,} records quarantined ({bad / read:.0%}), "
+            f"judged alone: the other tenants' records loaded"
+            for t, (read, bad) in sorted(tenants_judged_alone(report).items())]
+
+
 def day_problems(report: IngestReport) -> list[str]:
     """Why one day's batch is bad, in words; empty when it is fine."""
     problems = []
-    if report.records_read and report.records_quarantined > MAX_REJECTED_SHARE * report.records_read:
-        share = report.records_quarantined / report.records_read
+    alone = tenants_judged_alone(report)
+    read = report.records_read - sum(r for r, _ in alone.values())
+    quarantined = report.records_quarantined - sum(q for _, q in alone.values())
+    if read and quarantined > MAX_REJECTED_SHARE * read:
         problems.append(
-            f"{report.partition_date}: {report.records_quarantined:,} of {report.records_read:,} records "
-            f"quarantined ({share:.0%})"
+            f"{report.partition_date}: {quarantined:,} of {read:,} records quarantined ({quarantined / read:.0%})"
+            + (" (besides the tenants judged alone)" if alone else "")
         )
     non_empty = report.files_read - report.files_empty  # an empty file is a quiet day, not a bad batch
-    if non_empty and report.records_loaded == 0:
+    if non_empty and report.records_loaded == 0 and not alone:
         problems.append(f"{report.partition_date}: {non_empty} non-empty file(s) but no record loaded")
     return problems
 
@@ -53,6 +76,7 @@ def suite_check_result(
 ) -> dg.AssetCheckResult:
     severity = dg.AssetCheckSeverity.ERROR if is_blocking(src) else dg.AssetCheckSeverity.WARN
     problems: list[str] = []
+    tenant_notes: list[str] = []
     failed_expectations: dict[str, int] = {}
     for report in reports:
         day = day_problems(report)
@@ -65,6 +89,14 @@ def suite_check_result(
             CHECK_NAME, asset_key.to_user_string(), report.partition_date, not day, severity.value,
             report.records_quarantined, {"problems": day, "validation": report.validation},
         )
+        if src.tenant_field:
+            alone = tenant_warnings(report)
+            tenant_notes.extend(alone)
+            warehouse.record_check(
+                TENANT_CHECK_NAME, asset_key.to_user_string(), report.partition_date, not alone,
+                dg.AssetCheckSeverity.WARN.value, sum(q for _, q in tenants_judged_alone(report).values()),
+                {"tenants": alone},
+            )
     return dg.AssetCheckResult(
         asset_key=asset_key,
         check_name=CHECK_NAME,
@@ -75,5 +107,6 @@ def suite_check_result(
             "records_quarantined": sum(r.records_quarantined for r in reports),
             "failed_expectations": dg.MetadataValue.json(failed_expectations),
             "problems": dg.MetadataValue.json(problems[:31]),
+            "tenants_judged_alone": dg.MetadataValue.json(tenant_notes[:31]),
         },
     )

@@ -7,6 +7,7 @@ import os
 
 import dagster as dg
 
+from allocator.filemodes import restrict_umask
 from pipelines.assets import backfill, capacity, connectors, ingest, maintenance, marts, pack, reclaim, scrape
 from pipelines.resources.dbt import dbt_resource
 from pipelines.resources.governance import GovernanceResource
@@ -21,6 +22,10 @@ def from_env(name: str) -> str:
     and the resource's own default applies (dagster fails a run whose EnvVar is unset)."""
     return dg.EnvVar(name) if name in os.environ else ""
 
+
+# the code location's processes (code server, run workers) write the home: whatever umask started
+# them, nothing they create is writable by group or others (allocator/filemodes.py)
+restrict_umask()
 
 defs = dg.Definitions.merge(
     connectors.defs,

@@ -21,13 +21,15 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import shutil
+import json
+import os
 from collections.abc import Callable, Iterator
 from functools import cache
 from pathlib import Path
 
 import polars as pl
 
+from allocator.filemodes import READER_MODE, copy_file, make_dirs
 from expectations.suites import build_suite, reason_of
 from expectations.validate import EXAMPLES_LIMIT, split_valid
 from pipelines.contracts import GAPS_SCHEMA, LAKE_TABLES, SCRAPE_GAPS_DDL, contract
@@ -138,6 +140,10 @@ def ingest_partition(
         else:
             warehouse.merge_files(source_name, other, other_tables, [str(f) for f in files])
         notes.append(f"{rows:,} record(s) timestamped {other} went to that day's partition")
+    for tenant, (read, quarantined) in sorted(load.tenants.items(), key=lambda t: str(t[0])):
+        if quarantined:
+            notes.append(f"tenant {tenant if tenant is not None else '(unknown)'}: "
+                         f"{quarantined:,} of {read:,} record(s) quarantined")
     report = warehouse.replace_partition(
         ingest_source=source_name,
         partition_date=day,
@@ -150,7 +156,8 @@ def ingest_partition(
         started_at=started_at,
         notes=notes,
     )
-    return dataclasses.replace(report, validation=load.outcomes(), files_empty=load.files_empty)
+    return dataclasses.replace(report, validation=load.outcomes(), files_empty=load.files_empty,
+                               tenants=load.tenants)
 
 
 # Rows validated and split by day at a time (and, for lake tables, written as one Parquet file): a day
@@ -179,6 +186,7 @@ class _DayLoad:
         self.away: list[tuple[dt.date, str, pl.DataFrame]] = []
         self.validated: list[dict[str, dict]] = []  # each batch's outcomes per table
         self.batches = 0
+        self.tenants: dict[str | None, list[int]] = {}  # src.tenant_field: tenant -> [read, quarantined]
 
     def take(self, path: Path, result: ParseResult) -> None:
         """A parse result of `path` (a file, or a slice of one): counted now, validated with its batch."""
@@ -186,6 +194,11 @@ class _DayLoad:
         self.records_loaded += result.records_loaded
         self.parse_quarantined += result.quarantine.height
         self.quarantines.append(result.quarantine)
+        if self.src.tenant_field:
+            first = result.tables.get(self.src.tables[0])
+            if first is not None and self.src.tenant_field in first.columns:
+                self._count_tenants(first[self.src.tenant_field], quarantined=False)
+            self._count_tenants(_tenants_of(result.quarantine, self.src.tenant_field), quarantined=True, read=True)
         self.notes.extend(f"{path.name}: {note}" for note in result.notes)
         self.pending.append({table: _with_own_day(self.src, table, frame, result.untimed.get(table))
                              for table, frame in result.tables.items() if table in self.src.tables})
@@ -208,6 +221,8 @@ class _DayLoad:
         if self.validate:
             tables, rejected, rejected_records, outcomes = _validate(self.src, tables)
             self.quarantines.append(rejected)
+            if self.src.tenant_field:  # rows already counted as read when parsed
+                self._count_tenants(_tenants_of(rejected, self.src.tenant_field), quarantined=True, read=False)
             self.validate_rejected += rejected_records
             self.validated.append(outcomes)
         here, elsewhere = _split_by_day(self.src, tables, self.day)
@@ -215,6 +230,12 @@ class _DayLoad:
         for table, frame in here.items():
             self.keep(table, [frame])
         self.away.extend((other, table, frame) for other, frames in elsewhere.items() for table, frame in frames.items())
+
+    def _count_tenants(self, tenants: pl.Series, *, quarantined: bool, read: bool = True) -> None:
+        for tenant, count in tenants.value_counts().iter_rows():
+            counts = self.tenants.setdefault(tenant, [0, 0])
+            counts[0] += count if read else 0
+            counts[1] += count if quarantined else 0
 
     def keep(self, table: str, frames: list[pl.DataFrame]) -> None:
         """Rows of the day: a lake table's are written now, the others' kept for the commit."""
@@ -257,6 +278,25 @@ class _DayLoad:
         if not self.validated:
             return {}
         return {t: _merge_outcomes(t, [batch[t] for batch in self.validated]) for t in self.validated[0]}
+
+
+def _tenant_in(raw: str | None, field: str) -> str | None:
+    """The tenant named in a quarantined record's raw text (a JSON object), else None."""
+    try:
+        value = json.loads(raw) if raw else None
+    except (ValueError, RecursionError):
+        return None
+    tenant = value.get(field) if isinstance(value, dict) else None
+    return str(tenant) if isinstance(tenant, str | int) and not isinstance(tenant, bool) else None
+
+
+def _tenants_of(quarantine: pl.DataFrame, field: str) -> pl.Series:
+    """The tenant of each quarantined record (one per record: a record's several validation failures
+    share its file and line)."""
+    located = quarantine.filter(pl.col("line_number").is_not_null()).unique(
+        ["source_file", "line_number"], keep="first", maintain_order=True)
+    records = pl.concat([located, quarantine.filter(pl.col("line_number").is_null())], how="vertical")
+    return pl.Series("tenant", [_tenant_in(raw, field) for raw in records["raw"].to_list()], dtype=pl.String)
 
 
 def _merge_outcomes(table: str, batches: list[dict]) -> dict:
@@ -383,11 +423,14 @@ def stage_files(warehouse: Warehouse, source_name: str, path: Path, day: dt.date
         what = "no files matching" if path.is_dir() else "not a file name matching"
         raise NothingToRead(f"{path}: {what} {', '.join(src.patterns)}, the files source {source_name} reads")
     target = landing_folder(warehouse, source_name, day)
-    target.mkdir(parents=True, exist_ok=True)
+    make_dirs(target)
     staged = []
     for file in candidates:
         dest = target / file.name
-        shutil.copy2(file, dest)
+        # 0644 whatever the input's mode or the umask: a landed file is what the next ingest loads
+        copy_file(file, dest, READER_MODE)
+        times = file.stat()
+        os.utime(dest, ns=(times.st_atime_ns, times.st_mtime_ns))  # its times, as shutil.copy2 kept them
         staged.append(dest)
     return staged
 

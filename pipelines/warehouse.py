@@ -33,6 +33,17 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
+from allocator.filemodes import (
+    PRIVATE_DIR_MODE,
+    PRIVATE_MODE,
+    READER_DIR_MODE,
+    READER_MODE,
+    copy_file,
+    make_dirs,
+    opener,
+    set_mode,
+    write_atomic,
+)
 from pipelines import sandbox
 from pipelines.contracts import INGEST_LOG_COLUMNS, LAKE_TABLES, all_ddl, contract
 from pipelines.duckdb_limits import MEMORY_LIMIT_ENV, writer_limits
@@ -67,6 +78,9 @@ class IngestReport:
     files_empty: int = 0
     # per table: the Great Expectations suite's outcome on the parsed batch (before quarantine)
     validation: dict[str, dict] = field(default_factory=dict)
+    # sources whose records a tenant controls (IngestSource.tenant_field): tenant -> [read, quarantined];
+    # the key None holds the quarantined records no tenant could be read from (pipelines/checks.py)
+    tenants: dict[str | None, list[int]] = field(default_factory=dict)
 
     def summary(self) -> str:
         return (
@@ -111,7 +125,9 @@ class Warehouse:
             raise FileNotFoundError(
                 f"no warehouse at {path}: run `gpupool demo` or `gpupool ingest` first"
             )
-        path.parent.mkdir(parents=True, exist_ok=True)
+        if not read_only:  # the writers' file and its WAL: the owner's only (allocator/filemodes.py)
+            make_dirs(self.home)
+            make_dirs(path.parent, PRIVATE_DIR_MODE, tighten=True)
         # DuckDB takes 80% of the machine's memory by default; a month of telemetry would then crowd
         # out everything else. Writers get a share sized from the machine and spill to the home's tmp/
         # above it (pipelines/duckdb_limits.py); readers of a release keep a fixed limit.
@@ -119,27 +135,31 @@ class Warehouse:
             config = {"memory_limit": os.environ.get(MEMORY_LIMIT_ENV, DEFAULT_MEMORY_LIMIT)}
         else:
             config = writer_limits(self.home).config()
-        return duckdb.connect(str(path), read_only=read_only, config=config)
+        con = duckdb.connect(str(path), read_only=read_only, config=config)
+        if not read_only:  # DuckDB creates it 0666 less the umask, inside the 0700 folder: make it 0600
+            set_mode(path, PRIVATE_MODE)
+        return con
 
     def analyst_connect(self, memory_limit: str | None = None, writable_dir: Path | None = None,
                         release: int | None = None) -> duckdb.DuckDBPyConnection:
         """The analysts' connection (`gpupool sql`, dashboards, review packs, exports, dictionary):
         read-only, and no file but the release and the lake folders its views read (plus
         `writable_dir` for the export's own writes). `release`: a kept older release (time travel)
-        instead of the latest. See pipelines/sandbox.py; the pipeline's own readers keep
-        `connect(read_only=True)`."""
+        instead of the latest. It spills to a folder of this process's own, capped at GPUPOOL_SQL_TEMP_LIMIT;
+        run typed SQL inside `sandbox.guarded(con)` (the statement timeout, limits' errors) and fetch in
+        batches. See pipelines/sandbox.py; the pipeline's own readers keep `connect(read_only=True)`."""
         return sandbox.connect(
             self.db_path if release is None else self.release_path(release),
             self.lake_dirs(),
-            memory_limit=memory_limit or os.environ.get("GPUPOOL_DUCKDB_MEMORY_LIMIT", DEFAULT_MEMORY_LIMIT),
+            memory_limit=memory_limit or os.environ.get(MEMORY_LIMIT_ENV, DEFAULT_MEMORY_LIMIT),
             writable_dir=writable_dir,
         )
 
     @contextmanager
     def writer_lock(self) -> Iterator[None]:
         """The writers' exclusive file lock, without a connection (the dbt build opens its own)."""
-        self.home.mkdir(parents=True, exist_ok=True)
-        with open(self._lock_path, "w") as lock:
+        make_dirs(self.home)
+        with open(self._lock_path, "a", opener=opener(PRIVATE_MODE)) as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 self._adopt_old_layout()
@@ -157,8 +177,8 @@ class Warehouse:
         with ExitStack() as stack:
             for source_name, day in sorted(set(partitions)):
                 path = folder / source_name / f"{day.isoformat()}.lock"
-                path.parent.mkdir(parents=True, exist_ok=True)
-                handle = stack.enter_context(open(path, "w"))
+                make_dirs(path.parent, PRIVATE_DIR_MODE, tighten=True)
+                handle = stack.enter_context(open(path, "a", opener=opener(PRIVATE_MODE)))
                 fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file closes, or the process dies
             yield
 
@@ -203,8 +223,8 @@ class Warehouse:
         The copy is taken under the writers' lock (a consistent file), the release row and the view
         of the lake at the versions the writers' file read are added to the copy, and the copy is
         renamed into releases/ and hard-linked over warehouse.duckdb: both renames are atomic."""
-        self.home.mkdir(parents=True, exist_ok=True)
-        with open(self._publish_lock_path, "w") as publish_lock:
+        make_dirs(self.home)
+        with open(self._publish_lock_path, "a", opener=opener(PRIVATE_MODE)) as publish_lock:
             fcntl.flock(publish_lock, fcntl.LOCK_EX)  # releases are published in the order recorded
             try:
                 return self._publish(kind, note)
@@ -224,9 +244,9 @@ class Warehouse:
             latest = json.loads(stamp_path.read_text()) if stamp_path.exists() else None
             if latest and latest["stamp"] == stamp and self.release_path(latest["release_id"], must_exist=False).exists():
                 return int(latest["release_id"])
-            self.releases.mkdir(parents=True, exist_ok=True)
+            make_dirs(self.releases, READER_DIR_MODE, tighten=True)
             copy = self.releases / f".{uuid.uuid4().hex}.tmp"
-            shutil.copyfile(self.writer_path, copy)
+            copy_file(self.writer_path, copy, READER_MODE)  # 0644 from its creation: nobody else writes a release
         try:
             con = duckdb.connect(str(copy))
             try:
@@ -248,9 +268,7 @@ class Warehouse:
             os.replace(link, self.db_path)
         finally:
             copy.unlink(missing_ok=True)
-        tmp_stamp = stamp_path.with_name(f".latest.{uuid.uuid4().hex}.tmp")
-        tmp_stamp.write_text(json.dumps({"release_id": release_id, "stamp": stamp}))
-        os.replace(tmp_stamp, stamp_path)
+        write_atomic(stamp_path, json.dumps({"release_id": release_id, "stamp": stamp}), READER_MODE)
         self.expire_releases()
         return release_id
 
@@ -279,7 +297,7 @@ class Warehouse:
         recommendation read it, and `--as-of` must find it again."""
         self.release_path(release_id)  # raises when it is already gone
         pin = self.releases / f"{int(release_id)}.pin"
-        with open(pin, "a") as out:
+        with open(pin, "a", opener=opener(READER_MODE)) as out:
             out.write(reason.replace("\n", " ") + "\n")
 
     def pin_reasons(self, release_id: int) -> list[str]:
@@ -340,7 +358,7 @@ class Warehouse:
             return
         if published:
             return
-        self.writer_path.parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.writer_path.parent, PRIVATE_DIR_MODE, tighten=True)
         for name in LAKE_TABLES:
             old = self.lake / name
             for part in sorted(old.glob("date=*/ingest=*/part-0.parquet")):
@@ -348,6 +366,7 @@ class Warehouse:
                 source = part.parent.name.removeprefix("ingest=")
                 frame = pl.read_parquet(part).with_columns(pl.col(pl.Categorical).cast(pl.String))
                 self.write_lake_rows(name, day, source, frame)
+        os.chmod(self.db_path, PRIVATE_MODE)  # it becomes the writers' file
         os.replace(self.db_path, self.writer_path)
         for name in LAKE_TABLES:
             shutil.rmtree(self.lake / name, ignore_errors=True)

@@ -5,12 +5,16 @@ from __future__ import annotations
 import click
 
 from allocator.cli import allocator as allocator_group
+from allocator.filemodes import restrict_umask
 from pipelines.cli import capacity, dashboard, data, demo, docs, ingest, land, maintain, pack, releases
 
 
 @click.group()
 def main() -> None:
     """gpupool: operations and governance for a shared GPU pool."""
+    # before anything is written: what libraries create (delta-rs' log, dbt's logs, DuckDB's spill) is
+    # then never writable by group or others, whatever umask started it (allocator/filemodes.py)
+    restrict_umask()
 
 
 for command in (

@@ -22,12 +22,14 @@ import os
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Literal
 
 import requests
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from pipelines.config import section
+from pipelines.connectors.bounded import PULL_DEADLINE_S, Budget, SourceAnswerError
 from pipelines.connectors.http import HttpStatusError, RetryPolicy, new_session, with_retries
 from pipelines.sources.jsonl import RecordError, parse_rfc3339
 
@@ -100,17 +102,26 @@ class AllocatorClient:
         return cls(config.url, config.token, timeout_s=config.timeout_s, page_size=config.page_size,
                    retry=RetryPolicy(retries=config.retries, backoff_s=config.backoff_s))
 
-    def _get(self, path: str, params: dict) -> dict:
+    def _get(self, path: str, params: dict, budget: Budget | None = None) -> dict:
+        """One answer, a JSON object read within `budget` (the pull's; else one of its own): its
+        deadline, body size and JSON depth (SourceAnswerError naming the URL)."""
         url = f"{self.base_url}{path}"
+        budget = budget or Budget(deadline_s=PULL_DEADLINE_S)
 
         def attempt() -> dict:
-            response = self.session.get(url, params=params, headers=self.headers, timeout=self.timeout_s)
-            check_auth(response, url)
+            response = self.session.get(url, params=params, headers=self.headers, stream=True,
+                                        timeout=budget.timeout(url, self.timeout_s))
             if response.status_code != 200:
-                raise HttpStatusError(url, response.status_code, response.reason, response.text[:500])
-            return response.json()
+                said = budget.read(response, url)[:500].decode("utf-8", "replace")
+                if response.status_code in (401, 403):
+                    check_auth(SimpleNamespace(status_code=response.status_code, text=said), url)
+                raise HttpStatusError(url, response.status_code, response.reason, said)
+            doc = budget.json(response, url)
+            if not isinstance(doc, dict):
+                raise SourceAnswerError(url, f"the answer is a JSON {type(doc).__name__}, expected an object")
+            return doc
 
-        return with_retries(attempt, self.retry)[0]
+        return with_retries(attempt, self.retry, deadline=budget.deadline)[0]
 
     def running_jobs(self) -> list[dict]:
         """RUNNING jobs as the API shows them: job_id, attempt, tenant, queue, gpus (placement), spec, ..."""
@@ -132,10 +143,19 @@ class AllocatorClient:
         cursor, records, pages, days = state["cursor"], 0, 0, set()
         if repaired:
             _write_state(state_file, {"cursor": cursor})
-        while max_pages is None or pages < max_pages:
-            page = self._get(f"/v1/{source}", {"cursor": cursor, "limit": self.page_size})
-            if not page["records"]:
+        budget = Budget(deadline_s=PULL_DEADLINE_S)
+        endpoint = f"{self.base_url}/v1/{source}"
+        while (max_pages is None or pages < max_pages) and pages < budget.max_pages:
+            page = self._get(f"/v1/{source}", {"cursor": cursor, "limit": self.page_size}, budget)
+            found, following = page.get("records"), page.get("next_cursor")
+            if not isinstance(found, list) or not all(isinstance(r, dict) for r in found):
+                raise SourceAnswerError(endpoint, "'records' is not a list of objects")
+            if not found:
                 break
+            if not isinstance(following, int) or isinstance(following, bool) or following <= cursor:
+                # the same cursor again would append the same page forever
+                raise SourceAnswerError(endpoint, f"next_cursor {str(following)[:40]!r} does not advance past "
+                                        f"{cursor}: the page would be read again")
             by_file: dict[str, list[str]] = defaultdict(list)
             for record in page["records"]:
                 day = _day_of(record)
@@ -145,7 +165,7 @@ class AllocatorClient:
             _write_state(state_file, {"cursor": cursor, "sizes": sizes})
             for name, lines in sorted(by_file.items()):
                 _append(Path(landing) / name, "".join(lines))
-            cursor = page["next_cursor"]
+            cursor = following
             _write_state(state_file, {"cursor": cursor})
             records += len(page["records"])
             pages += 1

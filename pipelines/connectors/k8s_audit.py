@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipelines.sources.jsonl import RecordError, parse_rfc3339
+from pipelines.sources.jsonl import RecordError, parse_rfc3339, plausible_time
 from pipelines.sources.k8s_audit import QUARANTINE_SOURCE as AUDIT_SOURCE
 from pipelines.sources.k8s_audit import REFUSED_API_VERSION, REFUSED_KIND, TIME_FIELDS
 
@@ -49,13 +49,15 @@ class AuditBodyError(ValueError):
 
 
 def event_day(event: object, default: dt.date) -> dt.date:
-    """The UTC day an audit event belongs to, read as the k8s_audit parser reads its time."""
+    """The UTC day an audit event belongs to, read as the k8s_audit parser reads its time; a time
+    outside the plausible window is passed over (a folder of year 9999 is never ingested: the event
+    lands under the day the batch arrived, and its ingest quarantines it with the reason)."""
     if isinstance(event, dict):
         for name in TIME_FIELDS:
             text = event.get(name)
             if isinstance(text, str):
                 try:
-                    return parse_rfc3339(text, name).date()
+                    return plausible_time(parse_rfc3339(text, name), name).date()
                 except RecordError:
                     continue
     return default

@@ -16,6 +16,7 @@ from kubernetes import config as k8s_config
 from pydantic import BaseModel, Field
 
 from pipelines.config import section
+from pipelines.connectors.bounded import MAX_PAGES, PULL_DEADLINE_S
 from pipelines.sources.kueue_objects import PODSET_LABEL, KueueMapping
 
 SECTION = "kubernetes"
@@ -69,6 +70,8 @@ class KubernetesConfig(KueueMapping):
     )
     page_size: int = Field(500, ge=1)
     request_timeout_s: float = Field(30.0, gt=0)
+    deadline_s: float = Field(PULL_DEADLINE_S, gt=0, description="one snapshot, every page together")
+    max_pages: int = Field(MAX_PAGES, ge=1, description="pages of one listing")
     # enforcement
     protected_label: str = Field(
         "gpupool.io/protected", description="a Workload labelled <label>=true is exempt"

@@ -24,6 +24,7 @@ from typing import Protocol
 
 import kubernetes.client as k8s
 
+from pipelines.connectors.bounded import Budget, SourceAnswerError
 from pipelines.connectors.kubernetes import KubernetesAnswerError, KubernetesConfig, api_client
 from pipelines.sources.kueue_objects import GROUP, attempt_state
 
@@ -56,14 +57,20 @@ class KueueClient:
         return cls(config, k8s.CustomObjectsApi(client), k8s.CoreV1Api(client))
 
     def snapshot(self, day: dt.date) -> Snapshot:
-        return Snapshot(self.workloads(), self.pods())
+        budget = self._budget()  # one deadline for both listings
+        return Snapshot(self.workloads(budget), self.pods(budget))
 
-    def workloads(self) -> dict:
+    def _budget(self) -> Budget:
+        return Budget(deadline_s=self.config.deadline_s, max_pages=self.config.max_pages)
+
+    def workloads(self, budget: Budget | None = None) -> dict:
         """The WorkloadList of the cluster (or of the configured namespaces), every page."""
         cfg = self.config
+        budget = budget or self._budget()
 
-        def page(namespace: str | None, token: str | None) -> dict:
-            kwargs = {"limit": cfg.page_size, "_request_timeout": cfg.request_timeout_s}
+        def page(namespace: str | None, token: str | None) -> object:
+            kwargs = {"limit": cfg.page_size, "_request_timeout": budget.timeout("workloads", cfg.request_timeout_s),
+                      "_preload_content": False}  # parsed here, within the depth limit
             if token:
                 kwargs["_continue"] = token
             if namespace is None:
@@ -72,17 +79,18 @@ class KueueClient:
                 GROUP, cfg.kueue_version, namespace, "workloads", **kwargs
             )
 
-        return _all_pages(page, cfg.namespaces, "WorkloadList", f"{GROUP}/{cfg.kueue_version}")
+        return _all_pages(page, cfg.namespaces, "WorkloadList", f"{GROUP}/{cfg.kueue_version}", budget)
 
-    def pods(self) -> dict:
+    def pods(self, budget: Budget | None = None) -> dict:
         """The PodList of the pods Kueue started (by label), as JSON."""
         cfg = self.config
+        budget = budget or self._budget()
 
-        def page(namespace: str | None, token: str | None) -> dict:
+        def page(namespace: str | None, token: str | None) -> object:
             kwargs = {
                 "label_selector": cfg.pod_label_selector,
                 "limit": cfg.page_size,
-                "_request_timeout": cfg.request_timeout_s,
+                "_request_timeout": budget.timeout("pods", cfg.request_timeout_s),
                 "_preload_content": False,
             }
             if token:
@@ -91,28 +99,36 @@ class KueueClient:
                 response = self.core.list_pod_for_all_namespaces(**kwargs)
             else:
                 response = self.core.list_namespaced_pod(namespace, **kwargs)
-            return json.loads(response.data)  # the API's own JSON, not the client's Python models
+            return response  # the API's own JSON (parsed in _all_pages), not the client's Python models
 
-        return _all_pages(page, cfg.namespaces, "PodList", "v1")
+        return _all_pages(page, cfg.namespaces, "PodList", "v1", budget)
 
 
 def _all_pages(
-    page: Callable[[str | None, str | None], dict], namespaces: list[str], kind: str, api_version: str
+    page: Callable[[str | None, str | None], object], namespaces: list[str], kind: str, api_version: str,
+    budget: Budget,
 ) -> dict:
+    """Every page of a listing per namespace, within the pull's bounds (a repeated `continue` token,
+    the page cap, the deadline, the JSON depth: KubernetesAnswerError naming the listing)."""
     items: list = []
     metadata: dict = {}
     for namespace in namespaces or [None]:
+        where = f"listing {kind} in {namespace or 'all namespaces'}"
+        cursor = budget.cursor(where)
         token = None
-        while True:
-            doc = page(namespace, token)
-            if not isinstance(doc, dict) or not isinstance(doc.get("items"), list):
-                where = namespace or "all namespaces"
-                raise KubernetesAnswerError(f"listing {kind} in {where}: the answer has no 'items' list")
-            items += doc["items"]
-            metadata = metadata or {k: v for k, v in (doc.get("metadata") or {}).items() if k != "continue"}
-            token = (doc.get("metadata") or {}).get("continue")
-            if not token:
-                break
+        try:
+            while True:
+                doc = budget.document(page(namespace, token), where)
+                if not isinstance(doc, dict) or not isinstance(doc.get("items"), list):
+                    raise KubernetesAnswerError(f"{where}: the answer has no 'items' list")
+                items += doc["items"]
+                meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+                metadata = metadata or {k: v for k, v in meta.items() if k != "continue"}
+                token = meta.get("continue")
+                if not cursor.advance(token):
+                    break
+        except SourceAnswerError as err:
+            raise KubernetesAnswerError(str(err)) from None
     return {"apiVersion": api_version, "kind": kind, "metadata": metadata, "items": items}
 
 

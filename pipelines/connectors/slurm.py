@@ -38,7 +38,6 @@ import datetime as dt
 import json
 import os
 import subprocess
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +48,7 @@ import requests
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from pipelines.config import section
+from pipelines.connectors.bounded import Budget, NotJson, SourceAnswerError, loads_bounded
 from pipelines.connectors.http import HttpStatusError, RetryPolicy, new_session, with_retries
 from pipelines.sources.slurm_squeue import SOURCE as SQUEUE_SOURCE
 
@@ -66,6 +66,7 @@ SACCT_FIELDS = (
 OFFLINE_FILES = {"sacct.txt": TEXT_SOURCE, "sacct.json": JSON_SOURCE, "slurmrestd.json": JSON_SOURCE,
                  TRANSACTIONS_FILE: TRANSACTIONS_SOURCE}
 NOTHING_FOUND = 9003  # slurmrestd's error number for a query that matched no job
+MAX_RESTD_BODY_MIB = 1024.0  # a day of a large cluster's accounting is hundreds of MB of JSON
 
 
 class SlurmConfig(BaseModel):
@@ -238,41 +239,49 @@ class LiveAccounting:
         if config.restd_token:
             headers = {"X-SLURM-USER-NAME": config.restd_user or "", "X-SLURM-USER-TOKEN": config.restd_token}
         session = self._session or new_session(1)
-        deadline = time.monotonic() + config.accounting_timeout_s
+        # the whole fetch, body included, within accounting_timeout_s (a dripping server cannot stretch
+        # it), the body within the size cap; JSON depth checked before parsing (connectors/bounded.py)
+        budget = Budget(deadline_s=config.accounting_timeout_s, max_body_bytes=int(MAX_RESTD_BODY_MIB * 2**20))
 
-        def attempt() -> requests.Response:
-            response = session.get(url, params=params, headers=headers, timeout=config.accounting_timeout_s)
+        def attempt() -> tuple[int, str, bytes]:
+            response = session.get(url, params=params, headers=headers, stream=True,
+                                   timeout=budget.timeout(url, config.accounting_timeout_s))
+            content = budget.read(response, url)
             # slurmrestd answers 500 with a JSON body for a query it cannot run: that is not retryable
-            if response.status_code >= 400 and not _slurm_errors(response.content):
-                raise HttpStatusError(url, response.status_code, response.reason, response.text[:300])
-            return response
+            if response.status_code >= 400 and not _slurm_errors(content):
+                raise HttpStatusError(url, response.status_code, response.reason,
+                                      content[:300].decode("utf-8", "replace"))
+            return response.status_code, response.reason, content
 
         try:
-            response, _ = with_retries(attempt, RetryPolicy(), deadline=deadline)
+            (status, _reason, content), _ = with_retries(attempt, RetryPolicy(), deadline=budget.deadline)
+            try:
+                doc = loads_bounded(content, url, budget.max_depth)
+            except NotJson:
+                doc = None
+        except SourceAnswerError as err:
+            raise SlurmRestError(str(err)) from None
         finally:
             if self._session is None:
                 session.close()
-        try:
-            doc = json.loads(response.content)
-        except ValueError:
-            doc = None
         if not isinstance(doc, dict):
-            raise SlurmRestError(f"{url}: HTTP {response.status_code}, body is not a JSON object: {response.text[:200]!r}")
-        errors = [e for e in _slurm_errors(response.content) if e.get("error_number") != NOTHING_FOUND]
-        if errors or response.status_code != 200:
+            raise SlurmRestError(f"{url}: HTTP {status}, body is not a JSON object: "
+                                 f"{content[:200].decode('utf-8', 'replace')!r}")
+        errors = [e for e in _slurm_errors(content) if e.get("error_number") != NOTHING_FOUND]
+        if errors or status != 200:
             detail = "; ".join(f"{e.get('error_number')} {e.get('description') or e.get('error')}" for e in errors)
-            raise SlurmRestError(f"{url}: HTTP {response.status_code}: slurmrestd reported {detail or 'an error'}")
+            raise SlurmRestError(f"{url}: HTTP {status}: slurmrestd reported {detail or 'an error'}")
         if "jobs" not in doc:  # Nothing found: the day had no jobs
             doc = {**doc, "jobs": []}
             return json.dumps(doc, indent=2).encode()
-        return response.content
+        return content
 
 
 def _slurm_errors(body: bytes) -> list[dict]:
     """The `errors` slurmrestd put in a JSON body; [] when there are none or it is not JSON."""
     try:
-        doc = json.loads(body)
-    except ValueError:
+        doc = loads_bounded(body, "slurmrestd")
+    except SourceAnswerError:
         return []
     errors = doc.get("errors") if isinstance(doc, dict) else None
     return [e for e in errors if isinstance(e, dict)] if isinstance(errors, list) else []

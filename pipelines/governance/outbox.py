@@ -35,6 +35,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from allocator.filemodes import (
+    PRIVATE_DIR_MODE,
+    PRIVATE_MODE,
+    READER_DIR_MODE,
+    READER_MODE,
+    create_file,
+    make_dirs,
+    opener,
+)
 from allocator.model import Action, ActionKind, ActionResult
 from allocator.records import rfc3339
 from pipelines.connectors.http import RetryPolicy
@@ -140,7 +149,9 @@ class Outbox:
         self.writer = writer
         self.durable = durable
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        # the outbox is state: the owner's only, whatever the umask (SQLite gives -wal and -shm its mode)
+        make_dirs(path.parent, PRIVATE_DIR_MODE)
+        create_file(path, PRIVATE_MODE)
         self._log_lock_path = path.with_name(path.name + ".log.lock")
         self._lock = threading.Lock()
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
@@ -367,7 +378,7 @@ class Outbox:
 
     def flush_log(self) -> int:
         """Append the lines not yet written to the day files; how many were written."""
-        with open(self._log_lock_path, "a") as lock:
+        with open(self._log_lock_path, "a", opener=opener(PRIVATE_MODE)) as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 with self._lock:
@@ -378,8 +389,9 @@ class Outbox:
                     by_day.setdefault(day, []).append(line + "\n")
                 for day, lines in by_day.items():
                     path = self.landing / SOURCE / day / f"{self.writer}.jsonl"
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    with open(path, "a", encoding="utf-8") as out:
+                    make_dirs(path.parent, READER_DIR_MODE)
+                    # landing: the next ingest loads it, nobody else may write it (allocator/filemodes.py)
+                    with open(path, "a", encoding="utf-8", opener=opener(READER_MODE)) as out:
                         out.write("".join(lines))
                         out.flush()
                 if rows:

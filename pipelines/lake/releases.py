@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from allocator.filemodes import PRIVATE_MODE, READER_DIR_MODE, create_file, make_dirs
 from pipelines.lake.tables import LakeError
 
 DEFAULT_FILE = "releases.sqlite3"
@@ -134,7 +135,8 @@ class ReleaseRegistry:
                 con.execute(INDEX)
             return
         path = Path(self._target)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(path.parent, READER_DIR_MODE)  # the lake's folder: readers read its Parquet files
+        create_file(path, PRIVATE_MODE)  # the registry is the publisher's state; SQLite gives -wal, -shm its mode
         con = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
         try:  # WAL is a property of the file: set once, outside any transaction
             con.execute("pragma journal_mode=wal")

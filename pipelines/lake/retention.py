@@ -37,6 +37,7 @@ import duckdb
 import polars as pl
 import pyarrow.parquet as pq
 
+from allocator.filemodes import READER_MODE, write_atomic
 from pipelines.duckdb_limits import writer_limits
 from pipelines.lake import LakeError
 from pipelines.warehouse import LAKE_DAY_COLUMN, Warehouse
@@ -305,9 +306,7 @@ def expire_pins(wh: Warehouse, max_age_days: int, now: dt.datetime, dry_run: boo
         kept = [line for line in lines if line not in expired]
         if not dry_run:
             if kept:
-                tmp = pin.with_name(f".{pin.name}.tmp")
-                tmp.write_text("".join(f"{line}\n" for line in kept))
-                os.replace(tmp, pin)
+                write_atomic(pin, "".join(f"{line}\n" for line in kept), READER_MODE)
             else:
                 pin.unlink(missing_ok=True)
         out.append(Unpinned(int(pin.stem), tuple(dict.fromkeys(expired)), bool(kept)))

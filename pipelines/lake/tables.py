@@ -46,6 +46,8 @@ from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 
+from allocator.filemodes import READER_DIR_MODE, READER_MODE, create_file, make_dirs, set_mode
+
 # Reader features a table may have and still be read correctly from its list of Parquet files:
 # timestamp_ntz only changes a column's type. Deletion vectors (rows deleted outside the files) and
 # column mapping (physical column names differ from the logical ones) would make a file list lie.
@@ -347,7 +349,29 @@ class DeltaStore:
     # ------------------------------------------------------------------ writes
     def _make_parent(self, name: str) -> None:
         if not self.remote:  # an object store has no folders to create
-            self.path(name).parent.mkdir(parents=True, exist_ok=True)
+            make_dirs(self.path(name).parent, READER_DIR_MODE)
+
+    def _settle_modes(self, name: str, version: int) -> int:
+        """Give what the commit of `version` wrote (its log file, its data files and their folders, a
+        checkpoint) the readers' modes (allocator/filemodes.py): delta-rs creates them 0666 less the
+        umask, which the entry points tighten but a library caller may not. Returns `version`."""
+        if self.remote:
+            return version
+        table_dir = self.path(name)
+        log_dir = table_dir / "_delta_log"
+        commit = log_dir / f"{version:020d}.json"
+        for folder in (table_dir, log_dir):
+            make_dirs(folder, READER_DIR_MODE, tighten=True)  # delta-rs may have made them
+        for line in commit.read_text().splitlines() if commit.exists() else []:
+            add = json.loads(line).get("add") if line.strip() else None
+            if add:
+                data = _local_path(table_dir, add["path"])
+                make_dirs(data.parent, READER_DIR_MODE, tighten=True)
+                set_mode(data, READER_MODE)
+        for written in (commit, log_dir / "_last_checkpoint", log_dir / f"{version:020d}.checkpoint.parquet"):
+            if written.exists():
+                set_mode(written, READER_MODE)
+        return version
 
     def _create_if_missing(self, name: str, data: pa.Table, partition_by: list[str] | None) -> None:
         """Create the table empty (version 0, no files) so every data write is an ordinary commit
@@ -362,6 +386,8 @@ class DeltaStore:
         except Exception:
             if not self.exists(name):
                 raise
+        else:
+            self._settle_modes(name, 0)
 
     def _commit(self, name: str, data: pa.Table, **options: Any) -> int:
         """One write, as one commit; returns the version this commit created. The table is loaded
@@ -371,7 +397,8 @@ class DeltaStore:
                                      if self.exists(name) else self.location(name))
         write_deltalake(target, data, writer_properties=_writer_properties(),
                         storage_options=self.storage_options, **options)
-        return target.version() if isinstance(target, DeltaTable) else self._table(name).version()
+        version = target.version() if isinstance(target, DeltaTable) else self._table(name).version()
+        return self._settle_modes(name, version)
 
     def replace_partition(self, name: str, day: date, frame: pl.DataFrame, day_column: str,
                           where: dict[str, str] | None = None) -> int:
@@ -409,7 +436,8 @@ class DeltaStore:
             footer = pq.read_metadata(pa.BufferReader(buffer.getbuffer()))
         else:
             path = self.path(name) / relative
-            path.parent.mkdir(parents=True, exist_ok=True)
+            make_dirs(path.parent, READER_DIR_MODE)
+            create_file(path, READER_MODE)  # readers' mode before any byte; Polars fills it
             rows.write_parquet(path, **PARQUET_WRITE)
             size = path.stat().st_size
             footer = pq.read_metadata(path)
@@ -434,7 +462,7 @@ class DeltaStore:
             actions, mode="append", schema=table.schema(), partition_by=partition_by,
             commit_properties=CommitProperties(custom_metadata={WRITE_ID_KEY: write_id},
                                                app_transactions=[Transaction(app_id, now_ms, now_ms)]))
-        return self._version_of_write(name, read + 1, write_id)
+        return self._settle_modes(name, self._version_of_write(name, read + 1, write_id))
 
     def _version_of_write(self, name: str, first: int, write_id: str) -> int:
         """The version whose commit carries `write_id`, searched from `first` on in the log's commit
@@ -542,8 +570,10 @@ class DeltaStore:
     def compact(self, name: str) -> dict[str, Any]:
         """Merge small files (appends, streams) into fewer, in one commit; returns delta-rs's metrics.
         A no-op for day partitions that are already one file each."""
-        return _with_retry(f"{name} compact",
-                           lambda: self._table(name).optimize.compact(writer_properties=_writer_properties()))
+        metrics = _with_retry(f"{name} compact",
+                              lambda: self._table(name).optimize.compact(writer_properties=_writer_properties()))
+        self._settle_modes(name, self._table(name).version())
+        return metrics
 
 
 class PartitionWrite:

@@ -261,31 +261,46 @@ def pending(warehouse: Warehouse, folders: list[Path], cfg: DeliveryConfig) -> l
 def deliver(warehouse: Warehouse, folders: list[Path], cfg: DeliveryConfig,
             on_sent: Callable[[Sent], None] = lambda _s: None) -> list[Sent]:
     """Mail each built pack (its folder) to its recipients that have not had it; returns what was sent.
-    Raises DeliveryError naming the server and its reply when one is refused or the server fails."""
+
+    A message that fails (the server refuses it, or building it raises) is that message's failure:
+    the others are still sent. A lost connection ends the session (the rest would fail the same way).
+    Then DeliveryError names the server and each failed message with its reply; what was sent is
+    recorded, so a retried run sends only the rest."""
     sent: list[Sent] = []
     todo = pending(warehouse, folders, cfg)
     if not todo:
         return sent
     server = f"{cfg.host}:{cfg.smtp_port} ({cfg.security})"
-    current: Sent | None = None
-    failure: Exception | None = None
+    failures: list[str] = []
     with warehouse.publishing("pack delivery"):  # one release for the records, also after a failure
         try:
             with smtp_session(cfg) as smtp:
                 for current in todo:
-                    msg = message(current.pack, cfg.from_address, current.recipient)
-                    smtp.send_message(msg, to_addrs=[current.recipient])
+                    what = f"sending {current.pack.filename} to {current.recipient}"
+                    try:
+                        msg = message(current.pack, cfg.from_address, current.recipient)
+                        smtp.send_message(msg, to_addrs=[current.recipient])
+                    except smtplib.SMTPServerDisconnected:
+                        raise  # the session is gone: below
+                    except smtplib.SMTPException as err:  # the server refused this message
+                        failures.append(f"{what}: {_reply(err)}")
+                        continue
+                    except OSError:
+                        raise  # the connection failed (SMTPException is an OSError too: caught above)
+                    except Exception as err:  # noqa: BLE001 - building this message failed, whatever the cause
+                        failures.append(f"{what}: {_reply(err)}")
+                        continue
                     _record(warehouse, current, msg["Message-ID"])
                     sent.append(current)
                     on_sent(current)
         except (smtplib.SMTPException, OSError) as err:
-            failure = err
-    if failure is not None:
-        what = (f"sending {current.pack.filename} to {current.recipient}" if current is not None
-                else "connecting or logging in")
-        raise DeliveryError(f"SMTP server {server} failed while {what}: {_reply(failure)}. {len(sent)} of "
-                            f"{len(todo)} messages were sent (recorded in {PACK_DELIVERIES_TABLE}); the packs "
-                            "stay built, and a retried run sends only the rest.") from failure
+            failures.append(f"{'connecting or logging in' if not sent and not failures else 'the session'}: "
+                            f"{_reply(err)}")
+    if failures:
+        listed = "; ".join(failures[:20]) + (f"; and {len(failures) - 20} more" if len(failures) > 20 else "")
+        raise DeliveryError(f"SMTP server {server} failed while {listed}. {len(sent)} of {len(todo)} messages "
+                            f"were sent (recorded in {PACK_DELIVERIES_TABLE}); the packs stay built, and a "
+                            "retried run sends only the rest.")
     return sent
 
 

@@ -8,6 +8,13 @@ import polars as pl
 from pipelines.contracts import contract
 
 RAW_TEXT_LIMIT = 2000
+# What one field of a record may hold, in characters; a longer one is a writer gone wrong (or an attack
+# on the warehouse's size), and its record is quarantined, not stored. No real value comes near them:
+# a label value or name (a node_exporter label, a host, an actor) is an identifier, a version string or
+# at most a path (PATH_MAX 4096 bytes); free text (sacctmgr's Info and Where, which slurmdbd keeps in a
+# BLOB/TEXT column of 65,535 bytes; labels joined) fits 64 KiB.
+MAX_LABEL_VALUE_CHARS = 16 * 1024
+MAX_FREE_TEXT_CHARS = 64 * 1024
 
 
 @dataclass

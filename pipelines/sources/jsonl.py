@@ -264,6 +264,24 @@ def parse_rfc3339(text: str, name: str) -> datetime:
         raise RecordError(f"field '{name}' is {text!r}: {error}") from error
 
 
+# The times a record can plausibly carry (naive UTC, [earliest, latest)): before the first of these
+# systems or past this century is a wrong clock or a forged record, and loading it would open a day
+# partition in year 1 or 9999 (sources that check: Kubernetes audit events, sacctmgr transactions,
+# Kueue objects).
+EARLIEST_PLAUSIBLE_TIME = datetime(2000, 1, 1)
+LATEST_PLAUSIBLE_TIME = datetime(2100, 1, 1)
+
+
+def plausible_time(value: datetime, name: str) -> datetime:
+    """value, or a RecordError when it lies outside [EARLIEST_PLAUSIBLE_TIME, LATEST_PLAUSIBLE_TIME)."""
+    if not EARLIEST_PLAUSIBLE_TIME <= value < LATEST_PLAUSIBLE_TIME:
+        raise RecordError(
+            f"field '{name}' is {value.isoformat()}Z, outside the plausible times {EARLIEST_PLAUSIBLE_TIME:%Y-%m-%d} "
+            f"to {LATEST_PLAUSIBLE_TIME:%Y-%m-%d}: check the clock of what wrote it"
+        )
+    return value
+
+
 def get_time(obj: Mapping[str, object], key: str, *, required: bool = False, where: str = "") -> datetime | None:
     text = get_str(obj, key, required=required, where=where)
     return None if text is None else parse_rfc3339(text, f"{where}{key}")

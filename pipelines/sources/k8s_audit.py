@@ -12,22 +12,37 @@ sorted keys); decision = the authorization.k8s.io/decision annotation with Kuber
 written as "deny"; reason = the authorization.k8s.io/reason annotation, plus "impersonating
 <user>" when the request was impersonated; response_code = responseStatus.code.
 
+A patch's requestObject is the patch as the client sent it (the API server logs its bytes): an object
+for a merge or strategic-merge patch, an array of operations for a JSON patch (`kubectl patch
+--type=json`, RFC 6902); an array is accepted for verb patch only.
+
 Kueue quota objects (apiGroup kueue.x-k8s.io, clusterqueues and resourceflavors; the marts count
 their mutations as quota changes): after_json is the object's quota after the change, from
-responseObject when it is the whole object (RequestResponse level; a patch's requestObject is only
-the patch), else requestObject: {"kind", "name", "spec"} with a ClusterQueue's spec cut to cohort
-and resourceGroups (each flavor's resources with nominalQuota, borrowingLimit, lendingLimit), a
-ResourceFlavor's spec whole; a patch without the whole object is kept as sent. before_json is the
-quota the object's previous change in the same file left (its earlier successful record), and for
-a delete the deleted object Kubernetes returned; null when neither is in the file.
+responseObject when it is the whole object (RequestResponse level), else requestObject when it is
+(create, update): {"kind", "name", "spec"} with a ClusterQueue's spec cut to cohort and
+resourceGroups (each flavor's resources with nominalQuota, borrowingLimit, lendingLimit), a
+ResourceFlavor's spec whole. A successful patch logged without the whole object (Request level) is
+applied to the quota the object's previous change in the file left: a JSON patch's operations on
+the quota's fields (a `test` there must hold, else that state is stale; operations elsewhere cannot
+change the quota and are passed over), an object as a JSON merge patch (RFC 7386: Kueue's objects
+are custom resources, which take no strategic merge). When there is no such state, or the patch does
+not apply to it, the quota after is not known: after_json keeps the patch as sent, the object's
+chain is forgotten, and a note names the lines and why. before_json is the quota the object's
+previous change in the same file left (its earlier successful record), and for a delete the deleted
+object Kubernetes returned; null when neither is in the file.
 
 Quarantined: a line that is not JSON (nor Unicode, nor shallow enough to parse) or not an object, a
 kind other than Event/EventList, an apiVersion outside audit.k8s.io, a missing auditID, verb or
-user.username, no usable timestamp; and a `RefusedEvent` line (apiVersion gpupool.io/v1), which
+user.username, no usable timestamp or one outside the plausible window (`plausible_time`); and a
+`RefusedEvent` line (apiVersion gpupool.io/v1), which
 the audit webhook writes in place of an item it could not keep (not Unicode, too deep, too large,
 not JSON), with the webhook's reason and the start of the item as `raw`.
 """
 from __future__ import annotations
+
+import copy
+import re
+from collections import defaultdict
 
 import polars as pl
 
@@ -44,6 +59,7 @@ from pipelines.sources.jsonl import (
     get_str,
     json_type,
     parse_rfc3339,
+    plausible_time,
     read_json_lines,
 )
 
@@ -58,6 +74,8 @@ KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_QUOTA_KINDS = {"clusterqueues": "ClusterQueue", "resourceflavors": "ResourceFlavor"}  # resource -> kind
 LIMITS = ("nominalQuota", "borrowingLimit", "lendingLimit")
 MUTATIONS = ("create", "update", "patch", "delete")
+# the parts of each Kueue kind's object its quota holds (JSON pointer tokens): what kueue_quota keeps
+QUOTA_FIELDS = {"ClusterQueue": (("spec", "cohort"), ("spec", "resourceGroups")), "ResourceFlavor": (("spec",),)}
 
 
 def refused(value: object) -> bool:
@@ -82,7 +100,7 @@ def _occurred_at(event: dict[str, object]) -> object:
     for name in TIME_FIELDS:
         text = get_str(event, name)
         if text is not None:
-            return parse_rfc3339(text, name)
+            return plausible_time(parse_rfc3339(text, name), name)
     raise RecordError("no timestamp: stageTimestamp, timestamp and requestReceivedTimestamp are all missing")
 
 
@@ -123,6 +141,150 @@ def kueue_quota(obj: object, kind: str) -> object:
     return {"kind": kind, "name": metadata.get("name"), "spec": spec}
 
 
+class PatchError(ValueError):
+    """A patch that cannot be applied to the known quota; str(error) says why."""
+
+
+def _pointer(path: object, where: str) -> list[str]:
+    if not isinstance(path, str) or (path and not path.startswith("/")):
+        raise PatchError(f"{where} is not a JSON pointer: {str(path)[:80]!r}")
+    return [t.replace("~1", "/").replace("~0", "~") for t in path.split("/")[1:]] if path else []
+
+
+def _index(token: str, size: int, *, end: bool) -> int:
+    if token == "-" and end:
+        return size
+    if not re.fullmatch(r"0|[1-9][0-9]{0,8}", token) or int(token) > size - (0 if end else 1):
+        raise PatchError(f"no array index {token[:20]!r} in a list of {size}")
+    return int(token)
+
+
+def _container(doc: object, tokens: list[str]) -> object:
+    node = doc
+    for token in tokens:
+        if isinstance(node, dict) and token in node:
+            node = node[token]
+        elif isinstance(node, list):
+            node = node[_index(token, len(node), end=False)]
+        else:
+            raise PatchError(f"no /{'/'.join(tokens)} in the earlier state")
+    return node
+
+
+def _json_equal(a: object, b: object) -> bool:
+    """JSON equality: numbers by value, true is not 1."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b, strict=True))
+    return type(a) is type(b) and a == b
+
+
+def _apply_op(doc: object, op: dict, tokens: list[str]) -> object:
+    """One RFC 6902 operation on doc (changed in place where it can be); the new document."""
+    kind = op.get("op")
+    if kind in ("add", "replace", "copy", "move"):
+        if kind in ("copy", "move"):
+            source = _pointer(op.get("from"), "from")
+            if kind == "move" and tokens[: len(source)] == source and len(tokens) > len(source):
+                raise PatchError("move into its own child")
+            value = copy.deepcopy(_container(doc, source))
+            if kind == "move":
+                doc = _apply_op(doc, {"op": "remove"}, source)
+        elif "value" not in op:
+            raise PatchError(f"{kind} without a value")
+        else:
+            value = copy.deepcopy(op["value"])
+        if not tokens:
+            return value
+        parent, last = _container(doc, tokens[:-1]), tokens[-1]
+        if isinstance(parent, dict):
+            if kind == "replace" and last not in parent:
+                raise PatchError(f"replace of /{'/'.join(tokens)}, which the earlier state does not have")
+            parent[last] = value
+        elif isinstance(parent, list):
+            if kind == "replace":
+                parent[_index(last, len(parent), end=False)] = value
+            else:
+                parent.insert(_index(last, len(parent), end=True), value)
+        else:
+            raise PatchError(f"/{'/'.join(tokens[:-1])} holds no object or array")
+        return doc
+    if kind == "remove":
+        if not tokens:
+            raise PatchError("remove of the whole object")
+        parent, last = _container(doc, tokens[:-1]), tokens[-1]
+        if isinstance(parent, dict) and last in parent:
+            del parent[last]
+        elif isinstance(parent, list):
+            del parent[_index(last, len(parent), end=False)]
+        else:
+            raise PatchError(f"remove of /{'/'.join(tokens)}, which the earlier state does not have")
+        return doc
+    if kind == "test":
+        if not _json_equal(_container(doc, tokens), op.get("value")):
+            raise PatchError(f"its test of /{'/'.join(tokens)} does not hold against the quota the file's earlier "
+                             "change left (a change the file does not hold came between)")
+        return doc
+    raise PatchError(f"unknown op {str(kind)[:20]!r}")
+
+
+def _json_patch(doc: object, ops: list, fields: tuple[tuple[str, ...], ...]) -> object:
+    """RFC 6902 operations that bear on the quota's fields, applied to doc (a copy)."""
+    def touches(tokens: list[str]) -> bool:  # the quota's fields, or an object holding them
+        return any(tokens[: len(f)] == list(f[: len(tokens)]) for f in fields)
+
+    def inside(tokens: list[str]) -> bool:
+        return any(tokens[: len(f)] == list(f) for f in fields)
+
+    doc = copy.deepcopy(doc)
+    for number, op in enumerate(ops):
+        if not isinstance(op, dict):
+            raise PatchError(f"operation {number} is {json_type(op)}, not an object")
+        tokens = _pointer(op.get("path"), f"operation {number}'s path")
+        source = _pointer(op.get("from"), f"operation {number}'s from") if op.get("op") in ("copy", "move") else None
+        bears = inside(tokens) if op.get("op") == "test" else touches(tokens) or (source is not None and touches(source))
+        if bears:
+            doc = _apply_op(doc, op, tokens)
+    return doc
+
+
+def merge_patch(target: object, patch: object) -> object:
+    """RFC 7386 JSON merge patch: objects merged key by key, null removes, anything else replaces."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+def patched_quota(quota: dict, patch: object, kind: str) -> dict:
+    """The quota (kueue_quota's form) after a JSON patch (a list) or a merge patch (an object);
+    PatchError when it cannot be known from them."""
+    doc = {"kind": kind, "metadata": {"name": quota.get("name")}, "spec": quota.get("spec")}
+    try:
+        if isinstance(patch, list):
+            doc = _json_patch(doc, patch, QUOTA_FIELDS[kind])  # type: ignore[assignment]
+        elif isinstance(patch, dict):
+            doc = merge_patch(doc, patch)  # type: ignore[assignment]
+        else:
+            raise PatchError(f"the patch is {json_type(patch)}")
+    except RecursionError:
+        raise PatchError("the patch or the quota is nested too deeply to apply") from None
+    after = kueue_quota(doc, kind)
+    if not isinstance(after, dict) or after.get("kind") != kind:
+        raise PatchError(f"the patch leaves no {kind}")
+    return after
+
+
 def _kueue_quota_object(event: dict[str, object]) -> str | None:
     """The Kueue kind of a change to a ClusterQueue or ResourceFlavor, else None."""
     object_ref = event.get("objectRef")
@@ -151,19 +313,22 @@ def _row(event_obj: object, line_number: int) -> dict[str, object]:
         get_str(annotations, REASON, where="annotations.") or None,
         f"impersonating {impersonated_name}" if impersonated_name else None,
     ]
-    request_object = get(event, "requestObject", "object")
+    # a JSON patch (RFC 6902) is an array of operations; every other request body is an object
+    patch_ops = isinstance(event.get("requestObject"), list) and event.get("verb") == "patch"
+    request_object = get(event, "requestObject", "array" if patch_ops else "object")
     response_object = get(event, "responseObject", "object")
     after = request_object if request_object is not None else response_object
     before = None
     quota_kind = _kueue_quota_object(event)
     if quota_kind is not None:
         whole = [o for o in (response_object, request_object) if isinstance(o, dict) and o.get("kind") == quota_kind]
+        quota = kueue_quota(whole[0], quota_kind) if whole else None
         if event.get("verb") == "delete":
-            before, after = (kueue_quota(whole[0], quota_kind) if whole else None), None
+            before, after = quota, None
         else:
-            after = kueue_quota(whole[0], quota_kind) if whole else request_object
-        row_quota = {"_quota_whole": bool(whole)}
-        name = kueue_quota(whole[0], quota_kind).get("name") if whole else None  # type: ignore[union-attr]
+            after = quota if quota is not None else request_object
+        row_quota = {"_quota": (quota_kind, quota, request_object if event.get("verb") == "patch" else None)}
+        name = quota.get("name") if isinstance(quota, dict) else None
         if isinstance(name, str) and name and not object_ref.get("name"):  # a create's objectRef may lack it
             row_quota["object_name"] = name
     else:
@@ -193,19 +358,41 @@ def _row(event_obj: object, line_number: int) -> dict[str, object]:
     }
 
 
-def _chain_quota(row: dict[str, object], quotas: dict[tuple[object, object], str | None], *, whole: bool) -> None:
+def _chain_quota(row: dict[str, object], quotas: dict[tuple[object, object], dict], kind: str,
+                 quota: dict | None, patch: object) -> str | None:
     """Give a Kueue quota change the quota the object's previous successful change left as
-    before_json, and remember this one's (a delete forgets the object)."""
+    before_json, and remember this one's (a delete forgets the object). A successful patch without
+    the whole object is applied to that quota; the reason when its quota after is not known."""
     key = (row["object_kind"], row["object_name"])
-    if row["before_json"] is None:
-        row["before_json"] = quotas.get(key)
+    previous = quotas.get(key)
+    if row["before_json"] is None and previous is not None:
+        row["before_json"] = compact_json(previous)
     code = row["response_code"]
     if row["stage"] not in (None, "ResponseComplete") or (isinstance(code, int) and code >= 400):
-        return
-    if row["action"] != "delete" and whole:
-        quotas[key] = row["after_json"]  # type: ignore[assignment]
-    else:
-        quotas.pop(key, None)  # deleted, or a patch without the whole object: its quota is unknown
+        return None
+    quotas.pop(key, None)
+    if row["action"] == "delete":
+        return None
+    if quota is None and patch is not None:
+        if previous is None:
+            return "no earlier state of the object in this file to apply the patch to"
+        try:
+            quota = patched_quota(previous, patch, kind)
+            row["after_json"] = compact_json(quota)
+        except (PatchError, RecordError) as error:
+            return f"the patch does not apply to the earlier state: {error}"
+    if quota is not None:
+        quotas[key] = quota
+    return None
+
+
+def _unknown_notes(unknown: dict[str, list[int]]) -> list[str]:
+    notes = []
+    for reason, lines in unknown.items():
+        shown = ", ".join(str(n) for n in lines[:20]) + (f" and {len(lines) - 20} more" if len(lines) > 20 else "")
+        notes.append(f"Kueue quota after a patch not known at line{'s' if len(lines) > 1 else ''} {shown}: the "
+                     f"audit level logged no responseObject, and {reason}; after_json holds the patch as sent")
+    return notes
 
 
 def _events(record: JsonRecord) -> list[tuple[object, str]]:
@@ -224,7 +411,8 @@ def parse_k8s_audit(data: bytes | str, source_file: str) -> ParseResult:
     records = read_json_lines(data, rejects)
     read = len(rejects)
     audits = Columns(contract("audit_events").schema)
-    quotas: dict[tuple[object, object], str | None] = {}  # Kueue quota object -> its quota after its last change
+    quotas: dict[tuple[object, object], dict] = {}  # Kueue quota object -> its quota after its last change
+    unknown: dict[str, list[int]] = defaultdict(list)  # why a patch's quota after is not known -> lines
     for record in records:
         if refused(record.value):
             read += 1
@@ -251,8 +439,10 @@ def parse_k8s_audit(data: bytes | str, source_file: str) -> ParseResult:
                 where = f"items[{index}]: " if raw is not record.raw else ""
                 rejects.add(record.line_number, f"{where}{error}", raw)
                 continue
-            if "_quota_whole" in row:
-                _chain_quota(row, quotas, whole=bool(row.pop("_quota_whole")))
+            if "_quota" in row:
+                why = _chain_quota(row, quotas, *row.pop("_quota"))
+                if why:
+                    unknown[why].append(record.line_number)
             audits.append(**row, source_file=source_file)
     frame: pl.DataFrame = audits.frame()
     return ParseResult(
@@ -260,4 +450,5 @@ def parse_k8s_audit(data: bytes | str, source_file: str) -> ParseResult:
         quarantine=rejects.frame(QUARANTINE_SOURCE, source_file),
         records_read=read,
         records_loaded=frame.height,
+        notes=_unknown_notes(unknown),
     )

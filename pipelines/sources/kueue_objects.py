@@ -4,7 +4,7 @@ Owns the Kueue vocabulary (API group, labels, deactivation reasons), the `kubern
 config, reading a Workload (`read_workload`) or the pods of PodLists (`read_pods`), and what a
 Workload asks for (`gpu_request`). Pure: no I/O besides the config file. The Kueue parser
 (`pipelines/sources/kueue.py`) and the Kueue enforcer build on it. A malformed object raises
-RecordError naming the field.
+RecordError naming the field; so does a time outside the plausible window (`plausible_time`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from pipelines.config import section
-from pipelines.sources.jsonl import RecordError, compact_json, json_type, parse_rfc3339
+from pipelines.sources.jsonl import RecordError, compact_json, json_type, parse_rfc3339, plausible_time
 
 GROUP = "kueue.x-k8s.io"
 CONFIG_SECTION = "kubernetes"
@@ -130,7 +130,7 @@ def _int(parent: Mapping, key: str, where: str) -> int | None:
 
 def _time(parent: Mapping, key: str, where: str, *, required: bool = False) -> datetime | None:
     text = _str(parent, key, where, required=required)
-    return None if text is None else parse_rfc3339(text, f"{where}{key}")
+    return None if text is None else plausible_time(parse_rfc3339(text, f"{where}{key}"), f"{where}{key}")
 
 
 def _whole(value: object, name: str) -> int:

@@ -6,7 +6,8 @@ then every line is checked column-wise.
 
 What a record is: a sample line of a metric raw.host_samples keeps (KEPT_METRICS), or a line
 that is malformed whatever its metric (bad UTF-8, invalid name or label block, no value or one
-that is not a number, a bad timestamp, text after it, a duplicate label). Well-formed lines of
+that is not a number, a bad timestamp, text after it, a duplicate label, a label value over
+MAX_LABEL_VALUE_CHARS or unmapped labels over MAX_FREE_TEXT_CHARS together). Well-formed lines of
 other metrics are not records: they are counted in a note ("skipped"). NaN and infinite values are
 quarantined for kept metrics only (node_exporter writes NaN for some sensors it does not keep).
 
@@ -29,7 +30,13 @@ from pathlib import Path
 import polars as pl
 
 from pipelines.contracts import contract
-from pipelines.sources.base import ParseResult, quarantine_frame, split_by_reason
+from pipelines.sources.base import (
+    MAX_FREE_TEXT_CHARS,
+    MAX_LABEL_VALUE_CHARS,
+    ParseResult,
+    quarantine_frame,
+    split_by_reason,
+)
 from pipelines.sources.dcgm_text import (
     _MAX_TIMESTAMP_MS,
     _MIN_TIMESTAMP_MS,
@@ -179,19 +186,33 @@ def _series(keys: pl.Series) -> pl.DataFrame:
         .filter(pl.col("n") > 1)
         .sort("position")
         .group_by("series_id")
-        .agg(label_error=pl.format("duplicate label {}", pl.col("key").first()))
+        .agg(duplicate=pl.format("duplicate label {}", pl.col("key").first()))
+    )
+    too_long = (
+        pairs.with_columns(chars=pl.col("value").str.len_chars())
+        .filter(pl.col("chars") > MAX_LABEL_VALUE_CHARS)
+        .sort("position")
+        .group_by("series_id")
+        .agg(too_long=pl.format(f"label {{}} is {{}} characters, over {MAX_LABEL_VALUE_CHARS}",
+                                pl.col("key").first(), pl.col("chars").first()))
     )
     sound = (
         sound.join(wide, on="series_id", how="left")
         .join(extra, on="series_id", how="left")
         .join(duplicated, on="series_id", how="left")
+        .join(too_long, on="series_id", how="left")
+        .with_columns(label_error=pl.coalesce(
+            "duplicate", "too_long",
+            pl.when(pl.col("extra_labels").str.len_chars() > MAX_FREE_TEXT_CHARS).then(pl.format(
+                f"labels take {{}} characters, over {MAX_FREE_TEXT_CHARS}", pl.col("extra_labels").str.len_chars())),
+        ))
         .with_columns(pl.lit(None, dtype=pl.String).alias(c) for c in [*LABEL_COLUMNS, "nodename"] if c not in wide.columns)
         .with_columns(
             rank=pl.struct("metric", *LABEL_COLUMNS, pl.col("labels_key").fill_null(""))
             .rank("dense")
             .cast(pl.UInt32)
         )
-        .drop("series_id", "labels_key")
+        .drop("series_id", "labels_key", "duplicate", "too_long")
     )
     return pl.concat([sound, parsed.filter(pl.col("syntax_error").is_not_null())], how="diagonal_relaxed")
 
@@ -240,8 +261,9 @@ def parse_node_exporter_parquet(data: bytes, source_file: str) -> ParseResult:
     """Parquet already in the raw.host_samples contract (the simulator's host telemetry, or a
     scrape round) -> host_samples. Columns are matched by name and cast to the contract; a file
     that cannot be read, lacks a required column or does not cast is one quarantined record.
-    Rows with a null required field, a NaN or infinite value, or a metric the contract does not
-    keep are quarantined with the row as JSON."""
+    Rows with a null required field, a NaN or infinite value, a metric the contract does not keep,
+    or a host or label over MAX_LABEL_VALUE_CHARS (extra_labels: MAX_FREE_TEXT_CHARS) are
+    quarantined with the row as JSON."""
     try:
         frame = pl.read_parquet(io.BytesIO(data))
     except Exception as err:  # noqa: BLE001 - polars raises several error types for a bad file
@@ -267,6 +289,10 @@ def parse_node_exporter_parquet(data: bytes, source_file: str) -> ParseResult:
         .when(~pl.col("metric").is_in(KEPT_METRICS))
         .then(pl.format("metric {} is not one raw.host_samples keeps", pl.col("metric")))
     )
+    for column, limit in (*((c, MAX_LABEL_VALUE_CHARS) for c in ("host", *LABEL_COLUMNS)),
+                          ("extra_labels", MAX_FREE_TEXT_CHARS)):
+        chars = pl.col(column).str.len_chars()
+        reason = reason.when(chars > limit).then(pl.format(f"{column} is {{}} characters, over {limit}", chars))
     return split_by_reason(rows.with_columns(reason=reason), PARQUET_SOURCE, source_file, TABLE)
 
 

@@ -39,6 +39,9 @@ class IngestSource:
     # carrying their own time go to that day's partition. Tables not listed (snapshots, such as
     # sacct's or Kueue's view of jobs as of the query) go to the day being ingested.
     time_columns: Mapping[str, str] = field(default_factory=dict)
+    # records a tenant controls: the field (record key and column of the first table) naming the tenant;
+    # the quarantine threshold is then judged per tenant (pipelines/checks.py)
+    tenant_field: str | None = None
 
     def reads(self, path: Path) -> bool:
         """Whether a file of this name is one this source reads (its patterns; hidden files never)."""
@@ -205,6 +208,7 @@ SOURCES: dict[str, IngestSource] = {
             ("artifact_events",),
             mlflow.parse_mlflow_pull,
             time_columns={"artifact_events": "occurred_at"},
+            tenant_field=mlflow.TENANT_FIELD,
         ),
     )
 }

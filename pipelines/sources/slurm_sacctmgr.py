@@ -33,7 +33,10 @@ Mapping (a record is one line):
   identical line of a file, so landing overlapping windows again re-delivers the same ids.
 
 Quarantined: a line whose field count does not match the columns, an empty Time, Action or Actor,
-a time that is not `YYYY-MM-DDTHH:MM:SS`, and every row when the header lacks Time, Action or Actor.
+a time that is not `YYYY-MM-DDTHH:MM:SS` or lies outside the plausible window (`plausible_time`),
+Info or Where over MAX_FREE_TEXT_CHARS or another field over MAX_LABEL_VALUE_CHARS (slurmdbd keeps
+Info in a 64 KiB BLOB, the actor in a 255-byte TINYTEXT), and every row when the header lacks Time,
+Action or Actor.
 """
 from __future__ import annotations
 
@@ -46,8 +49,8 @@ from collections.abc import Mapping
 import polars as pl
 
 from pipelines.contracts import contract
-from pipelines.sources.base import ParseResult
-from pipelines.sources.jsonl import Columns, RecordError, Rejects, compact_json, read_lines
+from pipelines.sources.base import MAX_FREE_TEXT_CHARS, MAX_LABEL_VALUE_CHARS, ParseResult
+from pipelines.sources.jsonl import Columns, RecordError, Rejects, compact_json, plausible_time, read_lines
 
 SOURCE = "slurm"
 QUARANTINE_SOURCE = "slurm_sacctmgr"
@@ -57,6 +60,7 @@ WITH_ASSOC_COLUMNS = (*DEFAULT_COLUMNS, "user", "account", "cluster")
 HEADER_NAMES = {"time": "time", "timestamp": "time", "action": "action", "actor": "actor", "where": "where",
                 "info": "info", "user": "user", "account": "account", "cluster": "cluster"}
 REQUIRED = ("time", "action", "actor")
+FIELD_LIMITS = {"info": MAX_FREE_TEXT_CHARS, "where": MAX_FREE_TEXT_CHARS}  # free text; the others are names
 
 # Slurm action → (audit action, object kind); Modify Associations depends on what it set (below)
 ACTIONS: dict[str, tuple[str, str]] = {
@@ -170,15 +174,20 @@ def map_action(raw_action: str, info: Mapping[str, object]) -> tuple[str, str | 
 
 def _occurred_at(text: str) -> dt.datetime:
     try:
-        if _TIME.match(text):
-            return dt.datetime.fromisoformat(text)
+        value = dt.datetime.fromisoformat(text) if _TIME.match(text) else None
     except ValueError:
-        pass
-    raise RecordError(f"Time is {text[:40]!r}, expected YYYY-MM-DDTHH:MM:SS (run sacctmgr with TZ=UTC and the "
-                      f"default SLURM_TIME_FORMAT)")
+        value = None
+    if value is None:
+        raise RecordError(f"Time is {text[:40]!r}, expected YYYY-MM-DDTHH:MM:SS (run sacctmgr with TZ=UTC and the "
+                          f"default SLURM_TIME_FORMAT)")
+    return plausible_time(value, "Time")
 
 
 def _row(get: Mapping[str, str], audit_id: str, associations: dict[str, tuple[str, str]]) -> dict[str, object]:
+    for name, value in get.items():
+        limit = FIELD_LIMITS.get(name, MAX_LABEL_VALUE_CHARS)
+        if len(value) > limit:
+            raise RecordError(f"{name.capitalize()} is {len(value)} characters, over {limit}")
     for name in REQUIRED:
         if not get.get(name, "").strip():
             raise RecordError(f"{name.capitalize()} is empty")

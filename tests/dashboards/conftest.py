@@ -2,6 +2,7 @@
 operator or a tenant member (users from GPUPOOL_DASHBOARD_USERS)."""
 from __future__ import annotations
 
+import datetime as dt
 import json
 import subprocess
 import sys
@@ -12,7 +13,9 @@ import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from dashboards.auth import hash_password
+from pipelines.pack import store
 from pipelines.paths import REPO_ROOT
+from pipelines.warehouse import Warehouse
 from tests.conftest import copy_home
 
 APP = str(REPO_ROOT / "dashboards" / "app.py")
@@ -76,3 +79,16 @@ def tenants_shown(at: AppTest) -> set[str]:
         if "tenant" in df.columns:
             seen |= set(df["tenant"].dropna().unique())
     return seen
+
+
+def add_tenant_pack(home: Path, month: dt.date, tenant: str, pdf: bytes, html: bytes) -> Path:
+    """Record a tenant's pack in ops.review_packs with the given files (their contents are the pack
+    builder's business, tests/pack/); returns its PDF."""
+    out = store.new_version_dir(home, month, "en", tenant)
+    (out / "pack.pdf").write_bytes(pdf)
+    (out / "pack.html").write_bytes(html)
+    store.record_pack(Warehouse(home), store.PackRecord(
+        month=month, version=out.name, lang="en", catalog_version="test", built_at=dt.datetime(2026, 12, 1, 6),
+        html_path=str(out.relative_to(home) / "pack.html"), pdf_path=str(out.relative_to(home) / "pack.pdf"),
+        build_seconds=0.1, release_id=1, tenant=tenant))
+    return out / "pack.pdf"

@@ -14,13 +14,18 @@ which installs it with scripts/components.sh).
 """
 from __future__ import annotations
 
+import base64
+import datetime as dt
 import json
 import os
+import random
 import shutil
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -28,7 +33,8 @@ import requests
 
 from pipelines.paths import REPO_ROOT
 from tests.components import require_component
-from tests.dashboards.conftest import APP, PASSWORD, USERS
+from tests.conftest import copy_home
+from tests.dashboards.conftest import APP, PASSWORD, USERS, add_tenant_pack
 
 pytestmark = pytest.mark.slow
 
@@ -89,13 +95,11 @@ def browser():
             browser.close()
 
 
-@pytest.fixture(scope="module")
-def app_url(request, tmp_path_factory):
-    """`streamlit run dashboards/app.py` on a free port against the demo warehouse, with the test users."""
-    home = os.environ.get("GPUPOOL_BROWSER_HOME") or str(request.getfixturevalue("demo_home"))
+@contextmanager
+def serve(home: str | Path, log: Path) -> Iterator[str]:
+    """`streamlit run dashboards/app.py` on a free port against `home`, with the test users; its URL."""
     port = _free_port()
-    log = tmp_path_factory.mktemp("streamlit") / "streamlit.log"
-    env = dict(os.environ, GPUPOOL_HOME=home, GPUPOOL_DASHBOARD_USERS=json.dumps(USERS))
+    env = dict(os.environ, GPUPOOL_HOME=str(home), GPUPOOL_DASHBOARD_USERS=json.dumps(USERS))
     with open(log, "w") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "streamlit", "run", APP, "--server.headless", "true", "--server.port", str(port),
@@ -121,6 +125,14 @@ def app_url(request, tmp_path_factory):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture(scope="module")
+def app_url(request, tmp_path_factory):
+    """The dashboards served against the demo warehouse (or GPUPOOL_BROWSER_HOME)."""
+    home = os.environ.get("GPUPOOL_BROWSER_HOME") or str(request.getfixturevalue("demo_home"))
+    with serve(home, tmp_path_factory.mktemp("streamlit") / "streamlit.log") as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -236,3 +248,70 @@ def test_page_in_chinese(browser, app_url, shots):
         raise
     finally:
         page.close()
+
+
+PACK_MONTH = dt.date(2026, 11, 1)
+PACK_BYTES = 3 * 2**20  # a pack PDF of a few MB, as the pool's are
+
+
+@pytest.fixture(scope="module")
+def packs_url(demo_home, tmp_path_factory):
+    """The dashboards over a copy of the demo with two tenants' packs (PDFs of PACK_BYTES); their PDFs' bytes."""
+    home = copy_home(demo_home, tmp_path_factory.mktemp("packs") / "gpupool")
+    pdfs = {tenant: b"%PDF-1.7\n%" + tenant.encode() + random.Random(tenant).randbytes(PACK_BYTES)
+            for tenant in ("vision", "nlp")}
+    for tenant, pdf in pdfs.items():
+        add_tenant_pack(home, PACK_MONTH, tenant, pdf, f"<p>{tenant} pack</p>".encode())
+    with serve(home, tmp_path_factory.mktemp("streamlit") / "streamlit.log") as url:
+        yield url, pdfs
+
+
+def _served_without_a_session(urls: set[str], pdf: bytes) -> list[str]:
+    """Those of `urls` that hand `pdf` to a client with no cookie and no session (plain `requests`)."""
+    return [u for u in sorted(urls) if requests.get(u, timeout=30).content == pdf]
+
+
+def test_pack_pdf_is_not_served_without_a_session(browser, packs_url, shots):
+    """A tenant member saves their pack's exact PDF through the signed-in page; no URL the page used
+    gives it to a client without the session, while the session lives nor after the browser closed;
+    and no byte of another tenant's pack reaches their browser."""
+    url, pdfs = packs_url
+    context = browser.new_context(viewport=VIEWPORT, accept_downloads=True)
+    page = context.new_page()
+    requested: list[str] = []
+    received: list[bytes] = []
+    problems: list[str] = []
+    page.on("request", lambda r: requested.append(r.url))
+    page.on("websocket", lambda ws: ws.on(
+        "framereceived", lambda frame: received.append(frame if isinstance(frame, bytes) else frame.encode())))
+    page.on("pageerror", lambda exc: problems.append(str(exc)))
+    try:
+        page.goto(f"{url}/packs")
+        page.wait_for_selector('[data-testid="stForm"]', timeout=30_000)
+        _settled(page)
+        _sign_in(page, "vic")
+        page.wait_for_selector('[data-testid="gpupool-page"][data-page="page_packs"]', state="attached",
+                               timeout=60_000)
+        _settled(page)
+        with page.expect_download(timeout=60_000) as download:
+            page.get_by_role("button", name="PDF").click()
+        saved = Path(download.value.path()).read_bytes()
+        assert saved == pdfs["vision"], f"saved {len(saved)} bytes, not the pack's {len(pdfs['vision'])}"
+        assert problems == [], f"JavaScript errors {problems}"
+        links = set(page.evaluate("""() => [...document.querySelectorAll('[href], [src]')]
+                                    .map(e => e.href || e.src)""")) | {download.value.url} | set(requested)
+        offered = {u for u in links if u.startswith(url)} - {f"{url}/packs", f"{url}/"}
+        assert _served_without_a_session(offered, pdfs["vision"]) == [], "served while the session lives"
+        assert not [u for u in offered if u.startswith(f"{url}/media/")], "the pack was put at a /media/ URL"
+        # the pack came over the session's WebSocket; the other tenant's did not
+        sent = b"".join(received)
+        assert base64.b64encode(pdfs["vision"][:3000]) in sent
+        assert base64.b64encode(pdfs["nlp"][:3000]) not in sent and pdfs["nlp"][:3000] not in sent
+        page.screenshot(path=str(shots[0] / "packs.png"))
+    except Exception:
+        page.screenshot(path=str(shots[0] / "packs-failed.png"))
+        raise
+    finally:
+        page.close()
+        context.close()
+    assert _served_without_a_session(offered, pdfs["vision"]) == [], "served after the browser closed"

@@ -252,3 +252,31 @@ def _self_signed(folder: Path) -> tuple[Path, Path]:
     key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                            serialization.NoEncryption()))
     return cert_path, key_path
+
+
+def test_one_failed_message_does_not_stop_later_deliveries(wh, packs, smtp, monkeypatch):
+    """The pool's first address is refused and building the first tenant's message raises: every other
+    message still goes out and is recorded, and the run then fails naming both failures."""
+    from pipelines.pack import deliver as delivery
+
+    _, folders, tenants = packs
+    controller, inbox = smtp
+    cfg = _config(controller.port, tenants)
+    cfg.recipients.pool.insert(0, REFUSED)
+    cfg.recipients.tenants[tenants[1]].remove(REFUSED)
+    build = delivery.message
+
+    def message(pack, sender, recipient):
+        if pack.tenant == tenants[0]:
+            raise ValueError("a header the mail library refuses")
+        return build(pack, sender, recipient)
+
+    monkeypatch.setattr(delivery, "message", message)
+    with pytest.raises(DeliveryError) as err:
+        deliver(wh, folders, cfg)
+    said = str(err.value)
+    assert f"to {REFUSED}: " in said and "550 5.1.1" in said
+    assert "to a-lead@example.org: ValueError: a header the mail library refuses" in said
+    assert "3 of 5 messages were sent" in said
+    assert sorted(rcpts[0] for rcpts, _ in inbox.messages) == sorted([*POOL_TO, "b-lead@example.org"])
+    assert {r[1] for r in _recorded(wh)} == {*POOL_TO, "b-lead@example.org"}
