@@ -172,28 +172,48 @@ def test_sweep_keeps_live_and_other_hosts_folders(tmp_path: Path) -> None:
 
 
 # -- rows and memory ----------------------------------------------------------------------------------
+# Runs the command as its own child and writes that child's peak resident memory. Needed because a
+# process's ru_maxrss also counts the memory image it was forked from (Linux carries the old image's
+# high-water mark across exec): a child forked straight from a pytest that has grown to 2 GB over a
+# long suite would report 2 GB whatever it used itself. This small wrapper is the image forked from.
+_MEASURED = """import os, sys
+pid = os.fork()
+if pid == 0:
+    os.execvp(sys.argv[2], sys.argv[2:])
+_, status, usage = os.wait4(pid, 0)
+with open(sys.argv[1], "w") as f:
+    f.write(str(usage.ru_maxrss * 1024))
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+def _resident_high_water(pid: int) -> int:
+    """VmHWM of `pid`'s children (the measured command), 0 when not there yet or gone."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        return max((int(line.split()[1]) * 1024 for child in children
+                    for line in Path(f"/proc/{child}/status").read_text().splitlines()
+                    if line.startswith("VmHWM:")), default=0)
+    except (OSError, ValueError):
+        return 0
+
+
 def _peak_rss(cmd: list[str], env: dict[str, str], out: Path) -> tuple[int, int]:
     """(exit code, peak resident bytes) of `cmd`; killed, and failed, once its peak passes RSS_BOUND_BYTES."""
+    peak_file = out.with_suffix(".peak")
     with out.open("w") as stdout:
-        proc = subprocess.Popen(cmd, env=env, stdout=stdout, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen([sys.executable, "-c", _MEASURED, str(peak_file), *cmd], env=env, stdout=stdout,
+                                stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + WAIT_S
-    while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            proc.returncode = os.waitstatus_to_exitcode(status)
-            return proc.returncode, usage.ru_maxrss * 1024
-        try:
-            hwm = next(int(line.split()[1]) * 1024 for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines()
-                       if line.startswith("VmHWM:"))
-        except (OSError, StopIteration):
-            hwm = 0
+    while proc.poll() is None:
+        hwm = _resident_high_water(proc.pid)
         if hwm > RSS_BOUND_BYTES or time.monotonic() > deadline:
-            proc.kill()
-            os.waitpid(proc.pid, 0)
-            proc.returncode = -9
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
             pytest.fail(f"`gpupool sql --limit 5` reached {hwm / 2**20:,.0f} MiB resident (bound "
                         f"{RSS_BOUND_BYTES / 2**20:,.0f} MiB) or ran past {WAIT_S} s: it fetched the whole result")
         time.sleep(0.02)
+    return proc.returncode, int(peak_file.read_text())
 
 
 @pytest.mark.parametrize("fmt", ["table", "csv"])
