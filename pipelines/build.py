@@ -13,8 +13,9 @@ Microbatch models (marts.fct_gpu_activity and the marts built from it day by day
 --event-time-start/--event-time-end, never dbt's default of every day from their `begin` or of
 today only: on a full refresh, or when one of them does not exist yet, the UTC days of the
 telemetry's sampled_at (raw.dcgm_samples and raw.host_samples);
-otherwise the days of every partition ingested since the last successful build began (ops.ingest_log,
-any source: a re-ingested old day rebuilds that day), or the last day of data when none was.
+otherwise every day whose rows the partitions loaded since the last successful build began can change
+(ops.ingest_log, any source, and the raw rows written since; pipelines/build_window.py: the allocations
+alive across those days, the day after for host counter deltas, ...), or the last day of data when none was.
 
 An incremental build rebuilds every table and microbatch model, but re-creates a view or reloads a
 seed only when its definition changed since the last successful build (dbt's `state:modified+`,
@@ -40,8 +41,10 @@ from dbt.contracts.graph.manifest import Manifest, WritableManifest
 from dbt.version import __version__ as dbt_version
 
 from allocator.filemodes import PRIVATE_DIR_MODE, PRIVATE_MODE, copy_file, make_dirs
+from pipelines.build_window import rebuild_window, telemetry_days
 from pipelines.duckdb_limits import writer_limits
 from pipelines.paths import MODELS_DIR
+from pipelines.sources.registry import SOURCES
 from pipelines.warehouse import Warehouse
 
 Step = Callable[[str], None]
@@ -270,12 +273,10 @@ def _microbatch_relations(manifest: Manifest) -> list[tuple[str, str]]:
 def _event_time_window(con: duckdb.DuckDBPyConnection, warehouse: Warehouse, microbatch: list[tuple[str, str]],
                        present: set[tuple[str, str]], full_refresh: bool) -> tuple[dt.date, dt.date]:
     """[start, end) of the days the microbatch models rebuild. Without samples, today alone: the
-    models are created empty rather than iterated day by day from their `begin`."""
-    first, last = con.execute(
-        "select cast(min(first) as date), cast(max(last) as date) from ("
-        " select min(sampled_at) as first, max(sampled_at) as last from raw.dcgm_samples union all"
-        " select min(sampled_at), max(sampled_at) from raw.host_samples)"
-    ).fetchone()
+    models are created empty rather than iterated day by day from their `begin`. On a full refresh, a
+    first build or a model missing: every day of telemetry. Otherwise the days whose rows the
+    partitions loaded since the last successful build began can change (pipelines.build_window)."""
+    first, last = telemetry_days(con)
     if first is None:
         today = dt.datetime.now(dt.UTC).date()
         return today, today + dt.timedelta(days=1)
@@ -283,10 +284,24 @@ def _event_time_window(con: duckdb.DuckDBPyConnection, warehouse: Warehouse, mic
     if full_refresh or not set(microbatch) <= present or not stamp.exists():
         return first, last + dt.timedelta(days=1)
     since = dt.datetime.fromtimestamp(stamp.stat().st_mtime, dt.UTC).replace(tzinfo=None)
-    # every source's partitions ingested (or re-ingested) since the last successful build began
-    changed_first, changed_last = con.execute(
-        "select min(partition_date), max(partition_date) from ops.ingest_log where finished_at >= ?", [since]
-    ).fetchone()
-    if changed_first is None:
-        return last, last + dt.timedelta(days=1)
-    return changed_first, changed_last + dt.timedelta(days=1)
+    changed, host_changed = _changed_days(con, since)
+    return rebuild_window(con, changed, host_changed) or (last, last + dt.timedelta(days=1))
+
+
+def _changed_days(con: duckdb.DuckDBPyConnection, since: dt.datetime) -> tuple[list[dt.date], list[dt.date]]:
+    """The partitions loaded (or re-loaded) since `since`, any source, and those of them with host
+    samples: ops.ingest_log's runs, and the raw rows the day-by-day models read that were written
+    since (a landing file's records on another day are merged into that day without a log row)."""
+    host_sources = [s.name for s in SOURCES.values() if "host_samples" in s.tables]
+    rows = con.execute(
+        "select partition_date, bool_or(is_host) from ("
+        " select partition_date, ingest_source in (select unnest(?::varchar[])) as is_host"
+        " from ops.ingest_log where finished_at >= ?"
+        " union all select distinct partition_date, false from raw.job_events where ingested_at >= ?"
+        " union all select distinct partition_date, false from raw.job_gpus where ingested_at >= ?"
+        " union all select distinct partition_date, false from raw.dcgm_samples where ingested_at >= ?"
+        " union all select distinct partition_date, true from raw.host_samples where ingested_at >= ?)"
+        " where partition_date is not null group by partition_date order by partition_date",
+        [host_sources, since, since, since, since, since],
+    ).fetchall()
+    return [d for d, _ in rows], [d for d, is_host in rows if is_host]

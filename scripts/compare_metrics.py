@@ -3,11 +3,13 @@
     .venv/bin/python scripts/compare_metrics.py HOME_BEFORE HOME_AFTER [--schemas metrics,marts]
 
 Each relation is read whole from both warehouses (read-only) and matched row for row after sorting
-on its non-float columns: exact for every non-float column, floats within 1e-9 (relative, or
-absolute below 1), since DuckDB's parallel sums may differ in the last bits between two builds of
-the same data. Columns that read the wall clock (ingest and build times) are left out, and each
-home's own path in a text column (source files) reads as `<home>`. Exit code 0
-when every relation matches, 1 otherwise, with each difference named.
+on its non-float columns (then its floats): exact for every non-float column, NULL equal only to
+NULL; floats within 1e-9 (relative, or absolute below 1), since DuckDB's parallel sums may differ in
+the last bits between two builds of the same data, and a NULL or NaN on one side only is a
+difference. Every column of the data is compared, its times included (an attempt's started_at and
+duration_s are data); only the columns that record when the pipeline ran (PIPELINE_RUN_COLUMNS, the
+one list) are left out, and each home's own path in a text column (source files) reads as
+`<home>`. Exit code 0 when every relation matches, 1 otherwise, with each difference named.
 """
 from __future__ import annotations
 
@@ -18,9 +20,25 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-CLOCK_COLUMNS = {"started_at", "ingested_at", "duration_s", "built_at", "hours_since_last_ingest", "checked_at",
-                 "last_ingested_at"}
+# The columns that record when the pipeline ran (an ingest, a build, a check), not what the data
+# says: two builds of the same landing files differ there and nowhere else. A bare name is that
+# column in every relation; "schema.relation.column" is that relation's only (the same name is data
+# elsewhere: an attempt's started_at and duration_s in the marts).
+PIPELINE_RUN_COLUMNS = frozenset({
+    "ingested_at",  # when a partition or a quarantined record was loaded (metrics.ingest_daily, ...)
+    "last_ingested_at",  # metrics.ingest_freshness
+    "hours_since_last_ingest",  # metrics.ingest_freshness: the last ingest against the clock
+    "built_at",  # metrics.catalog_version
+    "checked_at",  # metrics.check_results
+    "metrics.ingest_daily.started_at",  # the ingest run's start and length
+    "metrics.ingest_daily.duration_s",
+})
 TOLERANCE = 1e-9
+
+
+def ignored(relation: str, column: str) -> bool:
+    """Whether `column` of `relation` ("schema.name") records when the pipeline ran."""
+    return column in PIPELINE_RUN_COLUMNS or f"{relation}.{column}" in PIPELINE_RUN_COLUMNS
 
 
 def relations(con: duckdb.DuckDBPyConnection, schemas: list[str]) -> set[str]:
@@ -35,30 +53,86 @@ def read(con: duckdb.DuckDBPyConnection, name: str, home: Path) -> pl.DataFrame:
     return frame.with_columns(pl.col(pl.String).str.replace(prefix, "<home>", literal=True))
 
 
-def differences(before: pl.DataFrame, after: pl.DataFrame) -> list[str]:
+def _floats_off(x: pl.Series, y: pl.Series) -> pl.DataFrame:
+    """The rows where two float columns differ: beyond the tolerance, or NULL/NaN on one side only."""
+    pair = pl.DataFrame({"x": x, "y": y})
+    bx, by = pl.col("x"), pl.col("y")
+    same = (
+        (bx.is_null() & by.is_null())
+        | (bx.is_not_null() & by.is_not_null() & (
+            (bx.is_nan() & by.is_nan())
+            | (bx == by)  # equal infinities too
+            | ((bx - by).abs() <= TOLERANCE * pl.max_horizontal(pl.lit(1.0), bx.abs()))
+        ))
+    )
+    return pair.filter(~same.fill_null(False))
+
+
+def differences(before: pl.DataFrame, after: pl.DataFrame, relation: str = "") -> list[str]:
+    """Each difference between two reads of `relation` (its name selects the pipeline-run columns
+    left out), one line per column, or the schemas or row counts when those differ."""
     if before.schema != after.schema:
         return [f"schema {dict(before.schema)} vs {dict(after.schema)}"]
+    compared = [c for c in before.columns if not ignored(relation, c)]
+    keys = [c for c in compared if not before.schema[c].is_float()]
+    floats = [c for c in compared if before.schema[c].is_float()]
     if before.height != after.height:
-        return [f"{before.height} rows vs {after.height}"]
-    keys = [c for c, t in before.schema.items() if c not in CLOCK_COLUMNS and not t.is_float()]
-    before, after = before.sort(keys, nulls_last=True), after.sort(keys, nulls_last=True)
+        return [f"{before.height} rows vs {after.height}" + _example_unmatched(before, after, keys)]
+    if compared:
+        before = before.sort(keys + floats, nulls_last=True, maintain_order=True)
+        after = after.sort(keys + floats, nulls_last=True, maintain_order=True)
     found = []
-    for column, dtype in before.schema.items():
-        if column in CLOCK_COLUMNS:
-            continue
+    for column in compared:
         x, y = before.get_column(column), after.get_column(column)
-        if dtype.is_float():
-            pair = pl.DataFrame({"x": x, "y": y})
-            off = pair.filter(~(
-                (pl.col("x").is_null() & pl.col("y").is_null())
-                | ((pl.col("x") - pl.col("y")).abs() <= TOLERANCE * pl.max_horizontal(pl.lit(1.0), pl.col("x").abs()))
-            ))
+        if before.schema[column].is_float():
+            off = _floats_off(x, y)
             if off.height:
-                found.append(f"{column}: {off.height} rows beyond {TOLERANCE}, e.g. {off.row(0)}")
-        elif not x.equals(y, check_names=False):
-            first = next(i for i in range(x.len()) if x[i] != y[i])
-            found.append(f"{column}: e.g. {x[first]!r} vs {y[first]!r}")
+                found.append(f"{column}: {off.height} rows beyond {TOLERANCE} or NULL on one side, "
+                             f"e.g. {off.row(0)}")
+        elif not x.equals(y, check_names=False, null_equal=True):
+            unequal = x.ne_missing(y).arg_true()  # NULL against a value counts
+            if unequal.len():
+                first = unequal[0]
+                found.append(f"{column}: {unequal.len()} rows, e.g. {x[first]!r} vs {y[first]!r}")
+            else:
+                found.append(f"{column}: differs")
     return found
+
+
+def _example_unmatched(before: pl.DataFrame, after: pl.DataFrame, keys: list[str]) -> str:
+    """A row of one side whose non-float values are on no row of the other, for the message."""
+    if not keys:
+        return ""
+    try:
+        only_before = before.select(keys).join(after.select(keys), on=keys, how="anti", nulls_equal=True)
+        only_after = after.select(keys).join(before.select(keys), on=keys, how="anti", nulls_equal=True)
+    except (pl.exceptions.PolarsError, TypeError):  # key types a join cannot take (nested lists)
+        return ""
+    if only_before.height:
+        return f", e.g. only before: {only_before.row(0, named=True)}"
+    if only_after.height:
+        return f", e.g. only after: {only_after.row(0, named=True)}"
+    return ""
+
+
+def compare(a: duckdb.DuckDBPyConnection, b: duckdb.DuckDBPyConnection, home_a: Path, home_b: Path,
+            schemas: list[str]) -> tuple[int, list[str]]:
+    """(relations compared, the differences named) of two warehouses' relations in `schemas`."""
+    ra, rb = relations(a, schemas), relations(b, schemas)
+    problems = [f"{r}: only in {home_a}" for r in sorted(ra - rb)]
+    problems += [f"{r}: only in {home_b}" for r in sorted(rb - ra)]
+    common = sorted(ra & rb)
+    for name in common:
+        for found in differences(read(a, name, home_a), read(b, name, home_b), name):
+            problems.append(f"{name}: {found}")
+    return len(common), problems
+
+
+def compare_homes(before: Path, after: Path, schemas: list[str]) -> tuple[int, list[str]]:
+    """compare() of two homes' warehouses, opened read-only."""
+    with duckdb.connect(str(before / "warehouse.duckdb"), read_only=True) as a, \
+            duckdb.connect(str(after / "warehouse.duckdb"), read_only=True) as b:
+        return compare(a, b, before, after, schemas)
 
 
 def main() -> int:
@@ -67,17 +141,8 @@ def main() -> int:
     parser.add_argument("after", type=Path)
     parser.add_argument("--schemas", default="metrics,marts")
     args = parser.parse_args()
-    schemas = args.schemas.split(",")
-    a = duckdb.connect(str(args.before / "warehouse.duckdb"), read_only=True)
-    b = duckdb.connect(str(args.after / "warehouse.duckdb"), read_only=True)
-    ra, rb = relations(a, schemas), relations(b, schemas)
-    problems = [f"{r}: only in {args.before}" for r in sorted(ra - rb)]
-    problems += [f"{r}: only in {args.after}" for r in sorted(rb - ra)]
-    common = sorted(ra & rb)
-    for name in common:
-        for found in differences(read(a, name, args.before), read(b, name, args.after)):
-            problems.append(f"{name}: {found}")
-    print(f"{len(common)} relations compared, {len(problems)} differences")
+    compared, problems = compare_homes(args.before, args.after, args.schemas.split(","))
+    print(f"{compared} relations compared, {len(problems)} differences")
     for p in problems:
         print("  " + p)
     return 1 if problems else 0

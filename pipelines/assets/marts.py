@@ -10,10 +10,13 @@ ops.ingest_log and ops.quarantine as every ingest asset, governance.capacity_rec
 the scrape sensor) stay external assets.
 
 The dbt assets share the ingest assets' daily partitions. A run over days D1..Dn runs `dbt build
---event-time-start D1 --event-time-end Dn+1`: the microbatch models (marts.fct_gpu_activity)
-rebuild exactly those days' batches, every other model is rebuilt whole.
+--event-time-start S --event-time-end E`: the microbatch models (marts.fct_gpu_activity and the marts
+built from it day by day) rebuild D1..Dn and every other day whose rows a change of those days can
+alter (pipelines/build_window.py: allocations alive across them, the day after for host counter
+deltas, ...), the rule `gpupool build` follows; every other model is rebuilt whole.
 """
 
+import datetime as dt
 import json
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
@@ -32,6 +35,7 @@ from pipelines.build_checks import (
     load_exemptions,
     unbalanced_ingests,
 )
+from pipelines.build_window import rebuild_window
 from pipelines.duckdb_limits import writer_limits
 from pipelines.partitions import daily_partitions
 from pipelines.resources.dbt import prepared_project
@@ -117,21 +121,34 @@ def dbt_models(context: dg.AssetExecutionContext, config: BuildConfig, dbt: DbtC
                warehouse: WarehouseResource) -> Iterator:
     """`dbt build` of the selected models and their tests for the run's days, then the policy
     exemptions (load_exemptions)."""
-    window = context.partition_time_window
     wh = warehouse.get()
-    args = ["build", "--event-time-start", f"{window.start:%Y-%m-%d}", "--event-time-end", f"{window.end:%Y-%m-%d}",
+    with wh.writer() as con:  # a new home gets the raw, ops and governance tables the sources name
+        start, end = _run_window(con, context.partition_time_window, config.full_refresh)
+    args = ["build", "--event-time-start", f"{start:%Y-%m-%d}", "--event-time-end", f"{end:%Y-%m-%d}",
             "--vars", json.dumps({"warehouse_path": str(wh.writer_path),
                                   "duckdb_config": writer_limits(wh.home).config()})]
     if config.full_refresh:
         args.append("--full-refresh")
-    with wh.writer():  # a new home gets the raw, ops and governance tables the sources name
-        pass
     with wh.writer_lock():  # dbt's target folder stays in the home, so the next run parses partially
         yield from dbt.cli(args, context=context, target_path=wh.home / "dbt" / "dagster").stream()
     wh.publish_unless_deferred("build", f"dagster run {context.run_id}")
     problem = load_exemptions(wh)
     if problem:
         context.log.warning(f"policy exemptions not loaded, the last loaded are kept: {problem}")
+
+
+def _run_window(con, window: dg.TimeWindow, full_refresh: bool) -> tuple[dt.date, dt.date]:
+    """[start, end) of the days a run's microbatch models rebuild: the run's days, widened to every day
+    whose rows they can change (pipelines.build_window, the rule `gpupool build` follows too); the run's
+    days alone on a full refresh or without telemetry."""
+    days = [window.start.date() + dt.timedelta(days=i) for i in range((window.end - window.start).days)]
+    if full_refresh or not days:
+        return window.start.date(), window.end.date()
+    # which of the run's days have host samples is not known here: each may (the day after is rebuilt too)
+    widened = rebuild_window(con, days, days)
+    if widened is None:
+        return window.start.date(), window.end.date()
+    return min(widened[0], days[0]), max(widened[1], days[-1] + dt.timedelta(days=1))
 
 
 @dg.asset_check(asset=dg.AssetKey(["metrics", "ingest_daily"]), name=INGEST_ACCOUNTING, blocking=False)
