@@ -8,7 +8,8 @@ An outside system's answer is untrusted input. A pull (`Budget`) therefore has
 - a page cap (`max_pages`) and a repeated-cursor check (`Cursor`): a server answering the same
   `next_page_token` (or `continue`, or cursor) again, or paging forever, ends the pull;
 - a body size cap (`max_body_bytes`);
-- a JSON depth limit (`MAX_JSON_DEPTH`), checked on the bytes before `json.loads` builds anything.
+- a JSON depth limit (`MAX_JSON_DEPTH`): what is too deep for the parser itself (RecursionError) or
+  deeper than the limit once parsed (`deeper_than`, iterative) is refused.
 What breaks a bound, or an answer that is not the documented shape, is a `SourceAnswerError`
 naming the endpoint and what was wrong; the connectors land nothing from a pull that raised it
 (their landing files are written whole after the pull, temp file then rename), and the CLI turns
@@ -25,7 +26,6 @@ import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
-import numpy as np
 import requests
 import urllib3
 
@@ -36,8 +36,6 @@ MAX_PAGES = 10_000  # pages of one listing in one pull
 MAX_BODY_MIB = 64.0  # one answer's body (Prometheus' query_range sets its own, larger)
 PULL_DEADLINE_S = 600.0  # default time for one whole pull
 _CHUNK = 64 * 1024
-_STEP = np.zeros(256, dtype=np.int8)  # +1 for [ and {, -1 for ] and }
-_STEP[list(b"[{")], _STEP[list(b"]}")] = 1, -1
 
 
 class SourceAnswerError(Exception):
@@ -53,42 +51,34 @@ class NotJson(SourceAnswerError):
     """The answer is not JSON at all (a login page, a proxy's error)."""
 
 
-def json_depth(data: bytes) -> int:
-    """The deepest nesting of objects and arrays in a JSON text, brackets inside strings not counted;
-    without parsing (numpy over the bytes), so a body nested 200,000 deep costs what its length does."""
-    raw = np.frombuffer(data, dtype=np.uint8)
-    brackets = np.flatnonzero(_STEP[raw])
-    if not brackets.size:
-        return 0
-    quotes = np.flatnonzero(raw == ord('"'))
-    slashes = np.flatnonzero(raw == ord("\\"))
-    if slashes.size and quotes.size:  # a quote is escaped when an odd run of backslashes precedes it
-        starts = np.ones(slashes.size, dtype=bool)
-        starts[1:] = np.diff(slashes) != 1
-        run_start = slashes[np.maximum.accumulate(np.where(starts, np.arange(slashes.size), 0))]
-        at = np.searchsorted(slashes, quotes - 1)
-        found = at < slashes.size
-        ends_here = np.zeros(quotes.size, dtype=bool)
-        ends_here[found] = slashes[at[found]] == quotes[found] - 1
-        run = np.zeros(quotes.size, dtype=np.int64)
-        run[ends_here] = quotes[ends_here] - run_start[at[ends_here]]
-        quotes = quotes[run % 2 == 0]
-    outside = np.searchsorted(quotes, brackets) % 2 == 0  # an even count of quotes before it
-    steps = _STEP[raw[brackets[outside]]].astype(np.int64)
-    return int(np.cumsum(steps).max(initial=0))
+def deeper_than(value: object, limit: int) -> bool:
+    """Whether a parsed JSON value nests objects and arrays more than `limit` deep (without recursing)."""
+    stack: list[tuple[object, int]] = [(value, 1)] if isinstance(value, dict | list) else []
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = node.values() if isinstance(node, dict) else node  # type: ignore[union-attr]
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
 
 
 def loads_bounded(data: bytes, endpoint: str, max_depth: int = MAX_JSON_DEPTH) -> object:
-    """json.loads of an answer, refusing a body nested deeper than `max_depth` (before parsing) and
-    one that is not JSON; SourceAnswerError names the endpoint."""
-    depth = json_depth(data)
-    if depth > max_depth:
-        raise SourceAnswerError(endpoint, f"the answer is JSON nested {depth} levels deep, more than {max_depth}")
+    """json.loads of an answer, refusing one nested deeper than `max_depth` and one that is not JSON;
+    SourceAnswerError names the endpoint."""
     try:
-        return json.loads(data)
-    except (ValueError, RecursionError):
+        value = json.loads(data)
+    except RecursionError:  # the C parser stops long before a deep body costs anything
+        value = _TOO_DEEP
+    except ValueError:
         preview = data[:120].decode("utf-8", "replace")
         raise NotJson(endpoint, f"the answer is not JSON ({preview!r})") from None
+    if value is _TOO_DEEP or deeper_than(value, max_depth):
+        raise SourceAnswerError(endpoint, f"the answer is JSON nested more than {max_depth} levels deep")
+    return value
+
+
+_TOO_DEEP = object()
 
 
 @dataclass

@@ -36,6 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipelines.connectors.bounded import deeper_than
 from pipelines.sources.jsonl import RecordError, parse_rfc3339, plausible_time
 from pipelines.sources.k8s_audit import QUARANTINE_SOURCE as AUDIT_SOURCE
 from pipelines.sources.k8s_audit import REFUSED_API_VERSION, REFUSED_KIND, TIME_FIELDS
@@ -96,18 +97,6 @@ def _unicode(text: str, limit: int = PREVIEW_CHARS) -> str:
     return text[:limit].encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-def _deeper_than(value: object, limit: int) -> bool:
-    """Whether a parsed JSON value nests containers more than limit deep (without recursing)."""
-    stack: list[tuple[object, int]] = [(value, 1)] if isinstance(value, dict | list) else []
-    while stack:
-        node, depth = stack.pop()
-        if depth > limit:
-            return True
-        children = node.values() if isinstance(node, dict) else node  # type: ignore[union-attr]
-        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
-    return False
-
-
 def _text_of(value: object) -> str:
     try:
         return json.dumps(value, ensure_ascii=False)[:PREVIEW_CHARS]
@@ -140,7 +129,7 @@ class AuditWriter:
         """The item's line, or (reason, its text) when it cannot be kept."""
         if isinstance(item, Unreadable):
             return item.reason, item.text
-        if _deeper_than(item, self.max_depth):
+        if deeper_than(item, self.max_depth):
             return f"item nested deeper than {self.max_depth} levels", _text_of(item)
         if isinstance(item, dict) and item.get("kind") == "EventList":
             return "item is an EventList inside the EventList", _text_of(item)

@@ -240,7 +240,7 @@ class LiveAccounting:
             headers = {"X-SLURM-USER-NAME": config.restd_user or "", "X-SLURM-USER-TOKEN": config.restd_token}
         session = self._session or new_session(1)
         # the whole fetch, body included, within accounting_timeout_s (a dripping server cannot stretch
-        # it), the body within the size cap; JSON depth checked before parsing (connectors/bounded.py)
+        # it), the body within the size cap; JSON depth bounded (connectors/bounded.py)
         budget = Budget(deadline_s=config.accounting_timeout_s, max_body_bytes=int(MAX_RESTD_BODY_MIB * 2**20))
 
         def attempt() -> tuple[int, str, bytes]:
