@@ -15,7 +15,6 @@ from __future__ import annotations
 import datetime as dt
 import fcntl
 import json
-import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from typing import Protocol
 
 import kubernetes.client as k8s
 
+from allocator.filemodes import READER_MODE, write_atomic
 from pipelines.connectors.bounded import Budget, SourceAnswerError
 from pipelines.connectors.kubernetes import KubernetesAnswerError, KubernetesConfig, api_client
 from pipelines.sources.kueue_objects import GROUP, attempt_state
@@ -204,9 +204,7 @@ def _folder_lock(folder: Path) -> Iterator[None]:
 
 
 def _write_atomic(path: Path, doc: dict) -> None:
-    temp = path.with_name(f".{path.name}.partial")
-    temp.write_text(json.dumps(doc, separators=(",", ":")) + "\n", encoding="utf-8")
-    os.replace(temp, path)
+    write_atomic(path, json.dumps(doc, separators=(",", ":")) + "\n", READER_MODE)
 
 
 def land_snapshot(landing: Path, day: dt.date, snapshot: Snapshot) -> list[Path]:
