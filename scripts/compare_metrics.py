@@ -7,7 +7,7 @@ on its non-float columns (then its floats): exact for every non-float column, NU
 NULL; floats within 1e-9 (relative, or absolute below 1), since DuckDB's parallel sums may differ in
 the last bits between two builds of the same data, and a NULL or NaN on one side only is a
 difference. Every column of the data is compared, its times included (an attempt's started_at and
-duration_s are data); only the columns that record when the pipeline ran (PIPELINE_RUN_COLUMNS, the
+duration_s are data); only the columns that record when (and how often) the pipeline ran (PIPELINE_RUN_COLUMNS, the
 one list) are left out, and each home's own path in a text column (source files) reads as
 `<home>`. Exit code 0 when every relation matches, 1 otherwise, with each difference named.
 """
@@ -32,6 +32,8 @@ PIPELINE_RUN_COLUMNS = frozenset({
     "checked_at",  # metrics.check_results
     "metrics.ingest_daily.started_at",  # the ingest run's start and length
     "metrics.ingest_daily.duration_s",
+    "metrics.ingest_daily.runs",  # how many ingest runs loaded the day: a re-ingest is one more
+    "metrics.ingest_freshness.runs",
 })
 TOLERANCE = 1e-9
 
