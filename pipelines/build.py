@@ -9,18 +9,20 @@ copy replaces the file (an atomic rename) only when every model built, so a fail
 the previous warehouse intact, as the old single-transaction runner did. dbt's target folder is
 <home>/dbt/target, so homes built at the same time share nothing.
 
-Microbatch models (marts.fct_gpu_activity and the marts built from it day by day) get
---event-time-start/--event-time-end, never dbt's default of every day from their `begin` or of
-today only: on a full refresh, or when one of them does not exist yet, the UTC days of the
-telemetry's sampled_at (raw.dcgm_samples and raw.host_samples);
-otherwise every day whose rows the partitions loaded since the last successful build began can change
-(ops.ingest_log, any source, and the raw rows written since; pipelines/build_window.py: the allocations
-alive across those days, the day after for host counter deltas, ...), or the last day of data when none was.
+A build's window is a range of UTC days [start, end): on a full refresh or a first build, every day of
+the telemetry's sampled_at (raw.dcgm_samples and raw.host_samples); otherwise every day whose rows the
+partitions loaded since the last successful build began can change (ops.ingest_log, any source, and
+the raw rows written since; pipelines/build_window.py: the allocations alive across those days, the
+day after for host counter deltas, ...), or the last day of data when none was. Microbatch models get
+it as --event-time-start/--event-time-end (never dbt's default of every day from their `begin`); the
+other incremental models as the vars window_start/window_end, from which they merge the rows of the
+days, jobs and allocations the window reaches (models/macros/build_window.sql; docs/dbt.md).
 
-An incremental build rebuilds every table and microbatch model, but re-creates a view or reloads a
-seed only when its definition changed since the last successful build (dbt's `state:modified+`,
-against the manifest kept in <home>/dbt/state/) or it is missing from the warehouse: a view reads
-its tables when queried, so an unchanged one needs nothing. --full-refresh re-creates everything.
+An incremental build runs every table and incremental model; views and seeds are left as they are (a
+view reads its tables when queried). The build is a full refresh, re-creating everything, when asked
+(--full-refresh), on the first build, without telemetry, when a model or seed is missing, or when the
+project or dbt changed since the last successful build (a changed model's rows were built by its old
+definition): the fingerprint kept in <home>/dbt/state/.
 """
 from __future__ import annotations
 
@@ -51,7 +53,7 @@ Step = Callable[[str], None]
 
 _MANIFESTS: dict[Path, tuple[int, Manifest]] = {}  # project -> (its latest file change, manifest)
 _LAST_BUILD = "last-build"  # under <home>/dbt/: its mtime is when the last successful build started
-_STATE = "state"  # under <home>/dbt/: manifest.json of the last successful build
+_STATE = "state"  # under <home>/dbt/: the fingerprint of the project the last successful build built
 
 
 class BuildError(RuntimeError):
@@ -85,18 +87,19 @@ def build(
         with warehouse.connect(read_only=False) as con:
             warehouse.ensure_schema(con)
             present = set(con.execute("select table_schema, table_name from information_schema.tables").fetchall())
-            window = _event_time_window(con, warehouse, _microbatch_relations(manifest), present, full_refresh)
+            full_refresh = full_refresh or _project_changed(manifest, dbt_dir / _STATE, fingerprint, present)
+            window, full_refresh = _event_time_window(con, warehouse, full_refresh)
         shutil.rmtree(staging, ignore_errors=True)
         make_dirs(staging, PRIVATE_DIR_MODE)
         copy_file(warehouse.writer_path, copy, PRIVATE_MODE)  # it becomes the writers' file: 0600 from the start
         args = [
             "build", "--resource-type", "seed", "--resource-type", "model",
-            *_project_args(project_dir, dbt_dir, copy),
+            *_project_args(project_dir, dbt_dir, copy, window),
         ]
         if full_refresh:
             args.append("--full-refresh")
-        else:
-            args += _unchanged_definitions_skipped(manifest, dbt_dir / _STATE, fingerprint, present)
+        else:  # views read their tables when queried, and seeds are unchanged: only tables and incrementals
+            args += ["--select", "config.materialized:table", "config.materialized:incremental"]
         args += ["--event-time-start", window[0].isoformat(), "--event-time-end", window[1].isoformat()]
         try:
             try:
@@ -107,7 +110,7 @@ def build(
             os.replace(copy, warehouse.writer_path)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-        _keep_state(manifest, dbt_dir / _STATE, fingerprint)
+        _keep_state(dbt_dir / _STATE, fingerprint)
         stamp = dbt_dir / _LAST_BUILD
         stamp.touch()
         os.utime(stamp, (started, started))
@@ -124,13 +127,18 @@ def _relation(node) -> str:
     return node.relation_name.replace('"', "").split(".", 1)[-1]
 
 
-def _project_args(project_dir: Path, dbt_dir: Path, db_path: Path) -> list[str]:
+def _project_args(project_dir: Path, dbt_dir: Path, db_path: Path,
+                  window: tuple[dt.date, dt.date] | None = None) -> list[str]:
+    """dbt's arguments for the project and the home; `window`: the build's [start, end) days, which the
+    incremental models read as vars window_start and window_end (models/macros/build_window.sql)."""
+    variables = {"warehouse_path": db_path.as_posix(), "duckdb_config": writer_limits(dbt_dir.parent).config()}
+    if window is not None:
+        variables |= {"window_start": window[0].isoformat(), "window_end": window[1].isoformat()}
     return [
         "--project-dir", str(project_dir), "--profiles-dir", str(project_dir),
         "--target-path", str(dbt_dir / "target"), "--log-path", str(dbt_dir / "logs"),
         # DuckDB's limits for the build (models/profiles.yml gives them to duckdb.connect)
-        "--vars", json.dumps({"warehouse_path": db_path.as_posix(),
-                              "duckdb_config": writer_limits(dbt_dir.parent).config()}),
+        "--vars", json.dumps(variables),
         # nothing on the console (progress and errors go through on_step and BuildError); the log file
         # keeps info, not every SQL statement; target/*.json is not rewritten on every build
         "--log-level", "none", "--log-level-file", "info", "--no-write-json",
@@ -170,42 +178,29 @@ def prepared_manifest_is_current(project_dir: Path, changed: int | None = None) 
     return path.stat().st_mtime_ns >= (latest_change(project_dir) if changed is None else changed)
 
 
-def _unchanged_definitions_skipped(manifest: Manifest, state: Path, fingerprint: str,
-                                   present: set[tuple[str, str]]) -> list[str]:
-    """dbt arguments selecting every table and incremental model, and the views and seeds that are new,
-    changed since the state's manifest (or downstream of a change), or missing from the warehouse
-    (`present`: its (schema, relation) pairs);
-    none (everything) without a state, or with one another dbt wrote (its manifest may not load, and
-    materializations may have changed). When the project is the one the state was kept from (same
-    fingerprint), no view or seed changed and dbt need not compare manifests."""
-    if not (state / "manifest.json").is_file() or not (state / "fingerprint").is_file():
-        return []
-    kept = (state / "fingerprint").read_text()
-    if kept.splitlines()[-1:] != fingerprint.splitlines()[-1:]:  # the dbt versions line
-        return []
-    missing = [
-        node.name for node in manifest.nodes.values()
-        if node.resource_type in ("model", "seed") and (node.schema, node.alias) not in present
-    ]
-    select = ["--select", "config.materialized:table", "config.materialized:incremental", *missing]
-    if kept == fingerprint:
-        return select
-    return ["--state", str(state), *select, "state:modified+"]
-
-
-def _keep_state(manifest: Manifest, state: Path, fingerprint: str) -> None:
-    """Keep the manifest just built as the state the next incremental build compares with, unless it is
-    kept already (manifest written beside and renamed, then its fingerprint: a crash leaves a state
-    that at worst re-creates views needlessly)."""
+def _project_changed(manifest: Manifest, state: Path, fingerprint: str, present: set[tuple[str, str]]) -> bool:
+    """Whether the next build must be a full refresh: no state was kept (no successful build), the
+    project or dbt changed since the last successful build (a changed model's incremental rows were
+    built by its old definition; a new model has no history), or a model or seed is missing from the
+    warehouse (`present`: its (schema, relation) pairs)."""
     stamp = state / "fingerprint"
-    if stamp.is_file() and stamp.read_text() == fingerprint and (state / "manifest.json").is_file():
+    if not stamp.is_file() or stamp.read_text() != fingerprint:
+        return True
+    return any(
+        node.resource_type in ("model", "seed") and (node.schema, node.alias) not in present
+        for node in manifest.nodes.values()
+    )
+
+
+def _keep_state(state: Path, fingerprint: str) -> None:
+    """Keep the fingerprint of the project just built, which the next build compares with."""
+    stamp = state / "fingerprint"
+    if stamp.is_file() and stamp.read_text() == fingerprint:
         return
-    state.mkdir(parents=True, exist_ok=True)
-    stamp.unlink(missing_ok=True)
-    scratch = state / "manifest.json.new"
-    manifest.writable_manifest().write(str(scratch))
-    os.replace(scratch, state / "manifest.json")
-    stamp.write_text(fingerprint)
+    make_dirs(state)
+    scratch = state / "fingerprint.new"
+    scratch.write_text(fingerprint)
+    os.replace(scratch, stamp)
 
 
 def _fingerprint(project_dir: Path, changed: int) -> str:
@@ -262,30 +257,24 @@ def _close_dbt_connection() -> None:
     DuckDBConnectionManager.close_all_connections()
 
 
-def _microbatch_relations(manifest: Manifest) -> list[tuple[str, str]]:
-    """(schema, name) of the project's microbatch models."""
-    return [
-        (node.schema, node.alias) for node in manifest.nodes.values()
-        if node.resource_type == "model" and node.config.get("incremental_strategy") == "microbatch"
-    ]
-
-
-def _event_time_window(con: duckdb.DuckDBPyConnection, warehouse: Warehouse, microbatch: list[tuple[str, str]],
-                       present: set[tuple[str, str]], full_refresh: bool) -> tuple[dt.date, dt.date]:
-    """[start, end) of the days the microbatch models rebuild. Without samples, today alone: the
-    models are created empty rather than iterated day by day from their `begin`. On a full refresh, a
-    first build or a model missing: every day of telemetry. Otherwise the days whose rows the
-    partitions loaded since the last successful build began can change (pipelines.build_window)."""
+def _event_time_window(con: duckdb.DuckDBPyConnection, warehouse: Warehouse,
+                       full_refresh: bool) -> tuple[tuple[dt.date, dt.date], bool]:
+    """[start, end) of the days the build rebuilds, and whether it must be a full refresh. Without
+    samples, today alone, as a full refresh: the microbatch models are created empty rather than
+    iterated day by day from their `begin`, and the other models, which read no telemetry then, are
+    rebuilt whole. On a full refresh or a first build: every day of telemetry. Otherwise the days
+    whose rows the partitions loaded since the last successful build began can change
+    (pipelines.build_window), or the last day of data when nothing was loaded."""
     first, last = telemetry_days(con)
     if first is None:
         today = dt.datetime.now(dt.UTC).date()
-        return today, today + dt.timedelta(days=1)
+        return (today, today + dt.timedelta(days=1)), True
     stamp = warehouse.home / "dbt" / _LAST_BUILD
-    if full_refresh or not set(microbatch) <= present or not stamp.exists():
-        return first, last + dt.timedelta(days=1)
+    if full_refresh or not stamp.exists():
+        return (first, last + dt.timedelta(days=1)), True
     since = dt.datetime.fromtimestamp(stamp.stat().st_mtime, dt.UTC).replace(tzinfo=None)
     changed, host_changed = _changed_days(con, since)
-    return rebuild_window(con, changed, host_changed) or (last, last + dt.timedelta(days=1))
+    return rebuild_window(con, changed, host_changed) or (last, last + dt.timedelta(days=1)), False
 
 
 def _changed_days(con: duckdb.DuckDBPyConnection, since: dt.datetime) -> tuple[list[dt.date], list[dt.date]]:

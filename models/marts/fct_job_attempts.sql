@@ -1,5 +1,14 @@
+-- merged by job: a build re-reads the events of the jobs whose attempts it can change, those with an
+-- event in the window or whose attempt was still open, or ended in it, at the last build (macros/build_window.sql)
+{{ config(materialized='incremental', incremental_strategy='delete+insert', unique_key=['source', 'job_id']) }}
 with events as (
   select * from {{ ref('stg_scheduler__job_events') }}
+  where {{ in_window_jobs_from_events() }}
+  {% if is_incremental() %}
+    or (source, job_id) in (
+      select source, job_id from {{ this }} where ended_at is null or ended_at >= {{ window_start_at() }}
+    )
+  {% endif %}
 ),
 
 as_of as (

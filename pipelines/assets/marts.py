@@ -126,7 +126,9 @@ def dbt_models(context: dg.AssetExecutionContext, config: BuildConfig, dbt: DbtC
         start, end = _run_window(con, context.partition_time_window, config.full_refresh)
     args = ["build", "--event-time-start", f"{start:%Y-%m-%d}", "--event-time-end", f"{end:%Y-%m-%d}",
             "--vars", json.dumps({"warehouse_path": str(wh.writer_path),
-                                  "duckdb_config": writer_limits(wh.home).config()})]
+                                  "duckdb_config": writer_limits(wh.home).config(),
+                                  # the other incremental models' window (models/macros/build_window.sql)
+                                  "window_start": f"{start:%Y-%m-%d}", "window_end": f"{end:%Y-%m-%d}"})]
     if config.full_refresh:
         args.append("--full-refresh")
     with wh.writer_lock():  # dbt's target folder stays in the home, so the next run parses partially

@@ -1,6 +1,6 @@
 """The dbt build (pipelines/build.py): progress per model, the catalog tables, a failed model named
 with DuckDB's message and the previous warehouse kept, incremental days and --full-refresh, views
-re-created only when new, changed or missing."""
+left alone by an incremental build, a full refresh when the project changed or a model is missing."""
 from __future__ import annotations
 
 import datetime as dt
@@ -96,28 +96,39 @@ def _built(warehouse: Warehouse, **kwargs) -> set[str]:
     return {b.name for b in build(warehouse, **kwargs)}
 
 
-def test_an_incremental_build_re_creates_only_the_views_that_are_new_changed_or_missing(tmp_path, warehouse):
+def _mark_day1(warehouse: Warehouse) -> None:
+    """Zero day 1's activity: only a build that rebuilds day 1 brings it back."""
+    with warehouse.writer() as con:
+        con.execute("update marts.fct_gpu_activity set activity = 0 where cast(minute_at as date) = ?", [DAY1])
+
+
+def test_an_incremental_build_runs_the_tables_and_a_changed_project_rebuilds_everything(tmp_path, warehouse):
+    day2 = DAY1 + dt.timedelta(days=1)
     load(warehouse, gpu_inventory=[gpu("a100-01", 0)], dcgm_samples=series("a100-01", 0, GR, at("10:00"), 10, 0.5))
+    load(warehouse, ingest="day2", day=day2, dcgm_samples=series("a100-01", 0, GR, at("10:00", day=2), 10, 0.5))
     everything = _built(warehouse)
     tables = {b for b in everything if b.startswith("marts.")} | {"metrics.catalog", "metrics.catalog_version"}
 
-    assert _built(warehouse) == tables  # nothing changed: the tables rebuilt, no view, no seed
+    _mark_day1(warehouse)
+    assert _built(warehouse) == tables  # nothing changed: the tables and incrementals run, no view, no seed
+    assert _activity(warehouse)[DAY1] == 0  # and day 1, outside the window, is kept as it was
 
-    with warehouse.writer() as con:
+    with warehouse.writer() as con:  # a view missing: everything again
         con.execute("drop view metrics.gpu_inventory")
-    assert _built(warehouse) == tables | {"metrics.gpu_inventory"}
+    assert _built(warehouse) == everything
     with warehouse.connect() as con:
         assert con.execute("select host from metrics.gpu_inventory").fetchall() == [("a100-01",)]
+    assert _activity(warehouse)[DAY1] == pytest.approx(5.0)
 
-    models = tmp_path / "models"  # the same project elsewhere, one view changed
+    models = tmp_path / "models"  # the same project elsewhere, one model changed: its old rows are not kept
     shutil.copytree(MODELS_DIR, models, ignore=shutil.ignore_patterns("target", "logs"))
     with (models / "metrics" / "pool_daily.sql").open("a") as sql:
         sql.write("\n-- changed\n")
-    downstream = {"metrics.pool_daily", "metrics.pool_period", "metrics.pack_month", "metrics.pooling_scorecard"}
-    assert _built(warehouse, project_dir=models) == tables | downstream
-
-    assert _built(warehouse, full_refresh=True) == everything
+    _mark_day1(warehouse)
+    assert _built(warehouse, project_dir=models) == everything
+    assert _activity(warehouse)[DAY1] == pytest.approx(5.0)
+    assert _built(warehouse, project_dir=models) == tables
 
     stamp = warehouse.home / "dbt" / "state" / "fingerprint"  # the state as another dbt version left it
     stamp.write_text(stamp.read_text().replace("dbt-core ", "dbt-core 0.0.1-"))
-    assert _built(warehouse) == everything
+    assert _built(warehouse, project_dir=models) == everything

@@ -1,0 +1,78 @@
+{#- The build's window: [window_start, window_end), the days whose rows a build may change
+    (pipelines/build_window.py), passed as --vars by pipelines/build.py and pipelines/assets/marts.py.
+    An incremental model (is_incremental()) rebuilds only the rows its window reaches: the days in it,
+    the jobs and allocations alive in it (window_jobs, window_allocations). Without the vars (a plain
+    `dbt build`) the window is all time and an incremental model rebuilds every row. -#}
+
+{% macro window_start_at() -%}
+  {{ return("timestamp '" ~ _window_day('window_start', '1970-01-01') ~ "'") }}
+{%- endmacro %}
+
+{% macro window_end_at() -%}
+  {{ return("timestamp '" ~ _window_day('window_end', '2100-01-01') ~ "'") }}
+{%- endmacro %}
+
+{% macro window_start_day() -%}
+  {{ return("date '" ~ _window_day('window_start', '1970-01-01') ~ "'") }}
+{%- endmacro %}
+
+{% macro window_end_day() -%}
+  {{ return("date '" ~ _window_day('window_end', '2100-01-01') ~ "'") }}
+{%- endmacro %}
+
+{#- a var is spliced into SQL: only a calendar date gets through -#}
+{% macro _window_day(name, default) -%}
+  {%- set value = var(name, default) | string -%}
+  {%- do return(modules.datetime.date.fromisoformat(value).isoformat()) -%}
+{%- endmacro %}
+
+{#- The jobs whose rows the build may change, as (source, job_id): an attempt that ended at or after
+    the window's start or has not ended (its rows run to the data's end), or a job event or placement at
+    or after it. A job that ended before the window keeps its rows: nothing it reads can have changed
+    (the window opens at the earliest changed row's time: pipelines/build_window.py). -#}
+{% macro window_jobs() -%}
+  select source, job_id
+  from {{ ref('fct_job_attempts') }}
+  where ended_at is null or ended_at >= {{ window_start_at() }}
+  union
+  {{ window_jobs_from_events() }}
+{%- endmacro %}
+
+{#- The jobs with a scheduler event or a placement at or after the window's start. -#}
+{% macro window_jobs_from_events() -%}
+  select source, job_id from {{ ref('stg_scheduler__job_events') }} where occurred_at >= {{ window_start_at() }}
+  union
+  select source, job_id from {{ ref('stg_scheduler__job_gpus') }} where assigned_at >= {{ window_start_at() }}
+{%- endmacro %}
+
+{#- The allocations whose rows the build may change: those of window_jobs, and any other alive in the
+    window (its effective end at or after the window's start). -#}
+{% macro window_allocations() -%}
+  select allocation_id
+  from {{ ref('fct_allocations') }}
+  where effective_ended_at >= {{ window_start_at() }}
+    or (source, job_id) in ({{ window_jobs() }})
+{%- endmacro %}
+
+{#- Conditions for an incremental model's reads: true on a full refresh (or the model's first build),
+    else the rows the window reaches. The subquery is rendered either way so that dbt sees its refs
+    when it parses the model (a ref only inside is_incremental() is missed). -#}
+{% macro in_window_jobs(keys='source, job_id') -%}
+  {%- set jobs = window_jobs() -%}
+  {{- return('(' ~ keys ~ ') in (' ~ jobs ~ ')' if is_incremental() else 'true') -}}
+{%- endmacro %}
+
+{% macro in_window_jobs_from_events(keys='source, job_id') -%}
+  {%- set jobs = window_jobs_from_events() -%}
+  {{- return('(' ~ keys ~ ') in (' ~ jobs ~ ')' if is_incremental() else 'true') -}}
+{%- endmacro %}
+
+{% macro in_window_allocations(key='allocation_id') -%}
+  {%- set allocations = window_allocations() -%}
+  {{- return(key ~ ' in (' ~ allocations ~ ')' if is_incremental() else 'true') -}}
+{%- endmacro %}
+
+{#- a day column (or a date expression) in the window -#}
+{% macro in_window_days(day='day') -%}
+  {{- return(day ~ ' >= ' ~ window_start_day() ~ ' and ' ~ day ~ ' < ' ~ window_end_day() if is_incremental() else 'true') -}}
+{%- endmacro %}
