@@ -76,3 +76,26 @@
 {% macro in_window_days(day='day') -%}
   {{- return(day ~ ' >= ' ~ window_start_day() ~ ' and ' ~ day ~ ' < ' ~ window_end_day() if is_incremental() else 'true') -}}
 {%- endmacro %}
+
+{#- fct_job_attempts' own jobs: those with an event or placement in the window, and those whose attempt
+    the last build left open or ended in the window (their rows change with the data's end, or lose
+    an end a correction removed) -#}
+{% macro in_window_attempt_jobs(keys='source, job_id') -%}
+  {%- set jobs = window_jobs_from_events() -%}
+  {%- if not is_incremental() -%}{{ return('true') }}{%- endif -%}
+  {{- return('(' ~ keys ~ ') in (' ~ jobs ~ ' union select source, job_id from ' ~ this
+             ~ ' where ended_at is null or ended_at >= ' ~ window_start_at() ~ ')') -}}
+{%- endmacro %}
+
+{#- The incremental strategy 'replace_window': delete the rows the window reaches, then insert the
+    model's new rows. Unlike delete+insert, a key the window reaches that has no row any more (an
+    allocation a correction removed, a day without rows) loses its old rows too. The model's config
+    names the condition, one of the in_window_* macros above (`window`), and its argument
+    (`window_key`); the model reads its inputs under the same condition. -#}
+{% macro get_incremental_replace_window_sql(arg_dict) -%}
+  {%- set condition = context[config.require('window')](config.require('window_key')) -%}
+  {%- set columns = get_quoted_csv(arg_dict['dest_columns'] | map(attribute='name')) -%}
+  delete from {{ arg_dict['target_relation'] }} where {{ condition }};
+  insert into {{ arg_dict['target_relation'] }} ({{ columns }})
+  select {{ columns }} from {{ arg_dict['temp_relation'] }}
+{%- endmacro %}

@@ -1,14 +1,10 @@
--- merged by job: a build re-reads the events of the jobs whose attempts it can change, those with an
--- event in the window or whose attempt was still open, or ended in it, at the last build (macros/build_window.sql)
-{{ config(materialized='incremental', incremental_strategy='delete+insert', unique_key=['source', 'job_id']) }}
+-- merged by job (macros/build_window.sql): a build re-reads the events of the jobs with an event in the
+-- window and of those whose attempt the last build left open or ended in the window
+{{ config(materialized='incremental', incremental_strategy='replace_window',
+          window='in_window_attempt_jobs', window_key='source, job_id') }}
 with events as (
   select * from {{ ref('stg_scheduler__job_events') }}
-  where {{ in_window_jobs_from_events() }}
-  {% if is_incremental() %}
-    or (source, job_id) in (
-      select source, job_id from {{ this }} where ended_at is null or ended_at >= {{ window_start_at() }}
-    )
-  {% endif %}
+  where {{ in_window_attempt_jobs() }}
 ),
 
 as_of as (
