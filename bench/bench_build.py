@@ -26,9 +26,10 @@ the time spent publishing, the heaviest models), then:
 Seconds are the step inside the child (ingest + build + publishes), not the interpreter's start and
 imports (printed apart as "process"), which cost the same whatever the history. CPU seconds (user and
 system, every thread, of the step) move less than wall seconds when other work shares the machine.
-Each step's figures are also appended to steps.jsonl in the scratch folder (kept with --keep). Peak RSS is the
-child's own ru_maxrss, read through a small wrapper process it is forked from (Linux carries a
-parent's high-water mark across fork and exec; tests/security/test_sql_resources.py does the same).
+Each step's figures are also appended to steps.jsonl in the scratch folder (kept with --keep).
+Peak RSS is the child's own ru_maxrss, read through a small wrapper process it is forked from (Linux
+carries a parent's high-water mark across fork and exec; tests/security/test_sql_resources.py does
+the same).
 If models/target/manifest.json is missing or stale, it is written first (`dbt parse`, as set-up does),
 so that each build loads it as a `gpupool build` on a set-up install does instead of parsing.
 
@@ -37,7 +38,9 @@ so that each build loads it as a `gpupool build` on a set-up install does instea
 
 Run:  PYTHONPATH=. .venv/bin/python bench/bench_build.py [--gpus 32] [--history 30,120] [--repeat 3]
           [--top 15] [--keep DIR] [--demo-month [--demo-home HOME]]
-The default run (32 GPUs, 30 and 120 days, --repeat 1) takes about 10 minutes on the 2-core machine.
+Most of a run is the untimed set-up, simulating and ingesting the history: on the 2-core machine
+shared with other work (load average 18), simulating 121 days of 32 GPUs took 4 minutes and ingesting
+30 of them 13 minutes; a run there takes over an hour.
 """
 from __future__ import annotations
 
