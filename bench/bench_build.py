@@ -1,115 +1,413 @@
-"""Benchmark: the cost of a daily model build against a full one, and how it grows with history.
+"""Benchmark: what one more day costs (ingest + build + publish) as history grows, against a full refresh.
 
-Prints, in one run on one machine (seconds, wall clock):
+On one simulated pool (--gpus, 32 by default; --seed 7), simulated once for the longest history + 1
+days, it makes one home per history length (--history, 30,120 by default: the homes share the
+first days of the same landing files), ingests each home's history in one run (untimed) and then
+times, each in a child process of its own (wall seconds and that process's peak resident memory):
 
-  (a) a full build (`gpupool build --full-refresh`) of the demo month: 256 GPUs x 30 days;
-  (b) ingest plus (incremental) build of one more day on top of those 30 days;
-  (c) the same on top of 120 days of a smaller pool (--small-gpus, 32 by default);
+  - the full refresh of each home (`gpupool build --full-refresh`: runner.build_models with
+    full_refresh; it is also the build the home's history starts from);
+  - one more day on each home, on a fresh copy of the home each time (--repeat N, alternating
+    between the homes; the median is reported): the day's ingest of every source landed that day
+    (runner.ingest_days over that day, one publish, as `gpupool ingest` runs it) followed by the
+    incremental build with its checks (runner.build_models, one publish, as `gpupool build`).
 
-and the ratios (b)/(a) (target <= 0.1) and (c)/(b) (target <= 1.3). Builds go through
-pipelines.build.build, the in-process dbt build the CLI runs; ingest through pipelines.runner.ingest_days,
-as `gpupool ingest` does. Every home lives in a temporary folder.
+It prints each run as it goes (its ingest per source, dbt's build, the build's checks and publish,
+the time spent publishing, the heaviest models), then:
 
-The month comes from the simulator (31 days landed, the first 30 ingested, untimed) or, with
---demo-home, from a copy of a home that holds the demo month already; the 31st day is then simulated
-alone and landed next to it. (c) simulates 121 days of the small pool and ingests 120 (untimed).
+  - per history: one more day (median wall seconds and CPU seconds, its ingest and build, the
+    releases it published, the median peak RSS) and the full refresh (the same figures);
+  - the ratios (one more day at the longest history) / (one more day at the shortest), target <= 1.2,
+    and (one more day at the longest history) / (full refresh of that home), target <= 0.1, in wall
+    seconds (the targets), and also in CPU seconds and peak RSS;
+  - the per-model seconds of the day's build (dbt's run results, the median over repeats), the
+    heaviest first (--top, 15), one column per history, so what grows with history shows.
 
-Run:  PYTHONPATH=. .venv/bin/python bench/bench_build.py [--demo-home HOME] [--skip-c] [--keep DIR]
+Seconds are the step inside the child (ingest + build + publishes), not the interpreter's start and
+imports (printed apart as "process"), which cost the same whatever the history. CPU seconds (user and
+system, every thread, of the step) move less than wall seconds when other work shares the machine.
+Each step's figures are also appended to steps.jsonl in the scratch folder (kept with --keep).
+Peak RSS is the child's own ru_maxrss, read through a small wrapper process it is forked from (Linux
+carries a parent's high-water mark across fork and exec; tests/security/test_sql_resources.py does
+the same).
+If models/target/manifest.json is missing or stale, it is written first (`dbt parse`, as set-up does),
+so that each build loads it as a `gpupool build` on a set-up install does instead of parsing.
+
+--demo-month adds the former figures: a full refresh of the demo month (the default pool, 256 GPUs x
+30 days, simulated, or a copy of --demo-home) and one more day on top of it, and their ratio.
+
+Run:  PYTHONPATH=. .venv/bin/python bench/bench_build.py [--gpus 32] [--history 30,120] [--repeat 3]
+          [--top 15] [--keep DIR] [--demo-month [--demo-home HOME]]
+Most of a run is the untimed set-up, simulating and ingesting the history: on the 2-core machine
+shared with other work (load average 18), simulating 121 days of 32 GPUs took 4 minutes and ingesting
+30 of them 13 minutes; a run there takes over an hour.
 """
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
+import os
 import shutil
+import statistics
+import subprocess
+import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from allocator.sim.simulator import simulate
-from pipelines import runner
-from pipelines.build import build
-from pipelines.sources.registry import SOURCES
-from pipelines.warehouse import Warehouse
-
+REPO_ROOT = Path(__file__).resolve().parents[1]
 START = dt.date(2026, 11, 1)
-SEED = 7
+DAY_TARGET = 1.2  # one more day at the longest history / at the shortest
+FULL_TARGET = 0.1  # one more day at the longest history / a full refresh of that home
+
+# Runs the measured command as its own child and writes that child's peak resident bytes: a process
+# forked from this (large) one would carry its high-water mark across exec; this small wrapper is the
+# image the measured process is forked from.
+_MEASURED = """import os, sys
+pid = os.fork()
+if pid == 0:
+    os.execvp(sys.argv[2], sys.argv[2:])
+_, status, usage = os.wait4(pid, 0)
+with open(sys.argv[1], "w") as f:
+    f.write(str(usage.ru_maxrss * 1024))
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
 
 
-def landed_sources(wh: Warehouse) -> list[str]:
-    return [name for name in SOURCES if (wh.landing / name).is_dir()]
+# -- the child: one timed step ----------------------------------------------------------------------
+def _resident_bytes() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
 
 
-def simulated_home(home: Path, days: int, gpus: int | None) -> Warehouse:
-    """A home with `days` + 1 simulated days landed and the first `days` ingested and built."""
-    wh = Warehouse(home)
-    simulate(wh.landing, days=days + 1, gpus=gpus, seed=SEED, start=START)
-    runner.ingest_days(wh, landed_sources(wh), START, START + dt.timedelta(days=days - 1))
-    return wh
+def child(spec_path: Path) -> None:
+    """Run one step (spec: action "day" or "full", home, day, sources) and write its figures to spec["out"].
+    Publishes and dbt's build are timed by wrapping them here (measurement only: nothing else changes)."""
+    spec = json.loads(spec_path.read_text())
+    from pipelines import runner
+    from pipelines.warehouse import Warehouse
 
+    spent = {"publish": 0.0, "dbt": 0.0}
 
-def demo_home(copy_of: Path, home: Path, scratch: Path) -> Warehouse:
-    """A copy of a demo-month home, with the simulator's 31st day landed next to it."""
-    shutil.copytree(copy_of, home)
-    wh = Warehouse(home)
-    sim = scratch / "sim31"
-    simulate(sim, days=31, seed=SEED, start=START)
-    day = (START + dt.timedelta(days=30)).isoformat()
-    for folder in sim.glob(f"*/{day}"):
-        shutil.copytree(folder, wh.landing / folder.parent.name / day, dirs_exist_ok=True)
-    return wh
+    def clocked(what: str, fn):
+        def wrapper(*args, **kwargs):
+            started = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[what] += time.perf_counter() - started
+        return wrapper
 
-
-def timed(label: str, fn) -> float:
-    """Run fn, print its seconds (and, for a build, its slowest models); the seconds."""
+    Warehouse.publish = clocked("publish", Warehouse.publish)
+    runner.build = clocked("dbt", runner.build)  # pipelines.build.build as runner.build_models calls it
+    wh = Warehouse(Path(spec["home"]))
+    before = wh.current_release()
+    resident = _resident_bytes()
+    marks: list[tuple[float, str]] = []
+    cpu = time.process_time()
     started = time.perf_counter()
-    result = fn()
+    ingest_s = 0.0
+    if spec["action"] == "day":
+        day = dt.date.fromisoformat(spec["day"])
+        runner.ingest_days(wh, spec["sources"], day, day,
+                           on_step=lambda msg: marks.append((time.perf_counter(), msg.split()[1])))
+        ingest_s = time.perf_counter() - started
+    builds = runner.build_models(wh, full_refresh=spec["action"] == "full")
     seconds = time.perf_counter() - started
-    built = f", {len(result)} seeds and models" if label.startswith("build") else ""
-    print(f"  {label}: {seconds:.1f} s{built}", flush=True)
-    if label.startswith("build"):
-        slowest = sorted(result, key=lambda b: -b.seconds)[:5]
-        print("    slowest: " + ", ".join(f"{b.name} ({b.kind}) {b.seconds:.1f} s" for b in slowest), flush=True)
-    return seconds
+    cpu_s = time.process_time() - cpu
+    after = wh.current_release()
+    ends = [t for t, _ in marks[1:]] + [started + ingest_s] if marks else []
+    got = {
+        "seconds": seconds, "cpu_s": cpu_s, "ingest_s": ingest_s, "build_s": seconds - ingest_s,
+        "publish_s": spent["publish"], "dbt_s": spent["dbt"],
+        "sources": {name: end - t for (t, name), end in zip(marks, ends, strict=True)},
+        "models": [[b.name, b.kind, b.seconds] for b in builds],
+        "releases": (after or 0) - (before or 0), "resident_before_step": resident,
+    }
+    Path(spec["out"]).write_text(json.dumps(got))
+    # every step's figures (not its peak RSS, which the wrapper reads after it), kept with --keep
+    with open(Path(spec["out"]).parent / "steps.jsonl", "a") as log:
+        log.write(json.dumps({**spec, **got}) + "\n")
 
 
-def next_day(wh: Warehouse, days: int) -> float:
-    """Ingest the day after `days` days of history and build incrementally; the seconds taken."""
-    day = START + dt.timedelta(days=days)
-    ingest = timed(f"ingest {day}", lambda: runner.ingest_days(wh, landed_sources(wh), day, day))
-    built = timed("build (incremental)", lambda: build(wh))
-    return ingest + built
+# -- the parent ----------------------------------------------------------------------------------------
+@dataclass
+class Run:
+    seconds: float
+    cpu_s: float  # the step's CPU time, user and system, all threads: less sensitive to a shared machine
+    ingest_s: float
+    build_s: float
+    process_s: float  # the child's wall clock, interpreter start and imports included
+    peak_rss: int
+    resident_before_step: int
+    releases: int
+    publish_s: float  # in Warehouse.publish (every release of the step)
+    dbt_s: float  # in pipelines.build.build (dbt's build of the models, the copy and swap of the file)
+    sources: dict[str, float]  # ingest seconds per source, the last one's with the ingest's publish
+    models: dict[str, tuple[str, float]]  # name -> (kind, seconds)
+
+    @property
+    def models_s(self) -> float:
+        return sum(s for _, s in self.models.values())
+
+
+@dataclass
+class Home:
+    label: str
+    path: Path
+    history: int  # days ingested
+    full: list[Run] = field(default_factory=list)
+    days: list[Run] = field(default_factory=list)
+
+    @property
+    def next_day(self) -> dt.date:
+        return START + dt.timedelta(days=self.history)
+
+
+def mib(n: float) -> str:
+    return f"{n / 2**20:,.0f} MiB"
+
+
+def measured(action: str, home: Path, scratch: Path, day: dt.date | None = None,
+             sources: list[str] | None = None) -> Run:
+    """Run one step in a child process (through the wrapper) and read back its figures."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    spec, out, peak = scratch / "step.json", scratch / "step.out.json", scratch / "step.peak"
+    for path in (out, peak):
+        path.unlink(missing_ok=True)
+    spec.write_text(json.dumps({"action": action, "home": str(home), "day": day and day.isoformat(),
+                                "sources": sources, "out": str(out)}))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", _MEASURED, str(peak), sys.executable, str(Path(__file__).resolve()),
+                           "--child", str(spec)], check=False, env=env, cwd=REPO_ROOT, capture_output=True, text=True)
+    process_s = time.perf_counter() - started
+    if done.returncode:
+        raise SystemExit(f"the {action} step on {home} failed (exit {done.returncode}):\n{done.stdout}{done.stderr}")
+    got = json.loads(out.read_text())
+    return Run(got["seconds"], got["cpu_s"], got["ingest_s"], got["build_s"], process_s, int(peak.read_text()),
+               got["resident_before_step"], got["releases"], got["publish_s"], got["dbt_s"], got["sources"],
+               {name: (kind, seconds) for name, kind, seconds in got["models"]})
+
+
+def show(label: str, run: Run) -> None:
+    heaviest = sorted(run.models.items(), key=lambda m: -m[1][1])[:3]
+    ingest = ""
+    if run.sources:
+        each = ", ".join(f"{name.removeprefix('raw_')} {s:.1f}" for name, s in sorted(run.sources.items(), key=lambda x: -x[1]))
+        ingest = f"ingest {run.ingest_s:.1f} s ({each}); "
+    print(f"  {label}: {run.seconds:.1f} s ({run.cpu_s:.1f} s CPU), peak RSS {mib(run.peak_rss)} ({mib(run.resident_before_step)} after "
+          f"imports; process {run.process_s:.1f} s with them), {run.releases} release(s) published\n"
+          f"    {ingest}build {run.build_s:.1f} s: dbt {run.dbt_s:.1f} s ({len(run.models)} nodes, models "
+          f"{run.models_s:.1f} s), checks and publish {run.build_s - run.dbt_s:.1f} s; publishes {run.publish_s:.1f} s "
+          f"in all\n    heaviest: " + ", ".join(f"{name} {s:.1f} s" for name, (_, s) in heaviest), flush=True)
+
+
+def landed_sources(landing: Path, day: dt.date | None = None) -> list[str]:
+    """The sources with files landed (on `day` only, when given)."""
+    from pipelines.sources.registry import SOURCES
+
+    return [name for name in SOURCES
+            if (landing / name).is_dir() and (day is None or (landing / name / day.isoformat()).is_dir())]
+
+
+def link_days(landing: Path, into: Path, days: int) -> None:
+    """Hard-link the first `days` days' folders of a landing zone into another (ingest only reads them)."""
+    wanted = {(START + dt.timedelta(days=i)).isoformat() for i in range(days)}
+    for folder in sorted(landing.glob("*/*")):
+        if folder.is_dir() and folder.name in wanted:
+            shutil.copytree(folder, into / folder.parent.name / folder.name, copy_function=os.link)
+
+
+def ingest_history(home: Home) -> None:
+    """Ingest the home's history in one run of days (untimed set-up)."""
+    from pipelines import runner
+    from pipelines.warehouse import Warehouse
+
+    wh = Warehouse(home.path)
+    started = time.perf_counter()
+    last = START + dt.timedelta(days=home.history - 1)
+    runner.ingest_days(wh, landed_sources(wh.landing), START, last)
+    print(f"  {home.label}: ingested {START}..{last} in {time.perf_counter() - started:.0f} s (set-up, untimed)",
+          flush=True)
+
+
+def copy_home(home: Path, to: Path) -> None:
+    """A copy of a home (cp -a: the release hard-linked as warehouse.duckdb stays one file)."""
+    shutil.rmtree(to, ignore_errors=True)
+    subprocess.run(["cp", "-a", str(home), str(to)], check=True)
+
+
+def one_more_day(home: Home, scratch: Path, keep: bool) -> Run:
+    copy = scratch / f"{home.path.name}-day{home.history + 1}"
+    copy_home(home.path, copy)
+    run = measured("day", copy, scratch, home.next_day, landed_sources(copy / "landing", home.next_day))
+    if not keep:
+        shutil.rmtree(copy)
+    return run
+
+
+def ensure_manifest() -> None:
+    """models/target/manifest.json, as set-up writes it: without it every build would parse the project."""
+    from pipelines.resources import dbt as dbt_resource
+
+    if dbt_resource.is_stale():
+        started = time.perf_counter()
+        dbt_resource.parse()
+        print(f"wrote models/target/manifest.json (dbt parse, as set-up does) in {time.perf_counter() - started:.0f} s",
+              flush=True)
+
+
+def median_run(runs: list[Run]) -> dict:
+    def med(values) -> float:
+        return statistics.median(list(values))
+
+    models: dict[str, tuple[str, float]] = {}
+    for name in {n for r in runs for n in r.models}:
+        kinds = [r.models[name][0] for r in runs if name in r.models]
+        models[name] = (kinds[0], med(r.models[name][1] for r in runs if name in r.models))
+    return {
+        **{what: med(getattr(r, what) for r in runs)
+           for what in ("seconds", "cpu_s", "ingest_s", "build_s", "dbt_s", "models_s", "publish_s", "peak_rss")},
+        "sources": {name: med(r.sources.get(name, 0.0) for r in runs) for name in {n for r in runs for n in r.sources}},
+        "releases": sorted({r.releases for r in runs}),
+        "models": models,
+    }
+
+
+def report(homes: list[Home], top: int) -> None:
+    print("\n== summary (seconds: the step in its process; the machine is shared, so compare medians and ratios)")
+    med = {h.label: median_run(h.days) for h in homes}
+    for h in homes:
+        m, full = med[h.label], h.full[0]
+        runs = ", ".join(f"{r.seconds:.1f}" for r in h.days)
+        sources = ", ".join(f"{n.removeprefix('raw_')} {s:.1f}" for n, s in sorted(m["sources"].items(), key=lambda x: -x[1]))
+        print(f"{h.label}: one more day ({h.next_day}) {m['seconds']:.1f} s ({m['cpu_s']:.1f} s CPU), median of "
+              f"{len(h.days)} [{runs}], "
+              f"peak RSS {mib(m['peak_rss'])}\n"
+              f"    ingest {m['ingest_s']:.1f} s ({sources}); build {m['build_s']:.1f} s: dbt {m['dbt_s']:.1f} s "
+              f"(models {m['models_s']:.1f} s); releases published {m['releases']}, publishes {m['publish_s']:.1f} s\n"
+              f"  full refresh {full.seconds:.1f} s ({full.cpu_s:.1f} s CPU; dbt {full.dbt_s:.1f} s, models {full.models_s:.1f} s), peak RSS "
+              f"{mib(full.peak_rss)}; one more day / full refresh = {m['seconds'] / full.seconds:.3f} "
+              f"({m['cpu_s'] / full.cpu_s:.3f} in CPU)")
+    short, long = homes[0], homes[-1]
+    day_long = med[long.label]
+    if len(homes) > 1:
+        day_short = med[short.label]
+        ratio = day_long["seconds"] / day_short["seconds"]
+        print(f"one more day at {long.history} days / at {short.history} days = {ratio:.2f} (target <= {DAY_TARGET}: "
+              f"{'met' if ratio <= DAY_TARGET else 'NOT met'}); in CPU {day_long['cpu_s'] / day_short['cpu_s']:.2f}, "
+              f"peak RSS {day_long['peak_rss'] / day_short['peak_rss']:.2f}")
+    ratio = day_long["seconds"] / long.full[0].seconds
+    print(f"one more day at {long.history} days / full refresh of that home = {ratio:.3f} (target <= {FULL_TARGET}: "
+          f"{'met' if ratio <= FULL_TARGET else 'NOT met'}); in CPU {day_long['cpu_s'] / long.full[0].cpu_s:.3f}, "
+          f"peak RSS {day_long['peak_rss'] / long.full[0].peak_rss:.2f}")
+
+    names = sorted({n for h in homes for n in med[h.label]["models"]},
+                   key=lambda n: -med[long.label]["models"].get(n, ("", 0.0))[1])
+    print(f"\nper-model seconds of the day's build (dbt run results, median of repeats), heaviest at "
+          f"{long.history} days first; top {top} of {len(names)}:")
+    width = max(len(n) for n in names[:top]) if names else 10
+    header = "".join(f"{h.history:>8}d" for h in homes)
+    print(f"  {'model':<{width}}  {'kind':<11}{header}" + ("   growth" if len(homes) > 1 else ""))
+
+    def cell(h: Home, name: str) -> str:
+        found = med[h.label]["models"].get(name)
+        return f"{found[1]:>9.2f}" if found else f"{'-':>9}"
+
+    for name in names[:top]:
+        kind = next(med[h.label]["models"][name][0] for h in homes if name in med[h.label]["models"])
+        first, last = med[short.label]["models"].get(name), med[long.label]["models"].get(name)
+        growth = f"{last[1] / first[1]:>8.2f}x" if first and last and first[1] > 0 else ""
+        print(f"  {name:<{width}}  {kind:<11}" + "".join(cell(h, name) for h in homes)
+              + (f" {growth}" if len(homes) > 1 else ""))
+    totals = "".join(f"{sum(s for _, s in med[h.label]['models'].values()):>9.2f}" for h in homes)
+    print(f"  {'all ' + str(len(names)) + ' nodes (sum)':<{width}}  {'':<11}{totals}")
+
+
+def demo_month(args, scratch: Path) -> None:
+    """The former figures: a full refresh of the demo month and one more day on top of it."""
+    from allocator.sim.simulator import simulate
+
+    print("\n== demo month: the default pool (256 GPUs) x 30 days", flush=True)
+    home = Home("demo month", scratch / "demo-month", 30)
+    if args.demo_home:
+        shutil.copytree(args.demo_home, home.path, symlinks=True)
+        sim = scratch / "demo-sim"
+        simulate(sim, days=31, seed=args.seed, start=START)
+        day = home.next_day.isoformat()
+        for folder in sim.glob(f"*/{day}"):
+            shutil.copytree(folder, home.path / "landing" / folder.parent.name / day, dirs_exist_ok=True)
+        shutil.rmtree(sim)
+    else:
+        simulate(home.path / "landing", days=31, seed=args.seed, start=START)
+        ingest_history(home)
+    home.full.append(measured("full", home.path, scratch))
+    show("full refresh", home.full[0])
+    for _ in range(args.repeat):
+        home.days.append(one_more_day(home, scratch, bool(args.keep)))
+        show(f"one more day ({home.next_day})", home.days[-1])
+    m = median_run(home.days)
+    print(f"demo month: one more day {m['seconds']:.1f} s / full refresh {home.full[0].seconds:.1f} s = "
+          f"{m['seconds'] / home.full[0].seconds:.3f} (target <= {FULL_TARGET})")
+    if not args.keep:
+        shutil.rmtree(home.path)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--demo-home", type=Path, help="a home holding the demo month (copied, not modified)")
-    parser.add_argument("--small-gpus", type=int, default=32, help="pool size for (c)")
-    parser.add_argument("--skip-c", action="store_true", help="leave out (c), 120 days of history")
+    parser.add_argument("--gpus", type=int, default=32, help="simulated pool size, the same for every home")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--history", default="30,120", help="days of history of each home, comma-separated")
+    parser.add_argument("--repeat", type=int, default=1, help="times one more day is timed per home (median)")
+    parser.add_argument("--top", type=int, default=15, help="models listed per build")
     parser.add_argument("--keep", type=Path, help="build the homes under this new folder and keep them")
+    parser.add_argument("--demo-month", action="store_true",
+                        help="also the demo month (256 GPUs x 30 days): full refresh and one more day")
+    parser.add_argument("--demo-home", type=Path, help="with --demo-month: a home holding it (copied, not modified)")
+    parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        child(args.child)
+        return
+    histories = sorted({int(h) for h in args.history.split(",") if h.strip()})
+    if not histories or histories[0] < 1 or args.repeat < 1:
+        parser.error("--history takes positive day counts; --repeat at least 1")
+    if args.keep and args.keep.exists():
+        parser.error(f"--keep {args.keep}: exists already")
 
+    from allocator.sim.simulator import simulate
+
+    ensure_manifest()
     with tempfile.TemporaryDirectory(prefix="bench-build-") as tmp:
-        scratch = args.keep or Path(tmp)
-        print("(a) full build of the demo month (256 GPUs x 30 days)", flush=True)
-        if args.demo_home:
-            wh = demo_home(args.demo_home, scratch / "month", scratch)
-        else:
-            wh = simulated_home(scratch / "month", 30, None)
-        a = timed("build --full-refresh", lambda: build(wh, full_refresh=True))
-        print("(b) ingest + build of day 31 on top of 30 days", flush=True)
-        b = next_day(wh, 30)
-        if not args.keep:
-            shutil.rmtree(wh.home)
-        c = None
-        if not args.skip_c:
-            print(f"(c) ingest + build of day 121 on top of 120 days ({args.small_gpus} GPUs)", flush=True)
-            small = simulated_home(scratch / "long", 120, args.small_gpus)
-            timed("build --full-refresh (set-up, not compared)", lambda: build(small, full_refresh=True))
-            c = next_day(small, 120)
-
-    print(f"(a) {a:.1f} s   (b) {b:.1f} s   (b)/(a) = {b / a:.3f} (target <= 0.1)")
-    if c is not None:
-        print(f"(c) {c:.1f} s   (c)/(b) = {c / b:.2f} (target <= 1.3)")
+        scratch = args.keep.resolve() if args.keep else Path(tmp)
+        homes = [Home(f"{h} days", scratch / f"h{h}", h) for h in histories]
+        longest = homes[-1]
+        started = time.perf_counter()
+        # Simulated once: a shorter run of the simulator is not a prefix of a longer one (its draws
+        # depend on the days asked), so the shorter homes link the first days of the longest one's landing.
+        simulate(longest.path / "landing", days=longest.history + 1, gpus=args.gpus, seed=args.seed, start=START)
+        print(f"== {args.gpus} GPUs, seed {args.seed}: simulated {longest.history + 1} days in "
+              f"{time.perf_counter() - started:.0f} s (set-up, untimed)", flush=True)
+        for home in homes[:-1]:
+            link_days(longest.path / "landing", home.path / "landing", home.history + 1)
+        for home in homes:
+            ingest_history(home)
+            home.full.append(measured("full", home.path, scratch))
+            show(f"{home.label}: full refresh", home.full[0])
+        for r in range(args.repeat):  # alternating between the homes: the machine's load drifts
+            for home in homes:
+                home.days.append(one_more_day(home, scratch, bool(args.keep)))
+                show(f"{home.label}: one more day ({home.next_day}), run {r + 1}", home.days[-1])
+        report(homes, args.top)
+        if args.demo_month:
+            demo_month(args, scratch)
+        for leftover in scratch.glob("step.*"):
+            leftover.unlink()
 
 
 if __name__ == "__main__":
