@@ -54,12 +54,6 @@ def _valid_text(text: str) -> str:
     return text
 
 
-def _finite(value: float) -> float:
-    if not math.isfinite(value):
-        raise ValueError("must be a finite number")
-    return value
-
-
 # Field types of the request bodies. Strict: a JSON string is not a number, true is not 1.
 Name = Annotated[StrictStr, Field(min_length=1, max_length=MAX_NAME), AfterValidator(_valid_text)]
 Text = Annotated[StrictStr, Field(max_length=MAX_TEXT), AfterValidator(_valid_text)]

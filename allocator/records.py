@@ -210,25 +210,6 @@ class MemorySink:
         return "".join(dumps(r) + "\n" for r in self.audits)
 
 
-class TeeSink:
-    """Sends every record to each of several sinks (e.g. files and an in-memory cursor)."""
-
-    def __init__(self, *sinks: RecordSink) -> None:
-        self.sinks = sinks
-
-    def event(self, record: dict) -> None:
-        for sink in self.sinks:
-            sink.event(record)
-
-    def audit(self, record: dict) -> None:
-        for sink in self.sinks:
-            sink.audit(record)
-
-    def artifact(self, record: dict) -> None:
-        for sink in self.sinks:
-            sink.artifact(record)
-
-
 class JsonlDaySink:
     """Appends records to the daily landing files under `root`, buffered; `close()` flushes."""
 

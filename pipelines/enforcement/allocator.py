@@ -74,7 +74,7 @@ class AllocatorEnforcer:
 
 
 def request_body(action: Action) -> dict:
-    """The ActionRequest body of allocator/service.py (the actor is the token's principal)."""
+    """The ActionRequest body of allocator/api/bodies.py (the actor is the token's principal)."""
     body = {
         "kind": ActionKind(action.kind).value,
         "idempotency_key": action.idempotency_key,

@@ -279,7 +279,7 @@ def test_any_json_value_either_validates_or_is_refused_as_a_whole(value):
     """The models' own rule: what validates is clean, bounded JSON (the store could log and answer it)."""
     from pydantic import ValidationError
 
-    from allocator.service import ActionRequest, JobCancel, JobFinish, JobSubmit, QueuePatch
+    from allocator.api.bodies import ActionRequest, JobCancel, JobFinish, JobSubmit, QueuePatch
 
     for model, base in [
         (JobSubmit, TRAINING),

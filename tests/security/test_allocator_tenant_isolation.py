@@ -20,12 +20,11 @@ from pathlib import Path
 import pytest
 import requests
 import uvicorn
-from fastapi.routing import APIRoute
 
 from allocator.access import ACCESS_LOGGER
 from allocator.auth import parse_tokens
 from allocator.inputs import MAX_BODY_BYTES
-from allocator.service import create_app
+from allocator.service import api_routes, create_app
 from allocator.store import Store
 from tests.allocator.test_service import ADMIN, BOT, NLP, T0, TOKENS, TRAINING, VISION, small_pool
 
@@ -54,7 +53,7 @@ def api(tmp_path: Path) -> Iterator[Api]:
     app = create_app(
         store, parse_tokens(json.dumps(TOKENS), "test tokens"), clock=lambda: T0, tick_interval_s=None
     )
-    routes = [(m, r.path) for r in app.routes if isinstance(r, APIRoute) for m in sorted(r.methods)]
+    routes = api_routes(app)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -1,0 +1,1 @@
+"""One APIRouter per resource; `allocator.service.create_app` includes them all."""
