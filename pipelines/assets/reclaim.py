@@ -21,7 +21,7 @@ import dagster as dg
 import polars as pl
 
 from pipelines.assets.marts import reads
-from pipelines.connectors.scrape import utc_naive
+from pipelines.clock import utc_naive
 from pipelines.contracts import FINDING_SCHEMA, FINDINGS_DDL, FINDINGS_TABLE, PolicyKind
 from pipelines.governance.outbox import Outbox
 from pipelines.partitions import daily_partitions

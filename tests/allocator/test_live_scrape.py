@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from pathlib import Path
 
 import polars as pl
 import pytest
 import requests
 
+from pipelines.clock import utc_naive
 from pipelines.sources.dcgm_text import parse_dcgm_text
 from tests.allocator.test_durability import ADMIN, auth, running_server
 
@@ -60,7 +60,7 @@ def test_scraped_metrics_parse_clean_and_carry_the_running_job(tmp_path: Path):
             placement = job["gpus"]
             host = placement[0]["host"]
             url = f"{server.url}/nodes/{host}/metrics"
-            scraped_at = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+            scraped_at = utc_naive()
             # without a token the GPUs' values are there but no job is named (docs/allocator.md)
             anonymous = requests.get(url, timeout=5)
             assert anonymous.status_code == 200 and "hpc_job" not in anonymous.text
