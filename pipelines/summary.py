@@ -92,7 +92,7 @@ PENDING: dict[str, Pending] = {
         view="metrics.pool_period.idle_windows (the window's rows of metrics.idle_allocations)"),
     "reconciliation": Pending(
         sql="select finding, count(*) from metrics.telemetry_reconciliation group by 1 order by 1",
-        view="a count per finding over the window, e.g. metrics.reconciliation_findings (finding, rows)"),
+        view="metrics.reconciliation_findings (new): finding, rows (a count per finding over the window)"),
 }
 
 
