@@ -12,7 +12,7 @@ Layout under the gpupool home (default ./.gpupool):
 
 Why (docs/architecture.md, "Storage: the lakehouse decision"): DuckDB refuses every open of a file a
 process writes. Readers therefore never open the writers' file: each committed write is published as
-a new file (a copy of the writers' file, 0.3 s for the demo month's 580 MB) renamed over
+a new file (a copy of the writers' file: bench/README.md, "Figures the code's choices rest on") renamed over
 warehouse.duckdb. A reader keeps the release it opened, the next open gets the new one, and nobody
 ever holds a write lock on a published file. The bulk of the data, the telemetry, is written to Delta
 outside the writers' lock, so partitions load in parallel; a kill -9 leaves Delta at its last commit.
@@ -374,8 +374,8 @@ class Warehouse:
 
     # -- schema ------------------------------------------------------------------------------
     def ensure_schema(self, con: duckdb.DuckDBPyConnection) -> None:
-        # One transaction: each statement committed on its own flushes the WAL, which made a new
-        # home's schema 58 ms instead of 14 (bench/README.md, the DCGM ingest). In place, it is 4 ms.
+        # One transaction: each statement committed on its own flushes the WAL, several times slower
+        # (bench/README.md, "Figures the code's choices rest on").
         con.execute("begin transaction")
         try:
             for schema in SCHEMAS:

@@ -1,9 +1,9 @@
 """The scrape domain: the dcgm-exporter scrape sensor, one scrape round per tick, and the day's
 re-ingest now and then.
 
-Dagster's sensor daemon evaluates sensors in a loop of at least 5 s (dagster 1.13,
-`_daemon/sensor.py`), so a sensor can tick every 15 s, which a cron schedule (one minute at
-best) cannot. Each tick:
+Dagster's sensor daemon evaluates sensors in a loop of a few seconds (`dagster/_daemon/sensor.py`
+of the pinned dagster; bench/README.md, "Figures the code's choices rest on"), so a sensor can tick
+every 15 s, which a cron schedule (one minute at best) cannot. Each tick:
 
 1. scrapes every target once through the `telemetry` resource (live HTTP, or a folder of files);
 2. writes the round's samples to `landing/dcgm_parquet/<day>/scrape-<HHMMSS>-<id>.parquet` and

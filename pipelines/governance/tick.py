@@ -1,5 +1,7 @@
-"""One evaluation of the live idle policies against a running allocator: the `idle_reclaim`
-sensor's pure core (pipelines/assets/reclaim.py is the thin Dagster wrapper).
+"""One evaluation of the live idle policies against a running allocator: the body of the
+`idle_reclaim` sensor (pipelines/assets/reclaim.py is the thin Dagster wrapper). Not pure: it calls the
+allocator's API, appends the pulled logs to the landing zone, records and delivers through the outbox
+(SQLite) and flushes the decision log; the rules it calls (pipelines/policies/) are the pure part.
 
 A tick, at `now` (UTC, naive):
 
