@@ -30,7 +30,7 @@ from pipelines.connectors.prometheus import PrometheusConfig
 from pipelines.paths import REPO_ROOT
 from pipelines.sources.dcgm_text import parse_dcgm_text
 from pipelines.warehouse import Warehouse
-from tests.allocator.test_live_scrape import JOBS
+from tests.allocator.helpers import SHARE_MODE_JOBS
 from tests.connectors.conftest import LoopbackServer, backfill_and_ingest, free_port, send
 
 pytestmark = pytest.mark.slow
@@ -204,7 +204,7 @@ def test_backfill_from_a_real_prometheus_matches_what_the_exporters_served(
     prometheus_binary, allocator, tmp_path
 ):
     jobs = []
-    for body in JOBS:
+    for body in SHARE_MODE_JOBS:
         r = requests.post(
             f"{allocator}/v1/jobs", json=body, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=5
         )

@@ -18,8 +18,7 @@ from pipelines.policies.catalog import default_lookback, load_catalog
 from pipelines.resources.governance import GovernanceResource
 from pipelines.resources.warehouse import WarehouseResource
 from pipelines.warehouse import Warehouse
-from tests.governance.conftest import BOT, T0, TRAINING
-from tests.governance.test_allocator_api import submit
+from tests.governance.conftest import BOT, T0, TRAINING, submit
 from tests.models.builders import at, build, event, gpu, load, placement, quota, series, simple_job
 
 

@@ -6,55 +6,14 @@ other Slurm tests find it as they expect.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from allocator.model import Action, ActionKind, Outcome
 from pipelines.clock import utc_naive
-from pipelines.enforcement.base import ActionLedger
-from pipelines.enforcement.slurm import SlurmEnforcer, slurm_node
 from pipelines.sources.allocator_log import parse_audit_log
-from tests.slurm.conftest import SlurmCluster, slurm
-from tests.slurm.test_slurm_enforcement import Recorder
+from tests.slurm.conftest import NODE, node_state, slurm
 
 pytestmark = pytest.mark.slow
-
-NODE = "localhost"
-
-
-def node_state() -> tuple[str, str | None]:
-    """The node's State and Reason, as `scontrol show node` has them."""
-    node = slurm_node(slurm("scontrol", "-o", "show", "node", NODE))
-    return node.state, node.reason
-
-
-def resume_if_drained() -> None:
-    state, _ = node_state()
-    if "DRAIN" in state:
-        slurm("scontrol", "update", f"NodeName={NODE}", "State=RESUME")
-
-
-@pytest.fixture
-def cluster(slurm_cluster: SlurmCluster) -> Iterator[SlurmCluster]:
-    slurm_cluster.cancel_all()
-    resume_if_drained()
-    try:
-        yield slurm_cluster
-    finally:
-        resume_if_drained()
-        slurm_cluster.cancel_all()
-
-
-@pytest.fixture
-def recorder() -> Recorder:
-    return Recorder()
-
-
-@pytest.fixture
-def enforcer(tmp_path, recorder) -> SlurmEnforcer:
-    return SlurmEnforcer(ActionLedger(tmp_path / "ledger.db", tmp_path / "landing", "slurm"), run=recorder)
-
 
 def _audit(tmp_path) -> list[dict]:
     day_file = tmp_path / "landing" / "allocator_audit" / utc_naive().date().isoformat() / "slurm.jsonl"

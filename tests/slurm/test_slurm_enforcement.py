@@ -2,14 +2,11 @@
 from __future__ import annotations
 
 import dataclasses
-import threading
-from collections.abc import Sequence
 
 import pytest
 
 from allocator.model import Action, ActionKind, Outcome
 from pipelines.clock import utc_naive
-from pipelines.connectors.slurm import CommandResult, run_command
 from pipelines.enforcement.base import ActionLedger
 from pipelines.enforcement.slurm import SlurmEnforcer
 from pipelines.sources.allocator_log import parse_audit_log
@@ -19,22 +16,6 @@ from tests.slurm.conftest import SlurmCluster, slurm
 pytestmark = pytest.mark.slow
 
 ROLES = ("reclaim", "concurrent", "preempt", "no_requeue", "cap", "protected", "remind")
-
-
-class Recorder:
-    """Runs the real commands and remembers them (thread-safe)."""
-
-    def __init__(self):
-        self.calls: list[tuple[str, ...]] = []
-        self._lock = threading.Lock()
-
-    def __call__(self, argv: Sequence[str], timeout_s: float) -> CommandResult:
-        with self._lock:
-            self.calls.append(tuple(argv))
-        return run_command(argv, timeout_s)
-
-    def count(self, *prefix: str) -> int:
-        return sum(1 for call in self.calls if call[: len(prefix)] == prefix)
 
 
 @pytest.fixture(scope="module")
@@ -48,16 +29,6 @@ def jobs(slurm_cluster: SlurmCluster) -> dict[str, str]:
     c.wait_running(*out.values())
     out["held"] = c.submit(name="enforce-held", hold=True)
     return out
-
-
-@pytest.fixture
-def recorder() -> Recorder:
-    return Recorder()
-
-
-@pytest.fixture
-def enforcer(tmp_path, recorder) -> SlurmEnforcer:
-    return SlurmEnforcer(ActionLedger(tmp_path / "ledger.db", tmp_path / "landing", "slurm"), run=recorder)
 
 
 def _audit(tmp_path) -> list[dict]:
