@@ -6,8 +6,9 @@ call these, so the CLI needs neither dagster-dbt nor the dbt assets to build.
 """
 from __future__ import annotations
 
+import datetime as dt
+
 from pipelines.catalog import catalog_mismatches
-from pipelines.clock import utc_naive
 from pipelines.config import ConfigError
 from pipelines.contracts import EXEMPTIONS_CHECK, EXEMPTIONS_TABLE
 from pipelines.policies.catalog import CatalogError
@@ -29,7 +30,7 @@ def load_exemptions(wh: Warehouse) -> str | None:
     except (CatalogError, ConfigError) as exc:
         wh.record_check(EXEMPTIONS_CHECK, BUILD_ASSET, None, False, "WARN", 1, {"error": str(exc)})
         return str(exc)
-    loaded_at = utc_naive()
+    loaded_at = dt.datetime.now(dt.UTC).replace(tzinfo=None)
     rows = [[e.tenant, e.policy, e.queue, e.job_id, e.reason, e.granted_by, e.expires_at, loaded_at] for e in entries]
     with wh.writer() as con:
         con.execute("begin transaction")
