@@ -26,6 +26,9 @@ class Template(StrEnum):
     INTERACTIVE = "interactive"  # gets idle reminders
 
 
+TEMPLATES: tuple[str, ...] = tuple(t.value for t in Template)  # for parsers, suites and policy look-ups
+
+
 class JobState(StrEnum):
     PENDING = "PENDING"
     RUNNING = "RUNNING"

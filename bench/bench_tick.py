@@ -47,8 +47,8 @@ from allocator.model import ActionResult, Outcome
 from pipelines.connectors.allocator import LANDING
 from pipelines.governance.live import SCRAPE_SOURCE
 from pipelines.governance.outbox import Outbox
-from pipelines.governance.tick import default_lookback, governance_tick, live_inputs
-from pipelines.policies.catalog import load_catalog
+from pipelines.governance.tick import governance_tick, live_inputs
+from pipelines.policies.catalog import default_lookback, load_catalog
 from pipelines.policies.evaluate import evaluate
 from pipelines.policies.model import LIVE_KINDS, Exemption
 from pipelines.policies.planner import plan

@@ -26,6 +26,7 @@ import polars as pl
 import pyarrow as pa
 import streamlit as st
 
+from pipelines.clock import utc_naive
 from pipelines.contracts import EXEMPTIONS_CHECK, EXEMPTIONS_TABLE, REVIEW_PACKS_TABLE
 from pipelines.paths import default_home
 from pipelines.sandbox import QueryLimitExceeded, check_read_only, guarded
@@ -45,9 +46,7 @@ class WarehouseMissing(RuntimeError):
     """No warehouse file at the configured home."""
 
 
-def home() -> Path:
-    configured = os.environ.get("GPUPOOL_HOME")
-    return Path(configured) if configured else default_home()
+home = default_home  # $GPUPOOL_HOME or ./.gpupool: pipelines.paths owns where the home is
 
 
 def db_path() -> Path:
@@ -459,7 +458,7 @@ def exemptions(now: dt.datetime | None = None) -> pl.DataFrame:
     UTC): presentation of the entries' expiry, not a metric."""
     rows = query("select tenant, policy, queue, job_id, reason, granted_by, expires_at "
                  f"from {EXEMPTIONS_TABLE} order by expires_at desc, tenant, policy, queue, job_id")
-    now = now or dt.datetime.now(dt.UTC).replace(tzinfo=None)
+    now = now or utc_naive()
     return rows.with_columns(
         is_expired=pl.col("expires_at") <= now,
         days_left=((pl.col("expires_at") - now).dt.total_seconds().clip(lower_bound=0) / 86400).round(1))

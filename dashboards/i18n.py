@@ -1,8 +1,11 @@
 """The interface in English or Chinese. Metric names and definitions come from the catalog's own
-en/zh labels; this holds the words of the interface itself."""
+en/zh labels, column headings the packs also use from pipelines/labels.py; this holds the words of
+the interface itself."""
 from __future__ import annotations
 
 import streamlit as st
+
+from pipelines.labels import COLUMN_LABELS
 
 LANGUAGES = {"en": "English", "zh": "中文"}
 
@@ -10,9 +13,6 @@ STRINGS: dict[str, dict[str, str]] = {
     "app_title": {"en": "gpupool governance", "zh": "gpupool 治理"},
     "language": {"en": "Language", "zh": "语言"},
     "period": {"en": "Period", "zh": "时间段"},
-    "tenant": {"en": "Tenant", "zh": "租户"},
-    "queue": {"en": "Queue", "zh": "队列"},
-    "gpu_model": {"en": "GPU model", "zh": "GPU 型号"},
     "all": {"en": "All", "zh": "全部"},
     "signed_in_as": {"en": "Signed in as", "zh": "当前用户"},
     "sign_in": {"en": "Sign in", "zh": "登录"},
@@ -79,8 +79,6 @@ STRINGS: dict[str, dict[str, str]] = {
     "ch_host_day": {"en": "{what} per host and day", "zh": "各主机每日{what}"},
     "ch_audit": {"en": "Audit records per day, by category", "zh": "每日审计记录（按类别）"},
     "final_state": {"en": "final state", "zh": "最终状态"},
-    "template": {"en": "template", "zh": "模板"},
-    "outcome": {"en": "outcome", "zh": "结果"},
     "source_axis": {"en": "source", "zh": "来源"},
     "error_kind": {"en": "error kind", "zh": "错误类型"},
     "finding": {"en": "finding", "zh": "发现"},
@@ -116,7 +114,6 @@ STRINGS: dict[str, dict[str, str]] = {
                       "zh": "该时间段内没有治理步骤：策略未发现问题，或治理任务尚未运行（没有决策日志）。"},
     "steps_axis": {"en": "steps (actions)", "zh": "步骤（次）"},
     "enforcement_actions": {"en": "Enforcement actions", "zh": "执行动作"},
-    "action_kind": {"en": "Action kind", "zh": "动作类型"},
     "latest_rows": {"en": "The latest {n} rows.", "zh": "最近的 {n} 行。"},
     "reclaim_ledger": {"en": "Reclaim ledger", "zh": "回收台账"},
     "ledger_window": {"en": "Whole loaded window {first} … {last}, tenant {tenant} (metrics.governance_period).",
@@ -160,11 +157,7 @@ STRINGS: dict[str, dict[str, str]] = {
     "recommendations": {"en": "Recommendations", "zh": "建议"},
     "no_recommendations": {"en": "No capacity recommendations yet: run `gpupool recommend` (or the capacity asset).",
                            "zh": "还没有容量建议：请运行 `gpupool recommend`（或容量资产）。"},
-    "month": {"en": "Month", "zh": "月份"},
     "impact_axis": {"en": "GPU-hours addressed", "zh": "涉及的 GPU 小时"},
-    "confidence": {"en": "Confidence", "zh": "置信度"},
-    "quantity": {"en": "Quantity", "zh": "数量"},
-    "impact": {"en": "GPU-hours addressed", "zh": "涉及的 GPU 小时"},
     "wait_cause": {"en": "Wait cause", "zh": "等待原因"},
     "evidence": {"en": "Evidence", "zh": "证据"},
     "whatif": {"en": "What-if replay (predicted)", "zh": "假设回放（预测）"},
@@ -252,7 +245,6 @@ STRINGS: dict[str, dict[str, str]] = {
     "col_metric": {"en": "Metric", "zh": "指标"},
     "col_label_en": {"en": "English", "zh": "英文"},
     "col_label_zh": {"en": "Chinese", "zh": "中文"},
-    "col_unit": {"en": "Unit", "zh": "单位"},
     "col_grain": {"en": "Grain", "zh": "粒度"},
     "col_type": {"en": "Type", "zh": "类型"},
     "col_where": {"en": "View.column", "zh": "视图.列"},
@@ -410,27 +402,15 @@ STRINGS: dict[str, dict[str, str]] = {
                     "zh": "该时间段内没有审计到排空或解除排空操作。"},
     "h_host_axis": {"en": "host", "zh": "主机"},
     "day_axis": {"en": "day (UTC)", "zh": "日期（UTC）"},
-    "col_host": {"en": "Host", "zh": "主机"},
-    "col_gpu": {"en": "GPU", "zh": "GPU"},
-    "col_gpu_model": {"en": "GPU model", "zh": "GPU 型号"},
-    "col_day": {"en": "Day", "zh": "日期"},
-    "col_month": {"en": "Month", "zh": "月份"},
-    "col_tenant": {"en": "Tenant", "zh": "租户"},
-    "col_is_node_repeat_offender": {"en": "Node is a repeat offender", "zh": "节点反复故障"},
     "col_hardware_faults_last_30d": {"en": "Hardware faults, last 30 days", "zh": "近 30 天硬件故障"},
-    "col_first_fault_at": {"en": "First hardware fault", "zh": "首次硬件故障"},
-    "col_last_fault_at": {"en": "Last hardware fault", "zh": "最近硬件故障"},
     "col_hardware_xids": {"en": "Hardware XIDs", "zh": "硬件类 XID"},
     "col_application_xids": {"en": "Application XIDs (user code)", "zh": "应用类 XID（用户代码）"},
-    "col_xids_seen": {"en": "XID codes seen", "zh": "出现的 XID 代码"},
-    "col_ecc_dbe_errors": {"en": "ECC double-bit errors", "zh": "ECC 双比特错误"},
     "col_ecc_sbe_errors": {"en": "ECC single-bit errors", "zh": "ECC 单比特错误"},
     "col_warning_minutes": {"en": "Warning minutes (throttle, NVLink, PCIe)", "zh": "告警分钟数（降频、NVLink、PCIe）"},
     "col_gpus": {"en": "GPUs", "zh": "GPU 数"},
     "col_observed_gpu_hours": {"en": "Observed GPU-hours", "zh": "观测 GPU 小时"},
     "col_hardware_faults": {"en": "Hardware faults", "zh": "硬件故障次数"},
     "col_gpus_with_faults": {"en": "GPUs with a hardware fault", "zh": "出现硬件故障的 GPU"},
-    "col_cpus": {"en": "CPUs", "zh": "CPU 数"},
     "col_memory_total_bytes": {"en": "Memory (bytes)", "zh": "内存总量（字节）"},
     "col_minutes_with_data": {"en": "Minutes with data", "zh": "有数据的分钟数"},
     # jobs page: checkpoints and artifacts
@@ -465,14 +445,10 @@ STRINGS: dict[str, dict[str, str]] = {
                         "zh": "数据截止时运行中的 {n} 个训练尝试，按检查点由旧到新排序"
                               "（各尝试在 metrics.checkpoint_age 中的最新一行）。"},
     "no_checkpoint_yet": {"en": "none yet", "zh": "尚无"},
-    "col_job_id": {"en": "Job", "zh": "作业"},
     "col_attempt": {"en": "Attempt", "zh": "尝试"},
-    "col_queue": {"en": "Queue", "zh": "队列"},
     "col_checkpoint_policy": {"en": "Declared checkpoint policy", "zh": "声明的检查点策略"},
     "col_last_ok_checkpoint_at": {"en": "Last checkpoint (UTC)", "zh": "最近检查点（UTC）"},
     "col_is_checkpoint_overdue": {"en": "Overdue", "zh": "已超期"},
-    "col_breaches_without_checkpoint": {"en": "Breaches without any checkpoint", "zh": "完全无检查点的违反"},
-    "col_attempts_with_time_policy": {"en": "Attempts with a time policy", "zh": "按时间策略的尝试数"},
     # audit page: the schedulers' admin changes
     "a_scheduler": {"en": "Scheduler admin changes (Slurm accounts, users, associations, QOS; Kueue quotas)",
                     "zh": "调度器管理变更（Slurm 账户、用户、关联、QOS；Kueue 配额）"},
@@ -485,16 +461,11 @@ STRINGS: dict[str, dict[str, str]] = {
                        "zh": "该时间段内没有 Slurm 管理事务或 Kueue 配额变更（数据源：slurm_sacctmgr、k8s_audit；"
                              "见 docs/connectors.md）。"},
     "col_occurred_at": {"en": "Time (UTC)", "zh": "时间（UTC）"},
-    "col_source": {"en": "Source", "zh": "来源"},
-    "col_actor": {"en": "Actor", "zh": "操作者"},
-    "col_category": {"en": "Category", "zh": "类别"},
-    "col_action": {"en": "Action", "zh": "操作"},
     "col_object_kind": {"en": "Object kind", "zh": "对象类型"},
     "col_object_namespace": {"en": "Namespace / account", "zh": "命名空间/账户"},
     "col_object_name": {"en": "Object", "zh": "对象"},
     "col_changed": {"en": "What changed", "zh": "变更内容"},
     "col_audit_id": {"en": "Audit id", "zh": "审计 ID"},
-    "cause": {"en": "Cause", "zh": "原因"},
     "cause_all": {"en": "All ended attempts", "zh": "全部结束的尝试"},
     "cause_completed": {"en": "Completed", "zh": "完成"},
     "cause_cancelled": {"en": "Cancelled", "zh": "取消"},
@@ -523,8 +494,10 @@ def lang() -> str:
 
 
 def t(key: str, **fields: object) -> str:
-    """The interface word in the chosen language (the key itself when missing, so a gap shows)."""
-    text = STRINGS.get(key, {}).get(lang()) or STRINGS.get(key, {}).get("en") or key
+    """The interface word in the chosen language (the key itself when missing, so a gap shows); a column
+    heading (`col_<column>`, or the column's own name) the packs share comes from pipelines/labels.py."""
+    words = STRINGS.get(key) or COLUMN_LABELS.get(key.removeprefix("col_"), {})
+    text = words.get(lang()) or words.get("en") or key
     return text.format(**fields) if fields else text
 
 

@@ -14,6 +14,7 @@ import great_expectations.expectations as gxe
 from great_expectations.expectations.expectation_configuration import ExpectationConfiguration
 from great_expectations.expectations.row_conditions import Column
 
+from allocator.model import TEMPLATES
 from pipelines.contracts import contract
 from pipelines.sources.node_exporter import KEPT_METRICS
 
@@ -54,7 +55,6 @@ NON_NEGATIVE_METRICS: tuple[str, ...] = (
 )
 
 EVENT_TYPES: tuple[str, ...] = ("submit", "admit", "start", "requeue", "preempt", "finish")
-TEMPLATES: tuple[str, ...] = ("training", "inference", "experiment", "interactive")
 SHARE_MODES: tuple[str, ...] = ("whole", "mig", "timeslice")
 K8S_AUDIT_STAGES: tuple[str, ...] = ("RequestReceived", "ResponseStarted", "ResponseComplete", "Panic")
 SOURCES: dict[str, tuple[str, ...]] = {

@@ -12,10 +12,10 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 ModelT = TypeVar("ModelT", bound=BaseModel)
@@ -25,8 +25,25 @@ class ConfigError(ValueError):
     """The configuration file is missing a variable, malformed, or a section is invalid."""
 
 
-def config_path() -> Path:
-    return Path(os.environ.get("GPUPOOL_CONFIG", "gpupool.yml"))
+def config_path(config_file: str | Path | None = None) -> Path:
+    """The configuration file: `config_file` when given (a resource's setting), else $GPUPOOL_CONFIG,
+    else ./gpupool.yml."""
+    return Path(config_file) if config_file else Path(os.environ.get("GPUPOOL_CONFIG", "gpupool.yml"))
+
+
+def config_relative(path: Path | None, config_file: str | Path | None = None) -> Path | None:
+    """A path named in the configuration file: as it is when absolute, else from the file's folder."""
+    if path is None or path.is_absolute():
+        return path
+    return config_path(config_file).resolve().parent / path
+
+
+def config_file_field() -> Any:
+    """The `config_file` setting of every resource that reads gpupool.yml (read with `config_path`)."""
+    return Field("", description=(
+        "The connector configuration (gpupool.yml). Empty: $GPUPOOL_CONFIG, else ./gpupool.yml; the code "
+        "location binds it to EnvVar GPUPOOL_CONFIG when that is set. Secrets stay in the environment, "
+        "named in the file as ${VAR}."))
 
 
 def _interpolate(value: object, where: str) -> object:

@@ -385,7 +385,7 @@ FINDINGS_DDL = (
 register(CodeTable(
     FINDINGS_TABLE, FINDINGS_DDL, on_demand=True,
     grain="one row per finding per day (a job attempt caught by one policy version over one evidence window)",
-    description="Daily idle-reclaim policy findings (oversized, retry storm, template breach).",
+    description="Every policy's findings, re-evaluated over the warehouse one UTC day at a time (the policy_findings asset).",
     descriptions={
         "partition_date": "UTC day evaluated", "finding_id": "deterministic finding key", "policy": "policy name",
         "policy_version": "policy version", "kind": "policy kind", "scope": "rule scope the parameters came from",

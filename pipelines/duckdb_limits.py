@@ -23,8 +23,8 @@ import duckdb
 MEMORY_LIMIT_ENV = "GPUPOOL_DUCKDB_MEMORY_LIMIT"
 # An eighth of the machine: the same process also holds Polars frames (ingest, simulator), and DuckDB's
 # resident memory runs above its limit (the limit bounds its buffers, not every allocation). Spilling
-# costs little here: the 1,024-GPU month's full build took 155 s at 3 GB (3.5 GiB peak) against 171 s
-# at 6 GB (6.6 GiB peak) on a 24 GB machine (docs/operators.md).
+# costs little here: the 1,024-GPU month's full build at 3 GB against 6 GB (bench/README.md, "Figures
+# the code's choices rest on"; docs/operators.md).
 MEMORY_SHARE = 0.125
 # Below this DuckDB spills on nearly every join; a machine that small could not run the pipeline anyway.
 MIN_MEMORY_BYTES = 256 * 2**20

@@ -32,6 +32,7 @@ import polars as pl
 from allocator.filemodes import READER_MODE, copy_file, make_dirs
 from expectations.suites import build_suite, reason_of
 from expectations.validate import EXAMPLES_LIMIT, split_valid
+from pipelines.clock import utc_naive
 from pipelines.contracts import GAPS_SCHEMA, LAKE_TABLES, SCRAPE_GAPS_DDL, contract
 from pipelines.sources import dcgm_parquet
 from pipelines.sources.base import ParseResult, empty_quarantine
@@ -98,7 +99,7 @@ def ingest_partition(
     and the lake tables' rows are written as each batch's Parquet files, all committed at the end.
     Sources in SLICED read a large file a slice at a time too."""
     src = source(source_name)
-    started_at = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+    started_at = utc_naive()
     files = src.files_in(landing_folder(warehouse, source_name, day))
     load = _DayLoad(src, day, validate, {t: warehouse.lake_rows_write(t, day, source_name)
                                          for t in src.tables if t in LAKE_TABLES})

@@ -6,7 +6,7 @@ file, but `read_text('/etc/shadow')`, `ATTACH 'other.db'` (writable), `COPY ... 
 `EXPORT DATABASE`, `INSTALL`/`LOAD` and `SET` all still work. Two defences, each enough on its own for
 the cases the other misses:
 
-1. `connect()` (DuckDB's own controls, verified on DuckDB 2.0.1 by tests/security/):
+1. `connect()` (DuckDB's own controls, verified on the pinned DuckDB by tests/security/):
    - opened read-only; `enable_external_access = false`, so no file outside `allowed_directories`
      and `allowed_paths` can be opened, by any function or statement, read or write;
    - `allowed_directories` = exactly the lake folders the views read with read_parquet (for the
@@ -44,8 +44,8 @@ the cases the other misses:
    - time: DuckDB has no statement timeout; `guarded()` interrupts the connection from a timer
      after GPUPOOL_SQL_TIMEOUT_S (default DEFAULT_TIMEOUT_S) seconds.
    - rows: callers fetch in batches from a streaming reader (`con.sql(q).to_arrow_reader(n)`: DuckDB
-     runs the query as the batches are read; on DuckDB 2.0 `con.execute(q).to_arrow_reader()` copies
-     the whole result first), never the whole result at once, so a caller's row limit holds and
+     runs the query as the batches are read; `con.execute(q).to_arrow_reader()` copies the whole
+     result first, as bench/README.md notes for the pinned DuckDB), never the whole result at once, so a caller's row limit holds and
      DuckDB's memory limit bounds the query.
    Running out of one of them raises QueryLimitExceeded: the limit, its value, the variable that
    sets it and how to go on.

@@ -1,9 +1,99 @@
-"""The short summary `gpupool demo` prints, read from the metrics views only."""
+"""The short summary `gpupool demo` prints: rows read from the metrics views, formatted here.
+
+Each figure is a `Read`: named columns of one metrics view, filtered and ordered, nothing summed or
+weighed; this module only picks what to show and formats it. The figures that no view holds yet
+are in `PENDING`, each with the view column it waits for; tests/test_summary.py keeps both lists
+honest (a new figure is a `Read`, or a view first).
+"""
 from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from itertools import groupby
 
 import click
 
 from pipelines.warehouse import Warehouse
+
+_NAME = re.compile(r"[a-z_][a-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class Read:
+    """`select <columns> from metrics.<view> [where ...] [order by ...]`: columns as the view has them."""
+
+    view: str
+    columns: tuple[str, ...]
+    where: str = ""
+    order: str = ""
+
+    def __post_init__(self) -> None:
+        bad = [c for c in (self.view, *self.columns) if not _NAME.fullmatch(c)]
+        if bad:
+            raise ValueError(f"metrics.{self.view}: {bad} are not plain view or column names")
+
+    def sql(self) -> str:
+        return (f"select {', '.join(self.columns)} from metrics.{self.view}"
+                + (f" where {self.where}" if self.where else "") + (f" order by {self.order}" if self.order else ""))
+
+
+READS: dict[str, Read] = {
+    "pool": Read("pool_period", ("gpu_model", "physical_gpus", "capacity_gpu_hours", "allocated_gpu_hours",
+                                 "active_gpu_hours", "idle_allocated_gpu_hours", "allocation_rate_pct",
+                                 "utilisation_of_allocated_pct", "pool_utilisation_pct", "first_day", "last_day"),
+                 order="gpu_model = 'all', gpu_model"),
+    "jobs": Read("job_period", ("jobs", "failed_jobs", "failure_rate_pct", "retries", "preemptions",
+                                "queue_wait_p50_s", "queue_wait_p95_s"), "template = 'all'"),
+    # the pool's rows of failure_causes (tenant 'all'), one line a month
+    "failures": Read("failure_causes", ("month", "failures", "gpu_hours_lost", "not_user_fault_pct"),
+                     "tenant = 'all' and cause = 'all' and failures > 0", "month"),
+    "causes": Read("failure_causes", ("month", "cause", "failures", "failure_rate_pct"),
+                   "tenant = 'all' and cause <> 'all' and failures > 0", "month, failures desc, cause"),
+    "faults": Read("gpu_model_reliability", ("gpu_model", "hardware_faults", "gpus_with_faults"),
+                   "hardware_faults > 0", "gpu_model"),
+    "repeat_offenders": Read("gpu_faults", ("host", "gpu"), "is_repeat_offender", "host, gpu"),
+    "quarantined": Read("ingest_freshness", ("ingest_source", "records_quarantined"), "records_quarantined > 0",
+                        "ingest_source"),
+    "ledger": Read("governance_period", ("reclaims", "pipeline_reclaims", "recovered_gpu_hours", "reused_gpu_hours",
+                                         "reuse_share_pct", "false_positives", "false_positive_rate_pct", "reminders",
+                                         "released_after_reminder", "self_release_rate_pct", "decided_actions",
+                                         "applied", "refused", "exempt", "rate_limited", "shadow"), "tenant = 'all'"),
+    "catalog": Read("catalog_version", ("catalog_version",)),
+}
+
+@dataclass(frozen=True)
+class Pending:
+    """A figure no metrics view holds yet: `sql` reads only metrics views, and waits for `view`."""
+
+    sql: str
+    view: str
+
+
+# Figures no metrics view holds yet: each reads only metrics views and waits for the view column
+# named beside it (models/metrics/); when that exists it becomes a `Read` and leaves this list.
+PENDING: dict[str, Pending] = {
+    "hosts": Pending(
+        sql="select count(distinct host), sum(cpu_busy_pct_mean * minutes_with_data) / "
+            "nullif(sum(minutes_with_data), 0), max(cpu_busy_pct_p95), arg_max(host, cpu_busy_pct_p95) "
+            "from metrics.host_daily",
+        view="metrics.host_period: hosts, cpu_busy_pct_mean (weighted by minutes_with_data), "
+             "cpu_busy_pct_p95_max_day, busiest_host"),
+    "artifacts": Pending(
+        sql="select artifact_status, 100.0 * sum(jobs) / sum(sum(jobs)) over () from metrics.artifact_status "
+            "group by artifact_status order by list_position(['registered', 'logged_only', 'none'], artifact_status)",
+        view="metrics.artifact_status: the pool's rows over the window (tenant and template 'all'), jobs_share_pct"),
+    "checkpoints": Pending(
+        sql="select sum(policy_breaches), 100.0 * sum(policy_breaches) / nullif(sum(attempts_with_time_policy), 0), "
+            "(select sum(work_lost_gpu_hours) from metrics.work_lost) from metrics.checkpoint_policy_breaches",
+        view="metrics.checkpoint_policy_breaches: the pool's rows (tenant 'all'), policy_breaches and "
+             "policy_breach_rate_pct; metrics.work_lost: a total row, work_lost_gpu_hours"),
+    "idle_windows": Pending(
+        sql="select count(*) from metrics.idle_allocations",
+        view="metrics.pool_period.idle_windows (the window's rows of metrics.idle_allocations)"),
+    "reconciliation": Pending(
+        sql="select finding, count(*) from metrics.telemetry_reconciliation group by 1 order by 1",
+        view="metrics.reconciliation_findings (new): finding, rows (a count per finding over the window)"),
+}
 
 
 def _fmt(value, unit: str = "") -> str:
@@ -14,67 +104,24 @@ def _fmt(value, unit: str = "") -> str:
     return f"{value:,}{unit}"
 
 
-def print_summary(wh: Warehouse) -> None:
+def _label(name: str) -> str:
+    return name.replace("_", " ")
+
+
+def read_summary(wh: Warehouse) -> dict[str, list[tuple]]:
+    """Every figure's rows: the `READS` and, until their views exist, the `PENDING` queries."""
     with wh.connect(read_only=True) as con:
-        pool = con.execute(
-            "select gpu_model, physical_gpus, capacity_gpu_hours, allocated_gpu_hours, active_gpu_hours, "
-            "idle_allocated_gpu_hours, allocation_rate_pct, utilisation_of_allocated_pct, pool_utilisation_pct, "
-            "first_day, last_day from metrics.pool_period order by gpu_model = 'all', gpu_model"
-        ).fetchall()
-        jobs = con.execute(
-            "select jobs, failed_jobs, failure_rate_pct, retries, preemptions, queue_wait_p50_s, queue_wait_p95_s "
-            "from metrics.job_period where template = 'all'"
-        ).fetchone() or (0, 0, None, 0, 0, None, None)
-        idle = con.execute(
-            "select count(*), (select idle_allocated_gpu_hours from metrics.pool_period where gpu_model = 'all') "
-            "from metrics.idle_allocations"
-        ).fetchone()
-        findings = con.execute(
-            "select finding, count(*) from metrics.telemetry_reconciliation group by 1 order by 1"
-        ).fetchall()
-        quarantined = con.execute(
-            "select ingest_source, count(*) from ops.quarantine group by 1 order by 1"
-        ).fetchall()
-        # the pool's rows of metrics.failure_causes (tenant 'all'), per month: counts add up over the
-        # window's months, the share not the user's fault weighs each month by its failures
-        causes = con.execute(
-            "select cause, sum(failures) as failures, 100.0 * sum(failures) / sum(sum(failures)) over () "
-            "from metrics.failure_causes where tenant = 'all' and cause <> 'all' and failures > 0 group by cause "
-            "order by failures desc, cause limit 3"
-        ).fetchall()
-        failures = con.execute(
-            "select sum(failures), sum(gpu_hours_lost), "
-            "sum(not_user_fault_pct * failures) / nullif(sum(failures), 0) from metrics.failure_causes "
-            "where tenant = 'all' and cause = 'all'"
-        ).fetchone()
-        faults = con.execute(
-            "select sum(hardware_faults), count(*) filter (where hardware_faults > 0), "
-            "count(*) filter (where is_repeat_offender) from metrics.gpu_faults"
-        ).fetchone()
-        # a host-day's mean weighs by its minutes with data; the p95 shown is the busiest host-day's
-        hosts = con.execute(
-            "select count(distinct host), sum(cpu_busy_pct_mean * minutes_with_data) / nullif(sum(minutes_with_data), 0), "
-            "max(cpu_busy_pct_p95), arg_max(host, cpu_busy_pct_p95) from metrics.host_daily"
-        ).fetchone()
-        # finished training jobs' artifact status: each status's share of the window's finished training jobs
-        artifacts = con.execute(
-            "select artifact_status, 100.0 * sum(jobs) / sum(sum(jobs)) over () from metrics.artifact_status "
-            "group by artifact_status order by list_position(['registered', 'logged_only', 'none'], artifact_status)"
-        ).fetchall()
-        checkpoints = con.execute(
-            "select sum(policy_breaches), 100.0 * sum(policy_breaches) / nullif(sum(attempts_with_time_policy), 0), "
-            "(select sum(work_lost_gpu_hours) from metrics.work_lost) from metrics.checkpoint_policy_breaches"
-        ).fetchone()
-        catalog = con.execute("select * from metrics.catalog_version").fetchone()
-        ledger = con.execute(
-            "select reclaims, pipeline_reclaims, recovered_gpu_hours, reused_gpu_hours, reuse_share_pct, "
-            "false_positives, false_positive_rate_pct, reminders, released_after_reminder, self_release_rate_pct, "
-            "decided_actions, applied, refused, exempt, rate_limited, shadow "
-            "from metrics.governance_period where tenant = 'all'"
-        ).fetchone()
-    if not pool:
+        rows = {name: con.execute(read.sql()).fetchall() for name, read in READS.items()}
+        rows |= {name: con.execute(pending.sql).fetchall() for name, pending in PENDING.items()}
+    return rows
+
+
+def print_summary(wh: Warehouse) -> None:
+    r = read_summary(wh)
+    if not r["pool"]:
         click.echo("No data in the warehouse yet.")
         return
+    pool = r["pool"]
     click.echo(click.style(f"Pool {pool[0][9]} .. {pool[0][10]}", bold=True))
     click.echo(f"  {'model':<6} {'GPUs':>5} {'capacity h':>11} {'allocated h':>12} {'active h':>10} "
                f"{'idle h':>8} {'alloc rate':>10} {'util alloc':>10} {'pool util':>9}")
@@ -82,52 +129,75 @@ def print_summary(wh: Warehouse) -> None:
         model, gpus, cap, alloc, active, idle_h, rate, util, pool_util = row[:9]
         click.echo(f"  {model:<6} {_fmt(gpus):>5} {_fmt(cap):>11} {_fmt(alloc):>12} {_fmt(active):>10} "
                    f"{_fmt(idle_h):>8} {_fmt(rate, '%'):>10} {_fmt(util, '%'):>10} {_fmt(pool_util, '%'):>9}")
+    hosts = r["hosts"][0]
     if hosts[0]:
         click.echo(f"  hosts (node_exporter): {hosts[0]:,}, CPU busy mean {_fmt(hosts[1], '%')}, "
                    f"busiest day's p95 {_fmt(hosts[2], '%')} ({hosts[3]})")
-    total, failed, failure_rate, retries, preemptions, wait_p50, wait_p95 = jobs
+    _print_jobs(r)
+    _print_waste(r)
+    _print_ledger(r["ledger"][0] if r["ledger"] else None)
+    click.echo(f"  metric catalog version {r['catalog'][0][0] if r['catalog'] else 'unknown'}")
+
+
+def _print_jobs(r: dict[str, list[tuple]]) -> None:
+    total, failed, failure_rate, retries, preemptions, wait_p50, wait_p95 = (
+        r["jobs"][0] if r["jobs"] else (0, 0, None, 0, 0, None, None))
     click.echo(click.style("Jobs", bold=True))
     click.echo(f"  {total:,} jobs, {failed or 0:,} failed ({_fmt(failure_rate, '%')} of finished), "
                f"{retries or 0:,} retries, {preemptions or 0:,} preemptions; "
                f"queue wait p50 {_fmt(wait_p50, ' s')}, p95 {_fmt(wait_p95, ' s')}")
-    if failures[0]:
-        top = ", ".join(f"{cause.replace('_', ' ')} {share:.0f}%" for cause, _n, share in causes)
-        click.echo(f"  {int(failures[0]):,} failed attempts: {top}; {_fmt(failures[2], '%')} not the user's fault, "
-                   f"{_fmt(failures[1])} GPU-hours lost; GPU hardware faults {int(faults[0] or 0):,} on "
-                   f"{faults[1] or 0:,} GPUs, {faults[2] or 0:,} repeat offenders")
-    if artifacts:
-        shares = ", ".join(f"{status.replace('_', ' ')} {share:.0f}%" for status, share in artifacts)
-        click.echo(f"  finished training jobs' artifacts: {shares}; {int(checkpoints[0] or 0):,} checkpoint policy "
-                   f"breaches ({_fmt(checkpoints[1], '%')} of the attempts judged), "
-                   f"{_fmt(checkpoints[2] or 0.0)} GPU-hours of work lost since the last checkpoint")
+    causes = {month: list(rows)[:3] for month, rows in groupby(r["causes"], key=lambda row: row[0])}
+    for month, failures, lost, not_user_fault in r["failures"]:
+        top = ", ".join(f"{_label(cause)} {rate:.1f}%" for _m, cause, _n, rate in causes.get(month, []))
+        click.echo(f"  {month:%Y-%m}: {failures:,} failed attempts (top causes, % of ended attempts: {top}); "
+                   f"{_fmt(not_user_fault, '%')} not the user's fault, {_fmt(lost)} GPU-hours lost")
+    if r["faults"]:
+        per_model = ", ".join(f"{model} {faults:,} on {gpus:,} GPUs" for model, faults, gpus in r["faults"])
+        offenders = r["repeat_offenders"]
+        named = ", ".join(f"{host}/{gpu}" for host, gpu in offenders[:5]) + (" …" if len(offenders) > 5 else "")
+        click.echo(f"  GPU hardware-fault minutes: {per_model}; repeat offenders: {named or 'none'}")
+    if r["artifacts"]:
+        shares = ", ".join(f"{_label(status)} {share:.0f}%" for status, share in r["artifacts"])
+        breaches, breach_pct, work_lost = r["checkpoints"][0]
+        click.echo(f"  finished training jobs' artifacts: {shares}; {int(breaches or 0):,} checkpoint policy "
+                   f"breaches ({_fmt(breach_pct, '%')} of the attempts judged), "
+                   f"{_fmt(work_lost or 0.0)} GPU-hours of work lost since the last checkpoint")
+
+
+def _print_waste(r: dict[str, list[tuple]]) -> None:
     click.echo(click.style("Waste and data quality", bold=True))
-    click.echo(f"  {idle[0]:,} idle allocation windows, {_fmt(idle[1] or 0.0)} idle GPU-hours")
-    for finding, n in findings:
-        click.echo(f"  reconciliation: {n:,} {finding.replace('_', ' ')}")
-    for source, n in quarantined:
+    # the idle GPU-hours are the pool table's `idle h` (metrics.pool_period)
+    click.echo(f"  {r['idle_windows'][0][0]:,} idle allocation windows (metrics.idle_allocations)")
+    for finding, n in r["reconciliation"]:
+        click.echo(f"  reconciliation: {n:,} {_label(finding)}")
+    for source, n in r["quarantined"]:
         click.echo(f"  quarantined: {n:,} records from {source}")
-    if ledger and ledger[10]:
-        (reclaims, by_pipeline, recovered, reused, reuse_pct, false_pos, false_pct, reminders, released,
-         released_pct, decided, applied, refused, exempt, limited, shadow) = ledger
-        click.echo(click.style("Idle-reclaim (metrics.governance_period, metrics.reclaim_ledger)", bold=True))
-        click.echo(f"  {decided:,} policy decisions: {applied or 0:,} applied, {refused or 0:,} refused, "
-                   f"{exempt or 0:,} exempt, {limited or 0:,} rate limited, {shadow or 0:,} shadow")
-        click.echo(f"  {reminders or 0:,} reminders, after which {released or 0:,} users released their GPUs "
-                   f"themselves ({_fmt(released_pct, '%')})")
-        click.echo(f"  {reclaims or 0:,} reclaims ({by_pipeline or 0:,} by the policies) recovered "
-                   f"{_fmt(recovered or 0.0)} GPU-hours, {_fmt(reused or 0.0)} of them used by other work "
-                   f"({_fmt(reuse_pct, '%')}); {false_pos or 0:,} false positives ({_fmt(false_pct, '%')})")
-    click.echo(f"  metric catalog version {catalog[0] if catalog else 'unknown'}")
 
 
-POLICY_FIGURES = (
-    ("idle GPU-hours", "select idle_allocated_gpu_hours from metrics.pool_period where gpu_model = 'all'", ""),
-    ("pool utilisation", "select pool_utilisation_pct from metrics.pool_period where gpu_model = 'all'", "%"),
-    ("queue wait p50", "select queue_wait_p50_s / 60 from metrics.job_period where template = 'all'", " min"),
-    ("queue wait p95", "select queue_wait_p95_s / 60 from metrics.job_period where template = 'all'", " min"),
-    ("reclaims", "select reclaims from metrics.governance_period where tenant = 'all'", ""),
-    ("recovered GPU-hours", "select recovered_gpu_hours from metrics.governance_period where tenant = 'all'", ""),
-    ("reused GPU-hours", "select reused_gpu_hours from metrics.governance_period where tenant = 'all'", ""),
+def _print_ledger(ledger: tuple | None) -> None:
+    if not ledger or not ledger[10]:
+        return
+    (reclaims, by_pipeline, recovered, reused, reuse_pct, false_pos, false_pct, reminders, released,
+     released_pct, decided, applied, refused, exempt, limited, shadow) = ledger
+    click.echo(click.style("Idle-reclaim (metrics.governance_period, metrics.reclaim_ledger)", bold=True))
+    click.echo(f"  {decided:,} policy decisions: {applied or 0:,} applied, {refused or 0:,} refused, "
+               f"{exempt or 0:,} exempt, {limited or 0:,} rate limited, {shadow or 0:,} shadow")
+    click.echo(f"  {reminders or 0:,} reminders, after which {released or 0:,} users released their GPUs "
+               f"themselves ({_fmt(released_pct, '%')})")
+    click.echo(f"  {reclaims or 0:,} reclaims ({by_pipeline or 0:,} by the policies) recovered "
+               f"{_fmt(recovered or 0.0)} GPU-hours, {_fmt(reused or 0.0)} of them used by other work "
+               f"({_fmt(reuse_pct, '%')}); {false_pos or 0:,} false positives ({_fmt(false_pct, '%')})")
+
+
+# (figure, read, unit, scale): the month run twice, the same view columns read in both warehouses
+POLICY_FIGURES: tuple[tuple[str, Read, str, float], ...] = (
+    ("idle GPU-hours", Read("pool_period", ("idle_allocated_gpu_hours",), "gpu_model = 'all'"), "", 1),
+    ("pool utilisation", Read("pool_period", ("pool_utilisation_pct",), "gpu_model = 'all'"), "%", 1),
+    ("queue wait p50", Read("job_period", ("queue_wait_p50_s",), "template = 'all'"), " min", 1 / 60),
+    ("queue wait p95", Read("job_period", ("queue_wait_p95_s",), "template = 'all'"), " min", 1 / 60),
+    ("reclaims", Read("governance_period", ("reclaims",), "tenant = 'all'"), "", 1),
+    ("recovered GPU-hours", Read("governance_period", ("recovered_gpu_hours",), "tenant = 'all'"), "", 1),
+    ("reused GPU-hours", Read("governance_period", ("reused_gpu_hours",), "tenant = 'all'"), "", 1),
 )
 
 
@@ -137,9 +207,10 @@ def policy_comparison(with_policies: Warehouse, without: Warehouse) -> list[tupl
     both warehouses."""
     out = []
     with with_policies.connect(read_only=True) as on, without.connect(read_only=True) as off:
-        for name, query, unit in POLICY_FIGURES:
-            values = [(con.execute(query).fetchone() or (None,))[0] for con in (on, off)]
-            out.append((name, *(v if v is None or isinstance(v, int) else float(v) for v in values), unit))
+        for name, read, unit, scale in POLICY_FIGURES:
+            values = [(con.execute(read.sql()).fetchone() or (None,))[0] for con in (on, off)]
+            shown = [v if v is None or (isinstance(v, int) and scale == 1) else float(v) * scale for v in values]
+            out.append((name, *shown, unit))
     return out
 
 

@@ -12,7 +12,7 @@ Layout under the gpupool home (default ./.gpupool):
 
 Why (docs/architecture.md, "Storage: the lakehouse decision"): DuckDB refuses every open of a file a
 process writes. Readers therefore never open the writers' file: each committed write is published as
-a new file (a copy of the writers' file, 0.3 s for the demo month's 580 MB) renamed over
+a new file (a copy of the writers' file: bench/README.md, "Figures the code's choices rest on") renamed over
 warehouse.duckdb. A reader keeps the release it opened, the next open gets the new one, and nobody
 ever holds a write lock on a published file. The bulk of the data, the telemetry, is written to Delta
 outside the writers' lock, so partitions load in parallel; a kill -9 leaves Delta at its last commit.
@@ -45,6 +45,7 @@ from allocator.filemodes import (
     write_atomic,
 )
 from pipelines import sandbox
+from pipelines.clock import utc_naive
 from pipelines.contracts import INGEST_LOG_COLUMNS, LAKE_TABLES, all_ddl, contract
 from pipelines.duckdb_limits import MEMORY_LIMIT_ENV, writer_limits
 from pipelines.lake import DeltaStore, LakeError, ReleaseNotFound, ReleaseRegistry, registry_for
@@ -257,7 +258,7 @@ class Warehouse:
                 con.execute(f"create or replace table {RELEASE_TABLE} (release_id bigint not null, "
                             "created_at timestamp, kind varchar, note varchar)")
                 con.execute(f"insert into {RELEASE_TABLE} values (?, ?, ?, ?)",
-                            [release_id, dt.datetime.now(dt.UTC).replace(tzinfo=None), kind, note])
+                            [release_id, utc_naive(), kind, note])
                 con.execute("checkpoint")
             finally:
                 con.close()
@@ -373,8 +374,8 @@ class Warehouse:
 
     # -- schema ------------------------------------------------------------------------------
     def ensure_schema(self, con: duckdb.DuckDBPyConnection) -> None:
-        # One transaction: each statement committed on its own flushes the WAL, which made a new
-        # home's schema 58 ms instead of 14 (bench/README.md, the DCGM ingest). In place, it is 4 ms.
+        # One transaction: each statement committed on its own flushes the WAL, several times slower
+        # (bench/README.md, "Figures the code's choices rest on").
         con.execute("begin transaction")
         try:
             for schema in SCHEMAS:
@@ -432,7 +433,7 @@ class Warehouse:
             con.execute(
                 "insert into ops.check_results values (?, ?, ?, ?, ?, ?, ?, ?)",
                 [check_name, asset, partition_date, passed, severity, unexpected_count,
-                 json.dumps(metadata, default=str, sort_keys=True), dt.datetime.now(dt.UTC).replace(tzinfo=None)],
+                 json.dumps(metadata, default=str, sort_keys=True), utc_naive()],
             )
 
     # -- partition replacement ---------------------------------------------------------------
@@ -461,7 +462,7 @@ class Warehouse:
         which also points the lake views at the new commit. Tables this source does not produce are
         left alone.
         """
-        started_at = started_at or dt.datetime.now(dt.UTC).replace(tzinfo=None)
+        started_at = started_at or utc_naive()
         if records_quarantined is None:
             records_quarantined = quarantine.height
         with self.partition_lock((ingest_source, partition_date)):
@@ -484,7 +485,7 @@ class Warehouse:
         quarantine: pl.DataFrame, files_read: int, records_read: int, records_loaded: int, records_quarantined: int,
         started_at: dt.datetime, notes: list[str] | None,
     ) -> dict[str, int]:
-        ingested_at = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+        ingested_at = utc_naive()
         for name, frame in tables.items():
             if isinstance(frame, LakeRowsWrite):
                 frame.write.commit()
@@ -513,7 +514,7 @@ class Warehouse:
                         records_quarantined,
                         json.dumps(rows_by_table, sort_keys=True),
                         started_at,
-                        dt.datetime.now(dt.UTC).replace(tzinfo=None),  # finished: after the lake's commit
+                        utc_naive(),  # finished: after the lake's commit
                         json.dumps(notes) if notes else None,
                     ],
                 )
@@ -538,7 +539,7 @@ class Warehouse:
     def _merge_files_locked(
         self, ingest_source: str, partition_date: dt.date, tables: dict[str, pl.DataFrame], source_files: list[str]
     ) -> None:
-        ingested_at = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+        ingested_at = utc_naive()
         for name, frame in tables.items():
             if name in LAKE_TABLES:
                 self._merge_lake_partition(name, partition_date, ingest_source, frame, source_files, ingested_at)
@@ -690,7 +691,7 @@ class LakeRowsWrite:
 
     def __init__(self, warehouse: Warehouse, name: str, partition_date: dt.date, ingest_source: str) -> None:
         self._warehouse, self._name, self._day, self._source = warehouse, name, partition_date, ingest_source
-        self._ingested_at = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+        self._ingested_at = utc_naive()
         self.write = warehouse.store.partition_write(warehouse.lake_table(name), partition_date, LAKE_DAY_COLUMN,
                                                      where={"ingest_source": ingest_source})
 

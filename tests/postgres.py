@@ -27,6 +27,20 @@ from psycopg import sql
 from pipelines.paths import REPO_ROOT
 from tests.components import REQUIRE_COMPONENTS_ENV, component_missing
 
+# dagster.yaml for an instance whose storage is the test server (the password from the environment)
+DAGSTER_YAML = """\
+storage:
+  postgres:
+    postgres_db:
+      scheme: postgresql+psycopg2
+      username: {username}
+      password:
+        env: GPUPOOL_DAGSTER_PG_PASSWORD
+      hostname: {hostname}
+      port: {port}
+      db_name: {db_name}
+"""
+
 SERVER_URL = os.environ.get("GPUPOOL_TEST_POSTGRES_URL") or (
     f"postgresql://gpupool:{os.environ.get('GPUPOOL_PG_PASSWORD', 'gpupool')}"
     f"@127.0.0.1:{os.environ.get('GPUPOOL_PG_PORT', '5433')}/gpupool")

@@ -106,7 +106,7 @@ RULES = [
     Rule("dashboards", ("pipelines", "allocator"),
          "dashboards read the warehouse's views through dashboards/data.py, never files or pipeline code",
          except_targets=("pipelines.paths", "pipelines.sandbox", "pipelines.warehouse", "pipelines.config",
-                         "pipelines.contracts")),
+                         "pipelines.contracts", "pipelines.clock", "pipelines.labels")),
     Rule("allocator", ("pipelines", "dashboards", "dagster"),
          "the allocator is a service of its own; the pipelines read it over HTTP and its log files"),
     Rule("allocator", ("allocator.sim",), "the live service never loads the simulation",

@@ -86,7 +86,7 @@ def recommendations(f: filters.Filters) -> None:
             st.markdown(rec[text_col] or rec["recommendation"])
             cols = st.columns(4)
             cols[0].metric(t("quantity"), f"{rec['quantity']:,.0f} {rec['unit']}")
-            cols[1].metric(t("impact"), f"{rec['impact_gpu_hours']:,.0f} GPU-h")
+            cols[1].metric(t("col_impact_gpu_hours"), f"{rec['impact_gpu_hours']:,.0f} GPU-h")
             cols[2].metric(t("confidence"), f"{rec['confidence']} ({rec['confidence_score']:.2f})")
             cols[3].metric(t("wait_cause"), rec["wait_cause"] or "–")
             left, right = st.columns(2)

@@ -23,14 +23,15 @@ once more, so the transactions of its last minutes are kept.
 """
 
 import datetime as dt
-import json
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import dagster as dg
 from pydantic import BaseModel
 
 from pipelines.assets.ingest import asset_name
+from pipelines.assets.ingest_cursor import TRIGGER_TAG, JsonCursor, due_ingests, ingest_result
+from pipelines.clock import utc_naive
 from pipelines.config import ConfigError, config_path, section
 from pipelines.connectors.kubernetes import SECTION as KUBERNETES_SECTION
 from pipelines.connectors.kubernetes import KubernetesConfig
@@ -56,12 +57,11 @@ GROUP = "connectors"
 RAW_SLURM_SQUEUE = dg.AssetKey(asset_name(SQUEUE_SOURCE))
 RAW_MLFLOW = dg.AssetKey(asset_name(MLFLOW_SOURCE))
 RAW_SLURM_SACCTMGR = dg.AssetKey(asset_name(TRANSACTIONS_SOURCE))
-TRIGGER_TAG = "gpupool/trigger"
 
 
 def require_section(name: str, model: type[BaseModel], config_file: str) -> BaseModel:
     """The connector's section, or dg.Failure naming the file and what to add."""
-    path = Path(config_file) if config_file else config_path()
+    path = config_path(config_file)
     try:
         settings = section(name, model, path)
     except ConfigError as err:
@@ -148,38 +148,29 @@ land_connectors_schedule = daily_schedule(
     "Lands yesterday (UTC) from Slurm and Kueue at 00:10 UTC.", run_key_prefix="land_connectors")
 
 
+def _slurm_or_skip(context: dg.SensorEvaluationContext, slurm: SlurmAccounting) -> SlurmConfig | dg.SensorResult:
+    """The `slurm` section, or the tick's skip (its cursor kept) when the configuration has none."""
+    path = config_path(slurm.config_file)
+    settings = section(SLURM_SECTION, SlurmConfig, path)
+    if settings is None:
+        return dg.SensorResult(skip_reason=f"{path}: no `slurm` section (see gpupool.example.yml)",
+                               cursor=context.cursor)
+    return settings
+
+
 @dataclass(frozen=True)
-class SnapshotCursor:
+class SnapshotCursor(JsonCursor):
     day: str | None = None  # UTC day of the last snapshot
     since_ingest: int = 0  # snapshots on `day` since its last requested ingest
     snapshots: int = 0  # all days
-
-    @classmethod
-    def parse(cls, text: str | None) -> "SnapshotCursor":
-        try:
-            fields = json.loads(text) if text else {}
-            return cls(**{k: v for k, v in fields.items() if k in cls.__dataclass_fields__})
-        except (json.JSONDecodeError, TypeError, AttributeError):
-            return cls()  # a cursor from another version: start counting again
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
 
 
 def advance_snapshot(
     cursor: SnapshotCursor, now: dt.datetime, every: int
 ) -> tuple[SnapshotCursor, list[tuple[str, str]]]:
     """The cursor after a snapshot at `now`, and the (partition day, run key) ingests to request."""
-    day = now.date().isoformat()
-    snapshots = cursor.snapshots + 1
-    ingests: list[tuple[str, str]] = []
-    since = cursor.since_ingest if cursor.day == day else 0
-    if cursor.day is not None and cursor.day != day and cursor.since_ingest > 0:
-        ingests.append((cursor.day, f"{SQUEUE_SOURCE}:{cursor.day}:final"))
-    since += 1
-    if since >= every:
-        ingests.append((day, f"{SQUEUE_SOURCE}:{day}:{snapshots}"))
-        since = 0
+    day, snapshots = now.date().isoformat(), cursor.snapshots + 1
+    since, ingests = due_ingests(SQUEUE_SOURCE, cursor.day, cursor.since_ingest, day, snapshots, True, every)
     return replace(cursor, day=day, since_ingest=since, snapshots=snapshots), ingests
 
 
@@ -203,20 +194,14 @@ def build_slurm_snapshot_sensor(
     def _snapshot(
         context: dg.SensorEvaluationContext, slurm: SlurmAccounting, warehouse: WarehouseResource
     ) -> dg.SensorResult:
-        path = Path(slurm.config_file) if slurm.config_file else config_path()
-        settings = section(SLURM_SECTION, SlurmConfig, path)
-        if settings is None:
-            return dg.SensorResult(
-                skip_reason=f"{path}: no `slurm` section (see gpupool.example.yml)", cursor=context.cursor
-            )
-        now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+        settings = _slurm_or_skip(context, slurm)
+        if isinstance(settings, dg.SensorResult):
+            return settings
+        now = utc_naive()
         landed = snapshot_running_jobs(warehouse.get().landing, now, settings)
         cursor, ingests = advance_snapshot(SnapshotCursor.parse(context.cursor), now, ingest_every_ticks)
         context.log.info(f"squeue snapshot written to {landed}")
-        runs = [dg.RunRequest(run_key=key, partition_key=day, tags={TRIGGER_TAG: name}) for day, key in ingests]
-        if runs:
-            return dg.SensorResult(run_requests=runs, cursor=cursor.to_json())
-        return dg.SensorResult(skip_reason=f"snapshot landed: {landed.name}", cursor=cursor.to_json())
+        return ingest_result(ingests, name, cursor, f"snapshot landed: {landed.name}")
 
     return _snapshot
 
@@ -287,13 +272,10 @@ def build_slurm_admin_audit_sensor(
     def _audit(
         context: dg.SensorEvaluationContext, slurm: SlurmAccounting, warehouse: WarehouseResource
     ) -> dg.SensorResult:
-        path = Path(slurm.config_file) if slurm.config_file else config_path()
-        settings = section(SLURM_SECTION, SlurmConfig, path)
-        if settings is None:
-            return dg.SensorResult(
-                skip_reason=f"{path}: no `slurm` section (see gpupool.example.yml)", cursor=context.cursor
-            )
-        now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+        settings = _slurm_or_skip(context, slurm)
+        if isinstance(settings, dg.SensorResult):
+            return settings
+        now = utc_naive()
         runs = []
         for day in admin_audit_days(context.cursor, now.date()):
             landed = land_transactions(warehouse.get().landing, day, settings)

@@ -7,8 +7,8 @@
   `dagster sensor start idle_reclaim`) once the policies' modes are what you want.
 - `policy_findings` (daily partitions, after the marts it reads) re-evaluates every policy kind over
   the warehouse for one day, replaces that day's rows of governance.policy_findings, and records the
-  daily kinds' decisions (oversized, retry storm, template breach, host bound, GPU health drains and undrains) through the outbox; their policy
-  modes decide shadow or enforce, and the sensor delivers what is queued.
+  decisions of the kinds in `DAILY_KINDS` (gpu-health's drains and undrains among them) through the
+  outbox; their policy modes decide shadow or enforce, and the sensor delivers what is queued.
 - `policy_findings_schedule` materializes yesterday's partition at 01:10 UTC, after the nightly
   ingest (00:20) and model build (00:50).
 """
@@ -21,7 +21,7 @@ import dagster as dg
 import polars as pl
 
 from pipelines.assets.marts import reads
-from pipelines.connectors.scrape import utc_naive
+from pipelines.clock import utc_naive
 from pipelines.contracts import FINDING_SCHEMA, FINDINGS_DDL, FINDINGS_TABLE, PolicyKind
 from pipelines.governance.outbox import Outbox
 from pipelines.partitions import daily_partitions
@@ -132,8 +132,9 @@ def record_day(warehouse: Warehouse, day: dt.date, catalog: PolicyCatalog, outbo
     partitions_def=daily_partitions,
     description=(
         "Every governance policy re-evaluated over the warehouse for one UTC day: the findings replace the "
-        f"day's rows of {FINDINGS_TABLE}, and the daily kinds' decisions (oversized, retry storm, template "
-        "breach, host bound) are recorded through the outbox in their policies' modes (docs/reclaim.md)."
+        f"day's rows of {FINDINGS_TABLE}, and the daily kinds' decisions "
+        f"({', '.join(k.value.replace('_', ' ') for k in DAILY_KINDS)}) are recorded through the outbox in their "
+        "policies' modes (docs/reclaim.md)."
     ),
 )
 def policy_findings(

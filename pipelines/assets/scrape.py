@@ -1,9 +1,9 @@
 """The scrape domain: the dcgm-exporter scrape sensor, one scrape round per tick, and the day's
 re-ingest now and then.
 
-Dagster's sensor daemon evaluates sensors in a loop of at least 5 s (dagster 1.13,
-`_daemon/sensor.py`), so a sensor can tick every 15 s, which a cron schedule (one minute at
-best) cannot. Each tick:
+Dagster's sensor daemon evaluates sensors in a loop of a few seconds (`dagster/_daemon/sensor.py`
+of the pinned dagster; bench/README.md, "Figures the code's choices rest on"), so a sensor can tick
+every 15 s, which a cron schedule (one minute at best) cannot. Each tick:
 
 1. scrapes every target once through the `telemetry` resource (live HTTP, or a folder of files);
 2. writes the round's samples to `landing/dcgm_parquet/<day>/scrape-<HHMMSS>-<id>.parquet` and
@@ -23,13 +23,14 @@ The `node_exporter_scrape` sensor does the same for the node_exporter targets of
 
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 
 import dagster as dg
 
 from pipelines.assets.ingest import asset_name
+from pipelines.assets.ingest_cursor import JsonCursor, due_ingests, ingest_result
+from pipelines.clock import utc_naive
 from pipelines.config import section
 from pipelines.connectors.scrape import (
     LANDING_SOURCE,
@@ -39,7 +40,6 @@ from pipelines.connectors.scrape import (
     ScrapeRound,
     shared_scraper,
     targets_of,
-    utc_naive,
     write_round,
 )
 from pipelines.ingest import record_scrape_gaps
@@ -48,11 +48,10 @@ from pipelines.resources.warehouse import WarehouseResource
 
 RAW_DCGM_PARQUET = dg.AssetKey(asset_name(LANDING_SOURCE))
 RAW_NODE_EXPORTER_PARQUET = dg.AssetKey(asset_name(NODE_EXPORTER.landing_source))
-TRIGGER_TAG = "gpupool/trigger"
 
 
 @dataclass(frozen=True)
-class ScrapeCursor:
+class ScrapeCursor(JsonCursor):
     day: str | None = None  # UTC day of the last round
     rounds: int = 0  # rounds run, all days
     since_ingest: int = 0  # rounds with samples on `day` since its last requested ingest
@@ -60,36 +59,15 @@ class ScrapeCursor:
     gaps: int = 0  # gap rows recorded, all rounds
     last: str = ""  # the last round's summary
 
-    @classmethod
-    def parse(cls, text: str | None) -> ScrapeCursor:
-        if not text:
-            return cls()
-        try:
-            fields = json.loads(text)
-            return cls(**{k: v for k, v in fields.items() if k in cls.__dataclass_fields__})
-        except (json.JSONDecodeError, TypeError, AttributeError):
-            return cls()  # a cursor from another version: start counting again
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
-
 
 def advance(
     cursor: ScrapeCursor, scrape: ScrapeRound, every: int
 ) -> tuple[ScrapeCursor, list[tuple[str, str]]]:
-    """The cursor after `scrape`, and the (partition day, run key) ingests to request."""
-    source = scrape.landing_source
-    day = scrape.round_at.date().isoformat()
-    rounds = cursor.rounds + 1
-    ingests: list[tuple[str, str]] = []
-    since = cursor.since_ingest if cursor.day == day else 0
-    if cursor.day is not None and cursor.day != day and cursor.since_ingest > 0:
-        ingests.append((cursor.day, f"{source}:{cursor.day}:final"))
-    if scrape.samples.height:
-        since += 1
-    if since >= every:
-        ingests.append((day, f"{source}:{day}:{rounds}"))
-        since = 0
+    """The cursor after `scrape`, and the (partition day, run key) ingests to request: a round without
+    samples counts no progress."""
+    day, rounds = scrape.round_at.date().isoformat(), cursor.rounds + 1
+    since, ingests = due_ingests(scrape.landing_source, cursor.day, cursor.since_ingest, day, rounds,
+                                 scrape.samples.height > 0, every)
     return (
         replace(
             cursor,
@@ -149,10 +127,7 @@ def _land(
     record_scrape_gaps(wh, scrape.gaps)
     cursor, ingests = advance(ScrapeCursor.parse(context.cursor), scrape, every)
     context.log.info(f"{scrape.summary()}; written to {path}" if path else scrape.summary())
-    runs = [dg.RunRequest(run_key=key, partition_key=day, tags={TRIGGER_TAG: name}) for day, key in ingests]
-    if runs:
-        return dg.SensorResult(run_requests=runs, cursor=cursor.to_json())
-    return dg.SensorResult(skip_reason=scrape.summary(), cursor=cursor.to_json())
+    return ingest_result(ingests, name, cursor, scrape.summary())
 
 
 def build_node_exporter_sensor(

@@ -18,6 +18,7 @@ from pipelines.capacity.recommend import (
     with_whatif,
 )
 from pipelines.capacity.store import Recommendation, write_month
+from pipelines.clock import utc_naive
 from pipelines.lake import release_read
 from pipelines.warehouse import Warehouse
 
@@ -59,6 +60,6 @@ def recommend_month(wh: Warehouse, month: dt.date, *, whatif_top: int = 1,
             found[i] = with_whatif(rec, whatif_summary(rec, result))
         replayed += 1
     with wh.writer() as con:
-        write_month(con, month, found, rules["version"], dt.datetime.now(dt.UTC).replace(tzinfo=None),
+        write_month(con, month, found, rules["version"], utc_naive(),
                     release_id=release_id)
     return MonthOutcome(month, found, replayed, rules["version"], release_id)

@@ -36,6 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipelines.clock import utc_naive
 from pipelines.connectors.bounded import deeper_than
 from pipelines.sources.jsonl import RecordError, parse_rfc3339, plausible_time
 from pipelines.sources.k8s_audit import QUARANTINE_SOURCE as AUDIT_SOURCE
@@ -396,7 +397,7 @@ class _AuditHandler(http.server.BaseHTTPRequestHandler):
                                "(the API server's --audit-webhook-batch-max-size)"})
             return
         try:
-            written = server.writer.write(events, dt.datetime.now(dt.UTC).replace(tzinfo=None))
+            written = server.writer.write(events, utc_naive())
         except OSError as error:
             log.error("audit webhook: could not write a batch of %d events: %s", len(events), error)
             self._answer(500, {"error": f"could not write the batch: {error}"})

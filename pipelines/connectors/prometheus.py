@@ -40,6 +40,7 @@ from pathlib import Path
 import requests
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from pipelines.clock import utc_naive
 from pipelines.connectors.http import HttpStatusError, RetryPolicy, describe, new_session, with_retries
 
 LANDING_SOURCE = "prometheus"
@@ -116,9 +117,7 @@ class TooManyPoints(PrometheusError):
 # -- planning (pure) ---------------------------------------------------------------------------
 def epoch_s(moment: dt.datetime, up: bool = False) -> int:
     """Whole seconds since the epoch of a UTC time (naive = UTC), rounded down (or up)."""
-    if moment.tzinfo is not None:
-        moment = moment.astimezone(dt.UTC).replace(tzinfo=None)
-    seconds = (moment - _EPOCH) / dt.timedelta(seconds=1)
+    seconds = (utc_naive(moment) - _EPOCH) / dt.timedelta(seconds=1)
     return math.ceil(seconds) if up else math.floor(seconds)
 
 

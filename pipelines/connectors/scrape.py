@@ -45,6 +45,7 @@ import requests
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from pipelines.clock import utc_naive
 from pipelines.config import ConfigError
 from pipelines.connectors.http import (
     HttpStatusError,
@@ -356,11 +357,6 @@ class ScrapeRound:
 
 def new_round_id() -> str:
     return uuid.uuid4().hex[:12]
-
-
-def utc_naive(moment: dt.datetime | None = None) -> dt.datetime:
-    moment = moment or dt.datetime.now(dt.UTC)
-    return moment.astimezone(dt.UTC).replace(tzinfo=None) if moment.tzinfo else moment
 
 
 def _is_text(body: bytes, content_type: str | None) -> str | None:

@@ -48,7 +48,7 @@ from pipelines.enforcement.allocator import DeliveryError
 from pipelines.governance.live import allocations_from_jobs
 from pipelines.governance.outbox import Outbox
 from pipelines.paths import MODELS_DIR
-from pipelines.policies.catalog import PolicyCatalog
+from pipelines.policies.catalog import PolicyCatalog, default_lookback
 from pipelines.policies.evaluate import evaluate
 from pipelines.policies.health import PLATFORM, TELEMETRY_SIGNAL, health_lookback
 from pipelines.policies.idle import CHECKPOINT_TOLERANCE, STALE_IDLE_MINUTES, checkpoint_interval_s
@@ -130,7 +130,7 @@ class SimulatedGovernance:
         # per running attempt: its API record and queue as last seen, and its allocation rows then
         self.allocation_rows: dict[tuple[str, int], tuple[str, pl.DataFrame]] = {}
         self.forget_above = 1024
-        self.lookback = {kind: dt.timedelta(minutes=self._longest_window_minutes(kind) + 10) for kind in PolicyKind}
+        self.lookback = {kind: default_lookback(self.catalog, (kind,)) for kind in PolicyKind}
         self.health_rows: list[dict] = []  # HEALTH_SCHEMA rows of the events so far (telemetry rows: built per look)
         self.health_looks: set[dt.datetime] = set()
         self.health_lookback = health_lookback(self.catalog)
@@ -221,18 +221,6 @@ class SimulatedGovernance:
         if interval is None or job.started_at is None:
             return None
         return (job.last_checkpoint_at or job.started_at) + dt.timedelta(seconds=interval * CHECKPOINT_TOLERANCE)
-
-    def _longest_window_minutes(self, kind: PolicyKind) -> float:
-        """The telemetry a check of this kind must read: its longest window over every template."""
-        param = {PolicyKind.IDLE_ALLOCATION: "window_minutes", PolicyKind.IDLE_INTERACTIVE: "remind_after_minutes",
-                 PolicyKind.ZOMBIE: "limit_minutes"}.get(kind)
-        longest = 30.0
-        for name in self.catalog.policies_of(kind) if param else ():
-            for template in ("training", "inference", "experiment", "interactive"):
-                value = self.catalog.rule(name, template=template).params.get(param)
-                if value is not None:
-                    longest = max(longest, float(value))
-        return longest
 
     # -- a tick: what the sensor's tick does, for the attempts due now --------------------------------
 

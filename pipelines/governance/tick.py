@@ -1,5 +1,7 @@
-"""One evaluation of the live idle policies against a running allocator: the `idle_reclaim`
-sensor's pure core (pipelines/assets/reclaim.py is the thin Dagster wrapper).
+"""One evaluation of the live idle policies against a running allocator: the body of the
+`idle_reclaim` sensor (pipelines/assets/reclaim.py is the thin Dagster wrapper). Not pure: it calls the
+allocator's API, appends the pulled logs to the landing zone, records and delivers through the outbox
+(SQLite) and flushes the decision log; the rules it calls (pipelines/policies/) are the pure part.
 
 A tick, at `now` (UTC, naive):
 
@@ -34,27 +36,16 @@ from typing import Protocol
 
 import polars as pl
 
+from pipelines.clock import utc_naive
 from pipelines.connectors.allocator import LANDING
-from pipelines.contracts import PolicyKind
 from pipelines.enforcement.base import Enforcer
 from pipelines.governance.live import allocation_minutes, allocations_from_jobs, recent_gpu_minutes
 from pipelines.governance.outbox import DeliveryReport, Outbox
-from pipelines.policies.catalog import PolicyCatalog
+from pipelines.policies.catalog import PolicyCatalog, default_lookback
 from pipelines.policies.evaluate import evaluate
 from pipelines.policies.inputs import PROGRESS_SCHEMA, PolicyInputs
 from pipelines.policies.model import LIVE_KINDS, empty_findings
 from pipelines.policies.planner import OPEN_FINDING_LOOKBACK, plan
-
-# The longest live window the default catalog reads is zombie's 120 minutes; a catalog with longer
-# windows gets a longer lookback from `default_lookback`.
-MIN_LOOKBACK = dt.timedelta(minutes=60)
-LOOKBACK_MARGIN = dt.timedelta(minutes=10)
-_WINDOW_PARAMS = {
-    PolicyKind.IDLE_ALLOCATION: "window_minutes",
-    PolicyKind.IDLE_INTERACTIVE: "remind_after_minutes",
-    PolicyKind.ZOMBIE: "limit_minutes",
-}
-_TEMPLATES = ("training", "inference", "experiment", "interactive")
 
 
 class AllocatorReader(Protocol):
@@ -111,18 +102,6 @@ class TickReport:
         return text
 
     __str__ = summary
-
-
-def default_lookback(catalog: PolicyCatalog) -> dt.timedelta:
-    """Long enough for the longest live window of the catalog (any template), plus a margin."""
-    longest = MIN_LOOKBACK
-    for kind, param in _WINDOW_PARAMS.items():
-        for name in catalog.policies_of(kind):
-            for template in (None, *_TEMPLATES):
-                value = catalog.rule(name, template=template).params.get(param)
-                if isinstance(value, int | float):
-                    longest = max(longest, dt.timedelta(minutes=float(value)))
-    return longest + LOOKBACK_MARGIN
 
 
 CHECKPOINT_LOOKBACK = dt.timedelta(days=1)  # how far back a tick looks for an attempt's last ok checkpoint
@@ -191,7 +170,7 @@ def governance_tick(
 ) -> TickReport:
     """One evaluation of the live policies at `now`; see the module docstring."""
     started = time.perf_counter()
-    now = now.astimezone(dt.UTC).replace(tzinfo=None) if now.tzinfo else now
+    now = utc_naive(now)
     report = TickReport(at=now)
     lookback = lookback or default_lookback(catalog)
     for source in ("events", "audit", "artifacts"):

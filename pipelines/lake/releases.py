@@ -30,12 +30,13 @@ import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from allocator.filemodes import PRIVATE_MODE, READER_DIR_MODE, create_file, make_dirs
+from pipelines.clock import utc_naive
 from pipelines.lake.tables import LakeError
 
 DEFAULT_FILE = "releases.sqlite3"
@@ -87,10 +88,6 @@ class Release:
     kind: str  # "ingest", "build", ...
     note: str | None
     tables: dict[str, int] = field(hash=False)
-
-
-def _utc_now() -> datetime:
-    return datetime.now(UTC).replace(tzinfo=None)
 
 
 def _parse_location(location: Path | str) -> tuple[str, Path | str]:
@@ -200,7 +197,7 @@ class ReleaseRegistry:
             if "." not in name or not isinstance(version, int) or isinstance(version, bool) or version < 0:
                 raise LakeError(f"release: {name!r} -> {version!r}: expected 'schema.table' -> a version >= 0")
         tables = json.dumps(dict(sorted(versions.items())))
-        created_at = _utc_now().isoformat(sep=" ")  # text: sqlite3 stores it as is, PostgreSQL casts it
+        created_at = utc_naive().isoformat(sep=" ")  # text: sqlite3 stores it as is, PostgreSQL casts it
         with self._connect(write=True) as con:
             (release_id,) = con.execute(
                 self._sql("insert into releases (home, created_at, kind, note, tables) values (?, ?, ?, ?, ?) "

@@ -38,6 +38,7 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from allocator.filemodes import READER_MODE, write_atomic
+from pipelines.clock import utc_naive
 from pipelines.duckdb_limits import writer_limits
 from pipelines.lake import LakeError
 from pipelines.warehouse import LAKE_DAY_COLUMN, Warehouse
@@ -393,7 +394,7 @@ def maintain(wh: Warehouse, raw_retention_days: int | None = None, dry_run: bool
     retention = setting(RAW_RETENTION_ENV, DEFAULT_RAW_RETENTION_DAYS, 1, raw_retention_days)
     vacuum_hours = setting(VACUUM_HOURS_ENV, DEFAULT_VACUUM_HOURS, 0)
     pin_days = setting(PIN_DAYS_ENV, DEFAULT_PIN_DAYS, 0)
-    now = now or dt.datetime.now(dt.UTC).replace(tzinfo=None)
+    now = now or utc_naive()
     before = (today or now.date()) - dt.timedelta(days=retention)
 
     kept_before = wh.kept_releases()

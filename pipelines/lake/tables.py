@@ -12,8 +12,7 @@ Frames come in as Polars; they go out to delta-rs as Arrow. Naive datetimes stay
 
 A partition replace is a file swap (`replace_partition`): Polars writes the day's Parquet file (ZSTD,
 with statistics) and one commit of delta-rs' transaction API adds it and removes the files it
-replaces. That is about 0.2 s for a million DCGM samples where delta-rs' own write took 0.44 s plus
-0.09 s converting to Arrow (bench/README.md, the DCGM ingest). A file holding rows of the partition
+replaces, faster than delta-rs' own write (bench/README.md, "Figures the code's choices rest on"). A file holding rows of the partition
 and of others too (after `compact`) is rewritten by delta-rs' predicate overwrite instead.
 
 The root is a local folder, or an S3-compatible object store (`s3://bucket/prefix`, settings from the

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,9 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from pipelines.config import config_path, section
+from allocator.model import TEMPLATES
+from pipelines.clock import utc_naive
+from pipelines.config import config_relative, section
 from pipelines.contracts import Mode, PolicyKind, StepAction
 from pipelines.paths import MODELS_DIR
 from pipelines.policies.model import Exemption, RateLimits, Rule, Step
@@ -109,7 +111,6 @@ PARAMS: dict[PolicyKind, dict[str, Callable[[Any], str | None]]] = {
 ADVICE_ONLY = frozenset({PolicyKind.HOST_BOUND})
 # Every policy may be switched off per scope (e.g. idle-allocation for the interactive template).
 COMMON_PARAMS: dict[str, Callable[[Any], str | None]] = {"enabled": _bool}
-_UTC = dt.UTC
 
 
 @dataclass(frozen=True)
@@ -174,7 +175,7 @@ class PolicyCatalog:
     ) -> Exemption | None:
         """The first unexpired entry matching the tenant and, where the entry names them, the
         policy, queue and job; None when nothing matches."""
-        now = _naive_utc(now)
+        now = utc_naive(now)
         for e in self.exemptions:
             if (
                 e.tenant == tenant
@@ -192,8 +193,31 @@ class PolicyCatalog:
         return dataclasses.replace(self, policies=forced)
 
 
-def _naive_utc(value: dt.datetime) -> dt.datetime:
-    return value.astimezone(_UTC).replace(tzinfo=None) if value.tzinfo else value
+# -- how much telemetry a live evaluation reads -------------------------------------------------
+# The live kinds whose rules look back over a window, and the parameter that sets its length.
+WINDOW_PARAMS: dict[PolicyKind, str] = {
+    PolicyKind.IDLE_ALLOCATION: "window_minutes",
+    PolicyKind.IDLE_INTERACTIVE: "remind_after_minutes",
+    PolicyKind.ZOMBIE: "limit_minutes",
+}
+# The least a live evaluation reads, whatever the catalog's windows (the kinds without a window, such
+# as overrun, read this much); the default catalog's longest window is zombie's 120 minutes.
+MIN_WINDOW = dt.timedelta(minutes=60)
+LOOKBACK_MARGIN = dt.timedelta(minutes=10)  # the minutes still being scraped at the window's start
+
+
+def default_lookback(catalog: PolicyCatalog, kinds: Iterable[PolicyKind] = tuple(WINDOW_PARAMS)) -> dt.timedelta:
+    """The telemetry an evaluation of `kinds` reads: their longest window in the catalog (the default
+    and every template's), at least MIN_WINDOW, plus LOOKBACK_MARGIN."""
+    longest = MIN_WINDOW
+    for kind in kinds:
+        param = WINDOW_PARAMS.get(PolicyKind(kind))
+        for name in catalog.policies_of(kind) if param else ():
+            for template in (None, *TEMPLATES):
+                value = catalog.rule(name, template=template).params.get(param)
+                if isinstance(value, int | float):
+                    longest = max(longest, dt.timedelta(minutes=float(value)))
+    return longest + LOOKBACK_MARGIN
 
 
 # -- loading ----------------------------------------------------------------------------------
@@ -201,12 +225,7 @@ def _configured() -> tuple[Path | None, Path | None]:
     cfg = section("governance", GovernanceConfig)
     if cfg is None:
         return None, None
-    base = config_path().resolve().parent
-
-    def where(p: Path | None) -> Path | None:
-        return None if p is None else (p if p.is_absolute() else base / p)
-
-    return where(cfg.policies), where(cfg.exemptions)
+    return config_relative(cfg.policies), config_relative(cfg.exemptions)
 
 
 def load_catalog(path: Path | None = None, exemptions: Path | None = None) -> PolicyCatalog:
@@ -407,12 +426,12 @@ def load_exemptions(path: Path) -> tuple[Exemption, ...]:
 
 def _expiry(value: Any, path: Path, at: str) -> dt.datetime:
     if isinstance(value, dt.datetime):
-        return _naive_utc(value)
+        return utc_naive(value)
     if isinstance(value, dt.date):
         return dt.datetime.combine(value, dt.time())
     if isinstance(value, str):
         try:
-            return _naive_utc(dt.datetime.fromisoformat(value))
+            return utc_naive(dt.datetime.fromisoformat(value))
         except ValueError:
             pass
     raise _fail(path, at, f"{value!r}: required, an RFC 3339 time such as \"2026-12-31T00:00:00Z\"; "

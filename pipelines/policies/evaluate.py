@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable
 
 import polars as pl
 
+from pipelines.clock import utc_naive
 from pipelines.contracts import FINDING_SCHEMA, PolicyKind
 from pipelines.policies import health, idle, jobs
 from pipelines.policies.catalog import PolicyCatalog
@@ -34,8 +35,7 @@ def evaluate(
 ) -> pl.DataFrame:
     """Findings (FINDING_SCHEMA) of every catalog policy of the given kinds (default: all), sorted
     by detection time then id. `now`: the data's end (UTC, naive); minutes at or after it are ignored."""
-    if now.tzinfo is not None:
-        now = now.astimezone(dt.UTC).replace(tzinfo=None)
+    now = utc_naive(now)
     wanted = [PolicyKind(k) for k in (kinds if kinds is not None else PolicyKind)]
     frames = [
         FUNCTIONS[kind](inputs, catalog, name, now)

@@ -67,7 +67,8 @@ _NO_FINDINGS = pl.DataFrame(schema=FINDING_SCHEMA)
 
 
 def empty_findings() -> pl.DataFrame:
-    # a copy of one frame built once: building a frame from the schema costs a look ~0.2 ms
+    # a copy of one frame built once: building a frame from the schema costs every look time
+    # (bench/README.md, "Figures the code's choices rest on")
     return _NO_FINDINGS.clone()
 
 

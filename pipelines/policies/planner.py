@@ -58,7 +58,7 @@ FINDING_FIELDS = (
 )
 
 
-class PolicyCatalog(Protocol):
+class PlanningCatalog(Protocol):
     """What the planner needs of `pipelines.policies.catalog.PolicyCatalog`."""
 
     rate_limits: RateLimits
@@ -81,7 +81,8 @@ class DeliveredStep:
 
 
 class ActionHistory(Protocol):
-    """What was decided before; the outbox is the durable one, MemoryHistory the in-memory one."""
+    """What was decided before: the outbox (pipelines/governance/outbox.py); tests keep one in memory
+    (tests/policies/history.py)."""
 
     def steps(self, finding_id: str) -> list[DeliveredStep]:
         """The finding's recorded steps by step_index (rate-limited ones included, with that status)."""
@@ -103,57 +104,6 @@ class ActionHistory(Protocol):
     def open_findings(self, since: dt.datetime) -> list[PlannedAction]:
         """The latest decided step of each finding decided since `since` and not dropped."""
         ...
-
-
-class MemoryHistory:
-    """ActionHistory in memory, with the outbox's recording rules (for tests and the simulator); it
-    delivers nothing, so its queued decisions stay queued."""
-
-    def __init__(self) -> None:
-        self._decided: dict[str, tuple[PlannedAction, dt.datetime]] = {}
-
-    def record(self, planned: Iterable[PlannedAction], now: dt.datetime) -> list[PlannedAction]:
-        """Keep each decision once by idempotency key; a rate-limited one is replaced when decided anew."""
-        recorded = []
-        for action in planned:
-            previous = self._decided.get(action.idempotency_key)
-            if previous is None or (previous[0].status == DecisionStatus.RATE_LIMITED
-                                    and action.status != DecisionStatus.RATE_LIMITED):
-                self._decided[action.idempotency_key] = (action, now)
-                recorded.append(action)
-        return recorded
-
-    def steps(self, finding_id: str) -> list[DeliveredStep]:
-        found = [DeliveredStep(a.step_index, a.action.value, at, a.status)
-                 for a, at in self._decided.values() if a.finding_id == finding_id]
-        return sorted(found, key=lambda s: s.step_index)
-
-    def steps_of(self, finding_ids: Iterable[str]) -> dict[str, list[DeliveredStep]]:
-        return {fid: steps for fid in finding_ids if (steps := self.steps(fid))}
-
-    def reclaims_since(self, since: dt.datetime) -> list[str]:
-        return [
-            a.tenant for a, at in self._decided.values()
-            if at >= since and a.action in RATE_LIMITED_ACTIONS
-            and a.status in (DecisionStatus.QUEUED, DecisionStatus.ANSWERED)
-        ]
-
-    def drains_since(self, since: dt.datetime) -> int:
-        return sum(1 for a, at in self._decided.values() if at >= since and a.action in DRAIN_ACTIONS
-                   and a.status in (DecisionStatus.QUEUED, DecisionStatus.ANSWERED))
-
-    def open_findings(self, since: dt.datetime) -> list[PlannedAction]:
-        latest: dict[str, tuple[PlannedAction, dt.datetime]] = {}
-        dropped = set()
-        for action, at in self._decided.values():
-            if action.status == DecisionStatus.DROPPED:
-                dropped.add(action.finding_id)
-            if action.status == DecisionStatus.RATE_LIMITED or at < since:
-                continue
-            held = latest.get(action.finding_id)
-            if held is None or action.step_index > held[0].step_index:
-                latest[action.finding_id] = (action, at)
-        return [a for fid, (a, _) in sorted(latest.items()) if fid not in dropped]
 
 
 # --- words -----------------------------------------------------------------------------------
@@ -323,7 +273,7 @@ def _undrain_due(finding: dict, rule: Rule, due: tuple[int, dt.datetime]) -> tup
     return (due[0], at) if last_seen >= at - SEEN_SLACK else None
 
 
-def _decide(finding: dict, rule: Rule, index: int, catalog: PolicyCatalog, now: dt.datetime,
+def _decide(finding: dict, rule: Rule, index: int, catalog: PlanningCatalog, now: dt.datetime,
             budget: _Budget, holds: str | None) -> PlannedAction:
     """One step of one finding: its action, status and reason. `holds`: why it no longer holds, or None."""
     step = rule.steps[index]
@@ -434,7 +384,7 @@ def _continued(findings: pl.DataFrame, open_before: list[PlannedAction]) -> pl.D
 
 def plan(
     findings: pl.DataFrame,
-    catalog: PolicyCatalog,
+    catalog: PlanningCatalog,
     history: ActionHistory,
     now: dt.datetime,
     jobs_ended: Collection[tuple[str, int]] | None = None,

@@ -22,7 +22,7 @@ from pathlib import Path
 import dagster as dg
 from pydantic import BaseModel, ConfigDict, Field
 
-from pipelines.config import ConfigError, config_path, section
+from pipelines.config import ConfigError, config_file_field, config_path, config_relative, section
 from pipelines.connectors.allocator import AllocatorConfig, load_allocator_config
 from pipelines.governance.factory import run_governance_tick
 from pipelines.governance.tick import TickReport
@@ -46,19 +46,16 @@ class GovernanceResource(dg.ConfigurableResource):
     """Idle-reclaim's catalog, outbox and allocator connection. `config_file` defaults to
     $GPUPOOL_CONFIG, else ./gpupool.yml."""
 
-    config_file: str = Field("", description=(
-        "The connector configuration (gpupool.yml). Empty: $GPUPOOL_CONFIG, else ./gpupool.yml; the code "
-        "location binds it to EnvVar GPUPOOL_CONFIG when that is set. Secrets stay in the environment, "
-        "named in the file as ${VAR}."))
+    config_file: str = config_file_field()
 
     def _path(self) -> Path:
-        return Path(self.config_file) if self.config_file else config_path()
+        return config_path(self.config_file)
 
     def settings(self) -> GovernanceSettings:
         return section("governance", GovernanceSettings, self._path()) or GovernanceSettings()
 
     def _resolve(self, p: Path | None) -> Path | None:
-        return None if p is None else (p if p.is_absolute() else self._path().resolve().parent / p)
+        return config_relative(p, self.config_file)
 
     def catalog(self) -> PolicyCatalog:
         """The catalog the settings name (default models/policies/policies.yml, with exemptions.yml beside it)."""

@@ -8,6 +8,7 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field
 
+from pipelines.config import config_file_field, config_path
 from pipelines.connectors.kubernetes import KubernetesConfig, load_kubernetes_config
 from pipelines.connectors.kueue import KueueClient, KueueSource, RecordedKueue, land_snapshot
 
@@ -23,13 +24,10 @@ class KueueState(dg.ConfigurableResource):
     offline_dir: str = Field("", description=(
         "Recorded API answers to read instead of the live cluster (<dir>/<day>/workloads.json, pods.json). "
         "Empty: live."))
-    config_file: str = Field("", description=(
-        "The connector configuration (gpupool.yml). Empty: $GPUPOOL_CONFIG, else ./gpupool.yml; the code "
-        "location binds it to EnvVar GPUPOOL_CONFIG when that is set. Secrets stay in the environment, "
-        "named in the file as ${VAR}."))
+    config_file: str = config_file_field()
 
     def settings(self) -> KubernetesConfig:
-        return load_kubernetes_config(Path(self.config_file) if self.config_file else None)
+        return load_kubernetes_config(config_path(self.config_file))
 
     def client(self) -> KueueSource:
         if self.offline_dir:

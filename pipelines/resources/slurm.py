@@ -8,6 +8,7 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field
 
+from pipelines.config import config_file_field, config_path
 from pipelines.connectors.slurm import (
     AccountingClient,
     LiveAccounting,
@@ -30,13 +31,10 @@ class SlurmAccounting(dg.ConfigurableResource):
     offline_dir: str = Field("", description=(
         "Recorded outputs to read instead of the live cluster (<dir>/<day>/sacct.txt, sacct.json, "
         "slurmrestd.json). Empty: live."))
-    config_file: str = Field("", description=(
-        "The connector configuration (gpupool.yml). Empty: $GPUPOOL_CONFIG, else ./gpupool.yml; the code "
-        "location binds it to EnvVar GPUPOOL_CONFIG when that is set. Secrets stay in the environment, "
-        "named in the file as ${VAR}."))
+    config_file: str = config_file_field()
 
     def settings(self) -> SlurmConfig:
-        return load_slurm_config(Path(self.config_file) if self.config_file else None)
+        return load_slurm_config(config_path(self.config_file))
 
     def client(self) -> AccountingClient:
         if self.offline_dir:

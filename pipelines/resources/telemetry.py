@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import abc
 import datetime as dt
-from pathlib import Path
 
 import dagster as dg
 from pydantic import Field
 
-from pipelines.config import section
+from pipelines.config import config_file_field, config_path, section
 from pipelines.connectors.scrape import DcgmConfig, ScrapeRound, assemble_round, read_folder, shared_scraper
 
 
@@ -36,13 +35,10 @@ class DcgmScrapeResource(TelemetrySource):
     round has no targets.
     """
 
-    config_file: str = Field("", description=(
-        "The connector configuration (gpupool.yml). Empty: $GPUPOOL_CONFIG, else ./gpupool.yml; the code "
-        "location binds it to EnvVar GPUPOOL_CONFIG when that is set. Secrets stay in the environment, "
-        "named in the file as ${VAR}."))
+    config_file: str = config_file_field()
 
     def settings(self) -> DcgmConfig | None:
-        return section("dcgm", DcgmConfig, Path(self.config_file) if self.config_file else None)
+        return section("dcgm", DcgmConfig, config_path(self.config_file))
 
     def scrape_round(self, round_at: dt.datetime) -> ScrapeRound:
         settings = self.settings()

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 
 import polars as pl
 
+from allocator.model import TEMPLATES
 from pipelines.contracts import contract
 from pipelines.sources.base import ParseResult
 from pipelines.sources.jsonl import (
@@ -47,7 +48,6 @@ AUDIT_SCHEMA = "gpupool.audit/v1"
 POOL_SCHEMA = "gpupool.pool/v1"
 
 EVENT_TYPES = ("submit", "admit", "start", "requeue", "preempt", "finish")
-TEMPLATES = ("training", "inference", "experiment", "interactive")
 SHARE_MODES = ("whole", "mig", "timeslice")
 FINISH_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED")
 ACTOR_ROLES = ("admin", "governance_bot", "tenant_member", "system")

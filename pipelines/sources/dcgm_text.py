@@ -25,6 +25,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from pipelines.clock import utc_naive
 from pipelines.contracts import contract
 from pipelines.sources.base import ParseResult, quarantine_frame
 from pipelines.sources.labels import MAPPED_COLUMNS, PAIRS_SCHEMA, map_labels, unescape_label_value, with_rank
@@ -83,7 +84,7 @@ def parse_dcgm_text(
 
 
 def _parse(source: bytes | Path, source_file: str, scraped_at: dt.datetime | None) -> ParseResult:
-    scraped = _utc_naive(scraped_at)
+    scraped = utc_naive(scraped_at) if scraped_at else None
     records = _sample_lines(_read_lines(source))
     series, series_ids = _series_of(records)
     rows = (
@@ -174,12 +175,6 @@ def _series_of(records: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
 
 def _key_hash() -> pl.Expr:
     return pl.col("key").hash()
-
-
-def _utc_naive(moment: dt.datetime | None) -> dt.datetime | None:
-    if moment is None or moment.tzinfo is None:
-        return moment
-    return moment.astimezone(dt.UTC).replace(tzinfo=None)
 
 
 def _require_timestamps(rows: pl.DataFrame, source_file: str) -> None:

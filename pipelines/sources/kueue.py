@@ -66,6 +66,7 @@ from pathlib import Path
 
 import polars as pl
 
+from allocator.model import TEMPLATES
 from pipelines.contracts import contract
 from pipelines.sources.base import ParseResult
 from pipelines.sources.jsonl import (
@@ -94,7 +95,6 @@ from pipelines.sources.kueue_objects import (
 )
 
 SOURCE = "kueue"
-TEMPLATES = ("training", "inference", "experiment", "interactive")
 RAW_LIMIT = 2000
 
 _MIG_SLICES = re.compile(r"^(\d+)g\.")

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import polars as pl
 
+from pipelines.clock import utc_naive
 from pipelines.contracts import contract
 from pipelines.sources.base import (
     MAX_FREE_TEXT_CHARS,
@@ -44,7 +45,6 @@ from pipelines.sources.dcgm_text import (
     _parse_series,
     _read_lines,
     _sample_lines,
-    _utc_naive,
     order_and_dedupe,
 )
 
@@ -111,7 +111,7 @@ def _parse(source: bytes | Path, source_file: str, host: str | None, scraped_at:
     host, host_from = next(((h, where) for h, where in ((host, "given"), (nodename, "node_uname_info's nodename"),
                                                         (file_host, "the file name")) if h), (None, ""))
     node_time = _node_time(sound)
-    fallback = node_time or _utc_naive(scraped_at)
+    fallback = node_time or (utc_naive(scraped_at) if scraped_at else None)
     rows = rows.filter(pl.col("kept") | pl.col("reason").is_not_null()).with_columns(
         reason=pl.coalesce(
             "reason",

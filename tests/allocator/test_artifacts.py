@@ -25,7 +25,7 @@ from pipelines.connectors.allocator import AllocatorClient
 from pipelines.ingest import ingest_partition
 from pipelines.warehouse import Warehouse
 from tests.allocator.conftest import at, make_engine, training
-from tests.allocator.test_service import (
+from tests.allocator.helpers import (
     ADMIN,
     BOT,
     NLP,

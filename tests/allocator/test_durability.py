@@ -8,26 +8,17 @@ every answer the writers got (HTTP 2xx) must be there, with no event logged twic
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 import requests
 
-from pipelines.paths import REPO_ROOT
+from tests.allocator.helpers import ADMIN, BOT, auth
+from tests.allocator.server import running_server, start_server
 
-ADMIN, BOT = "admin-token-0123456789", "bot-token-0123456789ab"
-TOKENS = {ADMIN: {"role": "admin", "name": "alice"}, BOT: {"role": "governance_bot", "name": "gov-bot"}}
 TRAINING = {
     "queue": "vision-train",
     "template": "training",
@@ -36,83 +27,6 @@ TRAINING = {
     "expected_runtime_s": 7200,
     "checkpoint_policy": "hourly",
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@dataclass
-class Server:
-    url: str
-    process: subprocess.Popen
-    log: Path
-
-    def kill(self) -> None:
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait(timeout=10)
-
-
-def start_server(
-    db: Path, tmp: Path, tokens: dict | None = None, tick_s: float = 0.2, snapshot_every: int = 500
-) -> Server:
-    """`python -m allocator serve` on a free loopback port; returns once /healthz answers."""
-    tokens_file = tmp / "tokens.json"
-    tokens_file.write_text(json.dumps(tokens or TOKENS))
-    port = free_port()
-    log = tmp / f"server-{port}.log"
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "allocator",
-            "serve",
-            "--db",
-            str(db),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--tokens",
-            str(tokens_file),
-            "--tick",
-            str(tick_s),
-            "--snapshot-every",
-            str(snapshot_every),
-        ],
-        cwd=REPO_ROOT,
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"server exited with {process.returncode}:\n{log.read_text()}")
-        with contextlib.suppress(requests.ConnectionError):
-            if requests.get(f"{url}/healthz", timeout=1).ok:
-                return Server(url, process, log)
-        time.sleep(0.05)
-    process.kill()
-    raise RuntimeError(f"server did not answer within 30 s:\n{log.read_text()}")
-
-
-@contextlib.contextmanager
-def running_server(db: Path, tmp: Path, tokens: dict | None = None) -> Iterator[Server]:
-    server = start_server(db, tmp, tokens)
-    try:
-        yield server
-    finally:
-        if server.process.poll() is None:
-            server.process.terminate()
-            server.process.wait(timeout=10)
-
-
-def auth(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
 
 
 @dataclass

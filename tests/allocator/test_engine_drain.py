@@ -20,8 +20,8 @@ from allocator.service import create_app
 from allocator.store import Store
 from pipelines.enforcement.allocator import AllocatorEnforcer
 from tests.allocator.conftest import at, experiment, make_engine, small_pool, training
-from tests.allocator.test_service import ADMIN, BOT, TOKENS, TRAINING, VISION, Clock, all_pages, auth, submit
-from tests.allocator.test_service import small_pool as service_pool
+from tests.allocator.helpers import ADMIN, BOT, TOKENS, TRAINING, VISION, Clock, all_pages, auth, submit
+from tests.allocator.helpers import small_pool as service_pool
 from tests.governance.conftest import allocator  # noqa: F401 - the API on a loopback port
 
 with warnings.catch_warnings():  # Starlette 1.x prefers httpx2 for its test client; httpx works

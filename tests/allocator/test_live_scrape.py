@@ -2,55 +2,23 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from pathlib import Path
 
 import polars as pl
 import pytest
 import requests
 
+from pipelines.clock import utc_naive
 from pipelines.sources.dcgm_text import parse_dcgm_text
-from tests.allocator.test_durability import ADMIN, auth, running_server
-
-JOBS = [
-    {
-        "queue": "vision-train",
-        "template": "training",
-        "gpu_model": "H100",
-        "gpus": 2,
-        "expected_runtime_s": 7200,
-        "checkpoint_policy": "hourly",
-        "job_name": "whole",
-    },
-    {
-        "queue": "vision-train",
-        "template": "training",
-        "gpu_model": "A100",
-        "gpus": 1,
-        "share_mode": "mig",
-        "mig_profile": "1g.10gb",
-        "expected_runtime_s": 7200,
-        "checkpoint_policy": "hourly",
-        "job_name": "mig",
-    },
-    {
-        "queue": "speech-train",
-        "template": "training",
-        "gpu_model": "L40S",
-        "gpus": 1,
-        "share_mode": "timeslice",
-        "expected_runtime_s": 7200,
-        "checkpoint_policy": "hourly",
-        "job_name": "shared",
-    },
-]
+from tests.allocator.helpers import ADMIN, SHARE_MODE_JOBS, auth
+from tests.allocator.server import running_server
 
 
 @pytest.mark.slow
 def test_scraped_metrics_parse_clean_and_carry_the_running_job(tmp_path: Path):
     with running_server(tmp_path / "allocator.db", tmp_path) as server:
         jobs = []
-        for body in JOBS:
+        for body in SHARE_MODE_JOBS:
             r = requests.post(f"{server.url}/v1/jobs", json=body, headers=auth(ADMIN), timeout=5)
             assert r.status_code == 201, r.text
             assert r.json()["state"] == "RUNNING"
@@ -60,7 +28,7 @@ def test_scraped_metrics_parse_clean_and_carry_the_running_job(tmp_path: Path):
             placement = job["gpus"]
             host = placement[0]["host"]
             url = f"{server.url}/nodes/{host}/metrics"
-            scraped_at = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+            scraped_at = utc_naive()
             # without a token the GPUs' values are there but no job is named (docs/allocator.md)
             anonymous = requests.get(url, timeout=5)
             assert anonymous.status_code == 200 and "hpc_job" not in anonymous.text

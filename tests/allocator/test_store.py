@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from allocator.store import Store, StoreError
-from tests.allocator.test_service import T0, small_pool
+from tests.allocator.helpers import T0, small_pool
 
 SPEC = {
     "tenant": "vision",

@@ -25,11 +25,12 @@ import polars as pl
 import pytest
 import requests
 
+from pipelines.clock import utc_naive
 from pipelines.connectors.prometheus import PrometheusConfig
 from pipelines.paths import REPO_ROOT
 from pipelines.sources.dcgm_text import parse_dcgm_text
 from pipelines.warehouse import Warehouse
-from tests.allocator.test_live_scrape import JOBS
+from tests.allocator.helpers import SHARE_MODE_JOBS
 from tests.connectors.conftest import LoopbackServer, backfill_and_ingest, free_port, send
 
 pytestmark = pytest.mark.slow
@@ -38,10 +39,6 @@ ADMIN = "admin-token-for-the-live-test"
 SECONDS_OF_HISTORY = 8
 MISSED_SCRAPES_TOLERATED = 4
 KEY = ["host", "gpu", "gpu_instance_id", "metric", "hpc_job"]
-
-
-def utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
 
 
 def wait_for(what: str, check, timeout_s: float, interval_s: float = 0.2):
@@ -111,7 +108,7 @@ class RecordingProxy:
         self.server = LoopbackServer(self.handle)
 
     def handle(self, request) -> None:
-        received_at = utcnow()
+        received_at = utc_naive()
         # as an authorised scraper: the allocator names the jobs on a node's GPUs only to a token
         response = self.session.get(
             f"{self.upstream}{request.path}", headers={"Authorization": f"Bearer {ADMIN}"}, timeout=5
@@ -207,7 +204,7 @@ def test_backfill_from_a_real_prometheus_matches_what_the_exporters_served(
     prometheus_binary, allocator, tmp_path
 ):
     jobs = []
-    for body in JOBS:
+    for body in SHARE_MODE_JOBS:
         r = requests.post(
             f"{allocator}/v1/jobs", json=body, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=5
         )
@@ -236,7 +233,7 @@ def test_backfill_from_a_real_prometheus_matches_what_the_exporters_served(
 
             wait_for("Prometheus holding history of every node", history, timeout_s=60, interval_s=0.5)
             start = min(t for t, _, _ in proxy.served)
-            end = utcnow()
+            end = utc_naive()
             warehouse = Warehouse(tmp_path / "gpupool")
             report, ingested = backfill_and_ingest(
                 warehouse, start, end, PrometheusConfig(url=prom, scrape_interval_s=1)

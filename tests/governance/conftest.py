@@ -16,6 +16,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+import requests
 import uvicorn
 
 from allocator.auth import parse_tokens
@@ -25,7 +26,7 @@ from allocator.store import Store
 from pipelines.contracts import FINDING_SCHEMA, Mode, PolicyKind, StepAction
 from pipelines.policies.catalog import Policy, PolicyCatalog
 from pipelines.policies.model import Exemption, RateLimits, Step, finding_key
-from tests.allocator.test_service import ADMIN, BOT, INFERENCE, POOL_DOC, TOKENS, TRAINING, VISION
+from tests.allocator.helpers import ADMIN, BOT, INFERENCE, POOL_DOC, TOKENS, TRAINING, VISION
 
 T0 = dt.datetime(2026, 11, 2, 9, 0, 0)
 GRACE_S = 900
@@ -117,3 +118,10 @@ def allocator(tmp_path: Path) -> Iterator[Allocator]:
         server.should_exit = True
         thread.join(timeout=10)
         store.close()
+
+
+def submit(url: str, body: dict) -> dict:
+    """Submit a job as the admin to the allocator at `url` (the `allocator` fixture's)."""
+    r = requests.post(f"{url}/v1/jobs", json=body, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=10)
+    assert r.status_code == 201, r.text
+    return r.json()

@@ -4,19 +4,12 @@ from __future__ import annotations
 import json
 
 import pytest
-import requests
 
 from allocator.model import Action, ActionKind, Outcome
 from pipelines.connectors.allocator import AllocatorAuthError, AllocatorClient, AllocatorConfig
 from pipelines.enforcement.allocator import AllocatorEnforcer, DeliveryError
 from pipelines.sources.allocator_log import parse_audit_log, parse_event_log
-from tests.governance.conftest import ADMIN, BOT, INFERENCE, T0, TRAINING, VISION
-
-
-def submit(url: str, body: dict) -> dict:
-    r = requests.post(f"{url}/v1/jobs", json=body, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=10)
-    assert r.status_code == 201, r.text
-    return r.json()
+from tests.governance.conftest import BOT, INFERENCE, T0, TRAINING, VISION, submit
 
 
 def action(kind: ActionKind, key: str, target: str, **fields) -> Action:

@@ -6,8 +6,9 @@ import datetime as dt
 
 from pipelines.contracts import DecisionStatus, Mode, StepAction
 from pipelines.policies.model import Exemption, RateLimits, action_key
-from pipelines.policies.planner import MemoryHistory, plan
+from pipelines.policies.planner import plan
 from tests.governance.conftest import GRACE_S, T0, at, catalog, finding, findings
+from tests.policies.history import MemoryHistory
 
 
 def run(history: MemoryHistory, frame, now, cat=None, **kwargs):

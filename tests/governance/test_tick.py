@@ -13,13 +13,12 @@ from pipelines.connectors.allocator import AllocatorClient
 from pipelines.contracts import FINDINGS_TABLE, Mode
 from pipelines.governance.factory import build_enforcers
 from pipelines.governance.outbox import Outbox
-from pipelines.governance.tick import default_lookback, governance_tick, recent_progress
-from pipelines.policies.catalog import load_catalog
+from pipelines.governance.tick import governance_tick, recent_progress
+from pipelines.policies.catalog import default_lookback, load_catalog
 from pipelines.resources.governance import GovernanceResource
 from pipelines.resources.warehouse import WarehouseResource
 from pipelines.warehouse import Warehouse
-from tests.governance.conftest import BOT, T0, TRAINING
-from tests.governance.test_allocator_api import submit
+from tests.governance.conftest import BOT, T0, TRAINING, submit
 from tests.models.builders import at, build, event, gpu, load, placement, quota, series, simple_job
 
 

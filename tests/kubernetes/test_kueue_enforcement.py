@@ -563,7 +563,7 @@ def test_the_official_client_sends_the_merge_patches(tmp_path):
     from kubernetes.client import CustomObjectsApi
 
     from pipelines.connectors.kubernetes import api_client
-    from tests.kubernetes.test_kueue_source import RecordedApiServer
+    from tests.kubernetes.api_server import RecordedApiServer
 
     objects = {(w["metadata"]["namespace"], w["metadata"]["name"]): w for w in _items("workloads.json")[:13]}
 

@@ -29,7 +29,7 @@ from pipelines.resources.warehouse import WarehouseResource
 from pipelines.warehouse import Warehouse
 from tests.lake import test_concurrent_writers, test_kill_writer, test_serving_while_loading
 from tests.pack import test_as_of
-from tests.pipelines.test_dagster_instance_postgres import DAGSTER_YAML
+from tests.postgres import DAGSTER_YAML
 
 pytest_plugins = ["tests.postgres"]
 

@@ -13,7 +13,7 @@ import pytest
 from pipelines.lake.releases import ReleaseNotFound, ReleaseRegistry, registry_for
 from pipelines.lake.tables import LakeError
 from pipelines.paths import REPO_ROOT
-from tests.lake.test_releases import record_latest_get_list
+from tests.lake.helpers import record_latest_get_list
 
 pytest_plugins = ["tests.postgres"]
 

@@ -44,7 +44,7 @@ def test_every_column_has_a_label_in_both_languages(collected):
 
 
 def test_unknown_column_says_what_to_do():
-    with pytest.raises(KeyError, match="DIMENSIONS"):
+    with pytest.raises(KeyError, match="COLUMN_LABELS"):
         column_label("pool_daily", "no_such_column", "en", {})
 
 

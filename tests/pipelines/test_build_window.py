@@ -8,6 +8,7 @@ import datetime as dt
 import pytest
 
 from pipelines.build_window import rebuild_window
+from pipelines.clock import utc_naive
 from pipelines.warehouse import Warehouse
 from tests.models.builders import at, event, load, series, simple_job
 
@@ -125,7 +126,7 @@ def test_the_changed_days_include_rows_merged_into_another_day_without_a_log_row
     from pipelines.build import _changed_days
     from pipelines.contracts import contract
 
-    since = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+    since = utc_naive()
     load(wh, "dcgm_parquet", D[3], dcgm_samples=series("h1", 0, GR, at("13:00", day=3), 1, 0.5))
     late_sample = {"sampled_at": at("23:59"), "host": "h1", "metric": "node_cpu_seconds_total", "value": 1.0,
                    "cpu": "all", "mode": "user", "source": "node_exporter", "source_file": "day2.prom"}

@@ -10,25 +10,13 @@ import psycopg
 import pytest
 from dagster_postgres import PostgresEventLogStorage, PostgresRunStorage, PostgresScheduleStorage
 
+from tests.postgres import DAGSTER_YAML
+
 pytest_plugins = ["tests.postgres"]
 
 # The password comes from the environment, as a deployment keeps it out of dagster.yaml. The scheme
 # names psycopg2 because SQLAlchemy 2.1 maps a bare `postgresql://` to psycopg 3 (installed for the
 # release registry), and dagster-postgres 0.29 then fails on `NOTIFY run_events, $1`.
-DAGSTER_YAML = """\
-storage:
-  postgres:
-    postgres_db:
-      scheme: postgresql+psycopg2
-      username: {username}
-      password:
-        env: GPUPOOL_DAGSTER_PG_PASSWORD
-      hostname: {hostname}
-      port: {port}
-      db_name: {db_name}
-"""
-
-
 @dg.asset
 def answer() -> dg.MaterializeResult:
     """A trivial asset: one materialization with metadata."""

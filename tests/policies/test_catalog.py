@@ -10,7 +10,14 @@ import yaml
 
 from pipelines.contracts import Mode, PolicyKind, StepAction
 from pipelines.paths import MODELS_DIR
-from pipelines.policies.catalog import DEFAULT_POLICIES, CatalogError, load_catalog
+from pipelines.policies.catalog import (
+    DEFAULT_POLICIES,
+    LOOKBACK_MARGIN,
+    MIN_WINDOW,
+    CatalogError,
+    default_lookback,
+    load_catalog,
+)
 from tests.policies.frames import catalog_with
 
 NOW = dt.datetime(2026, 11, 1, 12, 0)
@@ -153,3 +160,20 @@ def test_readme_documents_every_policy():
     text = (MODELS_DIR / "policies" / "README.md").read_text()
     for name in yaml.safe_load(DEFAULT_POLICIES.read_text())["policies"]:
         assert f"`{name}`" in text
+
+
+def test_one_lookback_for_the_sensor_and_the_simulator_with_one_floor(tmp_path):
+    """pipelines/governance/tick.py reads every kind's longest window, the simulator each kind's own: both
+    from default_lookback, never under MIN_WINDOW (the kinds without a window read the floor)."""
+    catalog = load_catalog()
+    assert default_lookback(catalog) == dt.timedelta(minutes=120) + LOOKBACK_MARGIN  # zombie's limit_minutes
+    assert default_lookback(catalog, (PolicyKind.ZOMBIE,)) == default_lookback(catalog)
+    assert default_lookback(catalog, (PolicyKind.OVERRUN,)) == MIN_WINDOW + LOOKBACK_MARGIN
+    assert default_lookback(catalog, (PolicyKind.IDLE_ALLOCATION,)) == dt.timedelta(minutes=60) + LOOKBACK_MARGIN
+
+    def short_windows(doc: dict) -> None:  # idle-allocation's windows all under the floor
+        doc["policies"]["idle-allocation"]["params"]["window_minutes"] = 5
+        doc["policies"]["idle-allocation"]["overrides"][0]["params"]["window_minutes"] = 10
+
+    short = catalog_with(tmp_path, short_windows)
+    assert default_lookback(short, (PolicyKind.IDLE_ALLOCATION,)) == MIN_WINDOW + LOOKBACK_MARGIN

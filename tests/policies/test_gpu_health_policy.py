@@ -13,7 +13,8 @@ from pipelines.contracts import DecisionStatus, Mode, PolicyKind, StepAction
 from pipelines.policies.catalog import load_catalog
 from pipelines.policies.evaluate import evaluate
 from pipelines.policies.inputs import PolicyInputs
-from pipelines.policies.planner import MemoryHistory, plan
+from pipelines.policies.planner import plan
+from tests.policies.history import MemoryHistory
 
 T0 = dt.datetime(2026, 11, 1, 0, 0)
 HOUR = dt.timedelta(hours=1)

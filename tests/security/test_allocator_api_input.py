@@ -21,7 +21,7 @@ from allocator.auth import parse_tokens
 from allocator.inputs import MAX_BODY_BYTES, dumps_safe
 from allocator.service import create_app
 from allocator.store import CommandResult, Store, apply_command
-from tests.allocator.test_service import ADMIN, BOT, NLP, TOKENS, TRAINING, VISION, Clock, auth, small_pool
+from tests.allocator.helpers import ADMIN, BOT, NLP, TOKENS, TRAINING, VISION, Clock, auth, small_pool
 
 JSON = {"Content-Type": "application/json"}
 STARTED = 1  # the command log holds one command once the app started: the grants of the tokens

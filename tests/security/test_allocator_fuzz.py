@@ -31,7 +31,7 @@ from allocator.inputs import json_problem
 from allocator.model import ActionKind
 from allocator.service import create_app
 from allocator.store import Store
-from tests.allocator.test_service import (
+from tests.allocator.helpers import (
     ADMIN,
     BOT,
     INFERENCE,

@@ -26,7 +26,7 @@ from allocator.auth import parse_tokens
 from allocator.inputs import MAX_BODY_BYTES
 from allocator.service import api_routes, create_app
 from allocator.store import Store
-from tests.allocator.test_service import ADMIN, BOT, NLP, T0, TOKENS, TRAINING, VISION, small_pool
+from tests.allocator.helpers import ADMIN, BOT, NLP, T0, TOKENS, TRAINING, VISION, small_pool
 
 WRONG = "wrong-token-0123456789-not-configured"
 CHECKPOINT = {"kind": "checkpoint", "location": "s3://ckpt/vision/run-7/step-1000", "training_step": 1000}

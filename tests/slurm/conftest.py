@@ -1,4 +1,5 @@
-"""The real one-node Slurm cluster (scripts/slurm-up.sh) as a session fixture, and job helpers.
+"""The real one-node Slurm cluster (scripts/slurm-up.sh) as a session fixture, and job helpers; the
+enforcer under test with a recorder of the commands it ran, and the node the drain tests drain.
 
 If `sinfo` answers for the test cluster, it is used as it is. Otherwise the fixture runs
 scripts/slurm-up.sh (root only) and runs scripts/slurm-down.sh at the end of the session.
@@ -11,13 +12,17 @@ import json
 import os
 import shutil
 import subprocess
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
+from pipelines.connectors.slurm import CommandResult, run_command
+from pipelines.enforcement.base import ActionLedger
+from pipelines.enforcement.slurm import SlurmEnforcer, slurm_node
 from pipelines.paths import REPO_ROOT
 
 CLUSTER = "gpupool"
@@ -162,3 +167,56 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
         if started_here:
             subprocess.run(["bash", str(REPO_ROOT / "scripts" / "slurm-down.sh")], capture_output=True, timeout=120,
                            check=False)
+
+
+class Recorder:
+    """Runs the real commands and remembers them (thread-safe)."""
+
+    def __init__(self):
+        self.calls: list[tuple[str, ...]] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, argv: Sequence[str], timeout_s: float) -> CommandResult:
+        with self._lock:
+            self.calls.append(tuple(argv))
+        return run_command(argv, timeout_s)
+
+    def count(self, *prefix: str) -> int:
+        return sum(1 for call in self.calls if call[: len(prefix)] == prefix)
+
+
+@pytest.fixture
+def recorder() -> Recorder:
+    return Recorder()
+
+
+@pytest.fixture
+def enforcer(tmp_path, recorder) -> SlurmEnforcer:
+    return SlurmEnforcer(ActionLedger(tmp_path / "ledger.db", tmp_path / "landing", "slurm"), run=recorder)
+
+
+NODE = "localhost"
+
+
+def node_state() -> tuple[str, str | None]:
+    """The node's State and Reason, as `scontrol show node` has them."""
+    node = slurm_node(slurm("scontrol", "-o", "show", "node", NODE))
+    return node.state, node.reason
+
+
+def resume_if_drained() -> None:
+    state, _ = node_state()
+    if "DRAIN" in state:
+        slurm("scontrol", "update", f"NodeName={NODE}", "State=RESUME")
+
+
+@pytest.fixture
+def cluster(slurm_cluster: SlurmCluster) -> Iterator[SlurmCluster]:
+    """The test cluster with its node resumed before and after (the drain tests drain it)."""
+    slurm_cluster.cancel_all()
+    resume_if_drained()
+    try:
+        yield slurm_cluster
+    finally:
+        resume_if_drained()
+        slurm_cluster.cancel_all()

@@ -6,62 +6,17 @@ other Slurm tests find it as they expect.
 """
 from __future__ import annotations
 
-import datetime as dt
-from collections.abc import Iterator
-
 import pytest
 
 from allocator.model import Action, ActionKind, Outcome
-from pipelines.enforcement.base import ActionLedger
-from pipelines.enforcement.slurm import SlurmEnforcer, slurm_node
+from pipelines.clock import utc_naive
 from pipelines.sources.allocator_log import parse_audit_log
-from tests.slurm.conftest import SlurmCluster, slurm
-from tests.slurm.test_slurm_enforcement import Recorder
+from tests.slurm.conftest import NODE, node_state, slurm
 
 pytestmark = pytest.mark.slow
 
-NODE = "localhost"
-
-
-def _now() -> dt.datetime:
-    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
-
-
-def node_state() -> tuple[str, str | None]:
-    """The node's State and Reason, as `scontrol show node` has them."""
-    node = slurm_node(slurm("scontrol", "-o", "show", "node", NODE))
-    return node.state, node.reason
-
-
-def resume_if_drained() -> None:
-    state, _ = node_state()
-    if "DRAIN" in state:
-        slurm("scontrol", "update", f"NodeName={NODE}", "State=RESUME")
-
-
-@pytest.fixture
-def cluster(slurm_cluster: SlurmCluster) -> Iterator[SlurmCluster]:
-    slurm_cluster.cancel_all()
-    resume_if_drained()
-    try:
-        yield slurm_cluster
-    finally:
-        resume_if_drained()
-        slurm_cluster.cancel_all()
-
-
-@pytest.fixture
-def recorder() -> Recorder:
-    return Recorder()
-
-
-@pytest.fixture
-def enforcer(tmp_path, recorder) -> SlurmEnforcer:
-    return SlurmEnforcer(ActionLedger(tmp_path / "ledger.db", tmp_path / "landing", "slurm"), run=recorder)
-
-
 def _audit(tmp_path) -> list[dict]:
-    day_file = tmp_path / "landing" / "allocator_audit" / _now().date().isoformat() / "slurm.jsonl"
+    day_file = tmp_path / "landing" / "allocator_audit" / utc_naive().date().isoformat() / "slurm.jsonl"
     parsed = parse_audit_log(day_file.read_bytes(), str(day_file))
     assert parsed.quarantine.height == 0
     return parsed.tables["audit_events"].to_dicts()
@@ -80,11 +35,11 @@ def test_drain_shadow_then_enforce_then_undrain(cluster, enforcer, recorder, tmp
     running = cluster.submit(name="drain-running")
     cluster.wait_running(running)
 
-    dry = enforcer.apply(drain(f"{NODE}/3", "drain:localhost:v1", dry_run=True), _now())
+    dry = enforcer.apply(drain(f"{NODE}/3", "drain:localhost:v1", dry_run=True), utc_naive())
     assert dry.outcome == Outcome.DRY_RUN and "would run scontrol update NodeName=localhost State=DRAIN" in dry.reason
     assert "DRAIN" not in node_state()[0] and recorder.count("scontrol", "update") == 0
 
-    applied = enforcer.apply(drain(f"{NODE}/3", "drain:localhost:v1"), _now())
+    applied = enforcer.apply(drain(f"{NODE}/3", "drain:localhost:v1"), utc_naive())
     assert applied.outcome == Outcome.APPLIED, applied.reason
     assert "Slurm drains whole nodes: GPU 3's node localhost" in applied.reason
     state, reason = node_state()
@@ -94,17 +49,17 @@ def test_drain_shadow_then_enforce_then_undrain(cluster, enforcer, recorder, tmp
     waiting = cluster.submit(name="drain-waiting")
     cluster.wait_for("the new job to be held back", lambda: cluster.state(waiting) == "PENDING", 10)
 
-    again = enforcer.apply(drain(f"{NODE}/3", "drain:localhost:v1"), _now())
+    again = enforcer.apply(drain(f"{NODE}/3", "drain:localhost:v1"), utc_naive())
     assert again.outcome == Outcome.ALREADY_DONE and recorder.count("scontrol", "update") == 1
-    other = enforcer.apply(drain(NODE, "drain:localhost:v2"), _now())
+    other = enforcer.apply(drain(NODE, "drain:localhost:v2"), utc_naive())
     assert other.outcome == Outcome.REFUSED and "not drained by this key" in other.reason
 
-    resumed = enforcer.apply(undrain(f"{NODE}/3", "undrain:localhost:v1"), _now())
+    resumed = enforcer.apply(undrain(f"{NODE}/3", "undrain:localhost:v1"), utc_naive())
     assert resumed.outcome == Outcome.APPLIED, resumed.reason
     assert "DRAIN" not in node_state()[0]
     cluster.wait_running(waiting)
-    assert enforcer.apply(undrain(f"{NODE}/3", "undrain:localhost:v1"), _now()).outcome == Outcome.ALREADY_DONE
-    not_drained = enforcer.apply(undrain(NODE, "undrain:localhost:v2"), _now())
+    assert enforcer.apply(undrain(f"{NODE}/3", "undrain:localhost:v1"), utc_naive()).outcome == Outcome.ALREADY_DONE
+    not_drained = enforcer.apply(undrain(NODE, "undrain:localhost:v2"), utc_naive())
     assert not_drained.outcome == Outcome.REFUSED and not_drained.reason.startswith("node localhost is not drained")
     assert recorder.count("scontrol", "update") == 2
 
@@ -123,23 +78,23 @@ def test_drain_shadow_then_enforce_then_undrain(cluster, enforcer, recorder, tmp
 
 def test_a_drain_by_someone_else_is_neither_ours_nor_lifted(cluster, enforcer, recorder, tmp_path):
     slurm("scontrol", "update", f"NodeName={NODE}", "State=DRAIN", "Reason=disk replacement")
-    refused = enforcer.apply(drain(NODE, "drain:localhost:v3"), _now())
+    refused = enforcer.apply(drain(NODE, "drain:localhost:v3"), utc_naive())
     assert refused.outcome == Outcome.REFUSED and "Reason=disk replacement" in refused.reason
-    kept = enforcer.apply(undrain(NODE, "undrain:localhost:v3"), _now())
+    kept = enforcer.apply(undrain(NODE, "undrain:localhost:v3"), utc_naive())
     assert kept.outcome == Outcome.REFUSED and "drained by someone else (Reason=disk replacement" in kept.reason
     state, reason = node_state()
     assert "DRAIN" in state and reason == "disk replacement"
     assert recorder.count("scontrol", "update") == 0
     # a refusal is not remembered: once the admin resumes the node, the same key drains it
     slurm("scontrol", "update", f"NodeName={NODE}", "State=RESUME")
-    assert enforcer.apply(drain(NODE, "drain:localhost:v3"), _now()).outcome == Outcome.APPLIED
+    assert enforcer.apply(drain(NODE, "drain:localhost:v3"), utc_naive()).outcome == Outcome.APPLIED
     assert [r["decision"] for r in _audit(tmp_path)] == ["refused", "refused", "applied"]
 
 
 def test_unknown_nodes_and_targets_are_refused(cluster, enforcer, tmp_path):
-    unknown = enforcer.apply(drain("gpu-node-99", "drain:gpu-node-99:v1"), _now())
+    unknown = enforcer.apply(drain("gpu-node-99", "drain:gpu-node-99:v1"), utc_naive())
     assert (unknown.outcome, unknown.reason) == (Outcome.REFUSED, "no node gpu-node-99 in Slurm")
-    malformed = enforcer.apply(drain(f"{NODE}/x", "drain:bad:v1"), _now())
+    malformed = enforcer.apply(drain(f"{NODE}/x", "drain:bad:v1"), utc_naive())
     assert malformed.outcome == Outcome.REFUSED and "is not a node (node-07) or a GPU" in malformed.reason
     assert [r["decision"] for r in _audit(tmp_path)] == ["refused", "refused"]
 
@@ -147,8 +102,8 @@ def test_unknown_nodes_and_targets_are_refused(cluster, enforcer, tmp_path):
 def test_a_reason_with_newlines_and_quotes_stays_one_line_and_ours(cluster, enforcer):
     hostile = Action(ActionKind.DRAIN, "drain:localhost:hostile", NODE, "governance-bot",
                      reason='xid 79\nReason=other; "quoted" $(id)', policy="gpu-health", policy_version="1")
-    assert enforcer.apply(hostile, _now()).outcome == Outcome.APPLIED
+    assert enforcer.apply(hostile, utc_naive()).outcome == Outcome.APPLIED
     reason = node_state()[1]
     assert "\n" not in reason and reason.startswith("gpupool: xid 79 Reason=other;")
     # scontrol still answers one line for the node, so gpupool can lift its own drain
-    assert enforcer.apply(undrain(NODE, "undrain:localhost:hostile"), _now()).outcome == Outcome.APPLIED
+    assert enforcer.apply(undrain(NODE, "undrain:localhost:hostile"), utc_naive()).outcome == Outcome.APPLIED

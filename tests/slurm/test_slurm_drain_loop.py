@@ -15,7 +15,7 @@ from pipelines.policies.catalog import load_catalog
 from pipelines.policies.evaluate import evaluate
 from pipelines.policies.inputs import PolicyInputs
 from pipelines.policies.planner import plan
-from tests.slurm.test_slurm_drain import NODE, cluster, enforcer, node_state, recorder  # noqa: F401
+from tests.slurm.conftest import NODE, node_state
 
 pytestmark = pytest.mark.slow
 HOUR = dt.timedelta(hours=1)
@@ -39,7 +39,7 @@ def health(t0: dt.datetime, until: dt.datetime) -> PolicyInputs:
     return PolicyInputs(allocations=None, minutes=None, health=pl.from_dicts(rows, infer_schema_length=None))
 
 
-def test_drain_through_the_outbox_then_undrain(cluster, enforcer, tmp_path):  # noqa: F811
+def test_drain_through_the_outbox_then_undrain(cluster, enforcer, tmp_path):
     t0 = dt.datetime.now(dt.UTC).replace(tzinfo=None, microsecond=0)
     outbox = Outbox(tmp_path / "outbox.db", tmp_path / "landing")
 

@@ -2,14 +2,11 @@
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
-import threading
-from collections.abc import Sequence
 
 import pytest
 
 from allocator.model import Action, ActionKind, Outcome
-from pipelines.connectors.slurm import CommandResult, run_command
+from pipelines.clock import utc_naive
 from pipelines.enforcement.base import ActionLedger
 from pipelines.enforcement.slurm import SlurmEnforcer
 from pipelines.sources.allocator_log import parse_audit_log
@@ -19,22 +16,6 @@ from tests.slurm.conftest import SlurmCluster, slurm
 pytestmark = pytest.mark.slow
 
 ROLES = ("reclaim", "concurrent", "preempt", "no_requeue", "cap", "protected", "remind")
-
-
-class Recorder:
-    """Runs the real commands and remembers them (thread-safe)."""
-
-    def __init__(self):
-        self.calls: list[tuple[str, ...]] = []
-        self._lock = threading.Lock()
-
-    def __call__(self, argv: Sequence[str], timeout_s: float) -> CommandResult:
-        with self._lock:
-            self.calls.append(tuple(argv))
-        return run_command(argv, timeout_s)
-
-    def count(self, *prefix: str) -> int:
-        return sum(1 for call in self.calls if call[: len(prefix)] == prefix)
 
 
 @pytest.fixture(scope="module")
@@ -50,22 +31,8 @@ def jobs(slurm_cluster: SlurmCluster) -> dict[str, str]:
     return out
 
 
-@pytest.fixture
-def recorder() -> Recorder:
-    return Recorder()
-
-
-@pytest.fixture
-def enforcer(tmp_path, recorder) -> SlurmEnforcer:
-    return SlurmEnforcer(ActionLedger(tmp_path / "ledger.db", tmp_path / "landing", "slurm"), run=recorder)
-
-
-def _now() -> dt.datetime:
-    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
-
-
 def _audit(tmp_path) -> list[dict]:
-    day_file = tmp_path / "landing" / "allocator_audit" / _now().date().isoformat() / "slurm.jsonl"
+    day_file = tmp_path / "landing" / "allocator_audit" / utc_naive().date().isoformat() / "slurm.jsonl"
     parsed = parse_audit_log(day_file.read_bytes(), str(day_file))
     assert parsed.quarantine.height == 0
     return parsed.tables["audit_events"].to_dicts()
@@ -75,18 +42,18 @@ def test_reclaim_dry_run_then_apply_then_already_done(jobs, slurm_cluster, enfor
     job = jobs["reclaim"]
     action = Action(ActionKind.RECLAIM, f"reclaim:{job}:idle:v1", job, "governance-bot", reason="idle 45 min")
 
-    dry = enforcer.apply(dataclasses.replace(action, dry_run=True), _now())
+    dry = enforcer.apply(dataclasses.replace(action, dry_run=True), utc_naive())
     assert dry.outcome == Outcome.DRY_RUN
     assert f"would run scancel {job}" in dry.reason
     assert slurm_cluster.state(job) == "RUNNING" and recorder.count("scancel") == 0
 
-    applied = enforcer.apply(action, _now())
+    applied = enforcer.apply(action, utc_naive())
     assert applied.outcome == Outcome.APPLIED, applied.reason
     assert applied.effects["command"] == f"scancel {job}" and applied.effects["gpus_released"] == 1
     rows = slurm_cluster.wait_accounted(job, lambda r: r and r[-1]["state"].startswith("CANCELLED"), "cancelled")
     assert rows[-1]["state"] == "CANCELLED by 0"
 
-    again = enforcer.apply(action, _now())
+    again = enforcer.apply(action, utc_naive())
     assert again.outcome == Outcome.ALREADY_DONE
     assert recorder.count("scancel") == 1
 
@@ -104,7 +71,7 @@ def test_concurrent_applies_of_one_key_cancel_once(jobs, slurm_cluster, tmp_path
 
     def setup():
         enforcer = SlurmEnforcer(ActionLedger(tmp_path / "ledger.db", tmp_path / "landing", "slurm"), run=recorder)
-        return lambda: enforcer.apply(action, _now()).outcome
+        return lambda: enforcer.apply(action, utc_naive()).outcome
 
     outcomes = race(setup, 6)
     assert sorted(outcomes) == sorted([Outcome.APPLIED] + [Outcome.ALREADY_DONE] * 5)
@@ -114,7 +81,7 @@ def test_concurrent_applies_of_one_key_cancel_once(jobs, slurm_cluster, tmp_path
 
 def test_preempt_requeues_a_requeueable_job_and_refuses_one_that_is_not(jobs, slurm_cluster, enforcer, recorder):
     job = jobs["preempt"]
-    result = enforcer.apply(Action(ActionKind.PREEMPT, f"preempt:{job}", job, "governance-bot"), _now())
+    result = enforcer.apply(Action(ActionKind.PREEMPT, f"preempt:{job}", job, "governance-bot"), utc_naive())
     assert result.outcome == Outcome.APPLIED, result.reason
     assert result.effects["command"] == f"scontrol requeue {job}" and result.effects["attempt"] == 2
     slurm_cluster.wait_for(f"job {job} requeued",
@@ -122,7 +89,7 @@ def test_preempt_requeues_a_requeueable_job_and_refuses_one_that_is_not(jobs, sl
     slurm_cluster.wait_accounted(job, lambda r: len(r) == 2 and r[0]["state"] == "REQUEUED", "requeued")
 
     fixed = jobs["no_requeue"]
-    refused = enforcer.apply(Action(ActionKind.PREEMPT, f"preempt:{fixed}", fixed, "governance-bot"), _now())
+    refused = enforcer.apply(Action(ActionKind.PREEMPT, f"preempt:{fixed}", fixed, "governance-bot"), utc_naive())
     assert refused.outcome == Outcome.REFUSED and "not requeueable" in refused.reason
     assert slurm_cluster.state(fixed) == "RUNNING"
     assert recorder.count("scontrol", "requeue") == 1
@@ -131,12 +98,12 @@ def test_preempt_requeues_a_requeueable_job_and_refuses_one_that_is_not(jobs, sl
 def test_cap_runtime_shortens_the_time_limit_and_never_lengthens_it(jobs, slurm_cluster, enforcer):
     job = jobs["cap"]
     capped = enforcer.apply(Action(ActionKind.CAP_RUNTIME, f"cap:{job}:v1", job, "governance-bot", runtime_s=570),
-                            _now())
+                            utc_naive())
     assert capped.outcome == Outcome.APPLIED, capped.reason
     assert capped.effects["runtime_cap_s"] == 600  # whole minutes, rounded up
     assert slurm_cluster.job(job)["time_limit"] == 10
     longer = enforcer.apply(Action(ActionKind.CAP_RUNTIME, f"cap:{job}:v2", job, "governance-bot", runtime_s=1200),
-                            _now())
+                            utc_naive())
     assert longer.outcome == Outcome.REFUSED and "already 10 min" in longer.reason
     assert slurm_cluster.job(job)["time_limit"] == 10
 
@@ -144,11 +111,11 @@ def test_cap_runtime_shortens_the_time_limit_and_never_lengthens_it(jobs, slurm_
 def test_protected_pending_and_unknown_jobs_are_refused(jobs, slurm_cluster, enforcer, recorder, tmp_path):
     protected, held = jobs["protected"], jobs["held"]
     results = [
-        enforcer.apply(Action(ActionKind.RECLAIM, f"reclaim:{protected}", protected, "governance-bot"), _now()),
+        enforcer.apply(Action(ActionKind.RECLAIM, f"reclaim:{protected}", protected, "governance-bot"), utc_naive()),
         enforcer.apply(Action(ActionKind.CAP_RUNTIME, f"cap:{protected}", protected, "governance-bot", runtime_s=60),
-                       _now()),
-        enforcer.apply(Action(ActionKind.RECLAIM, f"reclaim:{held}", held, "governance-bot"), _now()),
-        enforcer.apply(Action(ActionKind.RECLAIM, "reclaim:99999999", "99999999", "governance-bot"), _now()),
+                       utc_naive()),
+        enforcer.apply(Action(ActionKind.RECLAIM, f"reclaim:{held}", held, "governance-bot"), utc_naive()),
+        enforcer.apply(Action(ActionKind.RECLAIM, "reclaim:99999999", "99999999", "governance-bot"), utc_naive()),
     ]
     assert [r.outcome for r in results] == [Outcome.REFUSED] * 4
     assert "protected workload (comment gpupool:inference)" in results[0].reason
@@ -162,7 +129,7 @@ def test_protected_pending_and_unknown_jobs_are_refused(jobs, slurm_cluster, enf
 
 def test_remind_and_quota_change_change_nothing_in_slurm(jobs, slurm_cluster, enforcer, recorder):
     job = jobs["remind"]
-    remind = enforcer.apply(Action(ActionKind.REMIND, f"remind:{job}", job, "governance-bot", reason="idle"), _now())
+    remind = enforcer.apply(Action(ActionKind.REMIND, f"remind:{job}", job, "governance-bot", reason="idle"), utc_naive())
     assert remind.outcome == Outcome.APPLIED and remind.effects == {"reminded": "root"}
     assert slurm_cluster.state(job) == "RUNNING"
 
@@ -172,12 +139,12 @@ def test_remind_and_quota_change_change_nothing_in_slurm(jobs, slurm_cluster, en
 
     before = grp_tres()
     proposal = enforcer.apply(Action(ActionKind.QUOTA_CHANGE, "quota:vision:v1", "vision", "governance-bot",
-                                     quota={"H100": 4}), _now())
+                                     quota={"H100": 4}), utc_naive())
     assert proposal.outcome == Outcome.PROPOSED and proposal.proposal_id.startswith("slurm-qp-")
     assert proposal.effects["admin_command"] == "sacctmgr -i modify account where name=vision set GrpTRES=gres/gpu=4"
     assert grp_tres() == before
     unknown = enforcer.apply(Action(ActionKind.QUOTA_CHANGE, "quota:nobody", "nobody", "governance-bot",
-                                    quota={"H100": 1}), _now())
+                                    quota={"H100": 1}), utc_naive())
     assert unknown.outcome == Outcome.REFUSED and unknown.reason == "no Slurm account nobody"
     ran = {call[0] for call in recorder.calls}
     assert ran == {"squeue", "sacctmgr"}

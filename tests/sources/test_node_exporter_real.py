@@ -11,6 +11,7 @@ import polars as pl
 import pytest
 import requests
 
+from pipelines.clock import utc_naive
 from pipelines.sources.node_exporter import KEPT_METRICS, parse_node_exporter_text
 from tests.node_exporter_daemon import running_node_exporter
 
@@ -47,7 +48,7 @@ def two_scrapes() -> tuple[str, str]:
 
 def test_every_kept_metric_of_the_real_exporter_loads_with_the_node_clock(two_scrapes):
     text = two_scrapes[0]
-    before = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+    before = utc_naive()
     result = parse_node_exporter_text(text, "real")  # no scraped_at: node_time_seconds must serve
     rows = result.tables["host_samples"]
     assert result.records_quarantined == 0, result.quarantine.to_dicts()[:3]
