@@ -1,13 +1,20 @@
+-- merged by job (macros/build_window.sql): a build re-reads the placements, attempts and job of the
+-- jobs the window reaches and of those the last build left running or ending in the window
+{{ config(materialized='incremental', incremental_strategy='replace_window',
+          window='in_window_allocation_jobs', window_key='source, job_id') }}
 with placements as (
   select * from {{ ref('stg_scheduler__job_gpus') }}
+  where {{ in_window_allocation_jobs() }}
 ),
 
 attempts as (
   select * from {{ ref('fct_job_attempts') }}
+  where {{ in_window_allocation_jobs() }}
 ),
 
 jobs as (
   select * from {{ ref('dim_jobs') }}
+  where {{ in_window_allocation_jobs() }}
 ),
 
 gpus as (
