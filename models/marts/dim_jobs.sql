@@ -2,14 +2,15 @@
 -- window reaches (an attempt running or ended in it, an event in it) and drops the jobs no event is left of
 {{ config(materialized='incremental', incremental_strategy='replace_window',
           window='in_window_jobs_or_gone', window_key='source, job_id') }}
-with events as (
+with events as materialized (
   select * from {{ ref('stg_scheduler__job_events') }}
   where {{ in_window_jobs() }}
 ),
 
+-- the same jobs' attempts (a job's attempts come from its events)
 attempts as (
   select * from {{ ref('fct_job_attempts') }}
-  where {{ in_window_jobs() }}
+  semi join events using (source, job_id)
 ),
 
 -- job attributes: the earliest event that carries each one (normally the submit)
