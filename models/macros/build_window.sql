@@ -99,3 +99,56 @@
   insert into {{ arg_dict['target_relation'] }} ({{ columns }})
   select {{ columns }} from {{ arg_dict['temp_relation'] }}
 {%- endmacro %}
+
+{#- Allocation marts (fct_allocations and the marts that read it). -#}
+
+{#- fct_allocations' own jobs: window_jobs(), and the jobs of which the last build left an allocation
+    running (its hours run to the data's end, also one whose attempt has no end event) or ending in the
+    window (an allocation a correction removed loses its row) -#}
+{% macro in_window_allocation_jobs(keys='source, job_id') -%}
+  {%- set jobs = window_jobs() -%}
+  {%- if not is_incremental() -%}{{ return('true') }}{%- endif -%}
+  {{- return('(' ~ keys ~ ') in (' ~ jobs ~ ' union select source, job_id from ' ~ this
+             ~ ' where ended_at is null or ended_at >= ' ~ window_start_at() ~ ')') -}}
+{%- endmacro %}
+
+{#- The rows a job-keyed mart deletes: those of window_jobs(), and those of jobs with no attempt any
+    more (a correction removed every event of the job). It reads its inputs under in_window_jobs(): a
+    job without attempts has no inputs left. -#}
+{% macro in_window_jobs_or_gone(keys='source, job_id') -%}
+  {%- set jobs = window_jobs() -%}
+  {%- set attempts = ref('fct_job_attempts') -%}
+  {{- return('((' ~ keys ~ ') in (' ~ jobs ~ ') or (' ~ keys ~ ') not in (select source, job_id from '
+             ~ attempts ~ '))' if is_incremental() else 'true') -}}
+{%- endmacro %}
+
+{#- The rows an allocation-keyed mart deletes: those of window_allocations(), and those of allocations
+    no longer in fct_allocations (a correction removed them). It reads its inputs under
+    in_window_allocations(): a removed allocation has no inputs left. -#}
+{% macro in_window_allocations_or_gone(key='allocation_id') -%}
+  {%- set allocations = window_allocations() -%}
+  {%- set all_allocations = ref('fct_allocations') -%}
+  {{- return('(' ~ key ~ ' in (' ~ allocations ~ ') or ' ~ key ~ ' not in (select allocation_id from '
+             ~ all_allocations ~ '))' if is_incremental() else 'true') -}}
+{%- endmacro %}
+
+{#- a timestamp column from the window's start on (no end: a time series rebuilt from there to the
+    data's end) -#}
+{% macro in_window_from(at) -%}
+  {{- return(at ~ ' >= ' ~ window_start_at() if is_incremental() else 'true') -}}
+{%- endmacro %}
+
+{#- a timestamp column in the window: a constant range, which prunes a big table by its zonemaps -#}
+{% macro in_window_times(at) -%}
+  {{- return(at ~ ' >= ' ~ window_start_at() ~ ' and ' ~ at ~ ' < ' ~ window_end_at() if is_incremental() else 'true') -}}
+{%- endmacro %}
+
+{#- fct_telemetry_reconciliation: findings of an allocation (allocation_id set) by allocation, the others
+    (GPU minutes nobody held) by day -#}
+{% macro in_window_findings(columns='day, allocation_id') -%}
+  {%- set parts = columns.split(',') -%}
+  {%- set day = parts[0].strip() -%}
+  {%- set key = parts[1].strip() -%}
+  {{- return('((' ~ key ~ ' is null and ' ~ in_window_days(day) ~ ') or (' ~ key ~ ' is not null and '
+             ~ in_window_allocations_or_gone(key) ~ '))' if is_incremental() else 'true') -}}
+{%- endmacro %}

@@ -1,9 +1,16 @@
-with events as (
+-- merged by job (macros/build_window.sql): a build re-reads the events and attempts of the jobs the
+-- window reaches (an attempt running or ended in it, an event in it) and drops the jobs no event is left of
+{{ config(materialized='incremental', incremental_strategy='replace_window',
+          window='in_window_jobs_or_gone', window_key='source, job_id') }}
+with events as materialized (
   select * from {{ ref('stg_scheduler__job_events') }}
+  where {{ in_window_jobs() }}
 ),
 
+-- the same jobs' attempts (a job's attempts come from its events)
 attempts as (
   select * from {{ ref('fct_job_attempts') }}
+  semi join events using (source, job_id)
 ),
 
 -- job attributes: the earliest event that carries each one (normally the submit)

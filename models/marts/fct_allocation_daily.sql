@@ -1,9 +1,15 @@
-with segments as (
-  select * from {{ ref('fct_allocation_segments') }}
+-- merged by allocation (macros/build_window.sql): a build rebuilds every day of the allocations the
+-- window reaches (an idle window that ends in it may begin days before), reading only their minutes
+{{ config(materialized='incremental', incremental_strategy='replace_window',
+          window='in_window_allocations_or_gone', window_key='allocation_id') }}
+with allocations as materialized (
+  select * from {{ ref('fct_allocations') }}
+  where {{ in_window_allocations() }}
 ),
 
-allocations as (
-  select * from {{ ref('fct_allocations') }}
+segments as materialized (
+  select * from {{ ref('fct_allocation_segments') }}
+  semi join allocations using (allocation_id)
 ),
 
 gpus as (
@@ -18,6 +24,10 @@ segment_telemetry as (
     avg(activity) as mean_activity,
     max(fb_used_mib) as peak_fb_used_mib
   from {{ ref('fct_allocation_activity') }}
+  {%- if is_incremental() %}
+  -- on (allocation_id, day), the per-minute table is read only on those days' row groups
+  semi join segments using (allocation_id, day)
+  {%- endif %}
   group by allocation_id, day
 ),
 

@@ -1,6 +1,8 @@
 -- an allocation crossing midnight counts in both days: cut it at each UTC midnight
--- (event_time: a day-by-day model reads only the batch's day)
-{{ config(event_time='day') }}
+-- (event_time: a day-by-day model reads only the batch's day). Merged by allocation
+-- (macros/build_window.sql): a build rebuilds every day of the allocations the window reaches
+{{ config(event_time='day', materialized='incremental', incremental_strategy='replace_window',
+          window='in_window_allocations_or_gone', window_key='allocation_id') }}
 with allocations as (
   select
     allocation_id,
@@ -12,6 +14,7 @@ with allocations as (
     effective_ended_at
   from {{ ref('fct_allocations') }}
   where effective_ended_at > started_at
+    and {{ in_window_allocations() }}
 ),
 
 days as (

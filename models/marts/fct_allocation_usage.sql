@@ -1,5 +1,15 @@
-with allocations as (
+-- merged by allocation (macros/build_window.sql): a build re-reads the days and minutes of the
+-- allocations the window reaches and of no other
+{{ config(materialized='incremental', incremental_strategy='replace_window',
+          window='in_window_allocations_or_gone', window_key='allocation_id') }}
+with allocations as materialized (
   select * from {{ ref('fct_allocations') }}
+  where {{ in_window_allocations() }}
+),
+
+allocation_days as materialized (
+  select * from {{ ref('fct_allocation_daily') }}
+  semi join allocations using (allocation_id)
 ),
 
 daily as (
@@ -10,13 +20,14 @@ daily as (
     sum(idle_gpu_hours) as idle_gpu_hours,
     max(peak_fb_used_mib) as peak_fb_used_mib,
     max(memory_mib) as memory_mib
-  from {{ ref('fct_allocation_daily') }}
+  from allocation_days
   group by allocation_id
 ),
 
 idle as (
   select allocation_id, count(*) as idle_windows
   from {{ ref('fct_idle_windows') }}
+  semi join allocations using (allocation_id)
   group by allocation_id
 ),
 
@@ -34,6 +45,10 @@ minute_labels as (
     list_filter(m.k8s_pods, lambda p: p <> a.job_id and not starts_with(p, a.job_id || '-'))[1] as other_k8s_pod
   from {{ ref('fct_allocation_activity') }} m
   join allocations a using (allocation_id)
+  {%- if is_incremental() %}
+  -- on (allocation_id, day), the per-minute table is read only on those days' row groups
+  semi join allocation_days d on d.allocation_id = m.allocation_id and d.day = m.day
+  {%- endif %}
   -- the partial first and last minutes also carry the previous or next holder's labels
   where m.minute_at >= a.started_at
     and m.minute_at + interval 1 minute <= a.effective_ended_at

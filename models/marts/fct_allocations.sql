@@ -1,13 +1,21 @@
-with placements as (
+-- merged by job (macros/build_window.sql): a build re-reads the placements, attempts and job of the
+-- jobs the window reaches and of those the last build left running or ending in the window
+{{ config(materialized='incremental', incremental_strategy='replace_window',
+          window='in_window_allocation_jobs', window_key='source, job_id') }}
+with placements as materialized (
   select * from {{ ref('stg_scheduler__job_gpus') }}
+  where {{ in_window_allocation_jobs() }}
 ),
 
+-- the same jobs' attempts and attributes (only those with a placement make rows)
 attempts as (
   select * from {{ ref('fct_job_attempts') }}
+  semi join placements using (source, job_id)
 ),
 
 jobs as (
   select * from {{ ref('dim_jobs') }}
+  semi join placements using (source, job_id)
 ),
 
 gpus as (

@@ -1,5 +1,16 @@
-with allocations as (
+-- merged by allocation (macros/build_window.sql): a build re-reads every telemetry minute of the
+-- allocations the window reaches (a window can start long before it) and of no other
+{{ config(materialized='incremental', incremental_strategy='replace_window',
+          window='in_window_allocations_or_gone', window_key='allocation_id') }}
+with allocations as materialized (
   select * from {{ ref('fct_allocations') }}
+  where {{ in_window_allocations() }}
+),
+
+-- their days: joined on (allocation_id, day), the per-minute table is read only on those days' row groups
+allocation_days as (
+  select allocation_id, day from {{ ref('fct_allocation_segments') }}
+  semi join allocations using (allocation_id)
 ),
 
 policy as (
@@ -33,6 +44,9 @@ idle_minutes as (
     m.activity,
     m.fb_used_mib
   from {{ ref('fct_allocation_activity') }} m
+  {%- if is_incremental() %}
+  semi join allocation_days using (allocation_id, day)
+  {%- endif %}
   join resolved_policy r using (allocation_id)
   where m.activity < r.activity_threshold
     and (r.memory_floor_mib is null or coalesce(m.fb_used_mib < r.memory_floor_mib, false))

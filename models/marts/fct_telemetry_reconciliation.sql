@@ -1,4 +1,8 @@
--- what telemetry and the schedulers disagree on: GPUs working for nobody, allocations nobody sees
+-- what telemetry and the schedulers disagree on: GPUs working for nobody, allocations nobody sees.
+-- Merged (macros/build_window.sql): a GPU's busy minutes nobody held by the window's days, an
+-- allocation's findings by the allocations the window reaches
+{{ config(materialized='incremental', incremental_strategy='replace_window',
+          window='in_window_findings', window_key='day, allocation_id') }}
 with busy_threshold as (
   select activity_threshold from {{ ref('idle_policy') }} where scope = 'default'
 ),
@@ -11,6 +15,18 @@ busy_minutes as (
   select a.*
   from {{ ref('fct_gpu_activity') }} a
   where a.activity >= (select max(activity_threshold) from busy_threshold)
+    and {{ in_window_days('a.activity_date') }}
+    and {{ in_window_times('a.minute_at') }}
+),
+
+segments as (
+  select * from {{ ref('fct_allocation_segments') }}
+  where {{ in_window_days('day') }}
+),
+
+window_allocations as materialized (
+  select allocation_id from {{ ref('fct_allocations') }}
+  where {{ in_window_allocations() }}
 ),
 
 -- a GPU-level series is covered by any allocation on the GPU (whole or time-sliced), an instance
@@ -19,7 +35,7 @@ busy_minutes as (
 busy_unallocated_minutes as (
   select b.*
   from busy_minutes b
-  anti join {{ ref('fct_allocation_segments') }} s
+  anti join segments s
     on s.host = b.host
     and s.gpu = b.gpu
     and s.day = b.activity_date
@@ -63,6 +79,7 @@ busy_unallocated as (
 
 allocation_days as (
   select * from {{ ref('fct_allocation_daily') }}
+  semi join window_allocations using (allocation_id)
 ),
 
 without_telemetry as (
@@ -113,6 +130,7 @@ label_mismatches as (
     u.other_k8s_pod as telemetry_k8s_pod,
     'telemetry labels name another workload than the job holding the GPU (' || u.label_status || ')' as detail
   from {{ ref('fct_allocation_usage') }} u
+  semi join window_allocations using (allocation_id)
   where u.label_status in ('mismatch', 'partial')
 ),
 
