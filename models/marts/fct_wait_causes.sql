@@ -2,8 +2,32 @@
 -- model starting or ending: which also changes the queues' usage of the model) and at every UTC
 -- hour; each piece takes the first cause that applies to the state at its start:
 -- capacity_bound, fragmentation, quota_bound, policy
-with intervals as (
+--
+-- rebuilt from the build window's start to the data's end (macros/build_window.sql): the pool's state before
+-- it, and a wait's start and ask (its events), are unchanged, and the window's start is an hour mark at which
+-- every wait is cut; so the hours before it are kept and a wait that crosses it is judged again from there
+{{ config(materialized='incremental', incremental_strategy='replace_window',
+          window='from_window_start', window_key='day') }}
+with days as (
+  select * from {{ ref('dim_days') }}
+),
+
+window_bounds as (
+  select
+    min(day_start_at) as window_start_at,
+    max(as_of_at) as as_of_at,
+    -- where this build's pieces begin: the window's start when it is after the data's first day
+    {%- if is_incremental() %}
+    case when {{ window_start_at() }} > min(day_start_at) then {{ window_start_at() }} else timestamp '-infinity' end
+    {%- else %}
+    timestamp '-infinity'
+    {%- endif %} as cut_at
+  from days
+),
+
+intervals as (
   select * from {{ ref('fct_wait_intervals') }}
+  where pending_to_at > (select cut_at from window_bounds)
 ),
 
 segments as (
@@ -17,28 +41,24 @@ segments as (
     free_units,
     free_gpus
   from {{ ref('fct_pool_free_segments') }}
+  where valid_from_at >= (select cut_at from window_bounds)
 ),
 
+-- those alive at the cut or after (one that ended before it adds nothing from then on)
 allocations as (
   select * from {{ ref('fct_allocations') }}
+  where coalesce(ended_at, timestamp 'infinity') > (select cut_at from window_bounds)
 ),
 
 quotas as (
   select * from {{ ref('fct_quota_daily') }}
-),
-
-days as (
-  select * from {{ ref('dim_days') }}
-),
-
-window_bounds as (
-  select min(day_start_at) as window_start_at, max(as_of_at) as as_of_at from days
+  where day >= cast((select cut_at from window_bounds) as date)
 ),
 
 hours as (
   select h.range as hour_at
   from window_bounds w
-  cross join range(w.window_start_at, w.as_of_at, interval 1 hour) as h
+  cross join range(greatest(w.window_start_at, w.cut_at), w.as_of_at, interval 1 hour) as h
 ),
 
 -- the pool, per shape (model, whole | mig profile | timeslice), at each change of one of its nodes
@@ -86,7 +106,7 @@ mig_states as (
 
 -- each queue's allocations of each model, by fraction
 usage_changes as (
-  select a.queue, a.gpu_model, greatest(a.started_at, w.window_start_at) as changed_at, a.fraction as delta
+  select a.queue, a.gpu_model, greatest(a.started_at, w.window_start_at, w.cut_at) as changed_at, a.fraction as delta
   from allocations a
   cross join window_bounds w
   union all
@@ -122,12 +142,16 @@ timeline as (
   window w as (partition by gpu_model order by changed_at)
 ),
 
+-- a wait that began before the cut is judged from the cut (an hour mark: its pieces before it are kept)
 first_piece as (
-  select i.source, i.job_id, i.attempt, i.gpu_model, i.pending_from_at, i.pending_to_at, t.seq as seq_from
+  select
+    i.source, i.job_id, i.attempt, i.gpu_model, greatest(i.pending_from_at, w.cut_at) as pending_from_at,
+    i.pending_to_at, t.seq as seq_from
   from intervals i
+  cross join window_bounds w
   asof join timeline t
     on t.gpu_model = i.gpu_model
-    and t.changed_at <= i.pending_from_at
+    and t.changed_at <= greatest(i.pending_from_at, w.cut_at)
 ),
 
 last_piece as (
