@@ -177,3 +177,20 @@
   {{- return('(' ~ keys ~ ') in (' ~ attempts ~ ' union select source, job_id, attempt from ' ~ this
              ~ ' where pending_to_at >= ' ~ window_start_at() ~ ')') -}}
 {%- endmacro %}
+
+{#- fct_waiting_jobs: from the day before the window's start (the previous build's last day of data, whose
+    is_month_end a new day turns off) to the data's end -#}
+{% macro from_day_before_window(day='day') -%}
+  {{- return(day ~ ' >= ' ~ window_start_day() ~ ' - 1' if is_incremental() else 'true') -}}
+{%- endmacro %}
+
+{#- fct_wait_causes: the waits that reach the window's start, now (fct_wait_intervals) or as the last build
+    had them (its rows from there on): a wait's pieces depend on the pool's state over it, and a wait can
+    appear that began before the window (an attempt first seen by its start in the window) -#}
+{% macro in_window_waits(keys='source, job_id, attempt') -%}
+  {%- set waits = 'select source, job_id, attempt from ' ~ ref('fct_wait_intervals')
+                  ~ ' where pending_to_at >= ' ~ window_start_at() -%}
+  {%- if not is_incremental() -%}{{ return('true') }}{%- endif -%}
+  {{- return('(' ~ keys ~ ') in (' ~ waits ~ ' union select source, job_id, attempt from ' ~ this
+             ~ ' where day >= ' ~ window_start_day() ~ ')') -}}
+{%- endmacro %}

@@ -3,12 +3,17 @@
 -- hour; each piece takes the first cause that applies to the state at its start:
 -- capacity_bound, fragmentation, quota_bound, policy
 --
--- rebuilt from the build window's start to the data's end (macros/build_window.sql): the pool's state before
--- it, and a wait's start and ask (its events), are unchanged, and the window's start is an hour mark at which
--- every wait is cut; so the hours before it are kept and a wait that crosses it is judged again from there
+-- merged by wait (macros/build_window.sql): a build re-judges the waits that reach the window's start, now or
+-- as the last build had them, reading the pool's state from the earliest start among them (whole waits: one
+-- can appear that began before the window, an attempt first seen by its start in it)
 {{ config(materialized='incremental', incremental_strategy='replace_window',
-          window='from_window_start', window_key='day') }}
-with days as (
+          window='in_window_waits', window_key='source, job_id, attempt') }}
+with intervals as (
+  select * from {{ ref('fct_wait_intervals') }}
+  where {{ in_window_waits() }}
+),
+
+days as (
   select * from {{ ref('dim_days') }}
 ),
 
@@ -16,18 +21,9 @@ window_bounds as (
   select
     min(day_start_at) as window_start_at,
     max(as_of_at) as as_of_at,
-    -- where this build's pieces begin: the window's start when it is after the data's first day
-    {%- if is_incremental() %}
-    case when {{ window_start_at() }} > min(day_start_at) then {{ window_start_at() }} else timestamp '-infinity' end
-    {%- else %}
-    timestamp '-infinity'
-    {%- endif %} as cut_at
+    -- the hour the earliest of these waits began in: the pool's state from there on
+    coalesce((select date_trunc('hour', min(pending_from_at)) from intervals), timestamp 'infinity') as cut_at
   from days
-),
-
-intervals as (
-  select * from {{ ref('fct_wait_intervals') }}
-  where pending_to_at > (select cut_at from window_bounds)
 ),
 
 segments as (
@@ -142,16 +138,12 @@ timeline as (
   window w as (partition by gpu_model order by changed_at)
 ),
 
--- a wait that began before the cut is judged from the cut (an hour mark: its pieces before it are kept)
 first_piece as (
-  select
-    i.source, i.job_id, i.attempt, i.gpu_model, greatest(i.pending_from_at, w.cut_at) as pending_from_at,
-    i.pending_to_at, t.seq as seq_from
+  select i.source, i.job_id, i.attempt, i.gpu_model, i.pending_from_at, i.pending_to_at, t.seq as seq_from
   from intervals i
-  cross join window_bounds w
   asof join timeline t
     on t.gpu_model = i.gpu_model
-    and t.changed_at <= greatest(i.pending_from_at, w.cut_at)
+    and t.changed_at <= i.pending_from_at
 ),
 
 last_piece as (

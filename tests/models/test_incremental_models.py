@@ -23,15 +23,16 @@ DAYS = [START + dt.timedelta(days=n) for n in range(3)]
 
 # model -> (the mark: a column set to a value no build writes, its test, the rows before the window's
 # start ({ws}) that must be kept, the rows from it on that must be rebuilt, whether every row before it is
-# kept: a unit with a record in the window is rebuilt too, e.g. an artifact registered after the job ended)
+# kept: a unit with a record in the window is rebuilt whole, e.g. an artifact registered after the job ended,
+# a wait that crosses the window's start)
 MARKS = {
     "fct_attempt_outcomes": ("tenant = 'marked'", "ended_at < {ws}", "ended_at >= {ws}", True),
     "fct_attempt_checkpoints": ("tenant = 'marked'", "ended_at < {ws}", "ended_at is null or ended_at >= {ws}", False),
     "fct_attempt_host_share": ("tenant = 'marked'", "ended_at < {ws}", "ended_at >= {ws}", True),
     "fct_job_artifacts": ("tenant = 'marked'", "finished_at < {ws}", "finished_at >= {ws}", False),
     "fct_wait_intervals": ("tenant = 'marked'", "pending_to_at < {ws}", "pending_to_at >= {ws}", True),
-    "fct_waiting_jobs": ("tenant = 'marked'", "as_of_at <= {ws}", "day >= {ws}", True),
-    "fct_wait_causes": ("tenant = 'marked'", "hour_at < {ws}", "hour_at >= {ws}", True),
+    "fct_waiting_jobs": ("tenant = 'marked'", "as_of_at <= {ws} - interval 1 day", "day >= {ws}", True),
+    "fct_wait_causes": ("tenant = 'marked'", "hour_at < {ws}", "hour_at >= {ws}", False),
     "fct_pool_free_segments": ("unit_gpus = -1", "valid_from_at < {ws}", "valid_from_at >= {ws}", True),
 }
 
