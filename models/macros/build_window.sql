@@ -151,4 +151,98 @@
   {%- set key = parts[1].strip() -%}
   {{- return('((' ~ key ~ ' is null and ' ~ in_window_days(day) ~ ') or (' ~ key ~ ' is not null and '
              ~ in_window_allocations_or_gone(key) ~ '))' if is_incremental() else 'true') -}}
+
+{#- ==== attempts, waits and pool state (fct_attempt_*, fct_job_artifacts, fct_wait_*, fct_waiting_jobs,
+    fct_pool_free_segments). A changed row's time is at or after the window's start
+    (pipelines/build_window.py), so a unit whose inputs all lie before it keeps its rows. Each condition
+    also names the model's own rows that reach the window (`this`): a unit a correction removed loses them. -#}
+
+{#- rows from the window's start to the data's end (no upper bound): a running state or a wait that runs on
+    to the data's end changes on every later day when an earlier one changes -#}
+{% macro from_window_start(day='day') -%}
+  {{- return(day ~ ' >= ' ~ window_start_day() if is_incremental() else 'true') -}}
+{%- endmacro %}
+
+{#- a timestamp literal: the value of `query` (one timestamp, e.g. the earliest start of the units the model
+    rebuilds), run when the model is built incrementally, so that a range filter on a per-minute mart prunes
+    its row groups by zonemaps (a subquery's value does not); 'infinity' when the query finds none (no unit
+    to rebuild); '-infinity' on a full refresh (and when dbt parses the model) -#}
+{% macro window_floor_at(query) -%}
+  {%- if execute and is_incremental() -%}
+    {%- set value = run_query(query).columns[0].values()[0] -%}
+    {{- return("timestamp '" ~ (value.strftime('%Y-%m-%d %H:%M:%S.%f') if value is not none else 'infinity') ~ "'") -}}
+  {%- endif -%}
+  {{- return("timestamp '-infinity'") -}}
+{%- endmacro %}
+
+{#- fct_attempt_outcomes: the ended attempts whose end is at or after the window's start (an end before it
+    was decided by rows before it: the attempt's faults, caps, ledger entries and last minutes) -#}
+{% macro in_window_ended_attempts(keys='source, job_id, attempt') -%}
+  {%- set attempts = 'select source, job_id, attempt from ' ~ ref('fct_job_attempts')
+                     ~ ' where ended_at >= ' ~ window_start_at() -%}
+  {%- if not is_incremental() -%}{{ return('true') }}{%- endif -%}
+  {{- return('(' ~ keys ~ ') in (' ~ attempts ~ ' union select source, job_id, attempt from ' ~ this
+             ~ ' where ended_at >= ' ~ window_start_at() ~ ')') -}}
+{%- endmacro %}
+
+{#- fct_attempt_checkpoints: the started attempts running or ended at or after the window's start (a running
+    one is judged up to the data's end), and every attempt of a job with a checkpoint record at or after it
+    or delivered in it (an allocator checkpoint written in a preemption's grace, after the end) -#}
+{% macro in_window_checkpoint_attempts(keys='source, job_id, attempt') -%}
+  {%- set attempts = 'select source, job_id, attempt from ' ~ ref('fct_job_attempts')
+                     ~ ' where is_started and (ended_at is null or ended_at >= ' ~ window_start_at() ~ ')' -%}
+  {%- set recorded = 'select job_id from ' ~ ref('stg_scheduler__artifacts') ~ " where kind = 'checkpoint' and"
+                     ~ ' (occurred_at >= ' ~ window_start_at() ~ ' or partition_date >= ' ~ window_start_day() ~ ')' -%}
+  {%- if not is_incremental() -%}{{ return('true') }}{%- endif -%}
+  {{- return('((' ~ keys ~ ') in (' ~ attempts ~ ' union select source, job_id, attempt from ' ~ this
+             ~ ' where ended_at is null or ended_at >= ' ~ window_start_at() ~ ') or job_id in (' ~ recorded ~ '))') -}}
+{%- endmacro %}
+
+{#- fct_attempt_host_share: the attempts with an allocation alive at or after the window's start (its
+    effective end there: running ones reach the data's end) -#}
+{% macro in_window_allocated_attempts(keys='source, job_id, attempt') -%}
+  {%- set attempts = 'select source, job_id, attempt from ' ~ ref('fct_allocations')
+                     ~ ' where effective_ended_at >= ' ~ window_start_at() -%}
+  {%- if not is_incremental() -%}{{ return('true') }}{%- endif -%}
+  {{- return('(' ~ keys ~ ') in (' ~ attempts ~ ' union select source, job_id, attempt from ' ~ this
+             ~ ' where ended_at >= ' ~ window_start_at() ~ ')') -}}
+{%- endmacro %}
+
+{#- fct_job_artifacts: the jobs with a scheduler event or placement at or after the window's start (a finish,
+    a state), and those with an artifact record at or after it or delivered in it (a model registered long
+    after the run) -#}
+{% macro in_window_artifact_jobs(keys='source, job_id') -%}
+  {%- set jobs = window_jobs_from_events() -%}
+  {%- set recorded = 'select job_id from ' ~ ref('stg_scheduler__artifacts')
+                     ~ ' where occurred_at >= ' ~ window_start_at() ~ ' or partition_date >= ' ~ window_start_day() -%}
+  {%- if not is_incremental() -%}{{ return('true') }}{%- endif -%}
+  {{- return('((' ~ keys ~ ') in (' ~ jobs ~ ' union select source, job_id from ' ~ this ~ ' where finished_at >= '
+             ~ window_start_at() ~ ') or job_id in (' ~ recorded ~ '))') -}}
+{%- endmacro %}
+
+{#- fct_wait_intervals: the attempts whose wait is not over before the window's start (neither started nor
+    ended before it): a wait that ended before it was decided by events before it -#}
+{% macro in_window_waiting_attempts(keys='source, job_id, attempt') -%}
+  {%- set attempts = 'select source, job_id, attempt from ' ~ ref('fct_job_attempts')
+                     ~ " where coalesce(started_at, ended_at, timestamp 'infinity') >= " ~ window_start_at() -%}
+  {%- if not is_incremental() -%}{{ return('true') }}{%- endif -%}
+  {{- return('(' ~ keys ~ ') in (' ~ attempts ~ ' union select source, job_id, attempt from ' ~ this
+             ~ ' where pending_to_at >= ' ~ window_start_at() ~ ')') -}}
+{%- endmacro %}
+
+{#- fct_waiting_jobs: from the day before the window's start (the previous build's last day of data, whose
+    is_month_end a new day turns off) to the data's end -#}
+{% macro from_day_before_window(day='day') -%}
+  {{- return(day ~ ' >= ' ~ window_start_day() ~ ' - 1' if is_incremental() else 'true') -}}
+{%- endmacro %}
+
+{#- fct_wait_causes: the waits that reach the window's start, now (fct_wait_intervals) or as the last build
+    had them (its rows from there on): a wait's pieces depend on the pool's state over it, and a wait can
+    appear that began before the window (an attempt first seen by its start in the window) -#}
+{% macro in_window_waits(keys='source, job_id, attempt') -%}
+  {%- set waits = 'select source, job_id, attempt from ' ~ ref('fct_wait_intervals')
+                  ~ ' where pending_to_at >= ' ~ window_start_at() -%}
+  {%- if not is_incremental() -%}{{ return('true') }}{%- endif -%}
+  {{- return('(' ~ keys ~ ') in (' ~ waits ~ ' union select source, job_id, attempt from ' ~ this
+             ~ ' where day >= ' ~ window_start_day() ~ ')') -}}
 {%- endmacro %}

@@ -12,22 +12,39 @@
 --  - work lost: an attempt ended by a failure cause of fct_attempt_outcomes (preempted, reclaimed, capped,
 --    hardware, time_limit, out_of_memory, user_code, unknown) lost its GPUs' time since its last ok checkpoint,
 --    else since its start; a checkpoint written after the end (a preemption's grace) saved everything
-with attempts as (
-  select * from {{ ref('fct_job_attempts') }}
+--
+-- merged by attempt (macros/build_window.sql): a build re-reads the attempts running or ended at or after the
+-- window's start (a running one is judged to the data's end) and those of jobs with a checkpoint record in it
+{{ config(materialized='incremental', incremental_strategy='replace_window',
+          window='in_window_checkpoint_attempts', window_key='source, job_id, attempt') }}
+with rebuilt as (
+  select source, job_id, attempt from {{ ref('fct_job_attempts') }}
   where is_started
+    and {{ in_window_checkpoint_attempts() }}
+),
+
+-- every started attempt of those jobs: an MLflow record goes to the latest started whose span holds it
+attempts as (
+  select *, (source, job_id, attempt) in (select source, job_id, attempt from rebuilt) as is_rebuilt
+  from {{ ref('fct_job_attempts') }}
+  where is_started
+    and (source, job_id) in (select source, job_id from rebuilt)
 ),
 
 jobs as (
   select * from {{ ref('dim_jobs') }}
+  where (source, job_id) in (select source, job_id from attempts)
 ),
 
 outcomes as (
   select * from {{ ref('fct_attempt_outcomes') }}
+  where (source, job_id, attempt) in (select source, job_id, attempt from attempts)
 ),
 
 checkpoint_events as (
   select * from {{ ref('stg_scheduler__artifacts') }}
   where kind = 'checkpoint'
+    and job_id in (select job_id from attempts)
 ),
 
 as_of as (
@@ -41,6 +58,7 @@ params as (
 attempt_gpus as (
   select source, job_id, attempt, sum(fraction) as gpus
   from {{ ref('fct_allocations') }}
+  where (source, job_id, attempt) in (select source, job_id, attempt from attempts)
   group by source, job_id, attempt
 ),
 
@@ -51,7 +69,8 @@ spans as (
     t.attempt,
     t.started_at,
     t.ended_at,
-    coalesce(t.ended_at, a.as_of_at) as observed_until_at
+    coalesce(t.ended_at, a.as_of_at) as observed_until_at,
+    t.is_rebuilt
   from attempts t
   cross join as_of a
 ),
@@ -198,6 +217,7 @@ joined as (
   left join attempt_gpus g using (source, job_id, attempt)
   left join per_attempt pa using (source, job_id, attempt)
   left join ok_per_attempt ok using (source, job_id, attempt)
+  where s.is_rebuilt
 ),
 
 judged as (

@@ -7,9 +7,18 @@
 -- GPUs on it with telemetry that minute are underused (their mean activity < gpu_underused_activity):
 -- a data-loader-bound job waits on the host, not on its GPUs. An idle GPU is underused too; the idle
 -- policies' 0.05 threshold alone would never see a loader-bound job working its GPUs at 10-25 %.
+--
+-- merged by attempt (macros/build_window.sql): a build re-reads the attempts with an allocation alive at or
+-- after the window's start, all their minutes (from their first start: a constant, so the per-minute marts
+-- prune by zonemaps)
+{{ config(materialized='incremental', incremental_strategy='replace_window',
+          window='in_window_allocated_attempts', window_key='source, job_id, attempt') }}
+{%- set first_start_at = window_floor_at(
+      "select min(date_trunc('minute', started_at)) from " ~ ref('fct_allocations') ~ ' where ' ~ in_window_allocated_attempts()) %}
 with allocations as (
   select * from {{ ref('fct_allocations') }}
   where effective_ended_at > started_at
+    and {{ in_window_allocated_attempts() }}
 ),
 
 params as (
@@ -38,6 +47,7 @@ attempt_hosts as (
 host_gpus as (
   select day, host, count(*) as host_gpus
   from {{ ref('fct_capacity_daily') }}
+  where day in (select cast(started_at as date) from allocations)
   group by day, host
 ),
 
@@ -63,6 +73,7 @@ gpu_minutes as (
     avg(m.activity) as gpu_activity
   from {{ ref('fct_allocation_activity') }} m
   join allocations a using (allocation_id)
+  where m.minute_at >= {{ first_start_at }}
   group by a.source, a.job_id, a.attempt, a.host, m.minute_at
 ),
 
@@ -83,6 +94,7 @@ host_minutes as (
   from shares s
   join {{ ref('fct_host_activity') }} h
     on h.host = s.host
+    and h.minute_at >= {{ first_start_at }}
     and h.minute_at >= date_trunc('minute', s.started_at)
     and h.minute_at < s.ended_at
 ),

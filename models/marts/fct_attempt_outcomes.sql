@@ -15,22 +15,32 @@
 --                 >= oom_memory_pct of the GPU's in the oom_window_minutes before the end
 --  user_code      any other non-zero exit code (no hardware evidence)
 --  unknown        nothing above (e.g. FAILED without an exit code)
+--
+-- merged by attempt (macros/build_window.sql): a build re-decides the attempts that ended at or after the
+-- window's start, reading their allocations' last minutes only (from the window's start - oom_window_minutes)
+{{ config(materialized='incremental', incremental_strategy='replace_window',
+          window='in_window_ended_attempts', window_key='source, job_id, attempt') }}
+{%- set oom_window_minutes = 5 %}
 with attempts as (
   select * from {{ ref('fct_job_attempts') }}
   where is_started and ended_at is not null
+    and {{ in_window_ended_attempts() }}
 ),
 
 jobs as (
   select * from {{ ref('dim_jobs') }}
+  where (source, job_id) in (select source, job_id from attempts)
 ),
 
 allocations as (
   select * from {{ ref('fct_allocations') }}
+  where (source, job_id, attempt) in (select source, job_id, attempt from attempts)
 ),
 
 health_faults as (
   select * from {{ ref('fct_gpu_health_events') }}
   where is_hardware_fault
+    and (host, gpu) in (select host, gpu from allocations)
 ),
 
 ledger as (
@@ -45,7 +55,7 @@ caps as (
 ),
 
 params as (
-  select 98.0 as oom_memory_pct, 5 as oom_window_minutes
+  select 98.0 as oom_memory_pct, {{ oom_window_minutes }} as oom_window_minutes
 ),
 
 attempt_gpus as (
@@ -91,6 +101,10 @@ memory_evidence as (
   join {{ ref('fct_allocation_usage') }} u using (allocation_id)
   join {{ ref('fct_allocation_activity') }} a using (allocation_id)
   where a.minute_at >= t.ended_at - to_minutes(p.oom_window_minutes)
+    {%- if is_incremental() %}
+    -- every attempt here ended at or after the window's start: a constant bound prunes the minutes
+    and a.minute_at >= {{ window_start_at() }} - to_minutes({{ oom_window_minutes }})
+    {%- endif %}
     and a.minute_at <= t.ended_at
   group by t.source, t.job_id, t.attempt
 ),

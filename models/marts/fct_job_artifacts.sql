@@ -4,14 +4,21 @@
 --   logged_only  an artifact was logged, no model version
 --   none         neither; checkpoints alone are not a final artifact (has_checkpoint says whether it wrote any)
 -- Failed writes count for nothing.
+--
+-- merged by job (macros/build_window.sql): a build re-reads the jobs with an event in the window and those
+-- with an artifact record in it
+{{ config(materialized='incremental', incremental_strategy='replace_window',
+          window='in_window_artifact_jobs', window_key='source, job_id') }}
 with jobs as (
   select * from {{ ref('dim_jobs') }}
   where is_finished and template = 'training'
+    and {{ in_window_artifact_jobs() }}
 ),
 
 artifact_events as (
   select * from {{ ref('stg_scheduler__artifacts') }}
   where status = 'ok'
+    and job_id in (select job_id from jobs)
 ),
 
 matched as (

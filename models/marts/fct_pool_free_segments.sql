@@ -1,11 +1,23 @@
 -- free capacity per node and shape over time: the state changes only when an allocation of that
 -- node's shape starts or ends, and at every UTC hour (inventory snapshots and hourly reports)
+--
+-- rebuilt from the build window's start to the data's end (macros/build_window.sql): a node's state there
+-- is the allocations alive from then on (one started before holds from the window's start, which is an hour
+-- mark: every node's interval ends there); a node or shape new to the pool gets its rows from the data's
+-- first day (the intervals cover the data window for every node). Rows before the window are kept.
+{{ config(materialized='incremental', incremental_strategy='replace_window',
+          window='from_window_start', window_key='day') }}
 with days as (
   select * from {{ ref('dim_days') }}
 ),
 
 window_bounds as (
-  select min(day_start_at) as window_start_at, max(as_of_at) as as_of_at from days
+  select
+    min(day_start_at) as window_start_at,
+    max(as_of_at) as as_of_at,
+    -- where this build's rows begin for the nodes it built before
+    {{ 'greatest(' ~ window_start_at() ~ ', min(day_start_at))' if is_incremental() else 'min(day_start_at)' }} as cut_at
+  from days
 ),
 
 inventory as (
@@ -54,14 +66,14 @@ node_units as (
   group by all
 ),
 
-held as (
+in_data_window as (
   select
     a.host,
     a.gpu_model,
     a.share_mode,
     case when a.share_mode = 'mig' then coalesce(a.gpu_instance_profile, '') else '' end as profile,
-    greatest(a.started_at, w.window_start_at) as started_at,
-    case when a.ended_at is not null then least(a.ended_at, w.as_of_at) end as ended_at,
+    a.started_at,
+    a.ended_at,
     a.fraction
   from allocations a
   cross join window_bounds w
@@ -69,10 +81,45 @@ held as (
     and coalesce(a.ended_at, w.as_of_at) > w.window_start_at
 ),
 
+-- the nodes with rows before the cut (the previous builds'): their rows from the cut on; any other from
+-- the data's first day
+built_shapes as (
+  {%- if is_incremental() %}
+  select distinct host, gpu_model, share_mode, coalesce(gpu_instance_profile, '') as profile
+  from {{ this }}
+  where valid_from_at < (select cut_at from window_bounds)
+  {%- else %}
+  select host, gpu_model, share_mode, '' as profile from in_data_window where false
+  {%- endif %}
+),
+
 node_shapes as (
-  select distinct host, gpu_model, share_mode, profile from node_units
-  union
-  select distinct host, gpu_model, share_mode, profile from held
+  select
+    n.*,
+    case when b.host is not null then w.cut_at else w.window_start_at end as from_at
+  from (
+    select distinct host, gpu_model, share_mode, profile from node_units
+    union
+    select distinct host, gpu_model, share_mode, profile from in_data_window
+  ) n
+  cross join window_bounds w
+  left join built_shapes b using (host, gpu_model, share_mode, profile)
+),
+
+-- an allocation alive at a node's from_at holds from then
+held as (
+  select
+    a.host,
+    a.gpu_model,
+    a.share_mode,
+    a.profile,
+    greatest(a.started_at, n.from_at) as started_at,
+    case when a.ended_at is not null then least(a.ended_at, w.as_of_at) end as ended_at,
+    a.fraction
+  from in_data_window a
+  join node_shapes n using (host, gpu_model, share_mode, profile)
+  cross join window_bounds w
+  where coalesce(a.ended_at, w.as_of_at) > n.from_at
 ),
 
 hours as (
@@ -91,7 +138,8 @@ changes as (
   union all
   select n.host, n.gpu_model, n.share_mode, n.profile, h.hour_at, 0, 0.0
   from node_shapes n
-  cross join hours h
+  join hours h
+    on h.hour_at >= n.from_at
 ),
 
 per_instant as (

@@ -2,8 +2,28 @@
 -- model starting or ending: which also changes the queues' usage of the model) and at every UTC
 -- hour; each piece takes the first cause that applies to the state at its start:
 -- capacity_bound, fragmentation, quota_bound, policy
+--
+-- merged by wait (macros/build_window.sql): a build re-judges the waits that reach the window's start, now or
+-- as the last build had them, reading the pool's state from the earliest start among them (whole waits: one
+-- can appear that began before the window, an attempt first seen by its start in it)
+{{ config(materialized='incremental', incremental_strategy='replace_window',
+          window='in_window_waits', window_key='source, job_id, attempt') }}
 with intervals as (
   select * from {{ ref('fct_wait_intervals') }}
+  where {{ in_window_waits() }}
+),
+
+days as (
+  select * from {{ ref('dim_days') }}
+),
+
+window_bounds as (
+  select
+    min(day_start_at) as window_start_at,
+    max(as_of_at) as as_of_at,
+    -- the hour the earliest of these waits began in: the pool's state from there on
+    coalesce((select date_trunc('hour', min(pending_from_at)) from intervals), timestamp 'infinity') as cut_at
+  from days
 ),
 
 segments as (
@@ -17,28 +37,24 @@ segments as (
     free_units,
     free_gpus
   from {{ ref('fct_pool_free_segments') }}
+  where valid_from_at >= (select cut_at from window_bounds)
 ),
 
+-- those alive at the cut or after (one that ended before it adds nothing from then on)
 allocations as (
   select * from {{ ref('fct_allocations') }}
+  where coalesce(ended_at, timestamp 'infinity') > (select cut_at from window_bounds)
 ),
 
 quotas as (
   select * from {{ ref('fct_quota_daily') }}
-),
-
-days as (
-  select * from {{ ref('dim_days') }}
-),
-
-window_bounds as (
-  select min(day_start_at) as window_start_at, max(as_of_at) as as_of_at from days
+  where day >= cast((select cut_at from window_bounds) as date)
 ),
 
 hours as (
   select h.range as hour_at
   from window_bounds w
-  cross join range(w.window_start_at, w.as_of_at, interval 1 hour) as h
+  cross join range(greatest(w.window_start_at, w.cut_at), w.as_of_at, interval 1 hour) as h
 ),
 
 -- the pool, per shape (model, whole | mig profile | timeslice), at each change of one of its nodes
@@ -86,7 +102,7 @@ mig_states as (
 
 -- each queue's allocations of each model, by fraction
 usage_changes as (
-  select a.queue, a.gpu_model, greatest(a.started_at, w.window_start_at) as changed_at, a.fraction as delta
+  select a.queue, a.gpu_model, greatest(a.started_at, w.window_start_at, w.cut_at) as changed_at, a.fraction as delta
   from allocations a
   cross join window_bounds w
   union all

@@ -1,12 +1,19 @@
 -- a job attempt waits from its submit (attempt 1) or from the requeue/preemption that ended the
 -- previous attempt, to its start, or to the finish/cancel that ended it while pending, or to the
 -- data's end
+--
+-- merged by attempt (macros/build_window.sql): a build re-reads the attempts whose wait is not over before
+-- the window's start (the queued ones grow to the data's end)
+{{ config(materialized='incremental', incremental_strategy='replace_window',
+          window='in_window_waiting_attempts', window_key='source, job_id, attempt') }}
 with attempts as (
   select * from {{ ref('fct_job_attempts') }}
+  where {{ in_window_waiting_attempts() }}
 ),
 
 jobs as (
   select * from {{ ref('dim_jobs') }}
+  where (source, job_id) in (select source, job_id from attempts)
 ),
 
 days as (
