@@ -43,9 +43,9 @@ def _reclaimed(job_id: str, day: int, gpu_index: int) -> dict[str, list[dict]]:
     }
 
 
-# a column each mart computes itself (a value read from another mart would carry that mart's mark)
+# a column no other of these marts reads (a value read from a marked row would carry its mark)
 GOVERNANCE_MARKS = {
-    "fct_audit_events": ("category", "'marked'", "object_name"),
+    "fct_audit_events": ("line_number", "-1", "object_name"),
     "fct_reclaim_ledger": ("no_limit_horizon_h", "-1", "job_id"),
     "fct_enforcement_actions": ("recovery_basis", "'marked'", "job_id"),
     "fct_governance_actions": ("outcome_source", "'marked'", "job_id"),
