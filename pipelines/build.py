@@ -279,8 +279,9 @@ def _event_time_window(con: duckdb.DuckDBPyConnection, warehouse: Warehouse,
 
 def _changed_days(con: duckdb.DuckDBPyConnection, since: dt.datetime) -> tuple[list[dt.date], list[dt.date]]:
     """The partitions loaded (or re-loaded) since `since`, any source, and those of them with host
-    samples: ops.ingest_log's runs, and the raw rows the day-by-day models read that were written
-    since (a landing file's records on another day are merged into that day without a log row)."""
+    samples: ops.ingest_log's runs, and the raw rows the day-by-day models and the governance marts read
+    that were written since (a landing file's records on another day are merged into that day without a
+    log row)."""
     host_sources = [s.name for s in SOURCES.values() if "host_samples" in s.tables]
     rows = con.execute(
         "select partition_date, bool_or(is_host) from ("
@@ -289,8 +290,11 @@ def _changed_days(con: duckdb.DuckDBPyConnection, since: dt.datetime) -> tuple[l
         " union all select distinct partition_date, false from raw.job_events where ingested_at >= ?"
         " union all select distinct partition_date, false from raw.job_gpus where ingested_at >= ?"
         " union all select distinct partition_date, false from raw.dcgm_samples where ingested_at >= ?"
-        " union all select distinct partition_date, true from raw.host_samples where ingested_at >= ?)"
+        " union all select distinct partition_date, true from raw.host_samples where ingested_at >= ?"
+        # the governance marts' records (an audit record or a decision-log line filed under its own day)
+        " union all select distinct partition_date, false from raw.audit_events where ingested_at >= ?"
+        " union all select distinct partition_date, false from raw.governance_actions where ingested_at >= ?)"
         " where partition_date is not null group by partition_date order by partition_date",
-        [host_sources, since, since, since, since, since],
+        [host_sources, since, since, since, since, since, since, since],
     ).fetchall()
     return [d for d, _ in rows], [d for d, is_host in rows if is_host]

@@ -245,4 +245,131 @@
   {%- if not is_incremental() -%}{{ return('true') }}{%- endif -%}
   {{- return('(' ~ keys ~ ') in (' ~ waits ~ ' union select source, job_id, attempt from ' ~ this
              ~ ' where day >= ' ~ window_start_day() ~ ')') -}}
+
+{#- ---- The governance marts: fct_audit_events, fct_reclaim_ledger, fct_enforcement_actions,
+    fct_governance_actions. An audit record or a decision-log line lies in the partition of its own
+    time's day (pipelines/ingest.py), so the records a change can touch are those with a raw row in
+    the window's partitions; a record a re-ingest removed is found by the row the last build made of it
+    (its day in the window). ---- -#}
+
+{#- the audit records (source, audit_id) with a raw row (any stage, any delivery) in the window's days -#}
+{% macro window_audit_records() -%}
+  select source, audit_id from {{ source('raw', 'audit_events') }}
+  where partition_date >= {{ window_start_day() }} and partition_date < {{ window_end_day() }}
+{%- endmacro %}
+
+{#- fct_audit_events' own records: those above, and its rows of the window's days (a removed record) -#}
+{% macro in_window_audit_records(keys='source, audit_id') -%}
+  {%- set records = window_audit_records() -%}
+  {%- if not is_incremental() -%}{{ return('true') }}{%- endif -%}
+  {{- return('(' ~ keys ~ ') in (' ~ records ~ ' union select source, audit_id from ' ~ this
+             ~ ' where ' ~ in_window_days('day') ~ ')') -}}
+{%- endmacro %}
+
+{#- The job ids whose governance rows a change can touch: jobs alive or with an event in the window
+    (window_jobs), the object of an enforcement audit record in the window's days (a reclaim, a reminder,
+    a run-time cap, another job-ending action), and every job of a finding with a decision-log line in
+    the window's days (a later step dates the earlier one's reminder). By job id alone: the ledger
+    matches run-time caps and job-ending actions to a job by its id, whatever the engine. -#}
+{% macro window_governance_jobs() -%}
+  select job_id from ({{ window_jobs() }})
+  union
+  select object_name from {{ source('raw', 'audit_events') }}
+  where partition_date >= {{ window_start_day() }} and partition_date < {{ window_end_day() }}
+    and action like 'enforcement.%' and object_name is not null
+  union
+  select job_id from {{ source('raw', 'governance_actions') }}
+  where finding_id in (
+    select finding_id from {{ source('raw', 'governance_actions') }}
+    where partition_date >= {{ window_start_day() }} and partition_date < {{ window_end_day() }}
+  )
+{%- endmacro %}
+
+{#- fct_reclaim_ledger's own jobs: those above, and the jobs of its rows whose inputs reach past the
+    window's start: a recovered window (to would_end_at) that other allocations on the GPU can still
+    fill, the resubmission hour after the action, an action in the window's days (one a re-ingest
+    removed), or a queue run-time cap that dim_queues (the latest quota snapshot) now states otherwise -#}
+{% macro ledger_window_jobs() -%}
+  {{ window_governance_jobs() }}
+  {%- if is_incremental() %}
+  union
+  select l.job_id from {{ this }} l
+  where l.would_end_at >= {{ window_start_at() }}
+    or l.acted_at >= {{ window_start_at() }} - interval 1 hour
+    or (l.allocations_freed is not null and l.queue_max_runtime_s is distinct from
+        (select min(q.max_runtime_s) from {{ ref('dim_queues') }} q where q.queue = l.queue))
+  {%- endif %}
+{%- endmacro %}
+
+{% macro in_window_ledger_jobs(keys='job_id') -%}
+  {%- set jobs = ledger_window_jobs() -%}
+  {{- return(keys ~ ' in (' ~ jobs ~ ')' if is_incremental() else 'true') -}}
+{%- endmacro %}
+
+{#- fct_enforcement_actions' own actions (audit_id): an enforcement record in the window's days, its
+    rows of those days (a removed record), and the rows whose ledger columns the ledger now states
+    otherwise (the ledger rebuilds by job: compared, a read of the two small tables) -#}
+{% macro in_window_enforcement_actions(keys='audit_id') -%}
+  {%- set ledger = ref('fct_reclaim_ledger') -%}
+  {%- if not is_incremental() -%}{{ return('true') }}{%- endif -%}
+  {{- return(keys ~ ' in (select audit_id from (' ~ window_audit_records() ~ ')'
+             ~ ' union select audit_id from ' ~ this ~ ' where ' ~ in_window_days('day')
+             ~ ' union select e.audit_id from ' ~ this ~ ' e left join ' ~ ledger
+             ~ " l on l.ledger_id = e.audit_id and l.record_source = 'audit'"
+             ~ ' where (e.policy, e.policy_version, e.ended_attempt, e.allocations_ended, e.gpus_released,'
+             ~ ' e.would_end_at, e.would_end_basis, e.recovered_gpu_hours, e.reused_gpu_hours, e.is_false_positive)'
+             ~ ' is distinct from (l.policy, l.policy_version,'
+             ~ " case when l.action_kind in ('reclaim', 'preempt') then l.attempt end, l.allocations_freed,"
+             ~ ' l.gpus_freed, l.would_end_at, l.would_end_basis, l.recovered_gpu_hours, l.reused_gpu_hours,'
+             ~ ' l.is_false_positive))') -}}
+{%- endmacro %}
+
+{#- fct_governance_actions' own steps (idempotency_key): a decision-log line or an enforcement audit
+    record of the key in the window's days; a row whose lines span a day of the window (a removed line)
+    or whose job is in the window (its attempt's end, the job's final state); a row whose count of audit
+    records differs now (a removed record) or whose ledger columns the ledger now states otherwise
+    (compared, a read of the small tables) -#}
+{% macro in_window_governance_steps(keys='idempotency_key') -%}
+  {%- set ledger = ref('fct_reclaim_ledger') -%}
+  {%- set audit = ref('fct_audit_events') -%}
+  {%- set jobs = window_jobs() -%}
+  {%- if not is_incremental() -%}{{ return('true') }}{%- endif -%}
+  {%- set sql -%}
+  {{ keys }} in (
+    select idempotency_key from {{ source('raw', 'governance_actions') }}
+    where partition_date >= {{ window_start_day() }} and partition_date < {{ window_end_day() }}
+    union
+    select idempotency_key from {{ source('raw', 'audit_events') }}
+    where partition_date >= {{ window_start_day() }} and partition_date < {{ window_end_day() }}
+      and action like 'enforcement.%' and idempotency_key is not null
+    union
+    select idempotency_key from {{ this }}
+    where (decided_at < {{ window_end_at() }} and status_at >= {{ window_start_at() }})
+      or (engine, job_id) in ({{ jobs }})
+    union
+    select g.idempotency_key from {{ this }} g
+    left join (
+      select idempotency_key, count(*) as audit_records from {{ audit }}
+      where action like 'enforcement.%' and idempotency_key is not null
+      group by idempotency_key
+    ) a using (idempotency_key)
+    where g.audit_records <> coalesce(a.audit_records, 0)
+    union
+    select g.idempotency_key from {{ this }} g
+    left join (
+      select * from {{ ledger }} where idempotency_key is not null
+      qualify row_number() over (partition by idempotency_key order by acted_at) = 1
+    ) l using (idempotency_key)
+    where (g.ledger_id, g.recovered_gpu_hours, g.reused_gpu_hours, g.is_false_positive, g.reminder_due_at,
+           g.is_released_after_reminder)
+      is distinct from (l.ledger_id, l.recovered_gpu_hours, l.reused_gpu_hours, l.is_false_positive,
+                        l.reminder_due_at, l.is_released_after_reminder)
+  )
+  {%- endset -%}
+  {{- return(sql) -}}
+{%- endmacro %}
+
+{#- `column` in a model's own CTE `cte` of window keys when incremental, else true -#}
+{% macro in_cte(column, cte) -%}
+  {{- return(column ~ ' in (select * from ' ~ cte ~ ')' if is_incremental() else 'true') -}}
 {%- endmacro %}

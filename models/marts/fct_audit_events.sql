@@ -1,5 +1,10 @@
+-- Merged by record (macros/build_window.sql, in_window_audit_records): a build re-reads every stage
+-- and delivery of the records with a raw row in the window's days, and those it made of those days.
+{{ config(materialized='incremental', incremental_strategy='replace_window',
+          window='in_window_audit_records', window_key='source, audit_id') }}
 with records as (
   select * from {{ ref('stg_audit__events') }}
+  where {{ in_window_audit_records() }}
 ),
 
 -- a Kubernetes request logs one record per stage: keep ResponseComplete, else its latest stage

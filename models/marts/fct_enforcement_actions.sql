@@ -1,7 +1,12 @@
 -- Every enforcement action in the audit log. What an applied reclaim or preemption recovered is
 -- defined once, in marts.fct_reclaim_ledger, and read from there.
+-- Merged by action (macros/build_window.sql, in_window_enforcement_actions): a build re-reads the
+-- actions recorded in the window's days and those whose ledger row the ledger now states otherwise.
+{{ config(materialized='incremental', incremental_strategy='replace_window',
+          window='in_window_enforcement_actions', window_key='audit_id') }}
 with actions as (
-  select * from {{ ref('fct_audit_events') }} where category = 'enforcement'
+  select * from {{ ref('fct_audit_events') }}
+  where category = 'enforcement' and {{ in_window_enforcement_actions() }}
 ),
 
 ledger as (

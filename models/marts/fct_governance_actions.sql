@@ -1,13 +1,19 @@
 -- One step of one finding (an idempotency key) as the pipeline decided it, what became of it, and
 -- what the engine answered. The engine's own word is the audit log; the decision log's answer
 -- line stands in where no audit record carries the key, and any disagreement is flagged.
+-- Merged by step (macros/build_window.sql, in_window_governance_steps): a build re-reads the steps with
+-- a line or an audit record in the window's days, of a job in the window, or whose audit records or
+-- ledger row changed; every other step's row is left as it is.
+{{ config(materialized='incremental', incremental_strategy='replace_window',
+          window='in_window_governance_steps', window_key='idempotency_key') }}
 with log_lines as (
   select * from {{ ref('stg_governance__actions') }}
+  where {{ in_window_governance_steps() }}
 ),
 
 audit_records as (
   select * from {{ ref('fct_audit_events') }}
-  where action like 'enforcement.%' and idempotency_key is not null
+  where action like 'enforcement.%' and idempotency_key in (select idempotency_key from log_lines)
 ),
 
 attempts as (
@@ -20,6 +26,7 @@ jobs as (
 
 ledger as (
   select * from {{ ref('fct_reclaim_ledger') }}
+  where idempotency_key in (select idempotency_key from log_lines)
 ),
 
 decisions as (

@@ -2,12 +2,33 @@
 -- governance pipeline's decision log or an operator), with the GPU time it freed, how much of
 -- that other work used, whether the owner came back within the hour, and whether a reminder
 -- made the user release the GPUs on their own. The one definition of recovered GPU-hours.
-with audit_records as (
-  select * from {{ ref('fct_audit_events') }}
+-- Merged by job id (macros/build_window.sql, in_window_ledger_jobs): a build re-reads the actions of
+-- the jobs the window reaches, with all their inputs, and leaves every other job's rows as they are.
+{{ config(materialized='incremental', incremental_strategy='replace_window',
+          window='in_window_ledger_jobs', window_key='job_id') }}
+with window_job_ids as (
+  {{ ledger_window_jobs() }}
+),
+
+all_log_lines as (
+  select * from {{ ref('stg_governance__actions') }}
+),
+
+-- the findings of those jobs: a later step of the finding dates a reminder's due time
+window_findings as (
+  select distinct finding_id from all_log_lines where {{ in_cte('job_id', 'window_job_ids') }}
 ),
 
 log_lines as (
-  select * from {{ ref('stg_governance__actions') }}
+  select * from all_log_lines
+  where {{ in_cte('job_id', 'window_job_ids') }} or {{ in_cte('finding_id', 'window_findings') }}
+),
+
+-- the jobs' enforcement records, and any record that answered one of their steps
+audit_records as (
+  select * from {{ ref('fct_audit_events') }}
+  where {{ in_cte('object_name', 'window_job_ids') }}
+    or idempotency_key in (select idempotency_key from log_lines)
 ),
 
 allocations as (
@@ -16,6 +37,7 @@ allocations as (
 
 attempts as (
   select * from {{ ref('fct_job_attempts') }}
+  where {{ in_cte('job_id', 'window_job_ids') }}
 ),
 
 jobs as (
@@ -117,6 +139,11 @@ applied as (
   anti join audit_records a on a.idempotency_key = l.idempotency_key and a.action like 'enforcement.%'
 ),
 
+-- only the window's jobs (a finding's other jobs were read for their steps' times)
+window_applied as (
+  select * from applied where {{ in_cte('job_id', 'window_job_ids') }}
+),
+
 with_policy as (
   select
     a.*,
@@ -130,7 +157,7 @@ with_policy as (
     d.step_index,
     d.decided_at,
     n.next_step_decided_at
-  from applied a
+  from window_applied a
   left join decided_steps d on d.idempotency_key = a.idempotency_key
   left join next_steps n on n.idempotency_key = a.idempotency_key
 ),

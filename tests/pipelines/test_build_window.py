@@ -134,3 +134,26 @@ def test_the_changed_days_include_rows_merged_into_another_day_without_a_log_row
     wh.merge_files("node_exporter", D[1], {"host_samples": frame}, ["day2.prom"])  # a day-2 file's day-1 record
     with wh.writer() as con:
         assert _changed_days(con, since) == ([D[1], D[3]], [D[1]])
+
+
+def test_the_changed_days_include_audit_records_and_decision_log_lines_merged_into_another_day(wh):
+    import polars as pl
+
+    from pipelines.build import _changed_days
+    from pipelines.contracts import contract
+
+    since = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+    record = {"audit_id": "au-1", "occurred_at": at("23:59"), "actor": "admin-1", "action": "enforcement.reclaim",
+              "source": "allocator", "source_file": "day2.jsonl"}
+    line = {"record": "decision", "occurred_at": at("23:58", day=2), "idempotency_key": "k-1", "finding_id": "f-1",
+            "policy": "idle-allocation", "policy_version": "3", "policy_kind": "idle_allocation", "mode": "enforce",
+            "engine": "allocator", "attempt": 1, "tenant": "vision",
+            "step_index": 0, "action": "reclaim", "job_id": "j1", "status": "queued",
+            "api_version": "gpupool.governance/v1", "source_file": "day3.jsonl"}
+    # a day-2 file's day-1 audit record, a day-3 file's day-2 decision: merged without a log row
+    wh.merge_files("allocator_audit", D[1], {"audit_events": contract("audit_events").conform(pl.from_dicts([record]))},
+                   ["day2.jsonl"])
+    wh.merge_files("governance_actions", D[2],
+                   {"governance_actions": contract("governance_actions").conform(pl.from_dicts([line]))}, ["day3.jsonl"])
+    with wh.writer() as con:
+        assert _changed_days(con, since) == ([D[1], D[2]], [])
