@@ -57,7 +57,7 @@ rebuild_gpus as (
 carried as (
   {%- if is_incremental() %}
   select
-    arg_max(last_sampled_at, last_sampled_at) as sampled_at,
+    max(last_sampled_at) as sampled_at,
     host,
     gpu,
     gpu_instance_id,
