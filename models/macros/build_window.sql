@@ -372,4 +372,188 @@
 {#- `column` in a model's own CTE `cte` of window keys when incremental, else true -#}
 {% macro in_cte(column, cte) -%}
   {{- return(column ~ ' in (select * from ' ~ cte ~ ')' if is_incremental() else 'true') -}}
+
+{#- ===== dims, capacity/quota, pool hours and GPU health (helper wt-pool) ===== -#}
+
+{#- a time column in the window: a range that prunes by zonemaps (true when not incremental) -#}
+{% macro in_window_times(at='minute_at') -%}
+  {{- return(at ~ ' >= ' ~ window_start_at() ~ ' and ' ~ at ~ ' < ' ~ window_end_at() if is_incremental() else 'true') -}}
+{%- endmacro %}
+
+{#- The first day a per-day model that reads the data's end (dim_days) and the inventory and quota snapshots in
+    effect (dim_snapshots_in_effect) rebuilds; it rebuilds every day from there to the data's end, since a
+    snapshot stays in effect until the next one. The earliest of: the window's start; the model's own last day
+    (the previous data's end: that day was cut there, and days after it are new); the day of a snapshot loaded
+    into a partition in the window (a snapshot taken late on the day before its partition). When that start is
+    on or before a source's first snapshot, every day: days before a source's first snapshot use the first,
+    which may have changed. -#}
+{% macro snapshot_days_start() -%}
+  (select case
+     when start_day <= first_day then date '1970-01-01' else start_day end
+   from (
+     select
+       least(
+         {{ window_start_day() }},
+         coalesce((select max(day) from {{ this }}), {{ window_start_day() }}),
+         coalesce((select cast(min(snapshot_at) as date) from (
+           select snapshot_at from {{ source('raw', 'gpu_inventory') }} where partition_date >= {{ window_start_day() }}
+           union all
+           select snapshot_at from {{ source('raw', 'queue_quotas') }} where partition_date >= {{ window_start_day() }})),
+           {{ window_start_day() }})
+       ) as start_day,
+       (select max(first_day) from (
+         select cast(min(snapshot_at) as date) as first_day from {{ source('raw', 'gpu_inventory') }} group by source
+         union all
+         select cast(min(snapshot_at) as date) from {{ source('raw', 'queue_quotas') }} group by source)
+       ) as first_day
+   ))
+{%- endmacro %}
+
+{#- days from snapshot_days_start() on (true when not incremental): fct_capacity_daily, fct_quota_daily -#}
+{% macro in_window_snapshot_days(day='day') -%}
+  {%- set start = snapshot_days_start() -%}
+  {{- return(day ~ ' >= ' ~ start if is_incremental() else 'true') -}}
+{%- endmacro %}
+
+{#- fct_gpu_health_events: the GPU's model as the events carry it (one rule for the model and its window) -#}
+{% macro health_gpu_models() -%}
+  select host, gpu, min(gpu_model) as gpu_model
+  from {{ ref('dim_gpus') }}
+  where gpu_model <> 'unknown'
+  group by host, gpu
+{%- endmacro %}
+
+{#- fct_gpu_health_events' GPUs rebuilt over all their history: those whose model changed (dim_gpus, from a
+    newer inventory snapshot), and those whose first windowed XID gauge sample lies in the window (a GPU
+    with the gauge ignores its DCGM_FI_DEV_XID_ERRORS on every day). -#}
+{% macro health_rebuild_gpus() -%}
+  select distinct e.host, e.gpu
+  from {{ this }} e
+  left join ({{ health_gpu_models() }}) m using (host, gpu)
+  where e.gpu_model <> coalesce(m.gpu_model, 'unknown')
+  union
+  select host, gpu
+  from {{ ref('fct_gpu_health_series_daily') }}
+  -- of a GPU with samples before the window (a new GPU has no rows to rebuild)
+  group by host, gpu
+  having min(day) filter (where metric = 'DCGM_EXP_XID_ERRORS_COUNT') >= {{ window_start_day() }}
+    and min(day) < {{ window_start_day() }}
+{%- endmacro %}
+
+{#- fct_gpu_health_events' rows a build replaces: every minute from the window's start on (a change
+    reaches a series' next sample, however late it comes) and every row of the GPUs above -#}
+{% macro in_window_health_gpus(keys='host, gpu') -%}
+  {%- set gpus = health_rebuild_gpus() -%}
+  {{- return('(minute_at >= ' ~ window_start_at() ~ ' or (' ~ keys ~ ') in (' ~ gpus ~ '))'
+             if is_incremental() else 'true') -}}
+{%- endmacro %}
+
+{#- fct_pool_hourly's trailing weeks, aligned on the data's end (week 0 = the last 7 x 24 h): one rule for
+    the model and the update that moves every row's week when the data's end moves -#}
+{% macro pool_weeks_before_end(hour_at, as_of_at) -%}
+  cast(ceil(epoch({{ as_of_at }} - {{ hour_at }}) / 604800.0) as integer) - 1
+{%- endmacro %}
+
+{#- fct_pool_hourly's series: every queue x GPU model with a quota, an allocation or a pending attempt on
+    some day, and every GPU model (level_scope pool), with the columns that depend on all days (the queue's
+    owner; whether it holds quota). One rule for the model and its window. -#}
+{% macro pool_series() -%}
+  with quotas as (
+    select day, queue, gpu_model, tenant, quota_gpus from {{ ref('fct_quota_daily') }}
+  ),
+  -- queues holding quota on some model some day; the others (backfill) only ever borrow
+  quota_queues as (
+    select queue from quotas group by queue having max(quota_gpus) > 0
+  ),
+  -- a queue's owner is the tenant its quota names; a queue without a quota row takes its jobs' tenant
+  queue_owners as (
+    select queue, min(tenant) as tenant from quotas group by queue
+    union all
+    select queue, min(tenant) from {{ ref('dim_jobs') }} where queue not in (select queue from quotas) group by queue
+  ),
+  keys as (
+    select 'queue' as level_scope, queue, gpu_model from quotas
+    union
+    -- a level yields an hour when it ends after the start of its first hour
+    select level_scope, queue, gpu_model from {{ ref('fct_allocation_steps') }}
+    where level_scope in ('queue', 'pool') and level_end_at > date_trunc('hour', level_start_at)
+    union
+    select 'queue', queue, gpu_model from {{ ref('fct_wait_causes') }}
+    union
+    select 'pool', null, gpu_model from {{ ref('fct_wait_causes') }}
+    union
+    select 'pool', null, gpu_model from {{ ref('fct_capacity_daily') }}
+    union
+    select 'pool', null, gpu_model from quotas
+  )
+  select
+    k.level_scope,
+    k.queue,
+    k.gpu_model,
+    o.tenant,
+    k.level_scope = 'queue' and k.queue in (select queue from quota_queues) as is_quota_queue
+  from keys k
+  left join queue_owners o on o.queue = k.queue
+{%- endmacro %}
+
+{#- fct_pool_hourly's series rebuilt over all their hours: new, gone, or with a new owner or quota status -#}
+{% macro pool_changed_series() -%}
+  select level_scope, gpu_model, coalesce(queue, '') as queue_key from (
+    (({{ pool_series() }}) except (select distinct level_scope, queue, gpu_model, tenant, is_quota_queue from {{ this }}))
+    union all
+    ((select distinct level_scope, queue, gpu_model, tenant, is_quota_queue from {{ this }}) except ({{ pool_series() }}))
+  )
+{%- endmacro %}
+
+{#- fct_pool_hourly's first rebuilt day: snapshot_days_start(), or the first hour waited by a job the window
+    reaches (a job's wait that began before the window changes when its end does: fct_wait_causes) -#}
+{% macro pool_hours_start() -%}
+  (select least({{ snapshot_days_start() }}, coalesce(cast(min(hour_at) as date), date '2100-01-01'))
+   from {{ ref('fct_wait_causes') }} where (source, job_id) in ({{ window_jobs() }}))
+{%- endmacro %}
+
+{#- fct_pool_hourly's rows a build replaces: the hours of the days from pool_hours_start() on (quota,
+    capacity, waits and the data's end reach later days) and every hour of a changed series -#}
+{% macro in_window_pool_hours(keys='level_scope, gpu_model, queue') -%}
+  {%- set start = pool_hours_start() -%}
+  {%- set changed = pool_changed_series() -%}
+  {{- return('(day >= ' ~ start ~ ' or (level_scope, gpu_model, coalesce(queue, \'\')) in (' ~ changed ~ '))'
+             if is_incremental() else 'true') -}}
+{%- endmacro %}
+
+{#- pool_hours_start() as a date literal, read when the model runs: a constant lets a range filter on a
+    big input prune by zonemaps (a subquery does not) -#}
+{% macro pool_hours_start_literal() -%}
+  {%- set start = pool_hours_start() -%}  {#- rendered always: dbt sees its refs when it parses the model -#}
+  {%- if not is_incremental() -%}
+    {{- return("date '1970-01-01'") -}}
+  {%- elif execute -%}
+    {%- set day = run_query('select ' ~ start).columns[0].values()[0] -%}
+    {{- return("date '" ~ day ~ "'") -}}
+  {%- endif -%}
+  {{- return(start) -}}
+{%- endmacro %}
+
+{#- fct_pool_hourly's post_hook: the data's end moved, and with it every hour's trailing week; the hours not
+    rebuilt get the new one (a pass over four columns, not a rebuild) -#}
+{% macro pool_hourly_move_weeks() -%}
+  update {{ this }} as h
+  set
+    weeks_before_end = w.weeks_before_end,
+    week_start_at = w.as_of_at - to_days(7 * (w.weeks_before_end + 1)),
+    week_end_at = w.as_of_at - to_days(7 * w.weeks_before_end),
+    is_complete_week = w.as_of_at - to_days(7 * (w.weeks_before_end + 1)) >= w.window_start_at
+  from (
+    select distinct
+      x.hour_at,
+      {{ pool_weeks_before_end('x.hour_at', 'd.as_of_at') }} as weeks_before_end,
+      d.as_of_at,
+      d.window_start_at
+    from (select distinct hour_at from {{ this }}) x
+    cross join (select max(as_of_at) as as_of_at, min(day_start_at) as window_start_at from {{ ref('dim_days') }}) d
+  ) w
+  where h.hour_at = w.hour_at
+    and (h.weeks_before_end is distinct from w.weeks_before_end
+      or h.week_end_at is distinct from w.as_of_at - to_days(7 * w.weeks_before_end)
+      or h.is_complete_week is distinct from (w.as_of_at - to_days(7 * (w.weeks_before_end + 1)) >= w.window_start_at))
 {%- endmacro %}

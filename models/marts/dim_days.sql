@@ -1,14 +1,15 @@
 -- the data window: from the first day with events or telemetry to the data's end (as_of_at);
--- running allocations are clipped at as_of_at and the last day is cut there
+-- running allocations are clipped at as_of_at and the last day is cut there. A table, rebuilt whole
+-- (as_of_at moves every build): it reads bounds of small inputs, never the per-minute rows
 with event_bounds as (
   select min(occurred_at) as first_at, max(occurred_at) as last_at
   from {{ ref('stg_scheduler__job_events') }}
 ),
 
 telemetry_bounds as (
-  -- a sample at minute m stands for the minute [m, m + 1)
-  select min(minute_at) as first_at, max(minute_at) + interval 1 minute as last_at
-  from {{ ref('fct_gpu_activity') }}
+  -- a sample at minute m stands for the minute [m, m + 1); the per-day summary, not every minute
+  select min(first_minute_at) as first_at, max(last_minute_at) + interval 1 minute as last_at
+  from {{ ref('fct_gpu_series_daily') }}
 ),
 
 window_bounds as (

@@ -23,19 +23,38 @@ in_inventory as (
   ) = 1
 ),
 
+-- a table rebuilt whole (the latest inventory snapshot may change any GPU): it reads the per-day series
+-- summary, not every minute and sample of history
+series_days as (
+  select * from {{ ref('fct_gpu_series_daily') }}
+),
+
 telemetry_minutes as (
   select
     host,
     gpu,
     gpu_instance_id,
-    min(minute_at) as first_seen_at,
-    max(minute_at) + interval 1 minute as last_seen_at
-  from {{ ref('fct_gpu_activity') }}
+    min(first_minute_at) as first_seen_at,
+    max(last_minute_at) + interval 1 minute as last_seen_at
+  from series_days
+  where first_minute_at is not null
   group by host, gpu, gpu_instance_id
 ),
 
--- what the GPU's series say about it (UUID, NVML name, MIG profile), from the lake directly:
--- the per-minute table does not carry them
+-- what the GPU's series say about it (UUID, NVML name, MIG profile): the per-minute table does not
+-- carry them
+described as (
+  select
+    host,
+    gpu,
+    gpu_instance_id,
+    max(uuid) as uuid,
+    max(model_name) as model_name,
+    max(gpu_instance_profile) as gpu_instance_profile
+  from series_days
+  group by host, gpu, gpu_instance_id
+),
+
 telemetry as (
   select
     m.host,
@@ -47,7 +66,7 @@ telemetry as (
     m.first_seen_at,
     m.last_seen_at
   from telemetry_minutes m
-  left join {{ ref('stg_dcgm__gpus') }} d
+  left join described d
     on d.host = m.host
     and d.gpu = m.gpu
     and d.gpu_instance_id is not distinct from m.gpu_instance_id

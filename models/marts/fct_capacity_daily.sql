@@ -1,6 +1,10 @@
--- capacity is counted per physical GPU: a MIG or time-sliced GPU is one GPU however it is cut
+-- capacity is counted per physical GPU: a MIG or time-sliced GPU is one GPU however it is cut.
+-- Rebuilt by day from the window's start (or the previous data's end) on: a snapshot stays in effect
+-- until the next one (macros/build_window.sql, in_window_snapshot_days)
+{{ config(materialized='incremental', incremental_strategy='replace_window',
+          window='in_window_snapshot_days', window_key='day') }}
 with days as (
-  select * from {{ ref('dim_days') }}
+  select * from {{ ref('dim_days') }} where {{ in_window_snapshot_days() }}
 ),
 
 inventory as (
@@ -9,7 +13,8 @@ inventory as (
 
 -- the snapshot in effect each day, per source: the latest taken before the day ends, else the first
 snapshot_for_day as (
-  select day, source, snapshot_at from {{ ref('dim_snapshots_in_effect') }} where snapshot_table = 'gpu_inventory'
+  select day, source, snapshot_at from {{ ref('dim_snapshots_in_effect') }}
+  where snapshot_table = 'gpu_inventory' and {{ in_window_snapshot_days() }}
 ),
 
 physical_gpus as (

@@ -15,9 +15,73 @@
 -- * clock-event reasons: bitmask per sample (DCGM_CLOCKS_EVENT_REASON_*, NVML's
 --   nvmlClocksEventReasons): thermal = SW thermal 0x20 | HW thermal 0x40, power = SW power cap
 --   0x04 | HW power brake 0x80; the count is the samples of the minute with such a bit set.
-with health as (
+--
+-- Incremental (macros/build_window.sql, in_window_health_gpus): a build replaces every minute from the
+-- window's start on, reading the samples from xid_window_minutes before it and, per series, the last
+-- sample before that (fct_gpu_health_series_daily: a counter's previous value, the last XID code); a GPU
+-- whose model changed or whose XID gauge first appears in the window is rebuilt over all its history.
+{% set xid_window_minutes = 5 %}
+{{ config(materialized='incremental', incremental_strategy='replace_window',
+          window='in_window_health_gpus', window_key='host, gpu') }}
+{%- set rebuild_gpus = [] -%}
+{%- if execute and is_incremental() -%}
+  {%- set rebuild_gpus = run_query(health_rebuild_gpus()).rows -%}
+{%- endif %}
+{%- set read_from_at = window_start_at() ~ ' - to_minutes(' ~ xid_window_minutes ~ ')' %}
+with health_read as (
   select * from {{ ref('stg_dcgm__health') }}
   where metric <> 'DCGM_FI_DEV_GPU_TEMP'
+  {%- if is_incremental() %}
+    and sampled_at >= {{ read_from_at }}
+  {%- endif %}
+  {%- if rebuild_gpus | length > 0 %}
+  union all
+  select * from {{ ref('stg_dcgm__health') }}
+  where metric <> 'DCGM_FI_DEV_GPU_TEMP'
+    and sampled_at < {{ read_from_at }}
+    and (host, gpu) in (
+      {%- for g in rebuild_gpus %}({{ "'" ~ (g[0] | replace("'", "''")) ~ "'" }}, {{ g[1] }}){{ ", " if not loop.last }}{% endfor -%}
+    )
+  {%- endif %}
+),
+
+rebuild_gpus as (
+  {%- if is_incremental() %}
+  {{ health_rebuild_gpus() }}
+  {%- else %}
+  select cast(null as varchar) as host, cast(null as integer) as gpu where false
+  {%- endif %}
+),
+
+-- each series' last sample before what is read (counters and the last XID code need their previous one)
+carried as (
+  {%- if is_incremental() %}
+  select
+    max(last_sampled_at) as sampled_at,
+    host,
+    gpu,
+    gpu_instance_id,
+    metric,
+    xid,
+    arg_max(last_value, last_sampled_at) as value,
+    arg_max(last_source, last_sampled_at) as source
+  from {{ ref('fct_gpu_health_series_daily') }}
+  where day < {{ window_start_day() }}
+    and metric <> 'DCGM_EXP_XID_ERRORS_COUNT'
+    and (host, gpu) not in (select host, gpu from rebuild_gpus)
+  group by host, gpu, gpu_instance_id, metric, xid
+  having max(last_sampled_at) < {{ read_from_at }}
+  {%- else %}
+  select sampled_at, host, gpu, gpu_instance_id, metric, xid, value, source
+  from {{ ref('stg_dcgm__health') }}
+  where false
+  {%- endif %}
+),
+
+health as (
+  select sampled_at, host, gpu, gpu_instance_id, metric, xid, value, source from health_read
+  union all
+  select sampled_at, host, gpu, gpu_instance_id, metric, xid, value, source from carried
 ),
 
 xid_codes as (
@@ -25,15 +89,12 @@ xid_codes as (
 ),
 
 gpu_models as (
-  select host, gpu, min(gpu_model) as gpu_model
-  from {{ ref('dim_gpus') }}
-  where gpu_model <> 'unknown'
-  group by host, gpu
+  {{ health_gpu_models() }}
 ),
 
 params as (
   -- dcgm-exporter's --xid-count-window-size default: 300000 ms
-  select 5 as xid_window_minutes
+  select {{ xid_window_minutes }} as xid_window_minutes
 ),
 
 counter_signals as (
@@ -174,8 +235,9 @@ xid_gauge_events as (
   cross join params p
 ),
 
+-- every day's, not only the days read
 gpus_with_xid_gauge as (
-  select distinct host, gpu from health where metric = 'DCGM_EXP_XID_ERRORS_COUNT'
+  select distinct host, gpu from {{ ref('fct_gpu_health_series_daily') }} where metric = 'DCGM_EXP_XID_ERRORS_COUNT'
 ),
 
 last_xid_minutes as (
@@ -233,6 +295,10 @@ final as (
   left join xid_codes x on e.signal = 'xid' and x.xid = e.xid
   left join gpu_models m on m.host = e.host and m.gpu = e.gpu
   where e.event_count > 0
+  {%- if is_incremental() %}
+    -- what was read before the window only gives the previous samples
+    and (e.minute_at >= {{ window_start_at() }} or (e.host, e.gpu) in (select host, gpu from rebuild_gpus))
+  {%- endif %}
 )
 
 select * from final

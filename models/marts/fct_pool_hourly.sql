@@ -2,14 +2,47 @@
 -- queue and for the model as a whole. Held GPUs are the step function of fct_allocation_steps
 -- cut at the hours, so an hour knows both its GPU-hours and its peak; in-quota and borrowed
 -- GPU-hours are taken moment by moment.
+-- Incremental (macros/build_window.sql, in_window_pool_hours): a build replaces the hours of the days from
+-- the window's start (or the previous data's end, an earlier snapshot's day, or the first hour waited by a
+-- job the window reaches) on, and every hour of a
+-- series that is new, gone, or changed owner or quota status; then moves every row's trailing week to
+-- the new data's end (post_hook).
+{{ config(materialized='incremental', incremental_strategy='replace_window',
+          window='in_window_pool_hours', window_key='level_scope, gpu_model, queue',
+          post_hook="{{ pool_hourly_move_weeks() }}") }}
+{%- set start_day = pool_hours_start_literal() %}
+{%- set start_at = 'cast(' ~ start_day ~ ' as timestamp)' %}
 with days as (
   select * from {{ ref('dim_days') }}
 ),
 
-allocations as (
+-- series whose every hour is rebuilt (none on a full refresh: every hour is)
+changed as (
+  {%- if is_incremental() %}
+  {{ pool_changed_series() }}
+  {%- else %}
+  select cast(null as varchar) as level_scope, cast(null as varchar) as gpu_model, cast(null as varchar) as queue_key
+  where false
+  {%- endif %}
+),
+
+all_allocations as (
   select allocation_id, queue, gpu_model, fraction, started_at, effective_ended_at
   from {{ ref('fct_allocations') }}
   where effective_ended_at > started_at
+),
+
+changed_allocations as (
+  select * from all_allocations a
+  where ('queue', a.gpu_model, a.queue) in (select * from changed)
+    or ('pool', a.gpu_model, '') in (select * from changed)
+),
+
+-- the allocations alive from the start on, and every allocation of a changed series
+allocations as (
+  select * from all_allocations where effective_ended_at > {{ start_at }}
+  union all
+  select * from changed_allocations where effective_ended_at <= {{ start_at }}
 ),
 
 quotas as (
@@ -22,12 +55,8 @@ capacity as (
   group by day, gpu_model
 ),
 
-jobs as (
-  select tenant, queue from {{ ref('dim_jobs') }}
-),
-
 -- every hour of the data window; the last one is cut at the data's end
-hours as (
+all_hours as (
   select
     d.day,
     h.range as hour_at,
@@ -43,8 +72,8 @@ hours as (
 hour_weeks as (
   select
     *,
-    cast(ceil(epoch(as_of_at - hour_at) / 604800.0) as integer) - 1 as weeks_before_end
-  from hours
+    {{ pool_weeks_before_end('hour_at', 'as_of_at') }} as weeks_before_end
+  from all_hours
 ),
 
 weeks as (
@@ -60,7 +89,12 @@ weeks as (
 held_levels as (
   select level_scope, queue, gpu_model, level_start_at, level_end_at, allocated_gpus
   from {{ ref('fct_allocation_steps') }}
-  where level_scope in ('queue', 'pool')
+  where level_scope in ('queue', 'pool') and level_end_at > {{ start_at }}
+  union all
+  select level_scope, queue, gpu_model, level_start_at, level_end_at, allocated_gpus
+  from {{ ref('fct_allocation_steps') }}
+  where level_scope in ('queue', 'pool') and level_end_at <= {{ start_at }}
+    and (level_scope, gpu_model, coalesce(queue, '')) in (select * from changed)
 ),
 
 -- each level cut at the hours it overlaps
@@ -116,9 +150,19 @@ allocation_pieces as (
   cross join range(date_trunc('hour', a.started_at), a.effective_ended_at, interval 1 hour) as h
 ),
 
+-- the minutes from the start on (a range that prunes), and before it those of a changed series' allocations
+allocation_minutes as (
+  select allocation_id, minute_at, activity from {{ ref('fct_allocation_activity') }}
+  where minute_at >= {{ start_at }}
+  union all
+  select allocation_id, minute_at, activity from {{ ref('fct_allocation_activity') }}
+  where minute_at < {{ start_at }}
+    and allocation_id in (select allocation_id from changed_allocations)
+),
+
 allocation_hour_activity as (
   select allocation_id, date_trunc('hour', minute_at) as hour_at, avg(activity) as mean_activity
-  from {{ ref('fct_allocation_activity') }}
+  from allocation_minutes
   group by allocation_id, date_trunc('hour', minute_at)
 ),
 
@@ -148,7 +192,13 @@ pending_queue_hourly as (
     hour_at,
     sum(waited_gpu_hours) as pending_gpu_hours,
     coalesce(sum(waited_gpu_hours) filter (where cause = 'quota_bound'), 0) as quota_bound_gpu_hours
-  from {{ ref('fct_wait_causes') }}
+  from (
+    select * from {{ ref('fct_wait_causes') }} where hour_at >= {{ start_at }}
+    union all
+    select * from {{ ref('fct_wait_causes') }}
+    where hour_at < {{ start_at }}
+      and (('queue', gpu_model, queue) in (select * from changed) or ('pool', gpu_model, '') in (select * from changed))
+  )
   group by queue, gpu_model, hour_at
 ),
 
@@ -161,28 +211,9 @@ pending_hourly as (
   group by gpu_model, hour_at
 ),
 
--- a queue's owner is the tenant its quota names; a queue without a quota row takes its jobs' tenant
-queue_owners as (
-  select queue, min(tenant) as tenant from quotas group by queue
-  union all
-  select queue, min(tenant) from jobs where queue not in (select queue from quotas) group by queue
-),
-
--- queues holding quota on some model some day; the others (backfill) only ever borrow
-quota_queues as (
-  select queue from quotas group by queue having max(quota_gpus) > 0
-),
-
+-- every series, with its owner and quota status (over all days)
 series as (
-  select 'queue' as level_scope, queue, gpu_model from quotas
-  union
-  select level_scope, queue, gpu_model from held_hourly
-  union
-  select level_scope, queue, gpu_model from pending_hourly
-  union
-  select 'pool', null, gpu_model from capacity
-  union
-  select 'pool', null, gpu_model from quotas
+  {{ pool_series() }}
 ),
 
 pool_quota as (
@@ -204,6 +235,24 @@ grid as (
     w.is_complete_week
   from series s
   cross join weeks w
+  where w.day >= {{ start_day }}
+  union all
+  select
+    s.level_scope,
+    s.queue,
+    s.gpu_model,
+    w.day,
+    w.hour_at,
+    w.hour_end_at,
+    w.hour_hours,
+    w.weeks_before_end,
+    w.week_start_at,
+    w.week_end_at,
+    w.is_complete_week
+  from series s
+  cross join weeks w
+  where w.day < {{ start_day }}
+    and (s.level_scope, s.gpu_model, coalesce(s.queue, '')) in (select * from changed)
 ),
 
 final as (
@@ -219,8 +268,8 @@ final as (
     g.level_scope,
     g.gpu_model,
     g.queue,
-    o.tenant,
-    g.level_scope = 'queue' and g.queue in (select queue from quota_queues) as is_quota_queue,
+    s.tenant,
+    s.is_quota_queue,
     coalesce(c.capacity_gpus, 0) as capacity_gpus,
     coalesce(c.capacity_gpus, 0) * g.hour_hours as capacity_gpu_hours,
     coalesce(q.quota_gpus, pq.quota_gpus, 0) as quota_gpus,
@@ -243,7 +292,8 @@ final as (
     on g.level_scope = 'queue' and q.day = g.day and q.queue = g.queue and q.gpu_model = g.gpu_model
   left join pool_quota pq
     on g.level_scope = 'pool' and pq.day = g.day and pq.gpu_model = g.gpu_model
-  left join queue_owners o on o.queue = g.queue
+  join series s
+    on s.level_scope = g.level_scope and s.gpu_model = g.gpu_model and s.queue is not distinct from g.queue
   left join held_hourly hh
     on hh.level_scope = g.level_scope
     and hh.queue is not distinct from g.queue

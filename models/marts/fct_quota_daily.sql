@@ -1,5 +1,9 @@
+-- rebuilt by day from the window's start (or the previous data's end) on: a snapshot stays in effect
+-- until the next one (macros/build_window.sql, in_window_snapshot_days)
+{{ config(materialized='incremental', incremental_strategy='replace_window',
+          window='in_window_snapshot_days', window_key='day') }}
 with days as (
-  select * from {{ ref('dim_days') }}
+  select * from {{ ref('dim_days') }} where {{ in_window_snapshot_days() }}
 ),
 
 quotas as (
@@ -8,7 +12,8 @@ quotas as (
 
 -- the snapshot in effect each day, per source: the latest taken before the day ends, else the first
 snapshot_for_day as (
-  select day, source, snapshot_at from {{ ref('dim_snapshots_in_effect') }} where snapshot_table = 'queue_quotas'
+  select day, source, snapshot_at from {{ ref('dim_snapshots_in_effect') }}
+  where snapshot_table = 'queue_quotas' and {{ in_window_snapshot_days() }}
 ),
 
 in_effect as (
