@@ -139,7 +139,7 @@
 {%- endmacro %}
 
 {#- a timestamp column in the window: a constant range, which prunes a big table by its zonemaps -#}
-{% macro in_window_times(at) -%}
+{% macro in_window_times(at='minute_at') -%}
   {{- return(at ~ ' >= ' ~ window_start_at() ~ ' and ' ~ at ~ ' < ' ~ window_end_at() if is_incremental() else 'true') -}}
 {%- endmacro %}
 
@@ -151,6 +151,7 @@
   {%- set key = parts[1].strip() -%}
   {{- return('((' ~ key ~ ' is null and ' ~ in_window_days(day) ~ ') or (' ~ key ~ ' is not null and '
              ~ in_window_allocations_or_gone(key) ~ '))' if is_incremental() else 'true') -}}
+{%- endmacro %}
 
 {#- ==== attempts, waits and pool state (fct_attempt_*, fct_job_artifacts, fct_wait_*, fct_waiting_jobs,
     fct_pool_free_segments). A changed row's time is at or after the window's start
@@ -245,6 +246,7 @@
   {%- if not is_incremental() -%}{{ return('true') }}{%- endif -%}
   {{- return('(' ~ keys ~ ') in (' ~ waits ~ ' union select source, job_id, attempt from ' ~ this
              ~ ' where day >= ' ~ window_start_day() ~ ')') -}}
+{%- endmacro %}
 
 {#- ---- The governance marts: fct_audit_events, fct_reclaim_ledger, fct_enforcement_actions,
     fct_governance_actions. An audit record or a decision-log line lies in the partition of its own
@@ -372,13 +374,10 @@
 {#- `column` in a model's own CTE `cte` of window keys when incremental, else true -#}
 {% macro in_cte(column, cte) -%}
   {{- return(column ~ ' in (select * from ' ~ cte ~ ')' if is_incremental() else 'true') -}}
+{%- endmacro %}
 
 {#- ===== dims, capacity/quota, pool hours and GPU health (helper wt-pool) ===== -#}
 
-{#- a time column in the window: a range that prunes by zonemaps (true when not incremental) -#}
-{% macro in_window_times(at='minute_at') -%}
-  {{- return(at ~ ' >= ' ~ window_start_at() ~ ' and ' ~ at ~ ' < ' ~ window_end_at() if is_incremental() else 'true') -}}
-{%- endmacro %}
 
 {#- The first day a per-day model that reads the data's end (dim_days) and the inventory and quota snapshots in
     effect (dim_snapshots_in_effect) rebuilds; it rebuilds every day from there to the data's end, since a
