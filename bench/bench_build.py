@@ -57,24 +57,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pipelines.peak_memory import PEAK_RSS_WRAPPER
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 START = dt.date(2026, 11, 1)
 DAY_TARGET = 1.2  # one more day at the longest history / at the shortest
 FULL_TARGET = 0.1  # one more day at the longest history / a full refresh of that home
-
-# Runs the measured command as its own child and writes that child's peak resident bytes: a process
-# forked from this (large) one would carry its high-water mark across exec; this small wrapper is the
-# image the measured process is forked from.
-_MEASURED = """import os, sys
-pid = os.fork()
-if pid == 0:
-    os.execvp(sys.argv[2], sys.argv[2:])
-_, status, usage = os.wait4(pid, 0)
-with open(sys.argv[1], "w") as f:
-    f.write(str(usage.ru_maxrss * 1024))
-sys.exit(os.waitstatus_to_exitcode(status))
-"""
-
 
 # -- the child: one timed step ----------------------------------------------------------------------
 def _resident_bytes() -> int:
@@ -183,7 +171,7 @@ def measured(action: str, home: Path, scratch: Path, day: dt.date | None = None,
                                 "sources": sources, "out": str(out)}))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", _MEASURED, str(peak), sys.executable, str(Path(__file__).resolve()),
+    done = subprocess.run([sys.executable, "-c", PEAK_RSS_WRAPPER, str(peak), sys.executable, str(Path(__file__).resolve()),
                            "--child", str(spec)], check=False, env=env, cwd=REPO_ROOT, capture_output=True, text=True)
     process_s = time.perf_counter() - started
     if done.returncode:

@@ -23,6 +23,7 @@ import duckdb
 import pytest
 
 from pipelines import sandbox
+from pipelines.peak_memory import PEAK_RSS_WRAPPER
 from tests.conftest import copy_home
 
 GPUPOOL = str(Path(sys.executable).parent / "gpupool")
@@ -172,21 +173,6 @@ def test_sweep_keeps_live_and_other_hosts_folders(tmp_path: Path) -> None:
 
 
 # -- rows and memory ----------------------------------------------------------------------------------
-# Runs the command as its own child and writes that child's peak resident memory. Needed because a
-# process's ru_maxrss also counts the memory image it was forked from (Linux carries the old image's
-# high-water mark across exec): a child forked straight from a pytest that has grown to 2 GB over a
-# long suite would report 2 GB whatever it used itself. This small wrapper is the image forked from.
-_MEASURED = """import os, sys
-pid = os.fork()
-if pid == 0:
-    os.execvp(sys.argv[2], sys.argv[2:])
-_, status, usage = os.wait4(pid, 0)
-with open(sys.argv[1], "w") as f:
-    f.write(str(usage.ru_maxrss * 1024))
-sys.exit(os.waitstatus_to_exitcode(status))
-"""
-
-
 def _resident_high_water(pid: int) -> int:
     """VmHWM of `pid`'s children (the measured command), 0 when not there yet or gone."""
     try:
@@ -202,7 +188,7 @@ def _peak_rss(cmd: list[str], env: dict[str, str], out: Path) -> tuple[int, int]
     """(exit code, peak resident bytes) of `cmd`; killed, and failed, once its peak passes RSS_BOUND_BYTES."""
     peak_file = out.with_suffix(".peak")
     with out.open("w") as stdout:
-        proc = subprocess.Popen([sys.executable, "-c", _MEASURED, str(peak_file), *cmd], env=env, stdout=stdout,
+        proc = subprocess.Popen([sys.executable, "-c", PEAK_RSS_WRAPPER, str(peak_file), *cmd], env=env, stdout=stdout,
                                 stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + WAIT_S
     while proc.poll() is None:
