@@ -1,0 +1,153 @@
+"""Replaying a simulated pool's landing files into a gpupool home in a chosen order, for the tests that
+a build after any ingest equals one full refresh of the same files (test_late_data.py,
+test_build_orderings.py): ingest runs as the CLI does them, a build after each, the full refresh of the
+final landing files in a fresh home, and the comparison of the two homes by scripts/compare_metrics.py
+over every relation of marts and metrics.
+
+One simulated landing serves every test (tests/models/conftest.py's `replays`, once per test run):
+three days of the smallest pool the simulator scales to (one node per node group: 40 GPUs, MIG and
+time-sliced nodes among them) with faults at 50 times their published rates. Orderings that begin
+alike share their beginning: the home reached after each run is kept, and an ordering that starts with
+the same runs continues from it."""
+from __future__ import annotations
+
+import datetime as dt
+import importlib.util
+import shutil
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from allocator.sim.simulator import simulate
+from pipelines.build import build
+from pipelines.ingest import ingest_days
+from pipelines.paths import REPO_ROOT
+from pipelines.sources.registry import SOURCES
+from pipelines.warehouse import Warehouse
+
+START = dt.date(2026, 11, 1)
+DAYS = [START + dt.timedelta(days=n) for n in range(3)]
+COMPARED_SCHEMAS = ["marts", "metrics"]
+
+Correction = Callable[[Path], None]  # replaces landing files (under the landing folder given) by corrected ones
+
+
+def simulate_landing(landing: Path) -> None:
+    """The simulated pool's landing files (module doc)."""
+    simulate(landing, days=len(DAYS), gpus=8, seed=7, start=START, fault_scale=50.0)
+
+
+def compare_homes() -> Callable[[Path, Path, list[str]], tuple[int, list[str]]]:
+    """scripts/compare_metrics.py's compare_homes (a script, not a package module)."""
+    spec = importlib.util.spec_from_file_location("compare_metrics", REPO_ROOT / "scripts" / "compare_metrics.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.compare_homes
+
+
+def landed_sources(landing: Path) -> list[str]:
+    """The sources with a landing folder, in the registry's order."""
+    return [name for name in SOURCES if (landing / name).is_dir()]
+
+
+def ingest(wh: Warehouse, sources: Iterable[str], days: list[dt.date]) -> None:
+    """One ingest run of `days` for each source (as `gpupool ingest` over a range of days: records of a
+    later day of the run are carried to it), published once at its end as the CLI does."""
+    with wh.publishing("ingest"):
+        for name in sources:
+            ingest_days(wh, name, days, validate=False)
+
+
+def full_refresh(landing: Path, home: Path, days: list[dt.date]) -> Warehouse:
+    """A fresh home with a copy of `landing`, every day of every source loaded, one full refresh."""
+    full = Warehouse(home)
+    shutil.copytree(landing, full.landing)
+    sources = landed_sources(full.landing)
+    for day in days:
+        ingest(full, sources, [day])
+    build(full, full_refresh=True)
+    return full
+
+
+def assert_equal(wh: Warehouse, full: Warehouse) -> None:
+    """Every relation of marts and metrics of `wh` equals the full refresh's."""
+    compared, problems = compare_homes()(wh.home, full.home, COMPARED_SCHEMAS)
+    assert compared > 50
+    assert problems == [], f"{len(problems)} differences:\n" + "\n".join(problems[:30])
+
+
+@dataclass(frozen=True)
+class Run:
+    """One ingest run (each source's `days` in one call) then a build; `corrections` first replace
+    landing files by corrected ones (the day's re-ingest then loads them)."""
+    days: tuple[int, ...]  # 1-based: day 1 is DAYS[0]
+    sources: tuple[str, ...] | None = None  # None: every landed source
+    skip: tuple[str, ...] = ()  # sources left out of the run
+    corrections: tuple[Correction, ...] = ()
+
+
+def run(*days: int, sources: tuple[str, ...] | None = None, skip: tuple[str, ...] = (),
+        corrections: tuple[Correction, ...] = ()) -> Run:
+    return Run(days, sources, skip, corrections)
+
+
+class Replays:
+    """Plays orderings (tuples of runs) into one home, root/home, from copies of the simulated landing
+    and of a home built on no data. The home after each run is kept, and restored to the same path to
+    continue another ordering that begins with the same runs (the rows that name a landing file name
+    the same one). One full refresh is kept per final landing (the corrections applied)."""
+
+    def __init__(self, root: Path, landing: Path, empty_home: Path):
+        self.root, self.landing, self.empty_home = root, landing, empty_home
+        self.home = root / "home"
+        self.kept: dict[tuple[Run, ...], Path] = {}
+        self.references: dict[tuple[Correction, ...], Warehouse] = {}
+
+    @property
+    def sources(self) -> list[str]:
+        return landed_sources(self.landing)
+
+    def play(self, runs: tuple[Run, ...]) -> Warehouse:
+        done = max((i for i in range(len(runs) + 1) if runs[:i] in self.kept), default=0)
+        shutil.rmtree(self.home, ignore_errors=True)
+        if done:
+            shutil.copytree(self.kept[runs[:done]], self.home)  # file times too: the last build's stamp
+        else:
+            shutil.copytree(self.empty_home, self.home,
+                            ignore=shutil.ignore_patterns("last-build", "logs", "target"))
+            shutil.copytree(self.landing, self.home / "landing")
+        wh = Warehouse(self.home)
+        for i in range(done, len(runs)):
+            step = runs[i]
+            for correct in step.corrections:
+                correct(wh.landing)
+            ingest(wh, [s for s in step.sources or self.sources if s not in step.skip],
+                   [DAYS[d - 1] for d in step.days])
+            build(wh)
+            if runs[:i + 1] not in self.kept:
+                kept = self.root / f"kept-{len(self.kept)}"
+                shutil.copytree(self.home, kept)
+                self.kept[runs[:i + 1]] = kept
+        return wh
+
+    def reference(self, runs: tuple[Run, ...] = ()) -> Warehouse:
+        """The full refresh of the landing files as the corrections of `runs` leave them."""
+        corrections = tuple(correct for r in runs for correct in r.corrections)
+        if corrections not in self.references:
+            n = len(self.references)
+            landing = self.root / f"landing-{n}"
+            shutil.copytree(self.landing, landing)
+            for correct in corrections:
+                correct(landing)
+            self.references[corrections] = full_refresh(landing, self.root / f"full-{n}", DAYS)
+        return self.references[corrections]
+
+    def assert_equal_to_full_refresh(self, runs: tuple[Run, ...]) -> None:
+        """Play `runs`; every relation of marts and metrics then equals the full refresh's."""
+        assert_equal(self.play(runs), self.reference(runs))
+
+    def forget(self) -> None:
+        """Remove the kept homes."""
+        for kept in self.kept.values():
+            shutil.rmtree(kept, ignore_errors=True)
+        self.kept.clear()
