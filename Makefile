@@ -20,10 +20,10 @@ demo-pack: setup components
 	.venv/bin/gpupool pack --month 2026-11 --lang zh
 
 test: setup components
-	.venv/bin/python -m pytest -q
+	.venv/bin/python -m pytest -q -n auto --durations=25
 
 test-quick: setup
-	.venv/bin/python -m pytest -q -m "not slow"
+	.venv/bin/python -m pytest -q -n auto -m "not slow"
 
 lint: setup
 	.venv/bin/ruff check pipelines expectations allocator tests bench

@@ -87,8 +87,8 @@ def build(
         with warehouse.connect(read_only=False) as con:
             warehouse.ensure_schema(con)
             present = set(con.execute("select table_schema, table_name from information_schema.tables").fetchall())
-            full_refresh = full_refresh or _project_changed(manifest, dbt_dir / _STATE, fingerprint, present)
-            window, full_refresh = _event_time_window(con, warehouse, full_refresh)
+            project_changed = _project_changed(manifest, dbt_dir / _STATE, fingerprint, present)
+            window, full_refresh = _event_time_window(con, warehouse, full_refresh or project_changed)
         shutil.rmtree(staging, ignore_errors=True)
         make_dirs(staging, PRIVATE_DIR_MODE)
         copy_file(warehouse.writer_path, copy, PRIVATE_MODE)  # it becomes the writers' file: 0600 from the start
@@ -98,7 +98,9 @@ def build(
         ]
         if full_refresh:
             args.append("--full-refresh")
-        else:  # views read their tables when queried, and seeds are unchanged: only tables and incrementals
+        if not project_changed:
+            # the views and seeds built from this very project are in place (views read their tables
+            # when queried): only the tables and incrementals, rebuilt whole on a full refresh
             args += ["--select", "config.materialized:table", "config.materialized:incremental"]
         args += ["--event-time-start", window[0].isoformat(), "--event-time-end", window[1].isoformat()]
         try:

@@ -23,6 +23,30 @@ settings.register_profile("ci", derandomize=True, database=None, deadline=None, 
 settings.register_profile("dev", deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
 
+# Tests that share one live system or one costly session fixture run on one pytest-xdist worker
+# (make test runs `-n auto`), one after another: the Slurm tests submit, drain and cancel on the one
+# cluster scripts/slurm-up.sh starts; the ordering tests share the homes `replays` keeps. Every other
+# test goes to whichever worker is free. (A scheduler of our own, not xdist's `loadgroup`: that one
+# renames node ids, which pytest 9 no longer lets a plugin do.)
+SHARED = {"tests/slurm/": "slurm", "tests/models/test_build_orderings.py": "replays",
+          "tests/models/test_late_data.py": "replays"}
+
+
+def shared_group(nodeid: str) -> str | None:
+    return next((group for prefix, group in SHARED.items() if nodeid.startswith(prefix)), None)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedSystemsScheduling(LoadScopeScheduling):
+        """xdist's load-by-scope, where a scope is a group of SHARED or else one test."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return shared_group(nodeid) or nodeid
+
+    return SharedSystemsScheduling(config, log)
+
 
 @pytest.fixture
 def real_data() -> Path:
