@@ -26,8 +26,9 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.enviro
 # Tests that share one live system or one costly session fixture run on one pytest-xdist worker
 # (make test runs `-n auto`), one after another: the Slurm tests submit, drain and cancel on the one
 # cluster scripts/slurm-up.sh starts; the ordering tests share the homes `replays` keeps. Every other
-# test goes to whichever worker is free. (A scheduler of our own, not xdist's `loadgroup`: that one
-# renames node ids, which pytest 9 no longer lets a plugin do.)
+# test file goes whole to whichever worker is free, so a module's fixtures are built once. (A
+# scheduler of our own, not xdist's `loadgroup`: that one renames node ids, which pytest 9 no longer
+# lets a plugin do.)
 SHARED = {"tests/slurm/": "slurm", "tests/models/test_build_orderings.py": "replays",
           "tests/models/test_late_data.py": "replays"}
 
@@ -40,10 +41,10 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
     from xdist.scheduler import LoadScopeScheduling
 
     class SharedSystemsScheduling(LoadScopeScheduling):
-        """xdist's load-by-scope, where a scope is a group of SHARED or else one test."""
+        """xdist's load-by-scope, where a scope is a group of SHARED or else one test file."""
 
         def _split_scope(self, nodeid: str) -> str:
-            return shared_group(nodeid) or nodeid
+            return shared_group(nodeid) or nodeid.split("::", 1)[0]
 
     return SharedSystemsScheduling(config, log)
 
