@@ -46,6 +46,8 @@ from allocator.filemodes import PRIVATE_DIR_MODE, PRIVATE_MODE, copy_file, make_
 from pipelines.build_window import rebuild_window, telemetry_days
 from pipelines.duckdb_limits import writer_limits
 from pipelines.paths import MODELS_DIR
+from pipelines.policies.catalog import load_catalog
+from pipelines.policies.idle import idle_rule_rows
 from pipelines.sources.registry import SOURCES
 from pipelines.warehouse import Warehouse
 
@@ -131,21 +133,29 @@ def _relation(node) -> str:
 
 def _project_args(project_dir: Path, dbt_dir: Path, db_path: Path,
                   window: tuple[dt.date, dt.date] | None = None) -> list[str]:
-    """dbt's arguments for the project and the home; `window`: the build's [start, end) days, which the
-    incremental models read as vars window_start and window_end (models/macros/build_window.sql)."""
-    variables = {"warehouse_path": db_path.as_posix(), "duckdb_config": writer_limits(dbt_dir.parent).config()}
-    if window is not None:
-        variables |= {"window_start": window[0].isoformat(), "window_end": window[1].isoformat()}
+    """dbt's arguments for the project and the home (`dbt_vars`; `window`: the build's [start, end) days)."""
     return [
         "--project-dir", str(project_dir), "--profiles-dir", str(project_dir),
         "--target-path", str(dbt_dir / "target"), "--log-path", str(dbt_dir / "logs"),
-        # DuckDB's limits for the build (models/profiles.yml gives them to duckdb.connect)
-        "--vars", json.dumps(variables),
+        "--vars", json.dumps(dbt_vars(db_path, dbt_dir.parent, window)),
         # nothing on the console (progress and errors go through on_step and BuildError); the log file
         # keeps info, not every SQL statement; target/*.json is not rewritten on every build
         "--log-level", "none", "--log-level-file", "info", "--no-write-json",
         "--no-use-colors", "--no-send-anonymous-usage-stats", "--no-version-check",
     ]
+
+
+def dbt_vars(db_path: Path, home: Path, window: tuple[dt.date, dt.date] | None = None) -> dict:
+    """The vars every dbt invocation on a home passes: the database file, DuckDB's limits for the build
+    (models/profiles.yml gives them to duckdb.connect), the idle rule of the policy catalog
+    (marts.dim_idle_rules: one definition for the warehouse and the live policy) and, for a build, its
+    [start, end) days, which the incremental models read as window_start and window_end
+    (models/macros/build_window.sql)."""
+    variables = {"warehouse_path": db_path.as_posix(), "duckdb_config": writer_limits(home).config(),
+                 "idle_rules": idle_rule_rows(load_catalog())}
+    if window is not None:
+        variables |= {"window_start": window[0].isoformat(), "window_end": window[1].isoformat()}
+    return variables
 
 
 def _manifest(project_dir: Path, dbt_dir: Path, db_path: Path, changed: int) -> Manifest:

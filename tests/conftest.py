@@ -37,6 +37,7 @@ def shared_group(nodeid: str) -> str | None:
     return next((group for prefix, group in SHARED.items() if nodeid.startswith(prefix)), None)
 
 
+@pytest.hookimpl(optionalhook=True)  # `-p no:xdist` runs the suite in one process without this hook
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
     from xdist.scheduler import LoadScopeScheduling
 

@@ -4,7 +4,7 @@
 {{ config(materialized='incremental', incremental_strategy='replace_window',
           window='in_window_findings', window_key='day, allocation_id') }}
 with busy_threshold as (
-  select activity_threshold from {{ ref('idle_policy') }} where scope = 'default'
+  select activity_threshold from {{ ref('dim_idle_rules') }} where queue is null and template is null
 ),
 
 gpus as (

@@ -27,6 +27,7 @@ from dagster_dbt import DagsterDbtTranslator, DbtCliResource, dbt_assets
 from pydantic import Field
 
 from pipelines.assets.ingest import asset_name
+from pipelines.build import dbt_vars
 from pipelines.build_checks import (
     BUILD_ASSET,
     CATALOG_MATCHES,
@@ -36,7 +37,6 @@ from pipelines.build_checks import (
     unbalanced_ingests,
 )
 from pipelines.build_window import rebuild_window
-from pipelines.duckdb_limits import writer_limits
 from pipelines.partitions import daily_partitions
 from pipelines.resources.dbt import prepared_project
 from pipelines.resources.warehouse import WarehouseResource
@@ -125,10 +125,7 @@ def dbt_models(context: dg.AssetExecutionContext, config: BuildConfig, dbt: DbtC
     with wh.writer() as con:  # a new home gets the raw, ops and governance tables the sources name
         start, end = _run_window(con, context.partition_time_window, config.full_refresh)
     args = ["build", "--event-time-start", f"{start:%Y-%m-%d}", "--event-time-end", f"{end:%Y-%m-%d}",
-            "--vars", json.dumps({"warehouse_path": str(wh.writer_path),
-                                  "duckdb_config": writer_limits(wh.home).config(),
-                                  # the other incremental models' window (models/macros/build_window.sql)
-                                  "window_start": f"{start:%Y-%m-%d}", "window_end": f"{end:%Y-%m-%d}"})]
+            "--vars", json.dumps(dbt_vars(wh.writer_path, wh.home, (start, end)))]
     if config.full_refresh:
         args.append("--full-refresh")
     with wh.writer_lock():  # dbt's target folder stays in the home, so the next run parses partially

@@ -3,12 +3,14 @@ description, the catalog's metric definitions on their views), with the column t
 warehouse."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import click
 
+from pipelines.build import dbt_vars
 from pipelines.cli.common import HOME_OPTION, step, warehouse
 from pipelines.paths import MODELS_DIR
 
@@ -34,7 +36,7 @@ def docs(home: Path | None, out: Path | None, static: bool) -> None:
         "--project-dir", str(MODELS_DIR), "--profiles-dir", str(MODELS_DIR),
         "--target-path", str(out), "--log-path", str(wh.home / "dbt" / "logs"),
         # the writers' file: dbt opens it read-write, and a published release is never written
-        "--vars", f"{{warehouse_path: '{wh.writer_path.resolve().as_posix()}'}}",
+        "--vars", json.dumps(dbt_vars(wh.writer_path.resolve(), wh.home)),
         "--no-use-colors", "--no-send-anonymous-usage-stats", "--no-version-check",
         *(["--static"] if static else []),
     ]

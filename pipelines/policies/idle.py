@@ -12,6 +12,11 @@ A zombie is also a training job that stopped checkpointing: every GPU idle for `
 while its last ok checkpoint (or its start, without one) is older than its declared interval x
 `CHECKPOINT_TOLERANCE` (`checkpoint_interval_s`: hourly, every N s/min/h; step and epoch policies have
 no time interval and are not judged), the definition of an overdue checkpoint marts.fct_attempt_checkpoints uses.
+
+The idle rule (threshold, memory floor, spike bridging, coverage, window) has one home, the catalog's
+idle_allocation policy (models/policies/policies.yml): `idle_rule_rows` resolves it per queue and
+template for the warehouse, whose marts.dim_idle_rules and marts.fct_idle_windows apply the same
+definition in SQL as `idle_windows` does here (tests/policies/test_idle_rule_agreement.py holds them equal).
 """
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ import re
 
 import polars as pl
 
+from pipelines.contracts import PolicyKind
 from pipelines.policies.catalog import PolicyCatalog
 from pipelines.policies.inputs import ATTEMPT_KEY, TS, PolicyInputs, findings, held, with_rules
 
@@ -34,6 +40,29 @@ _MINUTE = dt.timedelta(minutes=1)
 CHECKPOINT_TOLERANCE = 1.5  # overdue past the declared interval x this (fct_attempt_checkpoints' gap_tolerance)
 STALE_IDLE_MINUTES = 20  # every GPU idle this long, with an overdue checkpoint, is a zombie (before idle-allocation's 30)
 _EVERY = re.compile(r"every\s*([0-9]+(?:\.[0-9]+)?)?\s*(s|secs?|seconds?|m|mins?|minutes?|h|hrs?|hours?)")
+
+
+def idle_rule_rows(catalog: PolicyCatalog) -> list[dict]:
+    """The catalog's idle rule resolved for every combination of its queue and template overrides (None:
+    any other), as the warehouse reads it (var idle_rules -> marts.dim_idle_rules): queue, template,
+    scope, enabled and the rule's parameters. The most specific row matching an allocation is the rule
+    `catalog.rule` gives it. Raises ValueError when the catalog has no idle_allocation policy."""
+    names = catalog.policies_of(PolicyKind.IDLE_ALLOCATION)
+    if not names:
+        raise ValueError("the policy catalog has no idle_allocation policy: the warehouse's idle windows "
+                         "(marts.fct_idle_windows) take their rule from it; add one (models/policies/policies.yml)")
+    policy = names[0]
+    scopes = [s.split(":", 1) for s in catalog.scopes(policy) if s != "default"]
+    queues = [None, *(value for kind, value in scopes if kind == "queue")]
+    templates = [None, *(value for kind, value in scopes if kind == "template")]
+    rows = []
+    for queue in queues:
+        for template in templates:
+            rule = catalog.rule(policy, queue=queue, template=template)
+            rows.append({"queue": queue, "template": template, "policy": policy, "scope": rule.scope,
+                         "enabled": bool(rule.params.get("enabled", True)), "window_minutes": rule.params["window_minutes"],
+                         **{p: rule.params.get(p) for p in IDLE_PARAMS}})
+    return rows
 
 
 def checkpoint_interval_s(policy: str | None) -> float | None:

@@ -171,9 +171,10 @@ def test_the_catalog_is_its_version_file_and_one_file_per_group(tmp_path):
         load_catalog(folder)
 
 
-def test_idle_policy_seed_has_exactly_one_default_row(built):
+def test_idle_rules_have_exactly_one_default_row(built):
     # without it, allocations matching no queue or template row would never be evaluated
-    assert built.execute("select count(*) from seeds.idle_policy where scope = 'default'").fetchall() == [(1,)]
+    default = "select count(*) from marts.dim_idle_rules where queue is null and template is null"
+    assert built.execute(default).fetchall() == [(1,)]
 
 
 def _models_copy(tmp_path):

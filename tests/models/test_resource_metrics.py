@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from tests.models.builders import at, build, gpu, load, one, rows, series, simple_job
 
@@ -147,21 +148,20 @@ def test_idle_window_crossing_midnight_is_one_window_split_across_days(warehouse
     assert daily == {"2026-11-01": pytest.approx(20 / 60), "2026-11-02": pytest.approx(20 / 60)}
 
 
-def test_idle_window_respects_memory_floor_and_policy_precedence(warehouse, tmp_path):
-    # Copy models/ and edit the policy seed: template training needs 20 idle minutes, queue
-    # vision-train (more specific) needs 10 minutes and memory under 1,000 MiB.
-    import shutil
+def test_idle_window_respects_memory_floor_and_policy_precedence(warehouse, tmp_path, monkeypatch):
+    # A site's policy catalog (gpupool.yml governance.policies) whose idle rule says: template training
+    # needs 20 idle minutes, queue vision-train (more specific) needs 10 minutes and memory under 1,000 MiB.
+    # The warehouse's idle windows follow it: the rule has one home, the catalog.
+    from pipelines.policies.catalog import DEFAULT_POLICIES
 
-    from pipelines.paths import MODELS_DIR
-
-    models = tmp_path / "models"
-    shutil.copytree(MODELS_DIR, models)
-    (models / "seeds" / "idle_policy.csv").write_text(
-        "scope,scope_value,activity_threshold,window_minutes,memory_floor_mib\n"
-        "default,,0.05,30,\n"
-        "template,training,0.05,20,\n"
-        "queue,vision-train,0.05,10,1000\n"
-    )
+    catalog = yaml.safe_load(DEFAULT_POLICIES.read_text())
+    catalog["policies"]["idle-allocation"]["overrides"] = [
+        {"template": "training", "params": {"window_minutes": 20}},
+        {"queue": "vision-train", "params": {"window_minutes": 10, "memory_floor_mib": 1000}},
+    ]
+    (tmp_path / "policies.yml").write_text(yaml.safe_dump(catalog, allow_unicode=True))
+    (tmp_path / "gpupool.yml").write_text("governance:\n  policies: policies.yml\n")
+    monkeypatch.setenv("GPUPOOL_CONFIG", str(tmp_path / "gpupool.yml"))
     a_events, a_gpus = simple_job("j-q", "a100-01", 0, at("10:00"), at("11:00"), queue="vision-train")
     b_events, b_gpus = simple_job("j-t", "a100-01", 1, at("10:00"), at("11:00"), queue="other")
     samples = (
@@ -176,7 +176,7 @@ def test_idle_window_respects_memory_floor_and_policy_precedence(warehouse, tmp_
     )
     load(warehouse, gpu_inventory=[gpu("a100-01", 0), gpu("a100-01", 1)], job_events=a_events + b_events,
          job_gpus=a_gpus + b_gpus, dcgm_samples=samples)
-    con = build(warehouse, models)
+    con = build(warehouse)
 
     window = one(con, "select * from metrics.idle_allocations")
     assert window["job_id"] == "j-q"

@@ -2,7 +2,6 @@
 and the warehouse's idle seed agrees with the catalog."""
 from __future__ import annotations
 
-import csv
 import datetime as dt
 
 import pytest
@@ -18,6 +17,7 @@ from pipelines.policies.catalog import (
     default_lookback,
     load_catalog,
 )
+from pipelines.policies.idle import IDLE_PARAMS, idle_rule_rows
 from tests.policies.frames import catalog_with
 
 NOW = dt.datetime(2026, 11, 1, 12, 0)
@@ -131,29 +131,38 @@ def test_gpupool_yml_may_point_at_other_files(tmp_path, monkeypatch):
     assert catalog.version == "site-7" and catalog.exemptions == ()
 
 
-def test_idle_policy_seed_agrees_with_the_catalog():
-    """seeds.idle_policy (read by marts.fct_idle_windows) mirrors idle-allocation's thresholds:
-    every scope either catalog or seed names resolves to the same numbers in both."""
-    catalog = load_catalog()
-    with (MODELS_DIR / "seeds" / "idle_policy.csv").open() as f:
-        seed = {(r["scope"], r["scope_value"]): r for r in csv.DictReader(f)}
+def test_idle_rule_rows_resolve_as_the_catalog_does(tmp_path):
+    """The rows the warehouse reads (marts.dim_idle_rules) pick, most specific first, the rule
+    `catalog.rule` gives any queue and template: overrides of both kinds, merged."""
+    doc = yaml.safe_load(DEFAULT_POLICIES.read_text())
+    doc["policies"]["idle-allocation"]["overrides"] += [
+        {"queue": "batch", "params": {"spike_max_minutes": 5}},
+        {"queue": "night", "params": {"window_minutes": 90, "memory_floor_mib": 2048}},
+    ]
+    (tmp_path / "policies.yml").write_text(yaml.safe_dump(doc))
+    catalog = load_catalog(tmp_path / "policies.yml")
+    rows = idle_rule_rows(catalog)
+    assert len(rows) == 3 * 3  # (any, batch, night) x (any, inference, interactive)
 
-    def seed_row(queue, template):
-        for key in (("queue", queue), ("template", template), ("default", "")):
-            if key in seed:
-                return seed[key]
-        raise AssertionError("idle_policy.csv has no default row")
+    def warehouse_rule(queue, template):
+        matching = [r for r in rows if r["queue"] in (None, queue) and r["template"] in (None, template)]
+        return min(matching, key=lambda r: (r["queue"] is None, r["template"] is None))
 
-    scopes = {tuple(s.split(":", 1)) for s in catalog.scopes("idle-allocation") if s != "default"}
-    scopes |= {k for k in seed if k[0] != "default"} | {("default", "")}
-    for kind, value in scopes:
-        queue, template = (value, None) if kind == "queue" else (None, value or None)
-        rule = catalog.rule("idle-allocation", queue=queue, template=template)
-        row = seed_row(queue, template)
-        assert float(row["activity_threshold"]) == rule.params["activity_threshold"], (kind, value)
-        assert int(row["window_minutes"]) == rule.params["window_minutes"], (kind, value)
-        floor = float(row["memory_floor_mib"]) if row["memory_floor_mib"] else None
-        assert floor == rule.params["memory_floor_mib"], (kind, value)
+    for queue in ("batch", "night", "other"):
+        for template in ("inference", "interactive", "training"):
+            rule = catalog.rule("idle-allocation", queue=queue, template=template)
+            row = warehouse_rule(queue, template)
+            assert row["scope"] == rule.scope and row["enabled"] == rule.params["enabled"], (queue, template)
+            for param in (*IDLE_PARAMS, "window_minutes"):
+                assert row[param] == rule.params[param], (queue, template, param)
+
+
+def test_idle_rule_rows_need_an_idle_allocation_policy(tmp_path):
+    doc = yaml.safe_load(DEFAULT_POLICIES.read_text())
+    del doc["policies"]["idle-allocation"]
+    (tmp_path / "policies.yml").write_text(yaml.safe_dump(doc))
+    with pytest.raises(ValueError, match="no idle_allocation policy"):
+        idle_rule_rows(load_catalog(tmp_path / "policies.yml"))
 
 
 def test_readme_documents_every_policy():
