@@ -10,7 +10,7 @@ from pipelines.labels import COLUMN_LABELS
 LANGUAGES = {"en": "English", "zh": "中文"}
 
 STRINGS: dict[str, dict[str, str]] = {
-    "app_title": {"en": "gpupool governance", "zh": "gpupool 治理"},
+    "app_title": {"en": "gpupool governance", "zh": "gpupool治理"},
     "language": {"en": "Language", "zh": "语言"},
     "period": {"en": "Period", "zh": "时间段"},
     "all": {"en": "All", "zh": "全部"},
@@ -25,8 +25,8 @@ STRINGS: dict[str, dict[str, str]] = {
     "no_users": {
         "en": "No dashboard users are configured: set GPUPOOL_DASHBOARD_USERS or [users] in Streamlit secrets "
               "(docs/dashboards.md), or start it with `gpupool dashboard`.",
-        "zh": "尚未配置仪表盘用户：请设置 GPUPOOL_DASHBOARD_USERS 或 Streamlit secrets 中的 [users]"
-              "（见 docs/dashboards.md），或使用 `gpupool dashboard` 启动。"},
+        "zh": "尚未配置仪表盘用户：请设置GPUPOOL_DASHBOARD_USERS或Streamlit secrets中的 [users]"
+              "（见docs/dashboards.md），或使用 `gpupool dashboard` 启动。"},
     "no_warehouse": {"en": "No warehouse yet", "zh": "还没有数据仓库"},
     "no_data_period": {"en": "No data for this period and these filters.", "zh": "该时间段和筛选条件下没有数据。"},
     "definition": {"en": "Definition", "zh": "定义"},
@@ -38,7 +38,7 @@ STRINGS: dict[str, dict[str, str]] = {
     "top_note": {"en": "the {n} largest; the rest summed as \"others\"", "zh": "显示最大的 {n} 项，其余合计为“其他”"},
     "good_lower": {"en": "lower is better", "zh": "越低越好"},
     "good_util": {"en": "target ≥ {pct:.0f} % (scorecard)", "zh": "目标 ≥ {pct:.0f}%（评分标准）"},
-    "good_wait": {"en": "target p95 ≤ {minutes:.0f} min (scorecard)", "zh": "目标 p95 ≤ {minutes:.0f} 分钟（评分标准）"},
+    "good_wait": {"en": "target p95 ≤ {minutes:.0f} min (scorecard)", "zh": "目标p95 ≤ {minutes:.0f} 分钟（评分标准）"},
     "good_wait_heat": {"en": "green: within the {minutes:.0f} min target; red: past it",
                        "zh": "绿色：在 {minutes:.0f} 分钟目标内；红色：超出目标"},
     "good_quota": {"en": "white = at quota (100 %); orange: above it (borrowing); blue: below it (unused quota)",
@@ -46,46 +46,42 @@ STRINGS: dict[str, dict[str, str]] = {
     "good_score": {"en": "100 = stage reached", "zh": "100 = 达到该阶段"},
     "good_headroom": {"en": "0 = no headroom left", "zh": "0 = 没有余量"},
     "cost_tick_note": {"en": "black tick: the pool's total", "zh": "黑色刻度：资源池总成本"},
-    "month_axis": {"en": "month", "zh": "月份"},
-    "tenant_model": {"en": "tenant · GPU model", "zh": "租户 · GPU 型号"},
+    "tenant_model": {"en": "tenant · GPU model", "zh": "租户 · GPU型号"},
     "queue_tenant": {"en": "queue · tenant", "zh": "队列 · 租户"},
     "quota_pct_axis": {"en": "% of quota", "zh": "配额使用率（%）"},
-    "ch_by_day_model": {"en": "{what} per day, by GPU model", "zh": "每日{what}（按 GPU 型号）"},
+    "ch_by_day_model": {"en": "{what} per day, by GPU model", "zh": "每日{what}（按GPU型号）"},
     "ch_by_day": {"en": "{what} per day, by {by}", "zh": "每日{what}（按{by}）"},
     "ch_per_day": {"en": "{what} per day", "zh": "每日{what}"},
     "ch_by": {"en": "{what}, by {by}", "zh": "{what}（按{by}）"},
-    "ch_per_week_model": {"en": "{what} per week, by GPU model", "zh": "每周{what}（按 GPU 型号）"},
+    "ch_per_week_model": {"en": "{what} per week, by GPU model", "zh": "每周{what}（按GPU型号）"},
     "ch_scorecard": {"en": "Score per pooling stage, this month", "zh": "本月各资源池化阶段得分"},
-    "ch_wait_p95": {"en": "Queue wait p95 per day, by queue · tenant", "zh": "每日排队等待 p95（按队列 · 租户）"},
-    "ch_wait_p50": {"en": "Queue wait p50 per day, by queue · tenant", "zh": "每日排队等待 p50（按队列 · 租户）"},
-    "ch_pending": {"en": "Pending GPUs per day, by GPU model", "zh": "每日待调度 GPU（按 GPU 型号）"},
+    "ch_wait_p95": {"en": "Queue wait p95 per day, by queue · tenant", "zh": "每日排队等待p95（按队列 · 租户）"},
+    "ch_wait_p50": {"en": "Queue wait p50 per day, by queue · tenant", "zh": "每日排队等待p50（按队列 · 租户）"},
+    "ch_pending": {"en": "Pending GPUs per day, by GPU model", "zh": "每日待调度GPU（按GPU型号）"},
     "ch_interruptions": {"en": "Preemptions and requeues per day", "zh": "每日抢占与重新排队次数"},
-    "ch_quota_usage": {"en": "Quota usage per day, by tenant · GPU model", "zh": "每日配额使用率（按租户 · GPU 型号）"},
-    "ch_quota_fit": {"en": "Where each quota's GPU-hours went, over the period", "zh": "时间段内各配额的 GPU 小时去向"},
+    "ch_quota_usage": {"en": "Quota usage per day, by tenant · GPU model", "zh": "每日配额使用率（按租户 · GPU型号）"},
+    "ch_quota_fit": {"en": "Where each quota's GPU-hours went, over the period", "zh": "时间段内各配额的GPU小时去向"},
     "ch_costs": {"en": "Cost per month, by tenant", "zh": "每月成本（按租户）"},
     "ch_mix_submissions": {"en": "Share of submissions per day, by template", "zh": "每日提交数占比（按模板）"},
-    "ch_mix_hours": {"en": "Share of allocated GPU-hours per day, by template", "zh": "每日已分配 GPU 小时占比（按模板）"},
+    "ch_mix_hours": {"en": "Share of allocated GPU-hours per day, by template", "zh": "每日已分配GPU小时占比（按模板）"},
     "ch_gov_steps": {"en": "Policy steps per day, by outcome", "zh": "每日策略处置步骤（按结果）"},
     "ch_overrun_steps": {"en": "Overrun policy steps per day, by outcome", "zh": "每日超时策略处置步骤（按结果）"},
-    "ch_reclaimed": {"en": "Recovered and reused GPU-hours per day", "zh": "每日回收与再利用的 GPU 小时"},
+    "ch_reclaimed": {"en": "Recovered and reused GPU-hours per day", "zh": "每日回收与再利用的GPU小时"},
     "ch_fail_reasons": {"en": "Failed jobs by reason (top {n})", "zh": "失败作业（按原因，前 {n} 个）"},
     "ch_failed_hours": {"en": "GPU-hours of failed jobs per day, by final state",
-                        "zh": "每日失败作业的 GPU 小时（按最终状态）"},
+                        "zh": "每日失败作业的GPU小时（按最终状态）"},
     "ch_work_lost": {"en": "Work lost at interruptions, by cause", "zh": "中断损失的工作量（按原因）"},
     "ch_artifacts": {"en": "Finished training jobs by what they left, per tenant", "zh": "已完成训练作业的产出（按租户）"},
     "ch_recs": {"en": "Capacity advice by expected impact", "zh": "容量建议（按预期影响）"},
-    "ch_headroom_p95": {"en": "p95 allocated and demanded GPUs, by GPU model", "zh": "p95 已分配与需求 GPU（按 GPU 型号）"},
-    "ch_trend": {"en": "Demand and capacity per week, by GPU model", "zh": "每周需求与容量（按 GPU 型号）"},
+    "ch_headroom_p95": {"en": "p95 allocated and demanded GPUs, by GPU model", "zh": "p95已分配与需求GPU（按GPU型号）"},
+    "ch_trend": {"en": "Demand and capacity per week, by GPU model", "zh": "每周需求与容量（按GPU型号）"},
     "ch_host_day": {"en": "{what} per host and day", "zh": "各主机每日{what}"},
     "ch_audit": {"en": "Audit records per day, by category", "zh": "每日审计记录（按类别）"},
     "final_state": {"en": "final state", "zh": "最终状态"},
-    "source_axis": {"en": "source", "zh": "来源"},
     "error_kind": {"en": "error kind", "zh": "错误类型"},
     "finding": {"en": "finding", "zh": "发现"},
-    "tenant_lc": {"en": "tenant", "zh": "租户"},
-    "cause_lc": {"en": "cause", "zh": "原因"},
-    "col_quota_less_gpu_hours": {"en": "GPU-hours without a quota", "zh": "无配额的 GPU 小时"},
-    "col_idle_quota_gpu_hours": {"en": "Idle quota GPU-hours", "zh": "闲置配额 GPU 小时"},
+    "col_quota_less_gpu_hours": {"en": "GPU-hours without a quota", "zh": "无配额的GPU小时"},
+    "col_idle_quota_gpu_hours": {"en": "Idle quota GPU-hours", "zh": "闲置配额GPU小时"},
     # pages
     "page_pool": {"en": "Pool overview", "zh": "资源池概览"},
     "page_queues": {"en": "Queues and waiting", "zh": "队列与等待"},
@@ -98,7 +94,7 @@ STRINGS: dict[str, dict[str, str]] = {
     "page_catalog": {"en": "Metric catalog", "zh": "指标目录"},
     "page_packs": {"en": "Review packs", "zh": "月度评审报告"},
     "no_packs": {"en": "No review pack yet: run `gpupool pack --month YYYY-MM` (or the review_pack asset).",
-                 "zh": "还没有月度评审报告：请运行 `gpupool pack --month YYYY-MM`（或 review_pack 资产）。"},
+                 "zh": "还没有月度评审报告：请运行 `gpupool pack --month YYYY-MM`（或review_pack资产）。"},
     # idle, jobs and capacity pages
     "idle_now": {"en": "Idle now", "zh": "当前空闲"},
     "idle_none_now": {"en": "No allocation is idle at the data's end for these filters.",
@@ -128,7 +124,7 @@ STRINGS: dict[str, dict[str, str]] = {
     "exemptions_source": {"en": "The policy catalog's exemptions file (models/policies/exemptions.yml or "
                                 "gpupool.yml governance.exemptions) as the last model build loaded it "
                                 "(governance.policy_exemptions); expiry read against the clock.",
-                          "zh": "策略目录的豁免文件（models/policies/exemptions.yml 或 gpupool.yml 的 "
+                          "zh": "策略目录的豁免文件（models/policies/exemptions.yml或gpupool.yml的"
                                 "governance.exemptions），为最近一次模型构建所加载的内容（governance.policy_exemptions）；"
                                 "是否过期按当前时间判断。"},
     "exemptions_unreadable": {"en": "The exemptions file could not be read at the last build; the exemptions "
@@ -141,10 +137,9 @@ STRINGS: dict[str, dict[str, str]] = {
     "failures_by_reason": {"en": "Failures by reason", "zh": "按原因统计的失败"},
     "no_failures": {"en": "No failed jobs in this period and these filters.", "zh": "该时间段和筛选条件下没有失败的作业。"},
     "top_reasons": {"en": "The {n} most frequent reasons.", "zh": "最常见的 {n} 个原因。"},
-    "jobs_axis": {"en": "jobs", "zh": "作业数"},
     "failed_gpu_hours": {"en": "GPU-hours allocated to the failed jobs, by final state",
-                         "zh": "失败作业占用的 GPU 小时（按最终状态）"},
-    "retry_jobs": {"en": "Jobs whose retries burned the most GPU-hours (up to {n})", "zh": "重试消耗 GPU 小时最多的作业（最多 {n} 个）"},
+                         "zh": "失败作业占用的GPU小时（按最终状态）"},
+    "retry_jobs": {"en": "Jobs whose retries burned the most GPU-hours (up to {n})", "zh": "重试消耗GPU小时最多的作业（最多 {n} 个）"},
     "past_declared_time": {"en": "Jobs past their declared time", "zh": "超出声明时长的作业"},
     "overrun_steps": {"en": "Overrun policy steps by outcome", "zh": "超时策略的处置步骤（按结果）"},
     "no_overruns": {"en": "No job ran past its declared run time in this period.", "zh": "该时间段内没有作业超出声明的运行时长。"},
@@ -153,11 +148,10 @@ STRINGS: dict[str, dict[str, str]] = {
                         "zh": "{n} 个作业（按提交时间倒序）的运行时长超过了声明的预期运行时长（否则为时间上限）。"},
     "oversized_requests": {"en": "Oversized requests", "zh": "申请过大的请求"},
     "pool_level_only": {"en": "Pool level per GPU model and request shape (metrics.spec_gaps has no tenant).",
-                        "zh": "按 GPU 型号和请求规格的资源池级数据（metrics.spec_gaps 不含租户）。"},
+                        "zh": "按GPU型号和请求规格的资源池级数据（metrics.spec_gaps不含租户）。"},
     "recommendations": {"en": "Recommendations", "zh": "建议"},
     "no_recommendations": {"en": "No capacity recommendations yet: run `gpupool recommend` (or the capacity asset).",
                            "zh": "还没有容量建议：请运行 `gpupool recommend`（或容量资产）。"},
-    "impact_axis": {"en": "GPU-hours addressed", "zh": "涉及的 GPU 小时"},
     "wait_cause": {"en": "Wait cause", "zh": "等待原因"},
     "evidence": {"en": "Evidence", "zh": "证据"},
     "whatif": {"en": "What-if replay (predicted)", "zh": "假设回放（预测）"},
@@ -180,31 +174,31 @@ STRINGS: dict[str, dict[str, str]] = {
     "observed": {"en": "observed", "zh": "观测"},
     "trend_line": {"en": "trend", "zh": "趋势"},
     "week_axis": {"en": "week (start, UTC)", "zh": "周（起始，UTC）"},
-    "gpu_hours_per_week": {"en": "GPU-hours per week", "zh": "每周 GPU 小时"},
-    "capacity_gpus": {"en": "capacity (GPUs)", "zh": "容量（GPU 数）"},
-    "peak_allocated_gpus": {"en": "peak held (GPUs)", "zh": "峰值占用（GPU 数）"},
+    "gpu_hours_per_week": {"en": "GPU-hours per week", "zh": "每周GPU小时"},
+    "capacity_gpus": {"en": "capacity (GPUs)", "zh": "容量（GPU数）"},
+    "peak_allocated_gpus": {"en": "peak held (GPUs)", "zh": "峰值占用（GPU数）"},
     "trend_caption": {"en": "Least-squares lines over the complete weeks (trend_weeks_used; a partial week is not "
                             "drawn); read each with its r2. Dashed: the line, extended 4 weeks ahead.",
-                      "zh": "基于完整周（trend_weeks_used，不完整的周不绘制）的最小二乘直线；请结合 r2 解读。"
+                      "zh": "基于完整周（trend_weeks_used，不完整的周不绘制）的最小二乘直线；请结合r2解读。"
                             "虚线为趋势线，并向后延伸 4 周。"},
     # quality, audit, catalog pages
     "q_freshness": {"en": "Last ingest per source", "zh": "各数据源最近一次摄取"},
     "q_no_ingest": {"en": "Nothing has been ingested yet: run `gpupool demo`, `gpupool ingest` or the Dagster ingest "
-                          "assets.", "zh": "尚未摄取任何数据：请运行 `gpupool demo`、`gpupool ingest` 或 Dagster 摄取资产。"},
+                          "assets.", "zh": "尚未摄取任何数据：请运行 `gpupool demo`、`gpupool ingest` 或Dagster摄取资产。"},
     "q_loaded": {"en": "Records loaded and quarantined per day", "zh": "每日加载与隔离的记录数"},
     "q_quarantine": {"en": "Quarantined records by reason", "zh": "按原因的隔离记录"},
     "q_no_quarantine": {"en": "No record was quarantined in this period: every record read was loaded.",
                         "zh": "该时间段内没有记录被隔离：读取的记录全部加载。"},
     "q_checks": {"en": "Asset checks", "zh": "资产检查"},
     "q_no_checks": {"en": "No asset check has run for this period (checks run with the Dagster ingest assets).",
-                    "zh": "该时间段内没有运行资产检查（检查随 Dagster 摄取资产运行）。"},
+                    "zh": "该时间段内没有运行资产检查（检查随Dagster摄取资产运行）。"},
     "q_checks_failed": {"en": "Failed checks", "zh": "未通过的检查"},
     "q_checks_run": {"en": "Check results", "zh": "检查结果"},
     "q_all_passed": {"en": "Every check in this period passed.", "zh": "该时间段内所有检查均通过。"},
     "q_gaps": {"en": "Telemetry gaps (scrapes)", "zh": "遥测缺口（采集）"},
     "q_no_gaps": {"en": "No scrape gaps recorded: either no dcgm-exporter targets are scraped (telemetry comes from "
                         "files; `dcgm` targets in gpupool.yml), or every scrape in this period succeeded.",
-                  "zh": "没有记录到采集缺口：可能未配置 dcgm-exporter 采集目标（遥测来自文件；见 gpupool.yml 中的 `dcgm` "
+                  "zh": "没有记录到采集缺口：可能未配置dcgm-exporter采集目标（遥测来自文件；见gpupool.yml中的 `dcgm` "
                         "目标），或该时间段内的采集全部成功。"},
     "q_reconciliation": {"en": "Allocations vs telemetry", "zh": "分配与遥测对账"},
     "q_no_findings": {"en": "Telemetry and the schedulers agree in this period: no finding.",
@@ -215,12 +209,11 @@ STRINGS: dict[str, dict[str, str]] = {
     "gpu_hours_unit": {"en": "GPU-hours", "zh": "GPU小时"},
     "showing_rows": {"en": "Showing {shown:,} of {total:,} rows.", "zh": "显示 {total:,} 行中的 {shown:,} 行。"},
     "a_search": {"en": "Search actor, action, object, reason", "zh": "搜索操作者、操作、对象、原因"},
-    "a_category": {"en": "Category", "zh": "类别"},
     "a_counts": {"en": "Audit records per day", "zh": "每日审计记录"},
     "a_records": {"en": "Audit records", "zh": "审计记录"},
     "a_no_records": {"en": "No audit record matches this period and search.", "zh": "没有符合该时间段和搜索条件的审计记录。"},
     "a_no_audit": {"en": "No audit source is loaded (allocator audit log or Kubernetes audit webhook; docs/connectors.md).",
-                   "zh": "尚未加载审计数据源（分配器审计日志或 Kubernetes 审计 webhook；见 docs/connectors.md）。"},
+                   "zh": "尚未加载审计数据源（分配器审计日志或Kubernetes审计webhook；见docs/connectors.md）。"},
     "a_detail": {"en": "Select a row to see the state before and after.", "zh": "选择一行查看变更前后的状态。"},
     "a_before": {"en": "Before", "zh": "变更前"},
     "a_after": {"en": "After", "zh": "变更后"},
@@ -257,12 +250,12 @@ STRINGS: dict[str, dict[str, str]] = {
     "gpus": {"en": "GPUs", "zh": "GPU"},
     "gpus_caption": {"en": "{n} GPUs, MIG instances and time-sliced shares as of {as_of} (metrics.gpu_status); "
                            "activity and memory of their latest telemetry minute.",
-                     "zh": "截至 {as_of} 的 {n} 个 GPU、MIG 实例和时间切片份额（metrics.gpu_status）；"
+                     "zh": "截至 {as_of} 的 {n} 个GPU、MIG实例和时间切片份额（metrics.gpu_status）；"
                            "活跃度和显存取自最近一分钟的遥测。"},
     "no_gpus": {"en": "No GPU in the inventory for this model: load an inventory snapshot (gpupool ingest).",
-                "zh": "该型号在资源清单中没有 GPU：请先加载资源清单快照（gpupool ingest）。"},
+                "zh": "该型号在资源清单中没有GPU：请先加载资源清单快照（gpupool ingest）。"},
     "pool_window_caption": {"en": "Whole loaded window {first} … {last}, GPU model {model} (metrics.pool_period).",
-                            "zh": "整个已加载窗口 {first} … {last}，GPU 型号 {model}（metrics.pool_period）。"},
+                            "zh": "整个已加载窗口 {first} … {last}，GPU型号 {model}（metrics.pool_period）。"},
     "no_scorecard": {"en": "No scorecard yet: the warehouse has no pool data, or its models predate catalog 1.3.0 "
                            "(run `gpupool build`).",
                      "zh": "还没有评分：数据仓库中没有资源池数据，或其模型早于指标目录 1.3.0（请运行 `gpupool build`）。"},
@@ -296,30 +289,29 @@ STRINGS: dict[str, dict[str, str]] = {
                      "zh": "等待中的工作：每天结束时仍在等待的作业和排队中取消的作业，及其等待时长（分钟）"},
     "no_waiting_work": {"en": "No job was waiting or cancelled while queued in this period and these filters.",
                         "zh": "该时间段和筛选条件下没有等待中或排队中取消的作业。"},
-    "pending_by_model": {"en": "Pending demand by GPU model", "zh": "按 GPU 型号的待调度需求"},
+    "pending_by_model": {"en": "Pending demand by GPU model", "zh": "按GPU型号的待调度需求"},
     "no_pending": {"en": "Nothing waited for a GPU in this period: no pending demand.",
-                   "zh": "该时间段内没有等待 GPU 的请求：没有待调度需求。"},
-    "pending_axis": {"en": "pending GPUs (daily mean)", "zh": "待调度 GPU（日均）"},
+                   "zh": "该时间段内没有等待GPU的请求：没有待调度需求。"},
+    "pending_axis": {"en": "pending GPUs (daily mean)", "zh": "待调度GPU（日均）"},
     "spec_gaps_largest": {"en": "Spec gaps: demand the free GPUs could not serve at the peak hour (largest {n})",
-                          "zh": "规格缺口：高峰小时空闲 GPU 无法满足的需求（最大的 {n} 个）"},
+                          "zh": "规格缺口：高峰小时空闲GPU无法满足的需求（最大的 {n} 个）"},
     "no_spec_gaps": {"en": "No spec gap: at each day's peak hour the asked model and shape had enough free GPUs.",
-                     "zh": "没有规格缺口：每天高峰小时所需型号和规格的空闲 GPU 都足够。"},
+                     "zh": "没有规格缺口：每天高峰小时所需型号和规格的空闲GPU都足够。"},
     "wait_by_cause": {"en": "Waiting by cause", "zh": "按原因的等待"},
     "no_wait_causes": {"en": "No waiting in this period and these filters (metrics.wait_causes, from the capacity "
                              "analysis of free GPUs).",
-                       "zh": "该时间段和筛选条件下没有等待（metrics.wait_causes，来自空闲 GPU 的容量分析）。"},
+                       "zh": "该时间段和筛选条件下没有等待（metrics.wait_causes，来自空闲GPU的容量分析）。"},
     "preemptions_requeues": {"en": "Preemptions and requeues", "zh": "抢占与重新排队"},
     "no_interruptions": {"en": "No attempt was preempted or requeued in this period and these filters.",
                          "zh": "该时间段和筛选条件下没有被抢占或重新排队的尝试。"},
-    "attempts_axis": {"en": "attempts", "zh": "尝试次数"},
     "quota_usage": {"en": "Usage against quota", "zh": "配额使用"},
     "no_quota": {"en": "No quota in this period and these filters: no queue snapshot names a quota for them.",
                  "zh": "该时间段和筛选条件下没有配额：队列快照中没有为其设置配额。"},
     "quota_fit": {"en": "Quota held, used, borrowed and idle", "zh": "配额的持有、使用、借用与闲置"},
     "quota_fit_caption": {"en": "Whole loaded window, per queue owner (metrics.quota_fit): in quota + idle quota = "
                                 "quota GPU-hours; borrowed and quota-less GPU-hours ran above it.",
-                          "zh": "整个已加载窗口，按队列所有者（metrics.quota_fit）：配额内 + 闲置配额 = 配额 GPU 小时；"
-                                "借用和无配额的 GPU 小时超出配额运行。"},
+                          "zh": "整个已加载窗口，按队列所有者（metrics.quota_fit）：配额内 + 闲置配额 = 配额GPU小时；"
+                                "借用和无配额的GPU小时超出配额运行。"},
     "cost_attribution": {"en": "Cost attribution", "zh": "成本分摊"},
     "no_costs": {"en": "No cost for this period: no month of capacity is loaded.",
                  "zh": "该时间段没有成本：没有加载任何月份的容量数据。"},
@@ -334,7 +326,7 @@ STRINGS: dict[str, dict[str, str]] = {
     "no_jobs": {"en": "No job was submitted or ran in this period.", "zh": "该时间段内没有提交或运行的作业。"},
     "pool": {"en": "Pool", "zh": "资源池"},
     "submissions_share": {"en": "share of submissions", "zh": "提交数占比"},
-    "gpu_hours_share": {"en": "share of allocated GPU-hours", "zh": "已分配 GPU 小时占比"},
+    "gpu_hours_share": {"en": "share of allocated GPU-hours", "zh": "已分配GPU小时占比"},
     # health and failures page
     "page_health": {"en": "Health and failures", "zh": "健康与故障"},
     "h_causes": {"en": "Why attempts ended: failures by cause", "zh": "尝试结束原因：按原因的失败"},
@@ -348,76 +340,74 @@ STRINGS: dict[str, dict[str, str]] = {
                       "zh": "这些月份和筛选条件下没有失败的尝试。"},
     "h_per_tenant": {"en": "Per tenant and month (the view's rows)", "zh": "按租户和月份（视图原始行）"},
     "h_not_user_fault_tenant": {"en": "Failures not the user's fault, per tenant", "zh": "各租户非用户原因失败占比"},
-    "h_bad_gpus": {"en": "Bad GPUs: hardware faults and repeat offenders", "zh": "故障 GPU：硬件故障与反复故障"},
+    "h_bad_gpus": {"en": "Bad GPUs: hardware faults and repeat offenders", "zh": "故障GPU：硬件故障与反复故障"},
     "h_bad_gpus_caption": {"en": "Whole loaded window (metrics.gpu_faults). A repeat offender had at least two "
                                  "hardware-fault minutes within 30 days; application XIDs (13, 31, 43, 45: raised "
                                  "by user code) are counted apart and are not faults.",
-                           "zh": "整个已加载窗口（metrics.gpu_faults）。反复故障 GPU：30 天内至少两个出现硬件故障的分钟；"
-                                 "应用类 XID（13、31、43、45：由用户代码引发）单独计数，不算故障。"},
-    "h_gpus_with_faults": {"en": "GPUs with a hardware fault", "zh": "出现硬件故障的 GPU"},
-    "h_repeat_gpus": {"en": "Repeat-offender GPUs", "zh": "反复故障 GPU"},
+                           "zh": "整个已加载窗口（metrics.gpu_faults）。反复故障GPU：30 天内至少两个出现硬件故障的分钟；"
+                                 "应用类XID（13、31、43、45：由用户代码引发）单独计数，不算故障。"},
+    "h_gpus_with_faults": {"en": "GPUs with a hardware fault", "zh": "出现硬件故障的GPU"},
+    "h_repeat_gpus": {"en": "Repeat-offender GPUs", "zh": "反复故障GPU"},
     "h_repeat_nodes": {"en": "Repeat-offender nodes", "zh": "反复故障节点"},
     "h_fault_history": {"en": "Fault history per GPU (every GPU with a health signal)",
-                        "zh": "各 GPU 的故障历史（所有出现健康信号的 GPU）"},
+                        "zh": "各GPU的故障历史（所有出现健康信号的GPU）"},
     "h_no_health": {"en": "No GPU health signal in the loaded window (no XID, ECC, row-remap, throttle, NVLink or "
                           "PCIe event in the DCGM telemetry).",
-                    "zh": "已加载窗口内没有 GPU 健康信号（DCGM 遥测中没有 XID、ECC、行重映射、降频、NVLink 或 PCIe 事件）。"},
-    "h_mtbf": {"en": "Mean time between hardware faults per GPU model", "zh": "各 GPU 型号的平均硬件故障间隔"},
+                    "zh": "已加载窗口内没有GPU健康信号（DCGM遥测中没有XID、ECC、行重映射、降频、NVLink或PCIe事件）。"},
+    "h_mtbf": {"en": "Mean time between hardware faults per GPU model", "zh": "各GPU型号的平均硬件故障间隔"},
     "h_mtbf_caption": {"en": "Whole loaded window (metrics.gpu_model_reliability): observed GPU-hours over "
                              "hardware-fault minutes. A model without a fault has no MTBF yet (n/a).",
-                       "zh": "整个已加载窗口（metrics.gpu_model_reliability）：观测 GPU 小时除以硬件故障分钟数。"
+                       "zh": "整个已加载窗口（metrics.gpu_model_reliability）：观测GPU小时除以硬件故障分钟数。"
                              "没有故障的型号尚无平均故障间隔（n/a）。"},
     "h_hosts": {"en": "Hosts: CPU, memory, network and storage", "zh": "主机：CPU、内存、网络与存储"},
     "h_hosts_caption": {"en": "Per day and host from node_exporter (metrics.host_daily): the {shown} of {total} "
                               "hosts with the highest daily value of the chosen measure.",
-                        "zh": "按天和主机，来自 node_exporter（metrics.host_daily）：所选指标日值最高的 {shown} 台主机"
+                        "zh": "按天和主机，来自node_exporter（metrics.host_daily）：所选指标日值最高的 {shown} 台主机"
                               "（共 {total} 台）。"},
     "h_measure": {"en": "Measure", "zh": "指标"},
     "h_no_hosts": {"en": "No host metrics in this period: node_exporter is not scraped or loaded "
                          "(docs/connectors.md).",
-                   "zh": "该时间段内没有主机指标：未采集或未加载 node_exporter（见 docs/connectors.md）。"},
+                   "zh": "该时间段内没有主机指标：未采集或未加载node_exporter（见docs/connectors.md）。"},
     "h_host_rows": {"en": "Host metrics per day (the view's rows)", "zh": "每日主机指标（视图原始行）"},
     "h_drains": {"en": "Drains and undrains", "zh": "排空与解除排空"},
     "h_drains_caption": {"en": "GPUs and nodes the gpu-health policy drains for repeated hardware faults, and "
                                "undrains once healthy (metrics.drain_decisions). In shadow mode, the policy's "
                                "first rollout, a decision is logged and nothing is sent: it shows what the "
                                "policy would have done.",
-                         "zh": "gpu-health 策略因反复硬件故障而排空、恢复健康后解除排空的 GPU 和节点"
+                         "zh": "gpu-health策略因反复硬件故障而排空、恢复健康后解除排空的GPU和节点"
                                "（metrics.drain_decisions）。影子模式（策略上线的第一阶段）只记录决定、不下发："
                                "显示的是策略本会执行的操作。"},
     "h_shadow_drains": {"en": "Drains in shadow (would drain)", "zh": "影子模式排空（本会排空）"},
     "h_shadow_drains_help": {"en": "Drains decided while the policy is in shadow mode: logged, never sent to an engine.",
                              "zh": "策略处于影子模式时决定的排空：只记录，从不下发到执行引擎。"},
-    "h_decision": {"en": "Decision", "zh": "决定"},
     "h_drain_shadow": {"en": "would drain (shadow)", "zh": "本会排空（影子模式）"},
     "h_undrain_shadow": {"en": "would undrain (shadow)", "zh": "本会解除排空（影子模式）"},
     "h_drain_enforce": {"en": "drain", "zh": "排空"},
     "h_undrain_enforce": {"en": "undrain", "zh": "解除排空"},
     "h_no_drain_decisions": {"en": "The gpu-health policy decided no drain or undrain in this period.",
-                             "zh": "该时间段内 gpu-health 策略没有做出排空或解除排空决定。"},
+                             "zh": "该时间段内gpu-health策略没有做出排空或解除排空决定。"},
     "h_drains_audited": {"en": "Drains and undrains the engines audited (metrics.enforcement_actions; also the "
                                "node health checker's)",
                          "zh": "执行引擎审计的排空与解除排空（metrics.enforcement_actions；含节点健康检查器的操作）"},
     "h_no_drains": {"en": "No drain or undrain was audited in this period.",
                     "zh": "该时间段内没有审计到排空或解除排空操作。"},
-    "h_host_axis": {"en": "host", "zh": "主机"},
     "day_axis": {"en": "day (UTC)", "zh": "日期（UTC）"},
     "col_hardware_faults_last_30d": {"en": "Hardware faults, last 30 days", "zh": "近 30 天硬件故障"},
-    "col_hardware_xids": {"en": "Hardware XIDs", "zh": "硬件类 XID"},
-    "col_application_xids": {"en": "Application XIDs (user code)", "zh": "应用类 XID（用户代码）"},
-    "col_ecc_sbe_errors": {"en": "ECC single-bit errors", "zh": "ECC 单比特错误"},
+    "col_hardware_xids": {"en": "Hardware XIDs", "zh": "硬件类XID"},
+    "col_application_xids": {"en": "Application XIDs (user code)", "zh": "应用类XID（用户代码）"},
+    "col_ecc_sbe_errors": {"en": "ECC single-bit errors", "zh": "ECC单比特错误"},
     "col_warning_minutes": {"en": "Warning minutes (throttle, NVLink, PCIe)", "zh": "告警分钟数（降频、NVLink、PCIe）"},
-    "col_gpus": {"en": "GPUs", "zh": "GPU 数"},
-    "col_observed_gpu_hours": {"en": "Observed GPU-hours", "zh": "观测 GPU 小时"},
+    "col_gpus": {"en": "GPUs", "zh": "GPU数"},
+    "col_observed_gpu_hours": {"en": "Observed GPU-hours", "zh": "观测GPU小时"},
     "col_hardware_faults": {"en": "Hardware faults", "zh": "硬件故障次数"},
-    "col_gpus_with_faults": {"en": "GPUs with a hardware fault", "zh": "出现硬件故障的 GPU"},
+    "col_gpus_with_faults": {"en": "GPUs with a hardware fault", "zh": "出现硬件故障的GPU"},
     "col_memory_total_bytes": {"en": "Memory (bytes)", "zh": "内存总量（字节）"},
     "col_minutes_with_data": {"en": "Minutes with data", "zh": "有数据的分钟数"},
     # jobs page: checkpoints and artifacts
     "checkpoints": {"en": "Checkpoints: policy breaches and work lost", "zh": "检查点：策略违反与损失的工作量"},
     "monthly_views": {"en": "Monthly figures: the months the period touches, per tenant (queue and GPU model do not "
                             "apply).",
-                      "zh": "按月统计：所选时间段涉及的月份，按租户（不按队列和 GPU 型号筛选）。"},
+                      "zh": "按月统计：所选时间段涉及的月份，按租户（不按队列和GPU型号筛选）。"},
     "breach_offenders": {"en": "Tenants breaking their declared checkpoint policy, most breaches first",
                          "zh": "违反所声明检查点策略的租户（按违反次数排序）"},
     "no_breaches": {"en": "No training attempt broke its checkpoint policy in these months.",
@@ -443,7 +433,7 @@ STRINGS: dict[str, dict[str, str]] = {
     "stalest_caption": {"en": "{n} training attempts running at the data's end, oldest checkpoint first (each "
                               "attempt's latest row of metrics.checkpoint_age).",
                         "zh": "数据截止时运行中的 {n} 个训练尝试，按检查点由旧到新排序"
-                              "（各尝试在 metrics.checkpoint_age 中的最新一行）。"},
+                              "（各尝试在metrics.checkpoint_age中的最新一行）。"},
     "no_checkpoint_yet": {"en": "none yet", "zh": "尚无"},
     "col_attempt": {"en": "Attempt", "zh": "尝试"},
     "col_checkpoint_policy": {"en": "Declared checkpoint policy", "zh": "声明的检查点策略"},
@@ -451,21 +441,21 @@ STRINGS: dict[str, dict[str, str]] = {
     "col_is_checkpoint_overdue": {"en": "Overdue", "zh": "已超期"},
     # audit page: the schedulers' admin changes
     "a_scheduler": {"en": "Scheduler admin changes (Slurm accounts, users, associations, QOS; Kueue quotas)",
-                    "zh": "调度器管理变更（Slurm 账户、用户、关联、QOS；Kueue 配额）"},
+                    "zh": "调度器管理变更（Slurm账户、用户、关联、QOS；Kueue配额）"},
     "a_scheduler_caption": {"en": "Slurm's sacctmgr transactions and Kubernetes audit records of Kueue ClusterQueues "
                                   "and ResourceFlavors: who changed what, and the values set.",
-                            "zh": "Slurm 的 sacctmgr 事务记录，以及 Kueue ClusterQueue 和 ResourceFlavor 的 Kubernetes "
+                            "zh": "Slurm的sacctmgr事务记录，以及Kueue ClusterQueue和ResourceFlavor的Kubernetes"
                                   "审计记录：谁修改了什么，以及设置的值。"},
     "a_no_scheduler": {"en": "No Slurm admin transaction or Kueue quota change in this period (sources: "
                              "slurm_sacctmgr, k8s_audit; docs/connectors.md).",
-                       "zh": "该时间段内没有 Slurm 管理事务或 Kueue 配额变更（数据源：slurm_sacctmgr、k8s_audit；"
-                             "见 docs/connectors.md）。"},
+                       "zh": "该时间段内没有Slurm管理事务或Kueue配额变更（数据源：slurm_sacctmgr、k8s_audit；"
+                             "见docs/connectors.md）。"},
     "col_occurred_at": {"en": "Time (UTC)", "zh": "时间（UTC）"},
     "col_object_kind": {"en": "Object kind", "zh": "对象类型"},
     "col_object_namespace": {"en": "Namespace / account", "zh": "命名空间/账户"},
     "col_object_name": {"en": "Object", "zh": "对象"},
     "col_changed": {"en": "What changed", "zh": "变更内容"},
-    "col_audit_id": {"en": "Audit id", "zh": "审计 ID"},
+    "col_audit_id": {"en": "Audit id", "zh": "审计ID"},
     "cause_all": {"en": "All ended attempts", "zh": "全部结束的尝试"},
     "cause_completed": {"en": "Completed", "zh": "完成"},
     "cause_cancelled": {"en": "Cancelled", "zh": "取消"},
@@ -499,6 +489,13 @@ def t(key: str, **fields: object) -> str:
     words = STRINGS.get(key) or COLUMN_LABELS.get(key.removeprefix("col_"), {})
     text = words.get(lang()) or words.get("en") or key
     return text.format(**fields) if fields else text
+
+
+def column_word(column: str) -> str:
+    """A column's label from pipelines/labels.py as a word on an axis or inside a sentence: lower case in
+    English ("by tenant")."""
+    text = t(column)
+    return text[:1].lower() + text[1:] if lang() == "en" else text
 
 
 def label(entry: dict | None, fallback: str) -> str:

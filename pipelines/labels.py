@@ -1,8 +1,8 @@
 """Column labels in English and Chinese, shared by the review packs' tables (pipelines/pack/labels.py)
-and the dashboards' column headings (dashboards/i18n.py `t("col_<column>")`): the columns that are
-not catalog metrics (dimensions, and the tables' own derived counts and shares). A catalog metric's
-label comes from the catalog (models/catalog/*.yml). Chinese follows the catalog's style: no space
-between Chinese and Latin letters ("GPU型号")."""
+and the dashboards' column headings and axis words (dashboards/i18n.py `t("col_<column>")`,
+`column_word`): the columns that are not catalog metrics (dimensions, and the tables' own derived
+counts and shares). A catalog metric's label comes from the catalog (models/catalog/*.yml). Chinese
+follows the catalog's style: no space between Chinese and Latin letters ("GPU型号")."""
 from __future__ import annotations
 
 COLUMN_LABELS: dict[str, dict[str, str]] = {

@@ -1,9 +1,8 @@
 """The short summary `gpupool demo` prints: rows read from the metrics views, formatted here.
 
 Each figure is a `Read`: named columns of one metrics view, filtered and ordered, nothing summed or
-weighed; this module only picks what to show and formats it. The figures that no view holds yet
-are in `PENDING`, each with the view column it waits for; tests/test_summary.py keeps both lists
-honest (a new figure is a `Read`, or a view first).
+weighed; this module only picks what to show and formats it. A figure no view holds gets its view
+(or column) first, in models/metrics/; tests/test_summary.py keeps `READS` honest.
 """
 from __future__ import annotations
 
@@ -58,41 +57,13 @@ READS: dict[str, Read] = {
                                          "reuse_share_pct", "false_positives", "false_positive_rate_pct", "reminders",
                                          "released_after_reminder", "self_release_rate_pct", "decided_actions",
                                          "applied", "refused", "exempt", "rate_limited", "shadow"), "tenant = 'all'"),
+    "hosts": Read("host_period", ("hosts", "cpu_busy_pct_mean", "cpu_busy_pct_p95_max_day", "busiest_host")),
+    "artifacts": Read("artifact_status_period", ("artifact_status", "jobs_share_pct"),
+                      order="list_position(['registered', 'logged_only', 'none'], artifact_status)"),
+    "checkpoints": Read("checkpoint_period", ("policy_breaches", "policy_breach_rate_pct", "work_lost_gpu_hours")),
+    "idle_windows": Read("idle_window_period", ("idle_windows",), "gpu_model = 'all'"),
+    "reconciliation": Read("reconciliation_period", ("finding", "findings"), order="finding"),
     "catalog": Read("catalog_version", ("catalog_version",)),
-}
-
-@dataclass(frozen=True)
-class Pending:
-    """A figure no metrics view holds yet: `sql` reads only metrics views, and waits for `view`."""
-
-    sql: str
-    view: str
-
-
-# Figures no metrics view holds yet: each reads only metrics views and waits for the view column
-# named beside it (models/metrics/); when that exists it becomes a `Read` and leaves this list.
-PENDING: dict[str, Pending] = {
-    "hosts": Pending(
-        sql="select count(distinct host), sum(cpu_busy_pct_mean * minutes_with_data) / "
-            "nullif(sum(minutes_with_data), 0), max(cpu_busy_pct_p95), arg_max(host, cpu_busy_pct_p95) "
-            "from metrics.host_daily",
-        view="metrics.host_period: hosts, cpu_busy_pct_mean (weighted by minutes_with_data), "
-             "cpu_busy_pct_p95_max_day, busiest_host"),
-    "artifacts": Pending(
-        sql="select artifact_status, 100.0 * sum(jobs) / sum(sum(jobs)) over () from metrics.artifact_status "
-            "group by artifact_status order by list_position(['registered', 'logged_only', 'none'], artifact_status)",
-        view="metrics.artifact_status: the pool's rows over the window (tenant and template 'all'), jobs_share_pct"),
-    "checkpoints": Pending(
-        sql="select sum(policy_breaches), 100.0 * sum(policy_breaches) / nullif(sum(attempts_with_time_policy), 0), "
-            "(select sum(work_lost_gpu_hours) from metrics.work_lost) from metrics.checkpoint_policy_breaches",
-        view="metrics.checkpoint_policy_breaches: the pool's rows (tenant 'all'), policy_breaches and "
-             "policy_breach_rate_pct; metrics.work_lost: a total row, work_lost_gpu_hours"),
-    "idle_windows": Pending(
-        sql="select count(*) from metrics.idle_allocations",
-        view="metrics.pool_period.idle_windows (the window's rows of metrics.idle_allocations)"),
-    "reconciliation": Pending(
-        sql="select finding, count(*) from metrics.telemetry_reconciliation group by 1 order by 1",
-        view="metrics.reconciliation_findings (new): finding, rows (a count per finding over the window)"),
 }
 
 
@@ -109,11 +80,9 @@ def _label(name: str) -> str:
 
 
 def read_summary(wh: Warehouse) -> dict[str, list[tuple]]:
-    """Every figure's rows: the `READS` and, until their views exist, the `PENDING` queries."""
+    """Every figure's rows, as `READS` reads them."""
     with wh.connect(read_only=True) as con:
-        rows = {name: con.execute(read.sql()).fetchall() for name, read in READS.items()}
-        rows |= {name: con.execute(pending.sql).fetchall() for name, pending in PENDING.items()}
-    return rows
+        return {name: con.execute(read.sql()).fetchall() for name, read in READS.items()}
 
 
 def print_summary(wh: Warehouse) -> None:
@@ -159,9 +128,9 @@ def _print_jobs(r: dict[str, list[tuple]]) -> None:
     if r["artifacts"]:
         shares = ", ".join(f"{_label(status)} {share:.0f}%" for status, share in r["artifacts"])
         breaches, breach_pct, work_lost = r["checkpoints"][0]
-        click.echo(f"  finished training jobs' artifacts: {shares}; {int(breaches or 0):,} checkpoint policy "
+        click.echo(f"  finished training jobs' artifacts: {shares}; {breaches:,} checkpoint policy "
                    f"breaches ({_fmt(breach_pct, '%')} of the attempts judged), "
-                   f"{_fmt(work_lost or 0.0)} GPU-hours of work lost since the last checkpoint")
+                   f"{_fmt(work_lost)} GPU-hours of work lost since the last checkpoint")
 
 
 def _print_waste(r: dict[str, list[tuple]]) -> None:

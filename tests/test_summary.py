@@ -1,12 +1,14 @@
 """The summary `gpupool demo` prints reads the metrics views and only formats: each figure a plain
-read of view columns, or a named stand-in that waits for its view."""
+read of view columns."""
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
 
-from pipelines.summary import PENDING, POLICY_FIGURES, READS, Read, policy_comparison, print_summary
+from pipelines.dictionary import SNAPSHOT_PATH
+from pipelines.summary import POLICY_FIGURES, READS, Read, policy_comparison, print_summary
 from pipelines.warehouse import Warehouse
 
 AGGREGATES = re.compile(r"\b(sum|count|avg|min|max|arg_max|arg_min|quantile_cont|quantile|median)\s*\(")
@@ -21,13 +23,13 @@ def test_every_read_is_plain_columns_of_one_metrics_view():
         Read("pool_period", ("sum(active_gpu_hours)",))
 
 
-def test_figures_without_a_view_are_named_and_read_only_metrics_views():
-    # each leaves this list when its view column exists (the report of issue 28 names them)
-    assert set(PENDING) == {"hosts", "artifacts", "checkpoints", "idle_windows", "reconciliation"}
-    for name, pending in PENDING.items():
-        tables = re.findall(r"\b(?:from|join)\s+([\w.]+)", pending.sql)
-        assert tables and all(t.startswith("metrics.") for t in tables), (name, pending.sql)
-        assert pending.view.startswith("metrics."), name
+def test_every_read_names_columns_the_metrics_views_have():
+    # models/metrics_schema.json freezes the views' columns for this catalog version
+    views = json.loads(SNAPSHOT_PATH.read_text())["views"]
+    for read in [*READS.values(), *(read for _, read, _, _ in POLICY_FIGURES)]:
+        columns = views.get(f"metrics.{read.view}")
+        assert columns is not None, read.view
+        assert set(read.columns) <= set(columns), (read.view, sorted(set(read.columns) - set(columns)))
 
 
 def test_the_summary_of_a_warehouse_with_no_data_says_so(built_empty_home, capsys):

@@ -86,7 +86,7 @@ def draw() -> None:
         return
     if user.is_operator:
         counts(f)
-    query, category = filters.search_and_choice(t("a_search"), t("a_category"), CATEGORIES, param="category",
+    query, category = filters.search_and_choice(t("a_search"), t("category"), CATEGORIES, param="category",
                                                 key="a_category", choice_label_of=lambda c: t(f"cat_{c}"))
     records(user, f, query, category)
     scheduler_changes(user, f)

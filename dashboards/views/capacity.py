@@ -74,7 +74,7 @@ def recommendations(f: filters.Filters) -> None:
     chart = alt.Chart(recs.select("rank", "target", "kind", "confidence", "impact_gpu_hours").to_pandas()).mark_bar()
     chart = chart.encode(
         x=alt.X("impact_gpu_hours:Q", title=f"{ui.metric_label('recommendation', 'capacity_recommendations')} "
-                                            f"({t('impact_axis')}, GPU-h)"),
+                                            f"({t('impact_gpu_hours')}, GPU-h)"),
         y=alt.Y("target:N", sort=alt.SortField("rank"), title=None, axis=alt.Axis(labelLimit=260)),
         color=alt.Color("confidence:N", scale=alt.Scale(domain=list(CONFIDENCE_COLORS),
                                                         range=list(CONFIDENCE_COLORS.values())), title=None),

@@ -9,7 +9,7 @@ import polars as pl
 import streamlit as st
 
 from dashboards import data, filters, ui
-from dashboards.i18n import t
+from dashboards.i18n import column_word, t
 
 ROWS = 200
 TOP_HOSTS = 30  # a heatmap row per host stays readable up to about this many
@@ -40,7 +40,7 @@ def causes(f: filters.Filters) -> None:
     if ui.empty(failed, t("h_no_failures")):
         return
     left, right = st.columns(2)
-    for col, measure, unit in ((left, "failures", t("attempts_axis")), (right, "gpu_hours_lost", "GPU-h")):
+    for col, measure, unit in ((left, "failures", column_word("attempts")), (right, "gpu_hours_lost", "GPU-h")):
         with col:
             chart = alt.Chart(failed.to_pandas()).mark_bar().encode(
                 x=alt.X(f"{measure}:Q", title=unit),
@@ -126,7 +126,7 @@ def hosts(f: filters.Filters) -> None:
     percent = unit == "percent"
     chart = alt.Chart(cells.to_pandas()).mark_rect().encode(
         x=ui.day_x("day:T"),
-        y=alt.Y("host:N", title=t("h_host_axis"), sort=alt.EncodingSortField("value", op="max", order="descending")),
+        y=alt.Y("host:N", title=column_word("host"), sort=alt.EncodingSortField("value", op="max", order="descending")),
         color=alt.Color("value:Q", title=f"{ui.metric_label(measure, 'host_daily')} ({unit})",
                         scale=alt.Scale(scheme="orangered", **({"domain": [0, 100]} if percent else {})),
                         legend=alt.Legend(format=".0f" if percent else ".3s")),
@@ -164,7 +164,7 @@ def drains(f: filters.Filters) -> None:
                      columns=", ".join(DRAIN_COLUMNS))
     if not ui.empty(rows, t("h_no_drain_decisions")):
         config = ui.column_labels("drain_decisions", DRAIN_COLUMNS)
-        config["decision"] = st.column_config.Column(t("h_decision"))
+        config["decision"] = st.column_config.Column(t("decision"))
         st.dataframe(_drain_words(rows), width="stretch", hide_index=True, column_config=config)
     with st.expander(t("h_drains_audited")):
         audited = data.view("enforcement_actions", filters.where(clause, "action_kind in ('drain', 'undrain')"),

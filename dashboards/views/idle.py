@@ -8,7 +8,7 @@ import polars as pl
 import streamlit as st
 
 from dashboards import data, filters, ui
-from dashboards.i18n import t
+from dashboards.i18n import column_word, t
 
 ROWS = 200  # longest tables are cut to the latest / largest rows
 
@@ -37,7 +37,7 @@ def idle_period(f: filters.Filters) -> None:
     daily = data.idle_by_tenant(clause, params)
     if not ui.empty(daily):
         ui.bars(daily, "day:T", "idle_allocated_gpu_hours:Q", "tenant:N", t("gpu_hours_unit"),
-                title=t("ch_by_day", what=ui.metric_label("idle_allocated_gpu_hours", "tenant_daily"), by=t("tenant_lc")),
+                title=t("ch_by_day", what=ui.metric_label("idle_allocated_gpu_hours", "tenant_daily"), by=column_word("tenant")),
                 note=t("good_lower"))
     clause, params = f.clause(day="window_start_at", queue="queue", gpu_model="gpu_model")
     windows = data.view("idle_allocations", clause, params, order=f"idle_gpu_hours desc limit {ROWS}",

@@ -8,7 +8,7 @@ import polars as pl
 import streamlit as st
 
 from dashboards import data, filters, ui
-from dashboards.i18n import t
+from dashboards.i18n import column_word, t
 
 ROWS = 200
 TOP_REASONS = 15
@@ -39,7 +39,7 @@ def failures(f: filters.Filters) -> None:
         return
     st.caption(t("top_reasons", n=TOP_REASONS))
     chart = alt.Chart(reasons.to_pandas()).mark_bar().encode(
-        x=alt.X("failed_jobs:Q", title=t("jobs_axis")),
+        x=alt.X("failed_jobs:Q", title=column_word("jobs")),
         y=alt.Y("failure_reason:N", sort="-x", title=None, axis=alt.Axis(labelLimit=420)),
         color=alt.Color("final_state:N", title=None),
         tooltip=["failure_reason", "final_state", "failed_jobs", "allocated_gpu_hours"])
@@ -158,14 +158,14 @@ def artifacts(f: filters.Filters) -> None:
     ranked = rows.with_columns(pl.col("artifact_status").replace({s: str(i) for i, s in enumerate(ARTIFACT_STATUSES)})
                                .cast(pl.Int32).alias("rank"), pl.col("artifact_status").replace(names))
     chart = alt.Chart(ranked.to_pandas()).mark_bar().encode(
-        x=alt.X("jobs:Q", title=t("jobs_axis"), stack=True),
+        x=alt.X("jobs:Q", title=column_word("jobs"), stack=True),
         y=alt.Y("tenant:N", title=None),
         color=alt.Color("artifact_status:N", title=None, sort=list(names.values()),
                         scale=alt.Scale(domain=list(names.values()), range=["#2e7d32", "#f9a825", "#c62828"]),
                         legend=alt.Legend(orient="bottom")),
         order=alt.Order("rank:Q"),
         tooltip=[alt.Tooltip("tenant:N", title=t("tenant")), alt.Tooltip("artifact_status:N", title=" "),
-                 alt.Tooltip("jobs:Q", title=t("jobs_axis"))])
+                 alt.Tooltip("jobs:Q", title=column_word("jobs"))])
     ui.show(chart, t("ch_artifacts"))
 
 

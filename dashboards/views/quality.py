@@ -6,7 +6,7 @@ import polars as pl
 import streamlit as st
 
 from dashboards import data, filters, ui
-from dashboards.i18n import t
+from dashboards.i18n import column_word, t
 
 ROW_LIMIT = 500
 
@@ -43,11 +43,11 @@ def loaded(f: filters.Filters) -> None:
                          variable_name="what", value_name="records")
     loaded_label = ui.metric_label("records_loaded", "ingest_daily")
     ui.bars(long.filter(pl.col("what") == "records_loaded"), "day:T", "records:Q", "ingest_source:N",
-            f"{loaded_label} ({t('records')})", title=t("ch_by_day", what=loaded_label, by=t("source_axis")))
+            f"{loaded_label} ({t('records')})", title=t("ch_by_day", what=loaded_label, by=column_word("source")))
     if daily["records_quarantined"].sum() > 0:
         quarantined = ui.metric_label("records_quarantined", "ingest_daily")
         ui.bars(long.filter(pl.col("what") == "records_quarantined"), "day:T", "records:Q", "ingest_source:N",
-                f"{quarantined} ({t('records')})", title=t("ch_by_day", what=quarantined, by=t("source_axis")),
+                f"{quarantined} ({t('records')})", title=t("ch_by_day", what=quarantined, by=column_word("source")),
                 note=t("good_lower"))
 
 

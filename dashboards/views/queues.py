@@ -9,7 +9,7 @@ import polars as pl
 import streamlit as st
 
 from dashboards import data, filters, ui
-from dashboards.i18n import t
+from dashboards.i18n import column_word, t
 
 GAP_ROWS = 50  # the spec-gap table shows the largest gaps only
 
@@ -128,7 +128,7 @@ def interruptions(f: filters.Filters) -> None:
         .with_columns(pl.col("kind").replace({c: ui.metric_label(c, "queue_daily") for c in ("preemptions", "requeues")}))
     if ui.empty(long, t("no_interruptions")):
         return
-    ui.bars(long, "day:T", "attempts:Q", "kind:N", t("attempts_axis"), title=t("ch_interruptions"),
+    ui.bars(long, "day:T", "attempts:Q", "kind:N", column_word("attempts"), title=t("ch_interruptions"),
             note=t("good_lower"))
     per_queue = data.queue_interruptions_per_queue(filters.where(clause), params)
     st.dataframe(per_queue, width="stretch", hide_index=True)

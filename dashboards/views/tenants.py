@@ -8,7 +8,7 @@ import polars as pl
 import streamlit as st
 
 from dashboards import data, filters, ui
-from dashboards.i18n import t
+from dashboards.i18n import column_word, t
 
 
 def quota(f: filters.Filters) -> None:
@@ -85,7 +85,7 @@ def costs(f: filters.Filters, operator: bool) -> None:
     st.caption(t("cost_caption_operator" if operator and f.tenant is None else "cost_caption_scoped"))
     # costs add up: past MAX_SERIES tenants the smallest are summed into "others" (the total stays the pool's)
     shown = ui.top_n(rows, "tenant", "total_cost_usd", ["month"])
-    month = alt.X("yearmonth(month):O", title=t("month_axis"), axis=alt.Axis(format="%Y-%m", labelAngle=0))
+    month = alt.X("yearmonth(month):O", title=column_word("month"), axis=alt.Axis(format="%Y-%m", labelAngle=0))
     bars = alt.Chart(shown.to_pandas()).mark_bar().encode(
         x=month, y=alt.Y("total_cost_usd:Q", title="USD", stack=True),
         color=alt.Color("tenant:N", title=None, sort=ui.series_order(shown, "tenant", "total_cost_usd")),
