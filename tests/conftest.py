@@ -1,14 +1,16 @@
-"""Shared fixtures: a temporary gpupool home, homes built once per test run (on no data, and a small
-demo month), and the real-data samples in tests/fixtures/real-data."""
+"""Shared fixtures: a temporary gpupool home, homes built once per test run across every xdist worker
+(on no data, and a small demo month: `built_once`), and the real-data samples in tests/fixtures/real-data."""
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 from hypothesis import settings
 
 from pipelines.build import build
@@ -62,23 +64,68 @@ def warehouse(tmp_path: Path) -> Warehouse:
     return Warehouse(tmp_path / "gpupool")
 
 
+def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Path], None]) -> Path:
+    """The home `make(home)` builds, once per test run however many xdist workers ask: the first
+    builds it under a file lock in the folder the workers share (their base temporary folders' parent,
+    which pytest removes after a run that passed), the others wait for it and get the same path. It is
+    shared by processes running at once: read it as it is (read-only connections), or copy it (copy_home)
+    to write. `name` must say everything `make` depends on."""
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent
+    folder = shared / "built-once" / name
+    folder.parent.mkdir(exist_ok=True)
+    with FileLock(folder.parent / f"{name}.lock"):
+        if not (folder / "built").exists():
+            shutil.rmtree(folder, ignore_errors=True)  # what a failed build left
+            folder.mkdir()
+            make(folder / "gpupool")
+            (folder / "built").touch()
+    return folder / "gpupool"
+
+
 @pytest.fixture(scope="session")
 def built_empty_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A home with every model built on no data, once per test run. Read it as it is, or copy it."""
-    home = tmp_path_factory.mktemp("built-empty") / "gpupool"
-    build(Warehouse(home))
-    return home
+    return built_once(tmp_path_factory, "empty", lambda home: build(Warehouse(home)))
+
+
+def gpupool_command(*args: str) -> None:
+    """`gpupool ARGS` in a process of its own; a failure raises with what it printed."""
+    done = subprocess.run([str(Path(sys.executable).parent / "gpupool"), *args], check=False, capture_output=True,
+                          text=True)
+    assert done.returncode == 0, f"gpupool {' '.join(args)}:\n{done.stdout}{done.stderr}"
 
 
 @pytest.fixture(scope="session")
 def small_demo_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """`gpupool demo` for 3 days of a 64-GPU pool with the idle-reclaim policies acting, no baseline
-    (~20 s), once per test run. Tests that write to a home take a copy (copy_home)."""
-    home = tmp_path_factory.mktemp("small-demo") / "gpupool"
-    subprocess.run([str(Path(sys.executable).parent / "gpupool"), "demo", "--days", "3", "--gpus", "64",
-                    "--no-baseline", "--home", str(home)], check=True, capture_output=True)
-    return home
+    (~35 CPU-seconds), once per test run. Tests that write to a home take a copy (copy_home)."""
+    return built_once(tmp_path_factory, "small-demo", lambda home: gpupool_command(
+        "demo", "--days", "3", "--gpus", "64", "--no-baseline", "--home", str(home)))
 
+
+
+@pytest.fixture(scope="session")
+def advised_demo_home(tmp_path_factory: pytest.TempPathFactory, small_demo_home: Path) -> Path:
+    """The small demo with November's capacity advice recorded (`gpupool recommend --whatif-top 0`: no
+    replay), once per test run; read it, or copy it."""
+    def make(home: Path) -> None:
+        copy_home(small_demo_home, home)
+        gpupool_command("recommend", "--month", "2026-11", "--whatif-top", "0", "--home", str(home))
+
+    return built_once(tmp_path_factory, "small-demo-advised", make)
+
+
+@pytest.fixture(scope="session")
+def packed_demo_home(tmp_path_factory: pytest.TempPathFactory, advised_demo_home: Path) -> Path:
+    """The advised small demo with November's pool pack built (`gpupool pack --month 2026-11`, English),
+    once per test run; read it, or copy it."""
+    def make(home: Path) -> None:
+        copy_home(advised_demo_home, home)
+        gpupool_command("pack", "--month", "2026-11", "--home", str(home))
+
+    return built_once(tmp_path_factory, "small-demo-packed", make)
 
 def copy_home(home: Path, to: Path) -> Path:
     """A copy of a built home (no process may be writing it), at `to`. Its first writer points the lake's

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -27,13 +25,9 @@ USERS = [
 
 
 @pytest.fixture(scope="session")
-def demo_home(tmp_path_factory, small_demo_home) -> Path:
-    """A copy of the small demo month (3 days, 64 GPUs), then its capacity advice (no replay)."""
-    home = copy_home(small_demo_home, tmp_path_factory.mktemp("dash") / "gpupool")
-    gpupool = Path(sys.executable).parent / "gpupool"
-    subprocess.run([str(gpupool), "recommend", "--home", str(home), "--whatif-top", "0"], check=True,
-                   capture_output=True)
-    return home
+def demo_home(tmp_path_factory, advised_demo_home) -> Path:
+    """A copy of the small demo month (3 days, 64 GPUs) with its capacity advice (no replay)."""
+    return copy_home(advised_demo_home, tmp_path_factory.mktemp("dash") / "gpupool")
 
 
 @pytest.fixture

@@ -7,8 +7,6 @@ import base64
 import datetime as dt
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -37,14 +35,12 @@ def _pdf(tenant: str) -> bytes:
 
 
 @pytest.fixture
-def packs_home(monkeypatch, dashboard_env, tmp_path, fresh_cache) -> Path:
-    """A copy of the demo with the pool's pack (built) and two tenants' packs. The tenants' packs are
-    recorded with files of their own: this page lists what ops.review_packs holds, and the tenant packs'
-    contents are tests/pack/test_tenant_pack.py's."""
-    home = copy_home(dashboard_env, tmp_path / "gpupool")
+def packs_home(monkeypatch, dashboard_env, packed_demo_home, tmp_path, fresh_cache) -> Path:
+    """A copy of the demo with the pool's pack (built once per test run: packed_demo_home) and two
+    tenants' packs. The tenants' packs are recorded with files of their own: this page lists what
+    ops.review_packs holds, and the tenant packs' contents are tests/pack/test_tenant_pack.py's."""
+    home = copy_home(packed_demo_home, tmp_path / "gpupool")
     monkeypatch.setenv("GPUPOOL_HOME", str(home))
-    subprocess.run([str(Path(sys.executable).parent / "gpupool"), "pack", "--month", "2026-11", "--home", str(home)],
-                   check=True, capture_output=True, timeout=300)
     for tenant in ("vision", "nlp"):
         add_tenant_pack(home, MONTH, tenant, _pdf(tenant), f"<p>{tenant} pack</p>".encode())
     return home

@@ -67,16 +67,19 @@ def smtp():
 
 
 @pytest.fixture(scope="module")
-def packs(tmp_path_factory, small_demo_home) -> tuple[Warehouse, list[Path], list[str]]:
-    """A copy of the demo home with the month's pool pack and two tenants' packs built."""
-    wh = Warehouse(copy_home(small_demo_home, tmp_path_factory.mktemp("delivery") / "gpupool"))
-    con = wh.analyst_connect()
+def packs(tmp_path_factory, packed_demo_home) -> tuple[Warehouse, list[Path], list[str]]:
+    """A copy of the demo home with the month's pool pack (built once per test run: packed_demo_home)
+    and two tenants' packs built."""
+    wh = Warehouse(copy_home(packed_demo_home, tmp_path_factory.mktemp("delivery") / "gpupool"))
+    con = wh.connect(read_only=True)
     try:
         tenants = tenants_of_month(con, MONTH)[:2]
+        (pool_pack,) = con.execute("select html_path from ops.review_packs where tenant is null").fetchone()
     finally:
         con.close()
     assert len(tenants) == 2
-    return wh, [build_pack(wh, MONTH, "en", tenant=t) for t in (None, *tenants)], tenants
+    pool = (wh.home / pool_pack).parent
+    return wh, [pool, *(build_pack(wh, MONTH, "en", tenant=t) for t in tenants)], tenants
 
 
 @pytest.fixture

@@ -28,11 +28,9 @@ def _gpupool(*args: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def pack_home(tmp_path_factory, small_demo_home) -> Path:
-    home = copy_home(small_demo_home, tmp_path_factory.mktemp("pack") / "gpupool")
-    _gpupool("recommend", "--whatif-top", "0", "--home", str(home))
-    _gpupool("pack", "--month", "2026-11", "--home", str(home))
-    return home
+def pack_home(tmp_path_factory, packed_demo_home) -> Path:
+    """A copy of the small demo with its advice and November's pool pack (a test builds another)."""
+    return copy_home(packed_demo_home, tmp_path_factory.mktemp("pack") / "gpupool")
 
 
 def _packs(home: Path) -> list[dict]:

@@ -3,8 +3,6 @@ with and without last month's advice, and every status at its thresholds (pure f
 from __future__ import annotations
 
 import datetime as dt
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -44,16 +42,8 @@ def test_prediction_and_advice_statuses():
     assert q.advice_status(3, True) == "on_track" and q.advice_status(3, False) == "act"
 
 
-def _gpupool(*args: str) -> None:
-    subprocess.run([str(Path(sys.executable).parent / "gpupool"), *args], check=True, capture_output=True)
-
-
-@pytest.fixture(scope="session")
-def advised_home(tmp_path_factory, small_demo_home) -> Path:
-    """The small demo with November's advice recorded (no what-if), and no October advice."""
-    home = copy_home(small_demo_home, tmp_path_factory.mktemp("questions") / "gpupool")
-    _gpupool("recommend", "--month", "2026-11", "--whatif-top", "0", "--home", str(home))
-    return home
+# advised_demo_home (tests/conftest.py): the small demo with November's advice recorded (no what-if), and
+# no October advice; shared by the whole run, so read it, or copy it to write.
 
 
 def _page1(home: Path):
@@ -71,8 +61,8 @@ def _one(con, sql: str, params: list) -> float:
     return float(con.sql(sql, params=params).fetchall()[0][0])
 
 
-def test_answers_equal_their_queries(advised_home):
-    figs, answers, decisions, con = _page1(advised_home)
+def test_answers_equal_their_queries(advised_demo_home):
+    figs, answers, decisions, con = _page1(advised_demo_home)
     days = [MONTH, dt.date(2026, 12, 1)]
     try:
         assert list(answers) == ["q1", "q2", "q3", "q4", "q5"]
@@ -98,16 +88,16 @@ def test_answers_equal_their_queries(advised_home):
         con.close()
 
 
-def test_q1_without_last_months_advice(advised_home):
-    _, answers, _, con = _page1(advised_home)
+def test_q1_without_last_months_advice(advised_demo_home):
+    _, answers, _, con = _page1(advised_demo_home)
     con.close()
     q1 = answers["q1"]
     assert q1.status == "watch" and q1.value is None and q1.evidence == "advice_outcome"
     assert "gpupool recommend --month 2026-10" in q1.answer["en"] and "gpupool recommend --month 2026-10" in q1.answer["zh"]
 
 
-def test_q1_compares_last_months_prediction_with_this_month(advised_home, tmp_path):
-    home = copy_home(advised_home, tmp_path / "gpupool")
+def test_q1_compares_last_months_prediction_with_this_month(advised_demo_home, tmp_path):
+    home = copy_home(advised_demo_home, tmp_path / "gpupool")
     predicted_min = 30.0
     rec = Recommendation(kind="add_nodes", target="H100", recommendation="Add 1 node of H100 (8 GPUs)",
                          recommendation_zh="增加 1 台 H100 节点", quantity=1, unit="nodes", confidence_score=0.8,

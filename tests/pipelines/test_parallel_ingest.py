@@ -1,10 +1,9 @@
 """`gpupool ingest all LANDING --workers 2` (the ingest_backfill job, one process per (source, day))
-loads the same rows as `--workers 1` (the ingest assets in one process): the raw tables, the
-quarantine and the ingest log per (source, day), no duplicated telemetry, and the partitions really
-ran in more than one process at the same time."""
+loads the same rows as the ingest assets in one process (what `--workers 1` runs, and the demo): the raw
+tables, the quarantine and the ingest log per (source, day), no duplicated telemetry, and the partitions
+really ran in more than one process at the same time."""
 from __future__ import annotations
 
-import datetime as dt
 import itertools
 import subprocess
 import sys
@@ -13,34 +12,29 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from allocator.sim.simulator import simulate
 from pipelines.assets.backfill import JOB_NAME
 from pipelines.contracts import contract
 from pipelines.sources.registry import SOURCES
 from pipelines.warehouse import Warehouse
 
-pytestmark = pytest.mark.slow  # two ingests of 3 days through the CLI: about a minute
+pytestmark = pytest.mark.slow  # an ingest of 3 days through the CLI: about a minute
 
 GPUPOOL = str(Path(sys.executable).parent / "gpupool")
-DAYS = 3
+DAYS = 3  # the small demo's
 # The simulator's samples are not unique on (time, host, gpu, metric): duplicates are counted against
 # the one-process ingest, not against zero.
 SAMPLE_KEY = "sampled_at, host, gpu, gpu_instance_id, uuid, metric, value, ingest_source"
 
 
 @pytest.fixture(scope="module")
-def homes(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
-    """A simulated landing zone of 3 days ingested with 1 and with 2 workers, one home each."""
-    root = tmp_path_factory.mktemp("parallel-ingest")
-    simulate(root / "landing", days=DAYS, gpus=64, seed=7, start=dt.date(2026, 11, 1))
-    homes = {}
-    for workers in (1, 2):
-        home = root / f"workers-{workers}"
-        done = subprocess.run([GPUPOOL, "ingest", "all", str(root / "landing"), "--home", str(home),
-                               "--workers", str(workers), "--no-build"], check=False, capture_output=True, text=True)
-        assert done.returncode == 0, done.stderr + done.stdout
-        homes[workers] = home
-    return homes
+def homes(tmp_path_factory: pytest.TempPathFactory, small_demo_home: Path) -> dict[int, Path]:
+    """The small demo's landing zone (3 days) ingested in one process (the demo's own home, shared by
+    the test run: read only) and with 2 workers (a home of its own)."""
+    home = tmp_path_factory.mktemp("parallel-ingest") / "workers-2"
+    done = subprocess.run([GPUPOOL, "ingest", "all", str(small_demo_home / "landing"), "--home", str(home),
+                           "--workers", "2", "--no-build"], check=False, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr + done.stdout
+    return {1: small_demo_home, 2: home}
 
 
 def _counts(home: Path) -> dict[str, list[tuple]]:
