@@ -3,8 +3,8 @@ catalog's dbt docs blocks (models/metrics/_catalog_docs.md).
 
 All three are generated from files only, so CI can check them without a warehouse:
   - raw tables and ops.quarantine: the contracts (models/contracts/*.yml);
-  - seeds, staging, marts, metrics: the dbt properties files (models/<layer>/_models.yml,
-    models/seeds/_seeds.yml), read as pipelines.catalog.load_model_docs reads them;
+  - seeds, staging, marts, metrics: the dbt properties files (models/<layer>/**/_*.yml), read as
+    pipelines.catalog.load_model_docs reads them;
   - metrics views: also the catalog metrics (models/catalog/) each one carries;
   - the ops and governance tables the code creates: their DDL and descriptions (pipelines/contracts.py).
 Every schema, table and column comes out in a fixed order. With a built warehouse the column types
@@ -101,15 +101,27 @@ _MATERIALIZED = re.compile(r"materialized\s*=\s*['\"](\w+)['\"]")
 _KIND = {"view": "view", "table": "table", "incremental": "table", "seed": "table"}
 
 
-def _kind(doc: ModelDoc, config: dict) -> str:
-    """table or view: the properties' config, else the model's own config() call, else the layer's default."""
+def _folder_materialized(models_dir: Path, layer: str, model: Path) -> str:
+    """dbt_project.yml's +materialized for a model's folder. The model paths are the layers, so a
+    model's fqn is [project, <folders below its layer>, name]: the deepest folder that sets it wins."""
+    project = yaml.safe_load((models_dir / "dbt_project.yml").read_text())
+    level = (project.get("models") or {}).get(project["name"]) or {}
+    materialized = level.get("+materialized", "view")  # dbt's own default is view
+    for folder in model.parent.relative_to(models_dir / layer).parts:
+        level = level.get(folder) or {}
+        materialized = level.get("+materialized", materialized)
+    return materialized
+
+
+def _kind(doc: ModelDoc, config: dict, models_dir: Path) -> str:
+    """table or view, by dbt's precedence: the model's own config() call, else its properties'
+    config, else its folder's in dbt_project.yml."""
     if doc.layer == "seeds":
         return "table"
-    materialized = config.get("materialized")
-    if not materialized:
-        source = next(f for f in model_files(doc.path.parent, doc.layer) if f.stem == doc.name)
-        found = _MATERIALIZED.search(source.read_text())
-        materialized = found[1] if found else "view"  # dbt_project.yml: +materialized: view
+    source = next(f for f in model_files(models_dir / doc.layer, doc.layer) if f.stem == doc.name)
+    found = _MATERIALIZED.search(source.read_text())
+    materialized = (found[1] if found else config.get("materialized")
+                    or _folder_materialized(models_dir, doc.layer, source))
     return _KIND[materialized]
 
 
@@ -151,7 +163,7 @@ def relations(models_dir: Path = MODELS_DIR, catalog: Catalog | None = None) -> 
         schema, name = qualified.split(".", 1)
         cols = tuple(Col(c.name, (c.type or "").upper(), _column_text(c.description, c.doc, metrics))
                      for c in doc.columns)
-        out.append(Relation(schema, name, _kind(doc, configs.get(qualified, {})), " ".join(doc.grain.split()),
+        out.append(Relation(schema, name, _kind(doc, configs.get(qualified, {}), models_dir), " ".join(doc.grain.split()),
                             " ".join(doc.description.split()), cols, _rel(doc.path, models_dir)))
     for t in TABLES.values():
         schema, name = t.table.split(".", 1)
