@@ -6,6 +6,7 @@ import re
 import shutil
 
 import pytest
+import yaml
 
 from pipelines.catalog import (
     GROUPS,
@@ -137,6 +138,13 @@ def test_marts_are_tables_and_staging_and_metrics_are_views(dbt_nodes):
              and n.config.materialized not in (("table", "incremental") if n.schema == "marts" or q in own_tables
                                                else ("view",))}
     assert wrong == {}
+
+
+def test_every_source_and_source_table_is_described():
+    sources = yaml.safe_load((MODELS_DIR / "staging" / "_sources.yml").read_text())["sources"]
+    undescribed = [s["name"] for s in sources if not s.get("description")]
+    undescribed += [f"{s['name']}.{t['name']}" for s in sources for t in s["tables"] if not t.get("description")]
+    assert undescribed == []
 
 
 def test_labels_and_groups():
