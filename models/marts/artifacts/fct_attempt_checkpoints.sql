@@ -224,7 +224,7 @@ judged as (
   select
     *,
     case
-      when template is distinct from 'training' or checkpoint_interval_s is null
+      when coalesce(template, '') <> 'training' or checkpoint_interval_s is null
         or observed_run_s <= checkpoint_interval_s + grace_s then null
       when checkpoints_ok = 0 then 'no_checkpoint'
       when greatest(max_gap_s, end_gap_s) > max_allowed_gap_s then 'gap'

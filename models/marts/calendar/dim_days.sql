@@ -27,7 +27,7 @@ days as (
     least(d.range + interval 1 day, w.as_of_at) as day_end_at,
     w.as_of_at
   from window_bounds w
-  cross join range(w.window_start_at, w.as_of_at, interval 1 day) as d
+  cross join range(w.window_start_at, w.as_of_at, interval 1 day) d
   where w.as_of_at is not null
 ),
 

@@ -19,7 +19,7 @@ in_inventory as (
   join latest_snapshot using (source, snapshot_at)
   qualify row_number() over (
     partition by host, gpu, gpu_instance_id
-    order by snapshot_at desc, case source when 'allocator' then 0 else 1 end, source
+    order by snapshot_at desc, case source when 'allocator' then 0 else 1 end asc, source asc
   ) = 1
 ),
 

@@ -65,7 +65,7 @@ all_hours as (
     d.as_of_at,
     min(d.day_start_at) over () as window_start_at
   from days d
-  cross join range(d.day_start_at, d.day_end_at, interval 1 hour) as h
+  cross join range(d.day_start_at, d.day_end_at, interval 1 hour) h
 ),
 
 -- trailing weeks aligned on the data's end: week 0 is the last 7 x 24 h
@@ -107,7 +107,7 @@ level_pieces as (
     l.allocated_gpus,
     epoch(least(l.level_end_at, h.range + interval 1 hour) - greatest(l.level_start_at, h.range)) / 3600.0 as hours
   from held_levels l
-  cross join range(date_trunc('hour', l.level_start_at), l.level_end_at, interval 1 hour) as h
+  cross join range(date_trunc('hour', l.level_start_at), l.level_end_at, interval 1 hour) h
 ),
 
 piece_quota as (
@@ -147,7 +147,7 @@ allocation_pieces as (
     epoch(least(a.effective_ended_at, h.range + interval 1 hour) - greatest(a.started_at, h.range)) / 3600.0
       * a.fraction as allocated_gpu_hours
   from allocations a
-  cross join range(date_trunc('hour', a.started_at), a.effective_ended_at, interval 1 hour) as h
+  cross join range(date_trunc('hour', a.started_at), a.effective_ended_at, interval 1 hour) h
 ),
 
 -- the minutes from the start on (a range that prunes), and before it those of a changed series' allocations

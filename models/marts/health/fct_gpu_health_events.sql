@@ -111,7 +111,8 @@ counter_signals as (
     ('DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL', 'nvlink_error'),
     ('DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL', 'nvlink_error'),
     ('DCGM_FI_DEV_PCIE_REPLAY_COUNTER', 'pcie_replay')
-  ) as t (metric, signal)
+  -- the alias only names the values' columns
+  ) t (metric, signal)  -- noqa: AL05
 ),
 
 counter_steps as (
@@ -248,7 +249,7 @@ last_xid_minutes as (
     cast(arg_max(h.value, h.sampled_at) as integer) as last_xid,
     any_value(h.source) as source
   from health h
-  anti join gpus_with_xid_gauge g using (host, gpu)
+  anti join gpus_with_xid_gauge using (host, gpu)
   where h.metric = 'DCGM_FI_DEV_XID_ERRORS'
   group by all
 ),
@@ -258,7 +259,7 @@ last_xid_events as (
   from (
     select *, lag(last_xid) over (partition by host, gpu order by minute_at) as previous_xid
     from last_xid_minutes
-  )
+  ) with_previous
   where last_xid <> 0 and previous_xid is not null and last_xid <> previous_xid
 ),
 

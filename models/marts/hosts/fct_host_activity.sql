@@ -45,11 +45,11 @@ counted as (
     case
       when metric in ('node_network_receive_bytes_total', 'node_network_transmit_bytes_total') then
         device is not null
-        and not regexp_matches(device, '^(lo|veth|docker|br|cali|flannel|cni|virbr|vxlan|tunl|tun|tap|kube-|lxc|weave|genev|cilium|ifb|bond|team|dummy|gre|sit|ip6|ipip|wg|nodelocaldns)')
+        and not regexp_matches(device, '^(lo|veth|docker|br|cali|flannel|cni|virbr|vxlan|tunl|tun|tap|kube-|lxc|weave|genev|cilium|ifb|bond|team|dummy|gre|sit|ip6|ipip|wg|nodelocaldns)')  -- noqa: LT05
         and not regexp_matches(device, '[.@]')
       when metric in ('node_disk_read_bytes_total', 'node_disk_written_bytes_total') then
         device is not null
-        and not regexp_matches(device, '^((loop|ram|zram|fd|dm-|md|sr|nbd)[0-9]+|(h|s|v|xv)d[a-z]+[0-9]+|nvme[0-9]+n[0-9]+p[0-9]+|mmcblk[0-9]+p[0-9]+)$')
+        and not regexp_matches(device, '^((loop|ram|zram|fd|dm-|md|sr|nbd)[0-9]+|(h|s|v|xv)d[a-z]+[0-9]+|nvme[0-9]+n[0-9]+p[0-9]+|mmcblk[0-9]+p[0-9]+)$')  -- noqa: LT05
       when metric = 'node_cpu_seconds_total' then mode is not null
       else true
     end as is_counted

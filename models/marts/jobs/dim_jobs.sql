@@ -71,8 +71,9 @@ final as (
     try_cast(json_extract_string(a.spec_json, '$.expected_runtime_s') as bigint) as expected_runtime_s,
     try_cast(json_extract_string(a.spec_json, '$.time_limit_s') as bigint) as time_limit_s,
     json_extract_string(a.spec_json, '$.checkpoint_policy') as checkpoint_policy,
-    coalesce(lower(json_extract_string(a.spec_json, '$.checkpoint_policy')) not in ('', 'none', 'never', 'false'), false)
-      as has_checkpoint_policy,
+    coalesce(
+      lower(json_extract_string(a.spec_json, '$.checkpoint_policy')) not in ('', 'none', 'never', 'false'), false
+    ) as has_checkpoint_policy,
     try_cast(json_extract_string(a.spec_json, '$.min_replicas') as integer) as min_replicas,
     json_extract_string(a.spec_json, '$.rollback') as rollback_method,
     json_extract_string(a.spec_json, '$.reservation') as reservation,

@@ -97,7 +97,7 @@ memory_evidence as (
     max(100.0 * a.fb_used_mib / nullif(u.memory_mib, 0)) as peak_fb_used_pct_before_end
   from attempts t
   cross join params p
-  join allocations al using (source, job_id, attempt)
+  join allocations using (source, job_id, attempt)
   join {{ ref('fct_allocation_usage') }} u using (allocation_id)
   join {{ ref('fct_allocation_activity') }} a using (allocation_id)
   where a.minute_at >= t.ended_at - to_minutes(p.oom_window_minutes)

@@ -85,7 +85,7 @@ ends_of_unstarted as (
     arg_min_null(e.reason, (e.occurred_at, e.cause_rank)) as end_reason,
     arg_min_null(e.exit_code, (e.occurred_at, e.cause_rank)) as exit_code
   from end_events e
-  anti join starts s using (source, job_id, attempt)
+  anti join starts using (source, job_id, attempt)
   -- an event that already ended a started attempt (numbered with the next attempt) is not this one's end
   anti join ends_of_started used
     on used.source = e.source and used.job_id = e.job_id

@@ -85,13 +85,16 @@ audit_answers as (
   select
     idempotency_key,
     arg_min(decision, (case when decision in ('applied', 'proposed') then 0 else 1 end,
-                       case when decision in ('applied', 'proposed') then epoch(occurred_at) else -epoch(occurred_at) end))
+                       case when decision in ('applied', 'proposed') then epoch(occurred_at)
+                         else -epoch(occurred_at) end))
       as audit_outcome,
     arg_min(occurred_at, (case when decision in ('applied', 'proposed') then 0 else 1 end,
-                          case when decision in ('applied', 'proposed') then epoch(occurred_at) else -epoch(occurred_at) end))
+                          case when decision in ('applied', 'proposed') then epoch(occurred_at)
+                            else -epoch(occurred_at) end))
       as audit_answered_at,
     arg_min(reason, (case when decision in ('applied', 'proposed') then 0 else 1 end,
-                     case when decision in ('applied', 'proposed') then epoch(occurred_at) else -epoch(occurred_at) end))
+                     case when decision in ('applied', 'proposed') then epoch(occurred_at)
+                       else -epoch(occurred_at) end))
       as audit_reason,
     count(*) as audit_records
   from audit_records

@@ -66,8 +66,8 @@ busy_unallocated as (
     avg(b.activity) as mean_activity,
     min(b.hpc_job) as telemetry_hpc_job,
     min(b.k8s_pod) as telemetry_k8s_pod,
-    'GPU busy (activity >= ' || cast(max(t.activity_threshold) as varchar) || ') with no allocation covering these minutes'
-      as detail
+    'GPU busy (activity >= ' || cast(max(t.activity_threshold) as varchar)
+      || ') with no allocation covering these minutes' as detail
   from busy_unallocated_minutes b
   cross join busy_threshold t
   left join gpus g

@@ -16,7 +16,8 @@ window_bounds as (
     min(day_start_at) as window_start_at,
     max(as_of_at) as as_of_at,
     -- where this build's rows begin for the nodes it built before
-    {{ 'greatest(' ~ window_start_at() ~ ', min(day_start_at))' if is_incremental() else 'min(day_start_at)' }} as cut_at
+    {{ 'greatest(' ~ window_start_at() ~ ', min(day_start_at))' if is_incremental() else 'min(day_start_at)' }}
+      as cut_at
   from days
 ),
 
@@ -125,7 +126,7 @@ held as (
 hours as (
   select h.range as hour_at
   from window_bounds w
-  cross join range(w.window_start_at, w.as_of_at, interval 1 hour) as h
+  cross join range(w.window_start_at, w.as_of_at, interval 1 hour) h
 ),
 
 changes as (

@@ -54,7 +54,7 @@ quotas as (
 hours as (
   select h.range as hour_at
   from window_bounds w
-  cross join range(greatest(w.window_start_at, least(w.cut_at, w.as_of_at)), w.as_of_at, interval 1 hour) as h
+  cross join range(greatest(w.window_start_at, least(w.cut_at, w.as_of_at)), w.as_of_at, interval 1 hour) h
 ),
 
 -- the pool, per shape (model, whole | mig profile | timeslice), at each change of one of its nodes

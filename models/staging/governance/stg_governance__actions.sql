@@ -11,7 +11,7 @@ latest_delivery as (
   from source
   qualify row_number() over (
     partition by idempotency_key, record, status, outcome
-    order by occurred_at, ingested_at desc, partition_date desc, ingest_source desc, line_number
+    order by occurred_at asc, ingested_at desc, partition_date desc, ingest_source desc, line_number asc
   ) = 1
 ),
 
