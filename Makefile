@@ -27,6 +27,7 @@ test-quick: setup
 
 lint: setup
 	.venv/bin/ruff check pipelines expectations allocator tests bench
+	.venv/bin/sqlfluff lint --processes 2 models/staging models/marts models/metrics
 
 bench: setup
 	.venv/bin/python bench/bench_dcgm_ingest.py

@@ -40,7 +40,7 @@ import duckdb
 
 # the jobs with a row in the changed partitions: the days of those rows' own times, the first start of
 # their attempts placed there, their latest event, and whether an attempt has started and not ended
-# (a start or placement after every requeue, preempt or finish: models/marts/fct_job_attempts.sql)
+# (a start or placement after every requeue, preempt or finish: models/marts/jobs/fct_job_attempts.sql)
 _CHANGED_JOBS = """
 with changed as (select unnest(?::date[]) as day),
 changed_rows as (

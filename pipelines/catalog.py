@@ -4,10 +4,11 @@ The catalog names every metric once: its group, labels in English and Chinese, f
 grain and the metrics view column that holds it. It is one catalog in several files: version.yml
 (the catalog version) and one `<group>.yml` per group, read in GROUPS order.
 
-The models are documented in dbt's properties files: per layer models/<layer>/_models.yml
-(models/seeds/_seeds.yml) and topic files beside it (`_<topic>.yml`, e.g. marts/_health.yml):
-each model's description, `config.meta.grain` and every column. They are
-read here as YAML, not through `dbt parse`: the same files dbt reads, in milliseconds, with no
+The models are documented in dbt's properties files, beside the models they describe: one per
+folder of staging (by source system) and marts (by entity), `_<folder>__models.yml` (e.g.
+marts/health/_health__models.yml), one per subject among the flat metrics views (`_<subject>.yml`,
+e.g. metrics/_pool.yml), and models/seeds/_seeds.yml: each model's description,
+`config.meta.grain` and every column. They are read here as YAML, not through `dbt parse`: the same files dbt reads, in milliseconds, with no
 profile, packages or warehouse (tests/models/test_catalog.py checks that dbt's manifest agrees).
 A column carrying a catalog metric is described by the docs block `metric_<name>`, which `gpupool
 dictionary` writes from the catalog (models/metrics/_catalog_docs.md), and its view lists the
@@ -30,8 +31,7 @@ CATALOG_DIR = MODELS_DIR / "catalog"
 GROUPS = ("resource", "task", "governance")  # also the catalog's files, <group>.yml, in this order
 METRIC_TYPES = ("simple", "ratio", "derived")
 MODEL_LAYERS = ("staging", "marts", "metrics")
-PROPERTIES = {"seeds": "_seeds.yml", "staging": "_models.yml", "marts": "_models.yml", "metrics": "_models.yml"}
-# dbt files in a layer folder that describe no model: sources and unit tests
+# dbt files in a layer's folders that describe no model: sources and unit tests
 NOT_PROPERTIES = frozenset({"_sources.yml", "_unit_tests.yml"})
 _DOCS_BLOCK = re.compile(r"{%-?\s*docs\s+(\w+)\s*-?%}(.*?){%-?\s*enddocs\s*-?%}", re.DOTALL)
 _DOC_REF = re.compile(r"^{{\s*doc\(\s*['\"](\w+)['\"]\s*\)\s*}}$")
@@ -232,8 +232,6 @@ def _described(where: str, entry: dict, blocks: dict[str, str]) -> tuple[str, st
 
 def load_properties(path: Path, layer: str, blocks: dict[str, str]) -> list[ModelDoc]:
     """The models (or seeds) of one dbt properties file: description, meta.grain, meta.metrics, columns."""
-    if not path.exists():
-        raise CatalogError(f"{path}: properties file missing; every model documents its grain and columns")
     entries = (yaml.safe_load(path.read_text()) or {}).get("seeds" if layer == "seeds" else "models")
     if not isinstance(entries, list):
         raise CatalogError(f"{path}: expected a list under {'seeds' if layer == 'seeds' else 'models'}")
@@ -271,16 +269,14 @@ def load_properties(path: Path, layer: str, blocks: dict[str, str]) -> list[Mode
 
 
 def model_files(folder: Path, layer: str) -> list[Path]:
-    """A layer's seeds (*.csv) or models (*.sql, and dbt Python models *.py)."""
+    """A layer's seeds (*.csv) or models (*.sql, and dbt Python models *.py), in its folder and below."""
     patterns = ("*.csv",) if layer == "seeds" else ("*.sql", "*.py")
-    return sorted(f for pattern in patterns for f in folder.glob(pattern))
+    return sorted(f for pattern in patterns for f in folder.rglob(pattern))
 
 
 def properties_files(models_dir: Path, layer: str) -> list[Path]:
-    """The layer's properties files: its main one (which must exist), then its topic files by name."""
-    folder = models_dir / layer
-    topics = sorted(p for p in folder.glob("_*.yml") if p.name != PROPERTIES[layer] and p.name not in NOT_PROPERTIES)
-    return [folder / PROPERTIES[layer], *topics]
+    """The layer's properties files (`_*.yml`, in its folder and below), by path."""
+    return sorted(p for p in (models_dir / layer).rglob("_*.yml") if p.name not in NOT_PROPERTIES)
 
 
 def load_model_docs(models_dir: Path = MODELS_DIR) -> dict[str, ModelDoc]:
@@ -291,18 +287,18 @@ def load_model_docs(models_dir: Path = MODELS_DIR) -> dict[str, ModelDoc]:
     docs: dict[str, ModelDoc] = {}
     for layer in ("seeds", *MODEL_LAYERS):
         folder = models_dir / layer
-        path = folder / PROPERTIES[layer]
         found: dict[str, ModelDoc] = {}
         for props in properties_files(models_dir, layer):
             for doc in load_properties(props, layer, blocks):
                 if doc.name in found:
-                    raise CatalogError(f"{props}: {doc.name} is described again (first in {found[doc.name].path.name})")
+                    first = found[doc.name].path.relative_to(folder)
+                    raise CatalogError(f"{props}: {doc.name} is described again (first in {first})")
                 found[doc.name] = doc
         files = {f.stem for f in model_files(folder, layer)}
         if files - set(found):
-            raise CatalogError(f"{path}: no properties for {sorted(files - set(found))}")
+            raise CatalogError(f"{folder}: no properties for {sorted(files - set(found))}")
         if set(found) - files:
-            raise CatalogError(f"{path}: properties for {sorted(set(found) - files)}, which {folder} does not hold")
+            raise CatalogError(f"{folder}: properties for {sorted(set(found) - files)}, which it does not hold")
         docs.update({f"{layer}.{name}": found[name] for name in sorted(found)})
     return docs
 
@@ -360,10 +356,10 @@ def documentation_gaps(con: duckdb.DuckDBPyConnection, models_dir: Path = MODELS
             continue
         for col in built:
             if col not in doc.column_names:
-                gaps.append(f"{qualified}.{col}: undocumented in {doc.layer}/{doc.path.name}")
+                gaps.append(f"{qualified}.{col}: undocumented in {doc.path.relative_to(models_dir)}")
         for col in doc.column_names:
             if col not in built:
-                gaps.append(f"{qualified}.{col}: documented in {doc.layer}/{doc.path.name} but not produced")
+                gaps.append(f"{qualified}.{col}: documented in {doc.path.relative_to(models_dir)} but not produced")
     return gaps
 
 

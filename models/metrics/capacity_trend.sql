@@ -66,7 +66,7 @@ forecast_weeks as (
     true as is_complete_week,
     m.latest_capacity_gpus as capacity_gpus
   from models m
-  cross join range(1, 5) as w
+  cross join range(1, 5) w
 ),
 
 series as (
@@ -108,13 +108,15 @@ final as (
     f.demand_slope_gpu_hours_per_week,
     f.demand_trend_r2,
     case when f.trend_weeks_used >= 3 and s.is_complete_week
-      then f.allocated_intercept_gpu_hours + f.allocated_slope_gpu_hours_per_week * s.week_x end as trend_allocated_gpu_hours,
+      then f.allocated_intercept_gpu_hours + f.allocated_slope_gpu_hours_per_week * s.week_x
+    end as trend_allocated_gpu_hours,
     case when f.trend_weeks_used >= 3 and s.is_complete_week
       then f.p95_intercept_gpus + f.p95_slope_gpus_per_week * s.week_x end as trend_p95_allocated_gpus,
     case when f.trend_weeks_used >= 3 and s.is_complete_week
       then f.demand_intercept_gpu_hours + f.demand_slope_gpu_hours_per_week * s.week_x end as trend_demand_gpu_hours,
     case when f.trend_weeks_used >= 3 and s.is_complete_week
-      then s.capacity_gpus - (f.p95_intercept_gpus + f.p95_slope_gpus_per_week * s.week_x) end as trend_headroom_at_p95_gpus,
+      then s.capacity_gpus - (f.p95_intercept_gpus + f.p95_slope_gpus_per_week * s.week_x)
+    end as trend_headroom_at_p95_gpus,
     case when f.trend_weeks_used >= 3 and s.is_complete_week
       then (f.demand_intercept_gpu_hours + f.demand_slope_gpu_hours_per_week * s.week_x) / s.hours
     end as trend_mean_demand_gpus

@@ -2,5 +2,5 @@
 select
   any_value(catalog_version) as catalog_version,
   cast(count(*) as integer) as metrics,
-  current_timestamp::timestamp as built_at
+  cast(current_timestamp as timestamp) as built_at
 from {{ ref('catalog') }}

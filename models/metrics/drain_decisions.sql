@@ -31,7 +31,7 @@ final as (
     window_start_at,
     try_cast(json_extract_string(evidence_json, '$.last_fault_at') as timestamp) as last_fault_at,
     try_cast(json_extract_string(evidence_json, '$.fault_minutes') as integer) as fault_minutes,
-    json_extract(evidence_json, '$.faulty_gpus')::varchar as faulty_gpus,
+    cast(json_extract(evidence_json, '$.faulty_gpus') as varchar) as faulty_gpus,
     reason,
     case when action = 'drain' then 1 else 0 end as drains_decided,
     case when action = 'drain' and engine_outcome = 'applied' then 1 else 0 end as drains_applied

@@ -26,7 +26,7 @@ gpu_windows as (
       partition by host, gpu order by minute_at range between interval 30 days preceding and current row
     ) as faults_in_window
     from fault_minutes
-  )
+  ) gpu_counts
   group by host, gpu
 ),
 
@@ -37,7 +37,7 @@ node_windows as (
       partition by host order by minute_at range between interval 30 days preceding and current row
     ) as faults_in_window
     from fault_minutes
-  )
+  ) node_counts
   group by host
 ),
 

@@ -8,9 +8,10 @@ window_hours as (
   select sum(hours) as hours from {{ ref('dim_days') }}
 ),
 
+-- count(distinct (a, b)) counts distinct row values; sqlfluff reads DISTINCT (...) as a call
 faults as (
-  select gpu_model, count(distinct (host, gpu, minute_at)) as hardware_faults,
-    count(distinct (host, gpu)) as gpus_with_faults
+  select gpu_model, count(distinct (host, gpu, minute_at)) as hardware_faults,  -- noqa: ST08, LT01, LT06
+    count(distinct (host, gpu)) as gpus_with_faults  -- noqa: ST08, LT01, LT06
   from {{ ref('fct_gpu_health_events') }}
   where is_hardware_fault
   group by gpu_model

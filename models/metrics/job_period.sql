@@ -3,6 +3,10 @@ with jobs as (
   select * from {{ ref('dim_jobs') }}
 ),
 
+data_end as (
+  select max(as_of_at) as as_of_at from {{ ref('dim_days') }}
+),
+
 aggregated as (
   select
     case when grouping(template) = 1 then 'all' else coalesce(template, 'unknown') end as template,
@@ -22,7 +26,7 @@ aggregated as (
     count(*) filter (where is_cancelled_while_queued) as cancelled_while_queued,
     quantile_cont(cancelled_pending_age_s, 0.95) as cancelled_pending_age_p95_s
   from jobs
-  cross join (select max(as_of_at) as as_of_at from {{ ref('dim_days') }})
+  cross join data_end
   group by grouping sets ((template), ())
   having count(*) > 0
 ),

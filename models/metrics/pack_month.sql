@@ -3,7 +3,7 @@
 -- never in Python), with the same definitions as the catalog's daily metrics.
 with pool as (
   select
-    date_trunc('month', day)::date as month,
+    cast(date_trunc('month', day) as date) as month,
     min(day) as first_day,
     max(day) as last_day,
     count(distinct day) as days,
@@ -17,7 +17,7 @@ with pool as (
 
 tasks as (
   select
-    date_trunc('month', day)::date as month,
+    cast(date_trunc('month', day) as date) as month,
     sum(submissions) as submissions,
     sum(submissions_with_checkpoint_policy) as submissions_with_checkpoint_policy,
     sum(finished_jobs) as finished_jobs,

@@ -59,7 +59,7 @@ gpu_counts as (
     count(*) filter (where g.is_shared) as shared_gpus
   from gpus g
   left join reporting r on r.month = g.month and r.host = g.host and r.gpu = g.gpu
-  group by g.month
+  group by 1
 ),
 
 -- queue rules are a snapshot (the latest): every month reads the same rules
@@ -68,7 +68,7 @@ queue_rules as (
     queue,
     bool_or(coalesce(quota_gpus, 0) > 0 or max_gpus_per_request is not null or max_runtime_s is not null) as has_rules
   from {{ ref('queue_rules') }}
-  group by queue
+  group by 1
 ),
 
 queue_counts as (
@@ -183,7 +183,7 @@ scored as (
 stages as (
   select 1 as stage_order, 'project_owned' as stage, 'visibility' as criterion,
     (s_reporting + s_idle_visible) / 2 as score_pct,
-    format('telemetry from GPUs: {:g}% -> 0, {:g}% -> 100; allocated GPU-hours with telemetry: {:g}% -> 0, {:g}% -> 100; mean',
+    format('telemetry from GPUs: {:g}% -> 0, {:g}% -> 100; allocated GPU-hours with telemetry: {:g}% -> 0, {:g}% -> 100; mean',  -- noqa: LT05
       reporting_zero_pct, reporting_full_pct, idle_visible_zero_pct, idle_visible_full_pct) as score_rule,
     *
   from scored
@@ -198,7 +198,7 @@ stages as (
   union all
   select 3, 'elastic_sharing', 'higher utilisation',
     (s_shared + s_utilisation) / 2,
-    format('GPUs in MIG or time-slicing: {:g}% -> 0, {:g}% -> 100; utilisation of allocated: {:g}% -> 0, {:g}% -> 100; mean',
+    format('GPUs in MIG or time-slicing: {:g}% -> 0, {:g}% -> 100; utilisation of allocated: {:g}% -> 0, {:g}% -> 100; mean',  -- noqa: LT05
       shared_zero_pct, shared_full_pct, utilisation_zero_pct, utilisation_full_pct),
     *
   from scored

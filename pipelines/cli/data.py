@@ -239,7 +239,7 @@ def dictionary(check: bool, home: Path | None, out: Path | None) -> None:
     current = json.loads(outputs.snapshot)
     committed = json.loads(dd.SNAPSHOT_PATH.read_text()) if dd.SNAPSHOT_PATH.exists() else {}
     problems = dd.snapshot_problems(committed, current)
-    linked = ("the metrics views' properties (models/metrics/_models.yml) do not match the catalog:\n  "
+    linked = ("the metrics views' properties (models/metrics/_*.yml) do not match the catalog:\n  "
               + "\n  ".join(links)) if links else None
     if check:
         stale = [linked] if linked else []

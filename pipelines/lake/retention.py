@@ -3,8 +3,8 @@ use, recommendation pins expired, old releases expired, small Delta files merged
 ones vacuumed. `gpupool maintain` and the Dagster job `maintain_lake` run `maintain`.
 
 Raw telemetry (raw.dcgm_samples) of days older than GPUPOOL_RAW_RETENTION_DAYS (default 35) is
-replaced, per day, by rows from which models/staging/stg_dcgm__samples.sql and
-models/marts/fct_gpu_activity.sql compute the same per-minute rows as from the samples: per GPU (or
+replaced, per day, by rows from which models/staging/dcgm/stg_dcgm__samples.sql and
+models/marts/telemetry/fct_gpu_activity.sql compute the same per-minute rows as from the samples: per GPU (or
 MIG instance) and minute, one row per metric holding the minute's aggregate (the mean, or the
 highest FB_USED and the lowest FB_FREE), at the minute's first sample time, plus rows that carry
 only a copy of an extreme (which moves no mean, max or min) at the last sample time and with the
@@ -57,7 +57,7 @@ COMPACTED_MARK = 'gpupool_compacted="minute"'
 # time. Recommendation pins expire; pins of kinds not known here are kept (never guess).
 EXPIRING_PIN_KINDS = ("recommendation",)
 
-# What fct_gpu_activity makes of each field over a minute (models/marts/fct_gpu_activity.sql).
+# What fct_gpu_activity makes of each field over a minute (models/marts/telemetry/fct_gpu_activity.sql).
 MINUTE_AGGREGATES = {
     "DCGM_FI_DEV_FB_USED": "max",
     "DCGM_FI_DEV_FB_FREE": "min",

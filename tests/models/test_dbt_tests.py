@@ -1,4 +1,4 @@
-"""The dbt project's own tests (data_tests in models/*/_models.yml, singular tests in models/tests/,
+"""The dbt project's own tests (data_tests in the properties files, singular tests in models/tests/,
 unit_tests in models/metrics/_unit_tests.yml) pass on a small built warehouse, and catch a broken key
 and allocation above capacity. dbt runs in a subprocess, as a data team runs `dbt test`."""
 from __future__ import annotations

@@ -260,7 +260,7 @@ def test_a_failed_build_prints_the_model_and_duckdbs_message_without_a_traceback
         con.execute("create table raw.audit_events (x integer)")
     result = gpupool("build", home=wh.home)
     assert result.exit_code == EXIT_FAILED, result.output
-    assert "models/staging/stg_audit__events.sql: building staging.stg_audit__events failed" in result.output
+    assert "models/staging/audit/stg_audit__events.sql: building staging.stg_audit__events failed" in result.output
     assert "Binder Error: Referenced column" in result.output  # DuckDB's message
     assert "Traceback" not in result.output
     assert "Traceback" in (wh.home / "logs" / "last-error.log").read_text()

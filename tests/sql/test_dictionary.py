@@ -75,7 +75,7 @@ def test_each_metric_has_a_docs_block_with_its_definition() -> None:
 def test_a_changed_property_shows_in_the_dictionary(tmp_path: Path) -> None:
     models = tmp_path / "models"
     shutil.copytree(MODELS_DIR, models, ignore=shutil.ignore_patterns("target", "logs"))
-    properties = models / "metrics" / "_models.yml"
+    properties = models / "metrics" / "_queues.yml"
     text = properties.read_text()
     at = text.index("description: UTC day\n", text.index("- name: queue_daily\n"))
     properties.write_text(text[:at] + "description: the UTC day, renamed\n" + text[at + len("description: UTC day\n"):])

@@ -1,8 +1,8 @@
 """The metrics views' names and columns change only with a catalog version bump.
 
 models/metrics_schema.json freezes them (view -> columns, with the catalog version); it is
-generated from the dbt properties (models/metrics/_models.yml) by `gpupool dictionary`, which refuses
-to rewrite it for the same version. The slow test checks a built warehouse's views against them."""
+generated from the dbt properties (models/metrics/_*.yml) by `gpupool dictionary`, which refuses to
+rewrite it for the same version. The slow test checks a built warehouse's views against them."""
 from __future__ import annotations
 
 import json
