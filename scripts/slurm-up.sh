@@ -120,6 +120,11 @@ else
   start 2-mariadb mariadbd /usr/sbin/mariadbd --user=mysql --bind-address=127.0.0.1 --port=3306
   wait_until 60 MariaDB mariadb-admin --silent ping
 fi
+# slurmctld starts afresh and numbers its jobs from 1 again: accounting kept from an earlier cluster would
+# answer for the same job ids (sacct --jobs=N lists both), so a cluster started here starts its accounting afresh
+if ! alive "$STATE/pids/4-slurmctld" slurmctld; then
+  mariadb -e "drop database if exists slurm_acct_db;" || die "could not reset the accounting database"
+fi
 mariadb -e "create database if not exists slurm_acct_db;
   create user if not exists 'slurm'@'localhost' identified by '$dbpass';
   alter user 'slurm'@'localhost' identified by '$dbpass';
