@@ -16,7 +16,7 @@ no time interval and are not judged), the definition of an overdue checkpoint ma
 The idle rule (threshold, memory floor, spike bridging, coverage, window) has one home, the catalog's
 idle_allocation policy (models/policies/policies.yml): `idle_rule_rows` resolves it per queue and
 template for the warehouse, whose marts.dim_idle_rules and marts.fct_idle_windows apply the same
-definition in SQL as `idle_windows` does here (tests/policies/test_idle_rule_agreement.py holds them equal).
+definition in SQL as `idle_windows` does here (tests/models/test_idle_rule_agreement.py holds them equal).
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 -- the idle rule (marts.dim_idle_rules, from the policy catalog) applied to every allocation's telemetry
 -- minutes: the same windows the live idle-allocation policy finds (pipelines/policies/idle.py:idle_windows;
--- tests/policies/test_idle_rule_agreement.py holds the two equal).
+-- tests/models/test_idle_rule_agreement.py holds the two equal).
 -- Merged by allocation (macros/build_window.sql): a build re-reads every telemetry minute of the
 -- allocations the window reaches (a window can start long before it) and of no other
 {{ config(materialized='incremental', incremental_strategy='replace_window',
