@@ -34,13 +34,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
-from dbt.adapters.duckdb.__version__ import version as duckdb_adapter_version
-from dbt.adapters.duckdb.connections import DuckDBConnectionManager
-from dbt.cli.main import dbtRunner
-from dbt.contracts.graph.manifest import Manifest, WritableManifest
-from dbt.version import __version__ as dbt_version
 
 from allocator.filemodes import PRIVATE_DIR_MODE, PRIVATE_MODE, copy_file, make_dirs
 from pipelines.build_window import rebuild_window, telemetry_days
@@ -50,6 +46,11 @@ from pipelines.policies.catalog import load_catalog
 from pipelines.policies.idle import idle_rule_rows
 from pipelines.sources.registry import SOURCES
 from pipelines.warehouse import Warehouse
+
+if TYPE_CHECKING:
+    from dbt.contracts.graph.manifest import Manifest
+# dbt itself is imported where a build runs: importing it takes two seconds, which every `gpupool`
+# command that never builds (sql, summary, pack, ...) would otherwise pay at start.
 
 Step = Callable[[str], None]
 
@@ -105,6 +106,8 @@ def build(
             # when queried): only the tables and incrementals, rebuilt whole on a full refresh
             args += ["--select", "config.materialized:table", "config.materialized:incremental"]
         args += ["--event-time-start", window[0].isoformat(), "--event-time-end", window[1].isoformat()]
+        from dbt.cli.main import dbtRunner
+
         try:
             try:
                 result = dbtRunner(manifest=manifest, callbacks=[_progress(on_step)]).invoke(args)
@@ -162,6 +165,9 @@ def _manifest(project_dir: Path, dbt_dir: Path, db_path: Path, changed: int) -> 
     """The project's manifest (`changed`: its latest file change): the set-up's target/manifest.json when
     it is current (loading it takes a tenth of a parse), else parsed; kept for the process until a
     file changes."""
+    from dbt.cli.main import dbtRunner
+    from dbt.contracts.graph.manifest import Manifest, WritableManifest
+
     if project_dir in _MANIFESTS and _MANIFESTS[project_dir][0] == changed:
         return _MANIFESTS[project_dir][1]
     if prepared_manifest_is_current(project_dir, changed):
@@ -218,6 +224,9 @@ def _keep_state(state: Path, fingerprint: str) -> None:
 def _fingerprint(project_dir: Path, changed: int) -> str:
     """The project as built: its folder, the time of its latest file change, and the dbt that built it
     (an upgrade may change how a view is created)."""
+    from dbt.adapters.duckdb.__version__ import version as duckdb_adapter_version
+    from dbt.version import __version__ as dbt_version
+
     return f"{project_dir}\n{changed}\ndbt-core {dbt_version}, dbt-duckdb {duckdb_adapter_version}\n"
 
 
@@ -261,6 +270,8 @@ def _raise_on_failure(result, dbt_dir: Path) -> None:
 def _close_dbt_connection() -> None:
     """dbt-duckdb keeps its DuckDB connection open for the process (keep_open); close it so the file
     is checkpointed and free for the rename and for other connections."""
+    from dbt.adapters.duckdb.connections import DuckDBConnectionManager
+
     try:
         env = DuckDBConnectionManager.env()
     except Exception:  # noqa: BLE001 - dbt-duckdb raises a bare Exception when no build opened one

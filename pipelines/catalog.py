@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
-import yaml
 
 from pipelines.paths import MODELS_DIR
+from pipelines.yamlfile import load_yaml
 
 CATALOG_DIR = MODELS_DIR / "catalog"
 GROUPS = ("resource", "task", "governance")  # also the catalog's files, <group>.yml, in this order
@@ -157,7 +157,7 @@ def _metric(where: str, entry: dict) -> Metric:
 def _catalog_file(path: Path, keys: set[str]) -> dict:
     if not path.exists():
         raise CatalogError(f"{path}: catalog file missing")
-    doc = yaml.safe_load(path.read_text()) or {}
+    doc = load_yaml(path.read_text()) or {}
     if not isinstance(doc, dict):
         raise CatalogError(f"{path}: expected a mapping")
     unknown = sorted(set(doc) - keys)
@@ -232,7 +232,7 @@ def _described(where: str, entry: dict, blocks: dict[str, str]) -> tuple[str, st
 
 def load_properties(path: Path, layer: str, blocks: dict[str, str]) -> list[ModelDoc]:
     """The models (or seeds) of one dbt properties file: description, meta.grain, meta.metrics, columns."""
-    entries = (yaml.safe_load(path.read_text()) or {}).get("seeds" if layer == "seeds" else "models")
+    entries = (load_yaml(path.read_text()) or {}).get("seeds" if layer == "seeds" else "models")
     if not isinstance(entries, list):
         raise CatalogError(f"{path}: expected a list under {'seeds' if layer == 'seeds' else 'models'}")
     out = []
@@ -338,27 +338,27 @@ def metric_doc_name(metric: str) -> str:
     return f"metric_{metric}"
 
 
-def documentation_gaps(con: duckdb.DuckDBPyConnection, models_dir: Path = MODELS_DIR) -> list[str]:
-    """Columns built but not described, or described but not built, for every model ('' list = none)."""
+def documentation_gaps(con: duckdb.DuckDBPyConnection, models_dir: Path = MODELS_DIR,
+                       docs: dict[str, ModelDoc] | None = None) -> list[str]:
+    """Columns built but not described, or described but not built, for every model ('' list = none).
+    `docs`: the model docs when the caller has read them already."""
+    built: dict[str, list[str]] = {}
+    for schema, name, column in con.execute(
+        "select table_schema, table_name, column_name from information_schema.columns "
+        "order by table_schema, table_name, ordinal_position"
+    ).fetchall():
+        built.setdefault(f"{schema}.{name}", []).append(column)
     gaps: list[str] = []
-    for qualified, doc in load_model_docs(models_dir).items():
-        schema, name = qualified.split(".", 1)
-        built = [
-            r[0]
-            for r in con.execute(
-                "select column_name from information_schema.columns "
-                "where table_schema = ? and table_name = ? order by ordinal_position",
-                [schema, name],
-            ).fetchall()
-        ]
-        if not built:
+    for qualified, doc in (load_model_docs(models_dir) if docs is None else docs).items():
+        columns = built.get(qualified)
+        if not columns:
             gaps.append(f"{qualified}: not built")
             continue
-        for col in built:
+        for col in columns:
             if col not in doc.column_names:
                 gaps.append(f"{qualified}.{col}: undocumented in {doc.path.relative_to(models_dir)}")
         for col in doc.column_names:
-            if col not in built:
+            if col not in columns:
                 gaps.append(f"{qualified}.{col}: documented in {doc.path.relative_to(models_dir)} but not produced")
     return gaps
 
@@ -384,6 +384,6 @@ def catalog_mismatches(con: duckdb.DuckDBPyConnection, models_dir: Path = MODELS
     """What the asset check catalog_matches_models fails on ([] = none): documentation gaps against
     the built warehouse, catalog metrics missing from their views, and catalog links the metrics
     views' properties lack."""
-    catalog = load_catalog(models_dir / "catalog")
-    return (documentation_gaps(con, models_dir) + missing_metric_columns(con, catalog)
-            + catalog_link_problems(catalog, load_model_docs(models_dir)))
+    catalog, docs = load_catalog(models_dir / "catalog"), load_model_docs(models_dir)
+    return (documentation_gaps(con, models_dir, docs) + missing_metric_columns(con, catalog)
+            + catalog_link_problems(catalog, docs))

@@ -17,6 +17,8 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, Field, ValidationError
 
+from pipelines.yamlfile import load_yaml
+
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -70,7 +72,7 @@ def load_config(path: Path | None = None) -> dict:
     if not path.exists():
         return {}
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        raw = load_yaml(path.read_text()) or {}
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML: {err}") from None
     if not isinstance(raw, dict):

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
-import yaml
 
 from pipelines.catalog import (
     MODEL_LAYERS,
@@ -42,6 +41,7 @@ from pipelines.catalog import (
 )
 from pipelines.contracts import TABLES, contracts
 from pipelines.paths import MODELS_DIR, REPO_ROOT
+from pipelines.yamlfile import load_yaml
 
 DICTIONARY_PATH = REPO_ROOT / "docs" / "data-dictionary.md"
 SNAPSHOT_PATH = MODELS_DIR / "metrics_schema.json"
@@ -104,7 +104,7 @@ _KIND = {"view": "view", "table": "table", "incremental": "table", "seed": "tabl
 def _folder_materialized(models_dir: Path, layer: str, model: Path) -> str:
     """dbt_project.yml's +materialized for a model's folder. The model paths are the layers, so a
     model's fqn is [project, <folders below its layer>, name]: the deepest folder that sets it wins."""
-    project = yaml.safe_load((models_dir / "dbt_project.yml").read_text())
+    project = load_yaml((models_dir / "dbt_project.yml").read_text())
     level = (project.get("models") or {}).get(project["name"]) or {}
     materialized = level.get("+materialized", "view")  # dbt's own default is view
     for folder in model.parent.relative_to(models_dir / layer).parts:
@@ -130,7 +130,7 @@ def _configs(models_dir: Path) -> dict[str, dict]:
     out = {}
     for layer in MODEL_LAYERS:
         for path in properties_files(models_dir, layer):
-            doc = yaml.safe_load(path.read_text()) or {}
+            doc = load_yaml(path.read_text()) or {}
             out.update({f"{layer}.{m['name']}": m.get("config") or {} for m in doc.get("models") or []})
     return out
 

@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import duckdb
-import yaml
 
 from pipelines.capacity.store import Recommendation
 from pipelines.paths import REPO_ROOT
+from pipelines.yamlfile import load_yaml
 
 if TYPE_CHECKING:
     from pipelines.capacity.demand import Demand
@@ -50,7 +50,7 @@ class RulesError(ValueError):
 
 def load_rules(path: Path | None = None) -> dict:
     path = Path(path or RULES_PATH)
-    rules = yaml.safe_load(path.read_text())
+    rules = load_yaml(path.read_text())
     needed = ("version", "add_nodes", "remove_nodes", "resplit_mig", "move_quota", "move_to_backfill",
               "change_queue_limit", "smallest_change")
     missing = [k for k in needed if k not in (rules or {})]

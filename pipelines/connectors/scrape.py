@@ -58,6 +58,7 @@ from pipelines.connectors.http import (
 from pipelines.contracts import GAPS_SCHEMA, contract
 from pipelines.sources.dcgm_text import parse_dcgm_text
 from pipelines.sources.node_exporter import parse_node_exporter_text
+from pipelines.yamlfile import load_yaml
 
 LANDING_SOURCE = "dcgm_parquet"
 ACCEPT = "text/plain;version=0.0.4;q=1,*/*;q=0.1"
@@ -146,7 +147,7 @@ def load_file_sd(path: str | Path) -> list[Target]:
     except OSError as err:
         raise ConfigError(f"{path}: file_sd file not readable: {err.strerror or err}") from None
     try:
-        doc = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        doc = json.loads(text) if path.suffix == ".json" else load_yaml(text)
     except (json.JSONDecodeError, yaml.YAMLError) as err:
         raise ConfigError(
             f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {err}"

@@ -25,6 +25,7 @@ from pipelines.config import config_relative, section
 from pipelines.contracts import Mode, PolicyKind, StepAction
 from pipelines.paths import MODELS_DIR
 from pipelines.policies.model import Exemption, RateLimits, Rule, Step
+from pipelines.yamlfile import load_yaml
 
 DEFAULT_POLICIES = MODELS_DIR / "policies" / "policies.yml"
 EXEMPTIONS_NAME = "exemptions.yml"
@@ -252,7 +253,7 @@ def _read_yaml(path: Path) -> dict:
         raise CatalogError(f"{path}: file not found; create it (see models/policies/README.md) or fix the path "
                            "in gpupool.yml governance")
     try:
-        doc = yaml.safe_load(path.read_text())
+        doc = load_yaml(path.read_text())
     except yaml.YAMLError as err:
         raise CatalogError(f"{path}: not valid YAML: {err}") from None
     if not isinstance(doc, dict):
