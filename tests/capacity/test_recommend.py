@@ -14,6 +14,8 @@ from pipelines.capacity.store import write_month
 from pipelines.contracts import RECOMMENDATIONS_TABLE
 from tests.models.builders import at, build, event, gpu, load, placement, quota, submit
 
+pytestmark = pytest.mark.slow  # dbt builds of constructed warehouses
+
 MONTH = dt.date(2026, 11, 1)
 
 

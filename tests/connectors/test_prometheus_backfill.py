@@ -26,6 +26,8 @@ from pipelines.connectors.prometheus import (
 )
 from tests.connectors.conftest import backfill_and_ingest, send
 
+pytestmark = pytest.mark.slow  # backfills ingested and built into warehouses
+
 DAY1 = dt.datetime(2026, 3, 1)
 DATA_END = DAY1 + dt.timedelta(days=1, hours=12)  # data until day 2, 12:00 ("now")
 RAW_INTERVAL_S = 15

@@ -46,6 +46,8 @@ from pipelines.ingest import ingest_partition, record_scrape_gaps
 from pipelines.policies.catalog import PolicyCatalog, load_catalog
 from pipelines.warehouse import Warehouse
 
+pytestmark = pytest.mark.slow  # the live allocator, ingests and builds
+
 T0 = dt.datetime(2026, 11, 2, 9, 0, 0)
 DAY = T0.date()
 ADMIN, BOT, VISION = "admin-token-0123456789", "bot-token-0123456789ab", "vision-token-012345678"

@@ -21,6 +21,8 @@ from pipelines.warehouse import Warehouse
 from tests.governance.conftest import BOT, T0, TRAINING, submit
 from tests.models.builders import at, build, event, gpu, load, placement, quota, series, simple_job
 
+pytestmark = pytest.mark.slow  # ticks over built warehouses and a live allocator
+
 
 def test_lookback_covers_the_longest_live_window():
     assert default_lookback(load_catalog()) == dt.timedelta(minutes=130)  # zombie's 120 min + 10

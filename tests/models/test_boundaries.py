@@ -26,6 +26,8 @@ from tests.models.builders import (
     submit,
 )
 
+pytestmark = pytest.mark.slow  # dbt builds of constructed warehouses
+
 GR = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 SECONDS = dt.timedelta(seconds=1)
 

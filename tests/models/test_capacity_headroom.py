@@ -8,6 +8,8 @@ import pytest
 
 from tests.models.builders import at, build, event, gpu, load, one, placement, quota, rows, simple_job, submit
 
+pytestmark = pytest.mark.slow  # dbt builds of constructed warehouses
+
 
 def _jobs(*jobs):
     return [e for j in jobs for e in j[0]], [p for j in jobs for p in j[1]]

@@ -21,6 +21,8 @@ from pipelines.catalog import (
 from pipelines.paths import MODELS_DIR
 from tests.models.builders import build, gpu, load, write_catalog
 
+pytestmark = pytest.mark.slow  # dbt parses and builds
+
 CJK = re.compile(r"[\u4e00-\u9fff]")
 
 # PRODUCT.md "One set of metric definitions": the metrics each group must carry (catalog names)

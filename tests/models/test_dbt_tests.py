@@ -17,6 +17,8 @@ from pipelines.paths import MODELS_DIR
 from pipelines.warehouse import Warehouse
 from tests.models.builders import at, build, gpu, load, quota, series, simple_job
 
+pytestmark = pytest.mark.slow  # dbt builds and dbt's own tests
+
 GR = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 DBT = Path(sys.executable).with_name("dbt")
 

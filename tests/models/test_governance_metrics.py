@@ -8,6 +8,8 @@ import pytest
 from pipelines.paths import MODELS_DIR
 from tests.models.builders import at, audit, build, event, gpu, load, one, quota, rows, simple_job
 
+pytestmark = pytest.mark.slow  # dbt builds of constructed warehouses
+
 
 def test_cost_shares_add_up_to_the_pool_total(warehouse, tmp_path):
     # Prices for the test (a copy of models/ with its own seed): H100 $2/h, A100 $1/h.

@@ -10,6 +10,8 @@ import pytest
 
 from tests.models.builders import at, build, gpu, load, one, rows, series, simple_job
 
+pytestmark = pytest.mark.slow  # dbt builds of constructed warehouses
+
 GR = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 CPU = "node_cpu_seconds_total"
 RX = "node_network_receive_bytes_total"

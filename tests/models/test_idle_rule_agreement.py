@@ -23,6 +23,8 @@ from pipelines.policies.idle import IDLE_PARAMS, idle_windows
 from pipelines.policies.inputs import PolicyInputs, with_rules
 from tests.models.builders import at, build, event, gpu, load, placement, submit
 
+pytestmark = pytest.mark.slow  # dbt builds of random activity profiles
+
 GR = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 FB = "DCGM_FI_DEV_FB_USED"
 POLICY = "idle-allocation"

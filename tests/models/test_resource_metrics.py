@@ -6,6 +6,8 @@ import yaml
 
 from tests.models.builders import at, build, gpu, load, one, rows, series, simple_job
 
+pytestmark = pytest.mark.slow  # dbt builds of constructed warehouses
+
 GR = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 UTIL = "DCGM_FI_DEV_GPU_UTIL"
 FB = "DCGM_FI_DEV_FB_USED"

@@ -19,6 +19,8 @@ from tests.models.builders import (
     submit,
 )
 
+pytestmark = pytest.mark.slow  # dbt builds of constructed warehouses
+
 
 def requeued_job() -> tuple[list[dict], list[dict]]:
     """submit 10:00, admit 10:05, start 10:10, requeue 11:00, admit 11:20, start 11:30, finish 12:30."""

@@ -11,6 +11,8 @@ import pytest
 
 from tests.models.builders import at, build, event, gpu, load, placement, quota, rows, submit
 
+pytestmark = pytest.mark.slow  # dbt builds of constructed warehouses
+
 Q = "vision-train"
 
 

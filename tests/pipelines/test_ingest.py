@@ -10,6 +10,8 @@ from pipelines.ingest import ingest_partition, stage_files
 from pipelines.lake import tables
 from pipelines.warehouse import Warehouse
 
+pytestmark = pytest.mark.slow  # ingests through Dagster with the GX suites
+
 DAY = dt.date(2026, 11, 1)
 
 

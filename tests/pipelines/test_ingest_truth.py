@@ -24,6 +24,8 @@ from pipelines.sources.registry import SOURCES
 from pipelines.sources.slurm_sacct import parse_sacct_json, parse_sacct_parsable2
 from pipelines.warehouse import Warehouse
 
+pytestmark = pytest.mark.slow  # ingests and builds through the CLI
+
 D1, D2 = dt.date(2026, 11, 1), dt.date(2026, 11, 2)
 SACCT_FIXTURE = Path(__file__).parents[1] / "sources" / "fixtures" / "sacct_parsable2_duplicates.txt"
 

@@ -6,6 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from pipelines import dictionary as dd
@@ -13,6 +14,8 @@ from pipelines.catalog import load_catalog, load_model_docs
 from pipelines.cli import main
 from pipelines.contracts import contracts
 from pipelines.paths import MODELS_DIR
+
+pytestmark = pytest.mark.slow  # builds a warehouse and the data dictionary
 
 
 def test_committed_dictionary_is_current() -> None:
