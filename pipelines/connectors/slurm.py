@@ -69,6 +69,23 @@ NOTHING_FOUND = 9003  # slurmrestd's error number for a query that matched no jo
 MAX_RESTD_BODY_MIB = 1024.0  # a day of a large cluster's accounting is hundreds of MB of JSON
 
 
+class SlurmGovernance(BaseModel):
+    """`slurm.governance` in gpupool.yml: which running jobs the live governance tick reads from
+    slurmctld (`squeue --json`), and how each becomes a job of the policies (queue, template).
+    Without this section the tick reads nothing from Slurm: the scope is explicit."""
+
+    model_config = ConfigDict(extra="forbid")
+    partitions: list[str] = Field(min_length=1, description="only running jobs of these partitions are read")
+    queue_from: Literal["partition", "qos"] = Field(
+        "partition", description="what the policies' queue (per-queue overrides) is: the partition or the QOS")
+    template_comment_prefix: str | None = Field(
+        "gpupool:", description="a job whose Comment holds <prefix><template> (sbatch --comment=gpupool:training) "
+                                "has that template; the first such word wins")
+    template_by_qos: dict[str, str] = Field(default_factory=dict, description="QOS -> template")
+    template_by_partition: dict[str, str] = Field(default_factory=dict, description="partition -> template")
+    default_template: str | None = Field(None, description="the template of a job nothing else names one for")
+
+
 class SlurmConfig(BaseModel):
     """The `slurm:` section of the connector configuration (gpupool.yml)."""
 
@@ -96,6 +113,8 @@ class SlurmConfig(BaseModel):
     protected_qos: list[str] = Field(default_factory=list)
     protected_comment: str | None = Field("gpupool:inference", description="a job whose Comment contains it")
     preempt_hold: bool = Field(False, description="preempt with `scontrol requeuehold` (held until released)")
+    governance: SlurmGovernance | None = Field(
+        None, description="running jobs the every-minute governance tick reads (none without this section)")
 
     @field_validator("restd_timezone")
     @classmethod

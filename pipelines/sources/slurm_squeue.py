@@ -120,8 +120,11 @@ _PLACEMENT_SCHEMA = pl.Schema({
 })
 
 
-def _placements(job: Mapping[str, object]) -> tuple[list[dict], int]:
-    """One running job's GPU rows, and how many of them are MIG-typed (no GPU index)."""
+def job_placements(job: Mapping[str, object]) -> tuple[list[dict], int]:
+    """One running job's GPU rows (job_id, attempt, assigned_at = the attempt's start, host, gpu,
+    gpu_instance_profile, gpu_model, fraction), and how many of them are MIG-typed (no GPU index).
+    RecordError when the job's fields cannot be read. The ingest's raw.job_gpus rows and the live
+    governance reader (pipelines/governance/running.py) both come from here."""
     job_id = job_id_text(job)
     start = slurm_number(job.get("start_time"), "start_time")
     if not start:
@@ -192,7 +195,7 @@ def parse_squeue_job_gpus(data: bytes | str, source_file: str) -> ParseResult:
             continue
         read += 1
         try:
-            job_rows, job_unindexed = _placements(job)
+            job_rows, job_unindexed = job_placements(job)
         except RecordError as error:
             rejects.add(index, f"jobs[{index - 1}]: {error}", compact_json(job)[:2000])
             continue
