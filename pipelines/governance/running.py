@@ -30,7 +30,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from pipelines.connectors.slurm import Runner, SlurmConfig, SlurmGovernance, checked, run_command, squeue_command
+from pipelines.connectors.slurm import (
+    Runner,
+    SlurmConfig,
+    SlurmGovernance,
+    checked,
+    run_command,
+    squeue_command,
+)
 from pipelines.enforcement.slurm import UNLIMITED_MINUTES
 from pipelines.sources.jsonl import RecordError
 from pipelines.sources.slurm_squeue import job_id_text, job_placements, job_state, slurm_number
@@ -100,14 +107,14 @@ def slurm_template(job: Mapping[str, object], scope: SlurmGovernance) -> str | N
     return scope.default_template
 
 
-def slurm_job_view(job: Mapping[str, object], scope: SlurmGovernance) -> tuple[dict, int]:
-    """One RUNNING `squeue --json` job as a job_view dict, and how many of its GPUs were left out
-    (MIG-typed gres carry no GPU index, so no telemetry series to judge). RecordError when a field
-    the policies need cannot be read."""
+def slurm_job_view(job: Mapping[str, object], scope: SlurmGovernance) -> tuple[dict | None, int]:
+    """One RUNNING `squeue --json` job as a job_view dict (None when it holds no GPU with an index:
+    nothing to govern), and how many of its GPUs were left out (MIG-typed gres carry no GPU index,
+    so no telemetry series to judge). RecordError when a field the policies need cannot be read."""
     placements, unindexed = job_placements(job)
     indexed = [p for p in placements if p["gpu"] is not None]
     if not indexed:
-        raise RecordError("no GPU with an index in gres_detail" if unindexed else "holds no GPUs")
+        return None, unindexed
     job_id = job_id_text(job)
     queue = _text(job, scope.queue_from)
     if queue is None:
@@ -132,13 +139,13 @@ def slurm_job_view(job: Mapping[str, object], scope: SlurmGovernance) -> tuple[d
 
 def slurm_running_work(data: bytes | str, scope: SlurmGovernance) -> RunningWork:
     """`squeue --json` -> the running jobs of the partitions in scope, as job_view dicts; what
-    cannot be read is skipped and counted by reason. ValueError when the document is not squeue's."""
+    cannot be read is skipped and counted by reason. RecordError when the document is not squeue's."""
     try:
         doc = json.loads(data)
     except ValueError as error:
-        raise ValueError(f"squeue --json answered something that is not JSON: {error}") from None
+        raise RecordError(f"squeue --json answered something that is not JSON: {error}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("jobs"), list):
-        raise ValueError("squeue --json answered without a 'jobs' list")
+        raise RecordError("squeue --json answered without a 'jobs' list")
     partitions = set(scope.partitions)
     jobs, skipped = [], Counter()
     for job in doc["jobs"]:
@@ -154,7 +161,8 @@ def slurm_running_work(data: bytes | str, scope: SlurmGovernance) -> RunningWork
             continue
         if unindexed:
             skipped["MIG-typed GPUs left out (no GPU index)"] += unindexed
-        jobs.append(view)
+        if view is not None:
+            jobs.append(view)
     return RunningWork("slurm", jobs, [], skipped)
 
 

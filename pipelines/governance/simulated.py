@@ -273,7 +273,7 @@ class SimulatedGovernance:
         if job is None:
             if (job_id, attempt) not in self.with_findings:
                 return
-            planned = plan(empty_findings(), self.catalog, history, now, jobs_ended=[(job_id, attempt)],
+            planned = plan(empty_findings(), self.catalog, history, now, jobs_ended=[(EngineEnforcer.engine, job_id, attempt)],
                            evaluated_kinds=kinds)
         else:
             if findings is None:

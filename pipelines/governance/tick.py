@@ -1,27 +1,35 @@
-"""One evaluation of the live idle policies against a running allocator: the body of the
-`idle_reclaim` sensor (pipelines/assets/reclaim.py is the thin Dagster wrapper). Not pure: it calls the
-allocator's API, appends the pulled logs to the landing zone, records and delivers through the outbox
-(SQLite) and flushes the decision log; the rules it calls (pipelines/policies/) are the pure part.
+"""One evaluation of the live idle policies against the running work of every engine: the body of
+the `idle_reclaim` sensor (pipelines/assets/reclaim.py is the thin Dagster wrapper). Not pure: it calls
+the engines (the allocator's API, Slurm's squeue), appends the pulled logs to the landing zone, records
+and delivers through the outbox (SQLite) and flushes the decision log; the rules it calls
+(pipelines/policies/) are the pure part.
 
 A tick, at `now` (UTC, naive):
 
-1. pulls the allocator's event and audit logs into the landing zone (`AllocatorClient.pull`): the
-   engine's answers to earlier actions come back into the warehouse this way, closing the loop;
-2. lists the running jobs and the queues through the API;
+1. pulls the allocator's event and audit logs into the landing zone (`AllocatorClient.pull`), when
+   the pool runs the allocator: the engine's answers to earlier actions come back into the
+   warehouse this way, closing the loop;
+2. lists the running jobs and the queues of every engine it is given, through one interface
+   (`pipelines.governance.running.RunningWorkReader`: the allocator, Slurm); each engine's
+   allocations carry its name (`source`), and so do their findings and actions;
 3. builds the policies' inputs from the freshest data there is: the scrape rounds the
    `dcgm_scrape` sensor landed in the last `lookback` (pipelines/governance/live.py: per-GPU
    minutes kept from earlier ticks plus those of the new rounds -> per-allocation minutes), the running jobs' allocations, and their progress
    signals (every event and checkpoint/artifact report of the attempt in the pulled logs, its ok
-   checkpoints of the last day, and the attempt's start);
+   checkpoints of the last day, and the attempt's start; an engine without such logs, Slurm, gives
+   the start only);
 4. evaluates the live kinds (idle allocation, zombie, idle interactive, overrun);
-5. plans the due steps (`plan`), where an attempt with an open finding that no longer runs has
-   ended (its next step is dropped, never sent);
+5. plans the due steps (`plan`), where an attempt with an open finding that no longer runs in its
+   engine has ended (its next step is dropped, never sent);
 6. records the decisions in the outbox, delivers what is due, and flushes the decision log.
 
-When the allocator cannot be read (down, refused token), nothing is planned: an empty list of
-running jobs would otherwise read as "every job ended". Queued actions are still offered to the
-enforcers, which keep them queued with a backoff while the allocator is away; they go out, once
-each, when it is back. The tick never raises for a transport problem: the report says what failed.
+When an engine cannot be read (the allocator down, a refused token, squeue failing), nothing is
+planned for its jobs: an empty list of running jobs would otherwise read as "every job ended"; its
+open findings are left as they are, and the other engines' work is planned as usual. Queued actions
+are still offered to the enforcers, which keep them queued with a backoff while the engine is away;
+they go out, once each, when it is back. The tick never raises for a transport problem: the report
+says what failed. Jobs an engine lists but that cannot be read are left out and counted in the
+report (`skipped`).
 """
 from __future__ import annotations
 
@@ -29,7 +37,7 @@ import datetime as dt
 import json
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -41,11 +49,12 @@ from pipelines.connectors.allocator import LANDING
 from pipelines.enforcement.base import Enforcer
 from pipelines.governance.live import allocation_minutes, allocations_from_jobs, recent_gpu_minutes
 from pipelines.governance.outbox import DeliveryReport, Outbox
+from pipelines.governance.running import AllocatorWork, RunningWork, RunningWorkReader
 from pipelines.policies.catalog import PolicyCatalog, default_lookback
 from pipelines.policies.evaluate import evaluate
 from pipelines.policies.inputs import PROGRESS_SCHEMA, PolicyInputs
 from pipelines.policies.model import LIVE_KINDS, empty_findings
-from pipelines.policies.planner import OPEN_FINDING_LOOKBACK, plan
+from pipelines.policies.planner import OPEN_FINDING_LOOKBACK, DeliveredStep, PlannedAction, plan
 
 
 class AllocatorReader(Protocol):
@@ -64,7 +73,9 @@ class TickReport:
 
     at: dt.datetime
     pulled: dict[str, int] = field(default_factory=dict)  # events / audit records appended
-    running_jobs: int | None = None  # None: the allocator could not be read
+    running_jobs: int | None = None  # None: no engine could be read
+    running_by_source: dict[str, int | None] = field(default_factory=dict)  # None: that engine could not be read
+    skipped: Counter = field(default_factory=Counter)  # "<engine>: <reason>" -> jobs left out unread
     findings: pl.DataFrame = field(default_factory=empty_findings)
     decisions: Counter = field(default_factory=Counter)  # "<action> <status>" of the decisions recorded now
     delivery: DeliveryReport = field(default_factory=DeliveryReport)
@@ -90,7 +101,7 @@ class TickReport:
         return not self.errors and not self.delivery.errors
 
     def summary(self) -> str:
-        jobs = "allocator unreadable" if self.running_jobs is None else f"{self.running_jobs} running jobs"
+        jobs = _running_text(self.running_jobs, self.running_by_source)
         found = ", ".join(f"{p} {n}" for p, n in self.findings_by_policy.items()) or "none"
         decided = ", ".join(f"{n} {k}" for k, n in sorted(self.decisions.items())) or "none"
         pulled = ", ".join(f"{n} {s}" for s, n in sorted(self.pulled.items())) or "nothing"
@@ -99,6 +110,8 @@ class TickReport:
         problems = [*self.errors, *self.delivery.errors]
         if problems:
             text += "; problems: " + "; ".join(problems)
+        if self.skipped:
+            text += "; skipped: " + "; ".join(f"{n} {k}" for k, n in sorted(self.skipped.items()))
         return text
 
     __str__ = summary
@@ -112,11 +125,7 @@ def recent_progress(landing: Path, jobs: list[dict], now: dt.datetime, lookback:
     artifact report of it in the pulled logs within [now - lookback, now), and its ok checkpoints of the
     last `CHECKPOINT_LOOKBACK` (is_checkpoint: the zombie policy's staleness reaches back that far)."""
     wanted = {(j["job_id"], j["attempt"]) for j in jobs}
-    rows = []
-    for job in jobs:
-        started = job.get("started_at")
-        if started:
-            rows.append((job["job_id"], job["attempt"], _ts(started), False))
+    rows = _starts(jobs)
     since = now - lookback
     for source, reach in (("events", since), ("artifacts", min(since, now - CHECKPOINT_LOOKBACK))):
         for record in _records(landing, source, reach, now):
@@ -131,6 +140,11 @@ def recent_progress(landing: Path, jobs: list[dict], now: dt.datetime, lookback:
     if not rows:
         return pl.DataFrame(schema=PROGRESS_SCHEMA)
     return pl.DataFrame(rows, schema=PROGRESS_SCHEMA, orient="row").unique()
+
+
+def _starts(jobs: list[dict]) -> list[tuple]:
+    """PROGRESS_SCHEMA rows of the running attempts' starts."""
+    return [(job["job_id"], job["attempt"], _ts(job["started_at"]), False) for job in jobs if job.get("started_at")]
 
 
 def _records(landing: Path, source: str, since: dt.datetime, now: dt.datetime):
@@ -149,13 +163,50 @@ def _records(landing: Path, source: str, since: dt.datetime, now: dt.datetime):
         day += dt.timedelta(days=1)
 
 
+def work_inputs(landing: Path, work: Sequence[RunningWork], now: dt.datetime,
+                lookback: dt.timedelta) -> PolicyInputs:
+    """The live kinds' inputs from the landing zone and the running work of every engine read: each
+    engine's allocations under its own `source`; progress from the allocator's pulled logs for its
+    jobs, the attempt's start for the other engines' (they land no such logs)."""
+    allocations = pl.concat([allocations_from_jobs(w.jobs, {q["name"]: q for q in w.queues}, source=w.source)
+                             for w in work]) if work else allocations_from_jobs([])
+    minutes = allocation_minutes(allocations, recent_gpu_minutes(landing, now, lookback))
+    logged = [j for w in work if w.source == AllocatorWork.source for j in w.jobs]
+    started = [j for w in work if w.source != AllocatorWork.source for j in w.jobs]
+    progress = recent_progress(landing, logged, now, lookback)
+    if started:
+        progress = pl.concat([progress, pl.DataFrame(_starts(started), schema=PROGRESS_SCHEMA, orient="row")]).unique()
+    return PolicyInputs(allocations=allocations, minutes=minutes, progress=progress)
+
+
 def live_inputs(landing: Path, jobs: list[dict], queues: list[dict], now: dt.datetime,
                 lookback: dt.timedelta) -> PolicyInputs:
     """The live kinds' inputs from the landing zone and the allocator's running jobs."""
-    allocations = allocations_from_jobs(jobs, {q["name"]: q for q in queues})
-    minutes = allocation_minutes(allocations, recent_gpu_minutes(landing, now, lookback))
-    return PolicyInputs(allocations=allocations, minutes=minutes,
-                        progress=recent_progress(landing, jobs, now, lookback))
+    return work_inputs(landing, [RunningWork(AllocatorWork.source, jobs, queues)], now, lookback)
+
+
+class _ReadEngines:
+    """The outbox as the planner's history, without the open findings of engines not read this tick:
+    their work was not evaluated, so their findings neither ended nor vanished."""
+
+    def __init__(self, outbox: Outbox, engines: set[str]):
+        self.outbox = outbox
+        self.engines = engines
+
+    def open_findings(self, since: dt.datetime) -> list[PlannedAction]:
+        return [p for p in self.outbox.open_findings(since) if p.engine in self.engines]
+
+    def steps(self, finding_id: str) -> list[DeliveredStep]:
+        return self.outbox.steps(finding_id)
+
+    def steps_of(self, finding_ids) -> dict[str, list[DeliveredStep]]:
+        return self.outbox.steps_of(finding_ids)
+
+    def reclaims_since(self, since: dt.datetime) -> list[str]:
+        return self.outbox.reclaims_since(since)
+
+    def drains_since(self, since: dt.datetime) -> int:
+        return self.outbox.drains_since(since)
 
 
 def governance_tick(
@@ -164,43 +215,65 @@ def governance_tick(
     landing: Path,
     catalog: PolicyCatalog,
     outbox: Outbox,
-    client: AllocatorReader,
+    client: AllocatorReader | None,
     enforcers: Mapping[str, Enforcer],
     lookback: dt.timedelta | None = None,
+    work: Sequence[RunningWorkReader] | None = None,
 ) -> TickReport:
-    """One evaluation of the live policies at `now`; see the module docstring."""
+    """One evaluation of the live policies at `now`; see the module docstring. `client`: the
+    allocator's, whose logs are pulled (None: the pool runs no allocator); `work`: the engines whose
+    running work is read (default: the allocator's, through `client`)."""
     started = time.perf_counter()
     now = utc_naive(now)
     report = TickReport(at=now)
     lookback = lookback or default_lookback(catalog)
-    for source in ("events", "audit", "artifacts"):
+    if client is not None:
+        for source in ("events", "audit", "artifacts"):
+            try:
+                report.pulled[source] = client.pull(landing, source).records
+            except Exception as exc:  # noqa: BLE001 - reported; the pull resumes from its cursor next tick
+                report.errors.append(f"pull {source}: {_describe(exc)}")
+    readers = list(work) if work is not None else [AllocatorWork(client)] if client is not None else []
+    read: list[RunningWork] = []
+    for reader in readers:
         try:
-            report.pulled[source] = client.pull(landing, source).records
-        except Exception as exc:  # noqa: BLE001 - reported; the pull resumes from its cursor next tick
-            report.errors.append(f"pull {source}: {_describe(exc)}")
-    try:
-        jobs = client.running_jobs()
-        queues = client.queues()
-    except Exception as exc:  # noqa: BLE001 - nothing is planned without the running jobs
-        report.errors.append(f"running jobs: {_describe(exc)}; nothing planned this tick")
-        jobs = None
-    if jobs is not None:
-        report.running_jobs = len(jobs)
-        inputs = live_inputs(landing, jobs, queues, now, lookback)
+            got = reader.read()
+        except Exception as exc:  # noqa: BLE001 - nothing is planned for an engine without its running jobs
+            report.errors.append(f"running jobs ({reader.source}): {_describe(exc)}; "
+                                 f"nothing planned this tick for {reader.source}")
+            report.running_by_source[reader.source] = None
+            continue
+        read.append(got)
+        report.running_by_source[got.source] = len(got.jobs)
+        report.skipped.update({f"{got.source}: {reason}": n for reason, n in got.skipped.items()})
+    if read:
+        report.running_jobs = sum(len(w.jobs) for w in read)
+        inputs = work_inputs(landing, read, now, lookback)
         report.findings = evaluate(inputs, catalog, now, kinds=LIVE_KINDS)
-        running = {(j["job_id"], j["attempt"]) for j in jobs}
+        running = {(w.source, j["job_id"], j["attempt"]) for w in read for j in w.jobs}
+        history = _ReadEngines(outbox, {w.source for w in read})
         live = {k.value for k in LIVE_KINDS}
         ended = {
-            (p.job_id, p.attempt) for p in outbox.open_findings(now - OPEN_FINDING_LOOKBACK)
-            if p.engine == "allocator" and p.kind.value in live and (p.job_id, p.attempt) not in running
+            (p.engine, p.job_id, p.attempt) for p in history.open_findings(now - OPEN_FINDING_LOOKBACK)
+            if p.kind.value in live and (p.engine, p.job_id, p.attempt) not in running
         }
-        planned = plan(report.findings, catalog, outbox, now, jobs_ended=ended, evaluated_kinds=LIVE_KINDS)
+        planned = plan(report.findings, catalog, history, now, jobs_ended=ended, evaluated_kinds=LIVE_KINDS)
         recorded = outbox.record(planned, now)
         report.decisions.update(f"{p.action.value} {p.status.value}" for p in recorded)
     report.delivery = outbox.deliver(enforcers, now)
     report.log_lines = outbox.flush_log()
     report.duration_s = time.perf_counter() - started
     return report
+
+
+def _running_text(total: int | None, by_source: dict[str, int | None]) -> str:
+    """`3 running jobs`, `3 running jobs (allocator 1, slurm 2)`, `allocator unreadable`."""
+    if total is None:
+        return f"{', '.join(by_source) or 'allocator'} unreadable"
+    if len(by_source) <= 1:
+        return f"{total} running jobs"
+    parts = ", ".join(f"{s} {'unreadable' if n is None else n}" for s, n in by_source.items())
+    return f"{total} running jobs ({parts})"
 
 
 def _ts(value: str) -> dt.datetime:

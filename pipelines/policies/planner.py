@@ -365,12 +365,13 @@ def _continued(findings: pl.DataFrame, open_before: list[PlannedAction]) -> pl.D
     if findings.is_empty() or not open_before:
         return findings
     # keyed on the version too: a new version (e.g. a shadow policy switched to enforce) starts afresh
-    latest: dict[tuple[str, str, str, int], PlannedAction] = {}
+    latest: dict[tuple[str, str, str, str, int], PlannedAction] = {}
     for previous in open_before:
-        latest[(previous.policy, previous.policy_version, previous.job_id, previous.attempt)] = previous
+        latest[(previous.policy, previous.policy_version, previous.engine, previous.job_id, previous.attempt)] = previous
     rows = []
     for finding in findings.iter_rows(named=True):
-        previous = latest.get((finding["policy"], finding["policy_version"], finding["job_id"], finding["attempt"]))
+        previous = latest.get((finding["policy"], finding["policy_version"], finding["source"], finding["job_id"],
+                               finding["attempt"]))
         if previous is not None and previous.finding_id != finding["finding_id"]:
             ended = _evidence_time(previous, "window_end_at")
             detected = _evidence_time(previous, "detected_at")
@@ -387,13 +388,13 @@ def plan(
     catalog: PlanningCatalog,
     history: ActionHistory,
     now: dt.datetime,
-    jobs_ended: Collection[tuple[str, int]] | None = None,
+    jobs_ended: Collection[tuple[str, str, int]] | None = None,
     evaluated_kinds: Collection[str] | None = None,
 ) -> list[PlannedAction]:
     """The steps due now, oldest finding first.
 
-    `jobs_ended`: (job_id, attempt) known to have ended since the findings' data (e.g. absent from
-    the engine's running jobs): their findings no longer hold. `evaluated_kinds`: the policy kinds
+    `jobs_ended`: (engine, job_id, attempt) known to have ended since the findings' data (e.g.
+    absent from that engine's running jobs): their findings no longer hold. `evaluated_kinds`: the policy kinds
     these findings cover; a finding of one of them decided before but absent now no longer holds
     (None: absent findings are left alone, only those reported not ongoing are dropped).
     """
@@ -416,7 +417,7 @@ def plan(
             continue
         holds = None
         undrain = rule.steps[due[0]].action == StepAction.UNDRAIN  # for a finding that stopped holding
-        if not undrain and (finding["job_id"], finding["attempt"]) in ended:
+        if not undrain and (finding["source"], finding["job_id"], finding["attempt"]) in ended:
             holds = f"job {finding['job_id']} attempt {finding['attempt']} ended before the step was due"
         elif not undrain and not finding["is_ongoing"]:
             holds = (f"the condition stopped at {finding['window_end_at']:%Y-%m-%d %H:%M} UTC before the step "

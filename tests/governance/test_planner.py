@@ -66,7 +66,7 @@ def test_job_ending_during_the_grace_drops_the_reclaim_once():
 def test_an_ended_job_named_by_the_caller_drops_the_step():
     history = MemoryHistory()
     run(history, findings(finding()), T0)
-    [dropped] = run(history, findings(finding()), at(GRACE_S), jobs_ended={("j-1", 1)})
+    [dropped] = run(history, findings(finding()), at(GRACE_S), jobs_ended={("allocator", "j-1", 1)})
     assert dropped.status == DecisionStatus.DROPPED
     assert dropped.status_reason == "job j-1 attempt 1 ended before the step was due"
 
