@@ -1,5 +1,6 @@
-"""The reclaim loop wired from gpupool.yml: the enforcers of the engines it names, the outbox, and
-one governance tick with them (what the `idle_reclaim` sensor runs through GovernanceResource)."""
+"""The reclaim loop wired from gpupool.yml: the engines whose running work the tick reads, the
+enforcers of the engines it names, the outbox, and one governance tick with them (what the
+`idle_reclaim` sensor runs through GovernanceResource)."""
 from __future__ import annotations
 
 import datetime as dt
@@ -15,6 +16,7 @@ from pipelines.enforcement.base import ActionLedger, Enforcer
 from pipelines.enforcement.kueue import KueueEnforcer
 from pipelines.enforcement.slurm import SlurmEnforcer
 from pipelines.governance.outbox import Outbox
+from pipelines.governance.running import AllocatorWork, RunningWorkReader, SlurmWork
 from pipelines.governance.tick import TickReport, governance_tick
 from pipelines.policies.catalog import PolicyCatalog
 
@@ -40,15 +42,27 @@ def build_enforcers(config_file: Path, allocator: AllocatorConfig, landing: Path
     return out
 
 
+def build_readers(config_file: Path, client: AllocatorClient) -> list[RunningWorkReader]:
+    """The engines whose running work the tick reads: the allocator, plus Slurm when gpupool.yml
+    has `slurm.governance` (the partitions it may read; none without it)."""
+    out: list[RunningWorkReader] = [AllocatorWork(client)]
+    slurm = section("slurm", SlurmConfig, config_file)
+    if slurm is not None and slurm.governance is not None:
+        out.append(SlurmWork(slurm))
+    return out
+
+
 def run_governance_tick(now: dt.datetime, *, config_file: Path, allocator: AllocatorConfig, landing: Path,
                         catalog: PolicyCatalog, outbox_path: Path, lookback: dt.timedelta | None) -> TickReport:
-    """One governance tick at `now`: the outbox at `outbox_path` (writer `sensor`), the allocator's
-    client and every configured enforcer, closed again after."""
+    """One governance tick at `now`: the outbox at `outbox_path` (writer `sensor`), the running work
+    of every configured engine and every configured enforcer, closed again after."""
     outbox = Outbox(outbox_path, landing, writer=SENSOR_WRITER)
+    client = AllocatorClient.from_config(allocator)
     try:
         return governance_tick(
-            now, landing=landing, catalog=catalog, outbox=outbox, client=AllocatorClient.from_config(allocator),
+            now, landing=landing, catalog=catalog, outbox=outbox, client=client,
             enforcers=build_enforcers(config_file, allocator, landing, outbox_path.parent), lookback=lookback,
+            work=build_readers(config_file, client),
         )
     finally:
         outbox.close()
