@@ -16,8 +16,10 @@ import json
 import polars as pl
 import pytest
 
+from pipelines.config import ConfigError
 from pipelines.connectors.slurm import CommandResult, SlurmCommandError, SlurmConfig, SlurmGovernance
 from pipelines.contracts import DecisionStatus, StepAction
+from pipelines.governance.factory import build_readers
 from pipelines.governance.live import SAMPLE_SCHEMA, SCRAPE_SOURCE, allocations_from_jobs
 from pipelines.governance.outbox import Outbox
 from pipelines.governance.running import AllocatorWork, SlurmWork, slurm_running_work
@@ -198,3 +200,16 @@ def test_a_tick_over_two_engines_matches_findings_and_ended_jobs_per_engine(tmp_
         assert {p.job_id for p in outbox.open_findings(dt.datetime(2026, 12, 3))} >= {"73", "j-000001"}
     finally:
         outbox.close()
+
+
+def test_the_factory_reads_slurm_only_where_its_governance_section_names_partitions(tmp_path):
+    config = tmp_path / "gpupool.yml"
+    config.write_text("slurm:\n  sacct: sacct\n")
+    client = Allocator()
+    assert [r.source for r in build_readers(config, client)] == ["allocator"]
+    config.write_text("slurm:\n  governance:\n    partitions: [batch]\n    queue_from: qos\n")
+    readers = build_readers(config, client)
+    assert [r.source for r in readers] == ["allocator", "slurm"] and readers[1].scope.queue_from == "qos"
+    config.write_text("slurm:\n  governance:\n    partitions: []\n")
+    with pytest.raises(ConfigError, match="partitions"):
+        build_readers(config, client)
