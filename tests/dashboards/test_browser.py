@@ -71,6 +71,12 @@ CHARTS_JS = """els => els.map(el => {
   return {title: texts('.role-title-text').join(' '), axes: texts('.role-axis-title'),
           series: Math.max(0, ...legends.map(l => texts('.role-legend-label', l).length))};
 })"""
+# Vega creates a chart's empty <svg class="marks"> first and draws its marks (groups) into it when its
+# dataflow has run; a canvas shows nothing to wait for (and nothing _charts_read can read). Charts in a
+# tab not shown are not drawn until it is.
+CHARTS_DRAWN_JS = """sel => [...document.querySelectorAll(sel)].filter(el => el.checkVisibility())
+  .every(el => el.querySelector('svg.marks .mark-group, canvas'))"""
+NEXT_FRAMES_JS = "() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))"
 
 
 def _free_port() -> int:
@@ -93,6 +99,17 @@ def browser():
             yield browser
         finally:
             browser.close()
+
+
+@pytest.fixture(scope="module")
+def context(browser):
+    """The page tests' browser context: Streamlit's scripts load once into its cache. Each test's page is
+    still a session of its own: the sign-in lives in the server's session state, not in a cookie."""
+    context = browser.new_context(viewport=VIEWPORT)
+    try:
+        yield context
+    finally:
+        context.close()
 
 
 @contextmanager
@@ -171,12 +188,13 @@ def _whole_page(page) -> None:
     window as tall as the content (up to 12,000 px) so that every chart is in the picture."""
     height = page.evaluate("document.querySelector('[data-testid=\"stMain\"]').scrollHeight")
     page.set_viewport_size({"width": VIEWPORT["width"], "height": min(max(height, VIEWPORT["height"]), 12_000)})
-    _settled(page)
+    _charts_drawn(page)
+    page.evaluate(NEXT_FRAMES_JS)  # the taller window laid out
 
 
-def _open(browser, url: str, path: str, lang: str = "en"):
+def _open(context, url: str, path: str, lang: str = "en"):
     """A page signed in as the operator and drawn; JavaScript errors collected in the returned list."""
-    page = browser.new_page(viewport=VIEWPORT)
+    page = context.new_page()
     problems: list[str] = []
     page.on("pageerror", lambda exc: problems.append(str(exc)))
     page.goto(url)
@@ -187,17 +205,22 @@ def _open(browser, url: str, path: str, lang: str = "en"):
                            state="attached", timeout=60_000)
     page.wait_for_selector(PAGES[path], timeout=60_000)
     _settled(page)
+    _charts_drawn(page)
     return page, problems
 
 
 def _settled(page, timeout_ms: int = 30_000) -> None:
-    """Wait until the script run is over (the app's root says so) and charts have drawn."""
+    """Wait until the script run is over (the app's root says so)."""
     page.wait_for_selector('[data-testid="stApp"][data-test-script-state="notRunning"]', timeout=timeout_ms)
-    page.wait_for_timeout(800)  # Vega renders after the run
 
 
-def test_sign_in_form_guards_every_page(browser, app_url):
-    page = browser.new_page(viewport=VIEWPORT)
+def _charts_drawn(page, timeout_ms: int = 30_000) -> None:
+    """Wait until Vega, which renders after the script run, has drawn every chart on the page."""
+    page.wait_for_function(CHARTS_DRAWN_JS, arg=CHART, timeout=timeout_ms)
+
+
+def test_sign_in_form_guards_every_page(context, app_url):
+    page = context.new_page()
     try:
         page.goto(f"{app_url}/audit")
         page.wait_for_selector('[data-testid="stForm"]', timeout=30_000)
@@ -213,9 +236,9 @@ def test_sign_in_form_guards_every_page(browser, app_url):
 
 
 @pytest.mark.parametrize("path", list(PAGES))
-def test_page_in_the_browser(browser, app_url, shots, path):
+def test_page_in_the_browser(context, app_url, shots, path):
     began = time.monotonic()
-    page, problems = _open(browser, f"{app_url}/{'' if path == DEFAULT_PAGE else path}", path)
+    page, problems = _open(context, f"{app_url}/{'' if path == DEFAULT_PAGE else path}", path)
     try:
         seconds = time.monotonic() - began
         errors = [e.inner_text()[:500] for e in page.locator(ERRORS).all()]
@@ -233,9 +256,9 @@ def test_page_in_the_browser(browser, app_url, shots, path):
         page.close()
 
 
-def test_page_in_chinese(browser, app_url, shots):
+def test_page_in_chinese(context, app_url, shots):
     """The tenants page (a heatmap, top-N bars, a facet-free mix) in Chinese: titles in Chinese, no error."""
-    page, problems = _open(browser, f"{app_url}/tenants?lang=zh", "tenants", "zh")
+    page, problems = _open(context, f"{app_url}/tenants?lang=zh", "tenants", "zh")
     try:
         assert [e.inner_text()[:500] for e in page.locator(ERRORS).all()] == []
         assert problems == [], f"JavaScript errors {problems}"

@@ -7,7 +7,9 @@ that ran for ever. Now (pipelines/sandbox.py): a capped spill folder per process
 swept when its process is gone; results fetched in batches; a statement timeout; each limit's error
 names the limit and how to raise it.
 
-The CLI runs as a real subprocess against a copy of the small demo month, as an analyst runs it.
+The CLI runs against the small demo month: as a real subprocess, as an analyst runs it, wherever
+the process is the point (its memory, signals, kill -9, its spill folder's lifetime); in-process where only
+what it prints is (a bad limit's message, streamed rows).
 """
 from __future__ import annotations
 
@@ -21,10 +23,11 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from click.testing import CliRunner, Result
 
 from pipelines import sandbox
+from pipelines.cli import main
 from pipelines.peak_memory import PEAK_RSS_WRAPPER
-from tests.conftest import copy_home
 
 GPUPOOL = str(Path(sys.executable).parent / "gpupool")
 # a query that spills: a distinct over 3 million wide rows needs ~300 MB, far above the limits below
@@ -37,8 +40,9 @@ WAIT_S = 60  # the longest any process here is waited for (a bound on a hang, no
 
 
 @pytest.fixture(scope="module")
-def home(tmp_path_factory: pytest.TempPathFactory, small_demo_home: Path) -> Path:
-    return copy_home(small_demo_home, tmp_path_factory.mktemp("sql-resources") / "gpupool")
+def home(small_demo_home: Path) -> Path:
+    """The shared small demo, as it is: every query here is an analyst's, on a read-only connection."""
+    return small_demo_home
 
 
 @pytest.fixture
@@ -57,6 +61,12 @@ def _env(spill_base: Path, **limits: str) -> dict[str, str]:
 def _run(home: Path, env: dict[str, str], query: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([GPUPOOL, "sql", "--home", str(home), *args, "--", query], env=env, capture_output=True, check=False,
                           text=True, timeout=WAIT_S)
+
+
+def _invoke(home: Path, spill_base: Path, query: str, *args: str, **limits: str) -> Result:
+    """`gpupool sql` in this process, with _env's variables."""
+    env = {k: None for k in os.environ if k.startswith("GPUPOOL_SQL_")} | {sandbox.TEMP_DIR_ENV: str(spill_base), **limits}
+    return CliRunner(env=env).invoke(main, ["sql", "--home", str(home), *args, "--", query])
 
 
 def _folders(base: Path) -> list[Path]:
@@ -220,12 +230,12 @@ def test_limit_fetches_only_its_rows_with_bounded_memory(home: Path, spill_base:
 
 
 def test_csv_without_limit_streams_every_row(home: Path, spill_base: Path) -> None:
-    result = _run(home, _env(spill_base), "select i from range(120000) t(i)", "--format", "csv")
-    assert result.returncode == 0, result.stderr
+    result = _invoke(home, spill_base, "select i from range(120000) t(i)", "--format", "csv")
+    assert result.exit_code == 0, (result.stderr, repr(result.exception))
     lines = result.stdout.splitlines()
     assert lines[0] == "i" and len(lines) == 120001 and lines[-1] == "119999"  # more than one batch, in order
-    result = _run(home, _env(spill_base), "select i from range(3) t(i) where i > 5", "--format", "json")
-    assert result.returncode == 0 and result.stdout.strip() == "[]", result
+    result = _invoke(home, spill_base, "select i from range(3) t(i) where i > 5", "--format", "json")
+    assert result.exit_code == 0 and result.stdout.strip() == "[]", (result.output, repr(result.exception))
 
 
 def test_out_of_memory_names_the_memory_limit(home: Path, spill_base: Path) -> None:
@@ -246,8 +256,9 @@ def test_statement_timeout_stops_the_query_with_its_message(home: Path, spill_ba
 @pytest.mark.parametrize(("name", "value"), [("GPUPOOL_SQL_TIMEOUT_S", "soon"), ("GPUPOOL_SQL_TIMEOUT_S", "0"),
                                              ("GPUPOOL_SQL_TEMP_LIMIT", "lots")])
 def test_a_bad_limit_is_a_message(home: Path, spill_base: Path, name: str, value: str) -> None:
-    result = _run(home, _env(spill_base, **{name: value}), "select 1")
-    _clean_error(result)
+    result = _invoke(home, spill_base, "select 1", **{name: value})
+    assert result.exit_code == 1, (result.exit_code, result.output, repr(result.exception))
+    assert isinstance(result.exception, SystemExit), repr(result.exception)  # a message, not a traceback
     assert f"{name}={value!r}" in result.stderr, result.stderr
 
 
