@@ -10,6 +10,8 @@ import pytest
 from dashboards import ui
 from tests.dashboards.conftest import errors, signed_in
 
+pytestmark = pytest.mark.slow  # renders every chart of the demo warehouse
+
 PAGES = ["pool", "queues", "tenants", "idle", "jobs", "health", "capacity", "quality", "audit"]
 
 

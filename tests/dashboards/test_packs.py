@@ -21,6 +21,8 @@ from pipelines.warehouse import Warehouse
 from tests.conftest import copy_home
 from tests.dashboards.conftest import add_tenant_pack, errors, signed_in
 
+pytestmark = pytest.mark.slow  # review packs of a copied demo home
+
 MONTH = dt.date(2026, 11, 1)
 
 

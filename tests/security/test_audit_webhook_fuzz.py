@@ -35,6 +35,8 @@ from pipelines.warehouse import Warehouse
 from tests.conftest import REAL_DATA
 from tests.kubernetes.webhook import running_webhook
 
+pytestmark = pytest.mark.slow  # Hypothesis over the webhook, ingested
+
 FUZZ = settings(
     max_examples=int(os.environ.get("FUZZ_EXAMPLES", "50")),
     deadline=None,

@@ -28,6 +28,8 @@ from pipelines.ingest import ingest_partition
 from pipelines.paths import REPO_ROOT
 from tests.kubernetes.webhook import running_webhook
 
+pytestmark = pytest.mark.slow  # hostile batches through the webhook and the ingest
+
 TOKEN = "audit-webhook-hostile-token"
 HEADERS = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
 ENVELOPE = '{"kind":"EventList","apiVersion":"audit.k8s.io/v1","metadata":{},"items":[%s]}'

@@ -29,6 +29,8 @@ from pipelines import sandbox
 from pipelines.cli import main
 from pipelines.peak_memory import PEAK_RSS_WRAPPER
 
+pytestmark = pytest.mark.slow  # gpupool sql processes at their memory and time limits
+
 GPUPOOL = str(Path(sys.executable).parent / "gpupool")
 # a query that spills: a distinct over 3 million wide rows needs ~300 MB, far above the limits below
 SPILLING = ("select count(*) from (select distinct (i*7919)%1000000007 k, repeat('x',40)||i::varchar p "

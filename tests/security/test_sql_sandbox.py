@@ -24,6 +24,8 @@ from pipelines.sandbox import QueryRefused, check_read_only
 from pipelines.warehouse import Warehouse
 from tests.conftest import copy_home
 
+pytestmark = pytest.mark.slow  # gpupool sql processes against a demo home
+
 SECRET = "tok-SECRET-7c1e"  # in every planted file: it must never come back in an answer
 PASSWD = "root:x:0:"
 

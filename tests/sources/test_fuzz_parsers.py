@@ -59,6 +59,8 @@ from tests.sources.fuzzing import (
     read_sample,
 )
 
+pytestmark = pytest.mark.slow  # Hypothesis over every parser, and ingests of mutated files
+
 
 @FUZZ
 @given(any_bytes)
