@@ -5,32 +5,50 @@ from __future__ import annotations
 
 import datetime as dt
 import shutil
+from pathlib import Path
 
 import pytest
 
-from pipelines.build import BuildError, build
+from pipelines.build import BuildError, ModelBuild, build
 from pipelines.catalog import load_catalog
 from pipelines.paths import MODELS_DIR
 from pipelines.warehouse import Warehouse
+from tests.conftest import copy_home
 from tests.models.builders import DAY1, at, gpu, load, one, series
 
 GR = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
+DAY2 = DAY1 + dt.timedelta(days=1)
 CATALOG_COLUMNS = [
     "metric_name", "metric_group", "label_en", "label_zh", "description", "metric_type", "grain", "unit",
     "formula", "source_fields", "view_name", "column_name", "also_in", "metric_version", "catalog_version",
 ]
 
 
-@pytest.fixture
-def warehouse(tmp_path) -> Warehouse:
-    """A home never built (not the built empty home the other model tests start from)."""
-    return Warehouse(tmp_path / "gpupool")
-
-
-def test_build_reports_every_model_and_writes_the_catalog(warehouse):
-    load(warehouse, gpu_inventory=[gpu("a100-01", 0)])
+# The module's first builds, on homes never built (not the built empty home the other model tests start
+# from), shared: a build is seconds. Tests read these homes, or write to a copy.
+@pytest.fixture(scope="module")
+def inventory_built(tmp_path_factory) -> tuple[Path, list[ModelBuild], list[str]]:
+    """A home never built, one GPU in its inventory and no telemetry, built: the home, the builds and
+    the progress lines."""
+    wh = Warehouse(tmp_path_factory.mktemp("inventory") / "gpupool")
+    load(wh, gpu_inventory=[gpu("a100-01", 0)])
     steps: list[str] = []
-    builds = build(warehouse, on_step=steps.append)
+    return wh.home, build(wh, on_step=steps.append), steps
+
+
+@pytest.fixture(scope="module")
+def two_days_built(tmp_path_factory) -> tuple[Path, set[str]]:
+    """A home never built, ten minutes of one GPU's activity (0.5) on each of DAY1 and the day after,
+    built: the home and what its first build built."""
+    wh = Warehouse(tmp_path_factory.mktemp("two-days") / "gpupool")
+    load(wh, gpu_inventory=[gpu("a100-01", 0)], dcgm_samples=series("a100-01", 0, GR, at("10:00"), 10, 0.5))
+    load(wh, ingest="day2", day=DAY2, dcgm_samples=series("a100-01", 0, GR, at("10:00", day=2), 10, 0.5))
+    return wh.home, {b.name for b in build(wh)}
+
+
+def test_build_reports_every_model_and_writes_the_catalog(inventory_built):
+    home, builds, steps = inventory_built
+    warehouse = Warehouse(home)
 
     names = {b.name for b in builds}
     assert {"seeds.gpu_models", "staging.stg_dcgm__samples", "marts.fct_gpu_activity", "metrics.pool_daily",
@@ -46,11 +64,10 @@ def test_build_reports_every_model_and_writes_the_catalog(warehouse):
     assert version == {"catalog_version": catalog.version, "metrics": len(catalog.metrics)}
 
 
-def test_a_failed_model_is_named_and_the_previous_warehouse_is_kept(tmp_path, warehouse):
+def test_a_failed_model_is_named_and_the_previous_warehouse_is_kept(tmp_path, inventory_built):
+    warehouse = Warehouse(copy_home(inventory_built[0], tmp_path / "gpupool"))  # built from models/
     models = tmp_path / "models"
     shutil.copytree(MODELS_DIR, models, ignore=shutil.ignore_patterns("target", "logs"))
-    load(warehouse, gpu_inventory=[gpu("a100-01", 0)])
-    build(warehouse, project_dir=models)
     view = models / "metrics" / "gpu_inventory.sql"
     view.write_text("select no_such_column from {{ ref('dim_gpus') }}")
 
@@ -68,27 +85,22 @@ def _activity(warehouse: Warehouse) -> dict[dt.date, float]:
             "select cast(minute_at as date), sum(activity) from marts.fct_gpu_activity group by 1").fetchall())
 
 
-def test_an_incremental_build_rebuilds_the_changed_days_and_a_full_refresh_all(warehouse):
-    day2 = DAY1 + dt.timedelta(days=1)
-    load(warehouse, gpu_inventory=[gpu("a100-01", 0)], dcgm_samples=series("a100-01", 0, GR, at("10:00"), 10, 0.5))
-    load(warehouse, ingest="day2", day=day2, dcgm_samples=series("a100-01", 0, GR, at("10:00", day=2), 10, 0.5))
-    build(warehouse)
-    assert _activity(warehouse) == {DAY1: pytest.approx(5.0), day2: pytest.approx(5.0)}
+def test_an_incremental_build_rebuilds_the_changed_days_and_a_full_refresh_all(tmp_path, two_days_built):
+    warehouse = Warehouse(copy_home(two_days_built[0], tmp_path / "gpupool"))
+    assert _activity(warehouse) == {DAY1: pytest.approx(5.0), DAY2: pytest.approx(5.0)}
     with warehouse.writer() as con:  # a mark on day 2's rows: only a rebuild of day 2 removes it
-        con.execute("update marts.fct_gpu_activity set activity = 0 where cast(minute_at as date) = ?", [day2])
+        con.execute("update marts.fct_gpu_activity set activity = 0 where cast(minute_at as date) = ?", [DAY2])
 
     load(warehouse, dcgm_samples=series("a100-01", 0, GR, at("10:00"), 10, 0.25))  # day 1 again, new values
     build(warehouse)
-    assert _activity(warehouse) == {DAY1: pytest.approx(2.5), day2: pytest.approx(0.0)}
+    assert _activity(warehouse) == {DAY1: pytest.approx(2.5), DAY2: pytest.approx(0.0)}
 
     build(warehouse, full_refresh=True)
-    assert _activity(warehouse) == {DAY1: pytest.approx(2.5), day2: pytest.approx(5.0)}
+    assert _activity(warehouse) == {DAY1: pytest.approx(2.5), DAY2: pytest.approx(5.0)}
 
 
-def test_a_build_without_telemetry_creates_the_day_by_day_marts_empty(warehouse: Warehouse):
-    load(warehouse, gpu_inventory=[gpu("a100-01", 0)])
-    build(warehouse)
-    with warehouse.connect() as con:
+def test_a_build_without_telemetry_creates_the_day_by_day_marts_empty(inventory_built):
+    with Warehouse(inventory_built[0]).connect() as con:
         assert con.execute("select count(*) from marts.fct_gpu_activity").fetchone()[0] == 0
 
 
@@ -102,11 +114,9 @@ def _mark_day1(warehouse: Warehouse) -> None:
         con.execute("update marts.fct_gpu_activity set activity = 0 where cast(minute_at as date) = ?", [DAY1])
 
 
-def test_an_incremental_build_runs_the_tables_and_a_changed_project_rebuilds_everything(tmp_path, warehouse):
-    day2 = DAY1 + dt.timedelta(days=1)
-    load(warehouse, gpu_inventory=[gpu("a100-01", 0)], dcgm_samples=series("a100-01", 0, GR, at("10:00"), 10, 0.5))
-    load(warehouse, ingest="day2", day=day2, dcgm_samples=series("a100-01", 0, GR, at("10:00", day=2), 10, 0.5))
-    everything = _built(warehouse)
+def test_an_incremental_build_runs_the_tables_and_a_changed_project_rebuilds_everything(tmp_path, two_days_built):
+    home, everything = two_days_built
+    warehouse = Warehouse(copy_home(home, tmp_path / "gpupool"))
     tables = {b for b in everything if b.startswith("marts.")} | {"metrics.catalog", "metrics.catalog_version"}
 
     _mark_day1(warehouse)
