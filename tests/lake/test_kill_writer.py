@@ -172,17 +172,24 @@ def test_kill_9_mid_build_leaves_the_previous_release(small_demo_home: Path, tmp
     release = wh.current_release()
     templates = invariants()
     rng = random.Random(SEED)
-    for n in range(3):
+    # Kill points in the dbt run (after the model at a random share of it: early, mid, late) rather than
+    # after a delay from the start, which mostly landed while dbt was still being imported.
+    for n, share in enumerate(sorted(rng.uniform(0.02, 0.98) for _ in range(3))):
         process = start("build", home)
         await_line(process, "ready")
-        delay = rng.uniform(0.5, 6)
-        time.sleep(delay)
+        while True:
+            line = process.stdout.readline()
+            assert line.startswith("step "), f"kill {n}: the worker said {line!r}: {process.stderr.read()[-2000:]}"
+            done, total = map(int, line.split()[1].split("/"))
+            if done >= share * total:
+                break
+        time.sleep(rng.uniform(0, 0.2))  # inside a model's statements, not only between models
         said = kill(process)
-        assert "done" not in said, f"kill {n}: the build finished within {delay:.2f} s; kill it sooner"
+        assert "done" not in said, f"kill {n}: the build finished after model {done} of {total}"
         assert_locks_free(wh)
         with wh.analyst_connect() as con:  # the previous release, whole
             got = answer(con, templates)
-        assert got["release"] == release and not any(got["violations"].values()), (n, delay, got)
+        assert got["release"] == release and not any(got["violations"].values()), (n, done, total, got)
     build_models(wh, full_refresh=True)  # the next build works
     with wh.analyst_connect() as con:
         got = answer(con, templates)

@@ -223,9 +223,13 @@ def publish_hold(home: str) -> None:
 
 
 def build(home: str) -> None:
+    """A full rebuild that prints "ready" before it starts, "step <n>/<of>" as each model is built (the
+    test kills it at a chosen point of the dbt run), and "done"."""
     from pipelines.runner import build_models
+
     print("ready", flush=True)
-    build_models(Warehouse(home), full_refresh=True)
+    build_models(Warehouse(home), full_refresh=True,
+                 on_step=lambda line: line.startswith("[") and print(f"step {line[1:line.index(']')]}", flush=True))
     print("done", flush=True)
 
 
