@@ -32,7 +32,7 @@ class Figure:
     sql: str  # parameters: the month's first day and the next month's first day (or just the first day)
     monthly: bool = False  # True: one parameter, the month's first day
     # set when `sql` reads just this column of the month's row of metrics.pack_month: collect reads that
-    # row once for all such figures (17 queries of one view each month, every one computing every month)
+    # row once for all such figures (not 16 queries of the view a month, each computing every month)
     pack_month_column: str | None = None
 
     def params(self, month: dt.date, tenant: str | None = None) -> list:
@@ -449,8 +449,8 @@ def collect(con: duckdb.DuckDBPyConnection, month: dt.date, spec: PackSpec = POO
     version = con.sql("select catalog_version from metrics.catalog_version").fetchall()[0][0]
     out = Figures(month=month, catalog_version=version, release_id=release_read(con), spec=spec, tenant=tenant)
     prev = previous_month(month)
-    if any(f.pack_month_column for f in spec.figures):
-        pack_month = {m: _pack_month_row(con, m) for m in (month, prev)}
+    pack_month = ({m: _pack_month_row(con, m) for m in (month, prev)}
+                  if any(f.pack_month_column for f in spec.figures) else {})
     for f in spec.figures:
         if f.pack_month_column:  # the same value as figure_value's query of the column, read once
             out.values[f.key] = _number(pack_month[month].get(f.pack_month_column))
