@@ -31,6 +31,9 @@ class Figure:
     view: str
     sql: str  # parameters: the month's first day and the next month's first day (or just the first day)
     monthly: bool = False  # True: one parameter, the month's first day
+    # set when `sql` reads just this column of the month's row of metrics.pack_month: collect reads that
+    # row once for all such figures (not 16 queries of the view a month, each computing every month)
+    pack_month_column: str | None = None
 
     def params(self, month: dt.date, tenant: str | None = None) -> list:
         return _params(self.monthly, month, tenant)
@@ -67,8 +70,10 @@ def previous_month(month: dt.date) -> dt.date:
     return (month.replace(day=1) - dt.timedelta(days=1)).replace(day=1)
 
 
-def _pm(column: str) -> str:
-    return f"select {column} from metrics.pack_month where month = ?"
+def _pm(key: str, part: str, metric: str, column: str) -> Figure:
+    """A figure that is a column of the month's row of metrics.pack_month."""
+    return Figure(key, part, metric, "pack_month", f"select {column} from metrics.pack_month where month = ?", True,
+                  pack_month_column=column)
 
 
 def month_sum(column: str, view: str) -> str:
@@ -119,35 +124,30 @@ FIGURES: tuple[Figure, ...] = (
     # resources
     Figure("physical_gpus", "resources", "physical_gpus", "pool_daily",
            f"select max(gpus) from (select day, sum(physical_gpus) as gpus from metrics.pool_daily where {DAYS} group by day)"),
-    Figure("capacity_gpu_hours", "resources", "capacity_gpu_hours", "pack_month", _pm("capacity_gpu_hours"), True),
-    Figure("allocated_gpu_hours", "resources", "allocated_gpu_hours", "pack_month", _pm("allocated_gpu_hours"), True),
-    Figure("allocation_rate", "resources", "allocation_rate", "pack_month", _pm("allocation_rate_pct"), True),
-    Figure("utilisation_of_allocated", "resources", "utilisation_of_allocated", "pack_month",
-           _pm("utilisation_of_allocated_pct"), True),
-    Figure("pool_utilisation", "resources", "pool_utilisation", "pack_month", _pm("pool_utilisation_pct"), True),
-    Figure("idle_allocated_gpu_hours", "resources", "idle_allocated_gpu_hours", "pack_month",
-           _pm("idle_allocated_gpu_hours"), True),
+    _pm("capacity_gpu_hours", "resources", "capacity_gpu_hours", "capacity_gpu_hours"),
+    _pm("allocated_gpu_hours", "resources", "allocated_gpu_hours", "allocated_gpu_hours"),
+    _pm("allocation_rate", "resources", "allocation_rate", "allocation_rate_pct"),
+    _pm("utilisation_of_allocated", "resources", "utilisation_of_allocated", "utilisation_of_allocated_pct"),
+    _pm("pool_utilisation", "resources", "pool_utilisation", "pool_utilisation_pct"),
+    _pm("idle_allocated_gpu_hours", "resources", "idle_allocated_gpu_hours", "idle_allocated_gpu_hours"),
     Figure("spec_gap_gpus_peak_hour", "resources", "spec_gap_gpus_peak_hour", "spec_gaps",
            f"select max(gap_gpus_peak_hour) from metrics.spec_gaps where {DAYS}"),
     Figure("host_cpu_utilisation", "resources", "host_cpu_utilisation", "host_daily",
            _host_mean("cpu_busy_pct_mean")),
     # tasks
-    Figure("submissions", "tasks", "submissions", "pack_month", _pm("submissions"), True),
-    Figure("failed_jobs", "tasks", "failed_jobs", "pack_month", _pm("failed_jobs"), True),
-    Figure("failure_rate", "tasks", "failure_rate", "pack_month", _pm("failure_rate_pct"), True),
+    _pm("submissions", "tasks", "submissions", "submissions"),
+    _pm("failed_jobs", "tasks", "failed_jobs", "failed_jobs"),
+    _pm("failure_rate", "tasks", "failure_rate", "failure_rate_pct"),
     # percentiles over the month's jobs, with the waiting work they cannot see beside them
-    Figure("queue_wait_p95", "tasks", "queue_wait_p95", "pack_month", _pm("queue_wait_p95_s"), True),
-    Figure("jobs_waiting", "tasks", "jobs_waiting", "pack_month", _pm("jobs_waiting"), True),
-    Figure("waiting_age_max", "tasks", "waiting_age_max", "pack_month", _pm("waiting_age_max_s"), True),
-    Figure("cancelled_while_queued", "tasks", "cancelled_while_queued", "pack_month",
-           _pm("cancelled_while_queued"), True),
-    Figure("cancelled_pending_age_p95", "tasks", "cancelled_pending_age_p95", "pack_month",
-           _pm("cancelled_pending_age_p95_s"), True),
-    Figure("run_time_p95", "tasks", "run_time_p95", "pack_month", _pm("run_time_p95_s"), True),
+    _pm("queue_wait_p95", "tasks", "queue_wait_p95", "queue_wait_p95_s"),
+    _pm("jobs_waiting", "tasks", "jobs_waiting", "jobs_waiting"),
+    _pm("waiting_age_max", "tasks", "waiting_age_max", "waiting_age_max_s"),
+    _pm("cancelled_while_queued", "tasks", "cancelled_while_queued", "cancelled_while_queued"),
+    _pm("cancelled_pending_age_p95", "tasks", "cancelled_pending_age_p95", "cancelled_pending_age_p95_s"),
+    _pm("run_time_p95", "tasks", "run_time_p95", "run_time_p95_s"),
     Figure("retries", "tasks", "retries", "task_daily", month_sum("retries", "task_daily")),
     Figure("retry_gpu_hours", "tasks", "retry_gpu_hours", "task_daily", month_sum("retry_gpu_hours", "task_daily")),
-    Figure("checkpoint_policy_coverage", "tasks", "checkpoint_policy_coverage", "pack_month",
-           _pm("checkpoint_policy_pct"), True),
+    _pm("checkpoint_policy_coverage", "tasks", "checkpoint_policy_coverage", "checkpoint_policy_pct"),
     Figure("attempt_failure_rate", "tasks", "attempt_failure_rate_by_cause", "failure_causes",
            _cause("failure_rate_pct"), True),
     Figure("gpu_hours_lost", "tasks", "gpu_hours_lost_by_cause", "failure_causes", _cause("gpu_hours_lost"), True),
@@ -420,7 +420,18 @@ def figure_value(con: duckdb.DuckDBPyConnection, figure: Figure, month: dt.date,
                  tenant: str | None = None) -> float | None:
     """The figure's value for a month (None when the view has no row for it)."""
     rows = con.sql(figure.sql, params=figure.params(month, tenant)).fetchall()
-    return None if not rows or rows[0][0] is None else float(rows[0][0])
+    return _number(rows[0][0] if rows else None)
+
+
+def _number(value: object) -> float | None:
+    return None if value is None else float(value)
+
+
+def _pack_month_row(con: duckdb.DuckDBPyConnection, month: dt.date) -> dict[str, object]:
+    """metrics.pack_month's row for the month by column (empty when it has none)."""
+    relation = con.sql("select * from metrics.pack_month where month = ?", params=[month])
+    rows = relation.fetchall()
+    return dict(zip(relation.columns, rows[0], strict=True)) if rows else {}
 
 
 def table_frame(con: duckdb.DuckDBPyConnection, table: Table, month: dt.date,
@@ -438,9 +449,15 @@ def collect(con: duckdb.DuckDBPyConnection, month: dt.date, spec: PackSpec = POO
     version = con.sql("select catalog_version from metrics.catalog_version").fetchall()[0][0]
     out = Figures(month=month, catalog_version=version, release_id=release_read(con), spec=spec, tenant=tenant)
     prev = previous_month(month)
+    pack_month = ({m: _pack_month_row(con, m) for m in (month, prev)}
+                  if any(f.pack_month_column for f in spec.figures) else {})
     for f in spec.figures:
-        out.values[f.key] = figure_value(con, f, month, tenant)
-        out.previous[f.key] = figure_value(con, f, prev, tenant)
+        if f.pack_month_column:  # the same value as figure_value's query of the column, read once
+            out.values[f.key] = _number(pack_month[month].get(f.pack_month_column))
+            out.previous[f.key] = _number(pack_month[prev].get(f.pack_month_column))
+        else:
+            out.values[f.key] = figure_value(con, f, month, tenant)
+            out.previous[f.key] = figure_value(con, f, prev, tenant)
     for t in spec.tables:
         out.tables[t.key] = table_frame(con, t, month, tenant)
     names = sorted(spec.metrics())

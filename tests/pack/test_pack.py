@@ -6,7 +6,6 @@ import datetime as dt
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import duckdb
@@ -17,20 +16,9 @@ from polars.testing import assert_frame_equal
 from pipelines.catalog import load_catalog
 from pipelines.pack.figures import FIGURES, TABLES, figure_value, previous_month, table_frame
 from tests.components import require_component
-from tests.conftest import copy_home
 
 pytestmark = pytest.mark.slow
 MONTH = dt.date(2026, 11, 1)
-
-
-def _gpupool(*args: str) -> None:
-    subprocess.run([str(Path(sys.executable).parent / "gpupool"), *args], check=True, capture_output=True)
-
-
-@pytest.fixture(scope="session")
-def pack_home(tmp_path_factory, packed_demo_home) -> Path:
-    """A copy of the small demo with its advice and November's pool pack (a test builds another)."""
-    return copy_home(packed_demo_home, tmp_path_factory.mktemp("pack") / "gpupool")
 
 
 def _packs(home: Path) -> list[dict]:
@@ -43,11 +31,11 @@ def _packs(home: Path) -> list[dict]:
         con.close()
 
 
-def test_every_number_equals_its_metrics_query(pack_home):
-    out = (pack_home / _packs(pack_home)[0]["html_path"]).parent
+def test_every_number_equals_its_metrics_query(packed_demo_home):
+    out = (packed_demo_home / _packs(packed_demo_home)[0]["html_path"]).parent
     stored = json.loads((out / "figures.json").read_text())
     assert stored["catalog_version"] == load_catalog().version
-    con = duckdb.connect(str(pack_home / "warehouse.duckdb"), read_only=True)
+    con = duckdb.connect(str(packed_demo_home / "warehouse.duckdb"), read_only=True)
     try:
         for f in FIGURES:
             assert f.sql.startswith("select") and "metrics." in f.sql
@@ -71,8 +59,8 @@ def test_every_number_equals_its_metrics_query(pack_home):
     assert load_catalog().version in html and "no data" in html and "gpupool recommend --month 2026-10" in html
 
 
-def test_pdf_pages_render(pack_home, tmp_path):
-    out = pack_home / _packs(pack_home)[0]["pdf_path"]
+def test_pdf_pages_render(packed_demo_home, tmp_path):
+    out = packed_demo_home / _packs(packed_demo_home)[0]["pdf_path"]
     assert out.stat().st_size > 10_000
     require_component("pdftoppm (poppler-utils)", shutil.which("pdftoppm") is not None, "scripts/components.sh")
     subprocess.run(["pdftoppm", "-r", "40", "-png", str(out), str(tmp_path / "page")], check=True)
@@ -80,24 +68,24 @@ def test_pdf_pages_render(pack_home, tmp_path):
     assert len(pages) >= 2 and all(p.stat().st_size > 1000 for p in pages)
 
 
-def test_second_build_keeps_the_first_and_chinese(pack_home):
-    first = _packs(pack_home)
-    _gpupool("pack", "--month", "2026-11", "--lang", "zh", "--home", str(pack_home))
-    after = _packs(pack_home)
+def test_second_build_keeps_the_first_and_chinese(packed_demo_home, packed_twice_demo_home):
+    """packed_twice_demo_home is packed_demo_home after `gpupool pack --month 2026-11 --lang zh`."""
+    first = _packs(packed_demo_home)
+    after = _packs(packed_twice_demo_home)
     assert len(after) == len(first) + 1
     for entry in after:
-        assert (pack_home / entry["pdf_path"]).exists()
+        assert (packed_twice_demo_home / entry["pdf_path"]).exists()
     assert after[-1]["lang"] == "zh" and after[-1]["catalog_version"] == load_catalog().version
-    assert "GPU资源池月度报告" in (pack_home / after[-1]["html_path"]).read_text()
+    assert "GPU资源池月度报告" in (packed_twice_demo_home / after[-1]["html_path"]).read_text()
 
 
-def test_failures_by_cause_and_hosts(pack_home):
+def test_failures_by_cause_and_hosts(packed_demo_home):
     """The pool's failures by cause are the view's pool rows (tenant all): the tenants' rows summed
     (rates: the view's definition over the sums); the host table covers every host with node_exporter data."""
-    out = (pack_home / _packs(pack_home)[0]["html_path"]).parent
+    out = (packed_demo_home / _packs(packed_demo_home)[0]["html_path"]).parent
     causes = pl.read_parquet(out / "appendix" / "failures_by_cause.parquet")
     hosts = pl.read_parquet(out / "appendix" / "hosts.parquet")
-    con = duckdb.connect(str(pack_home / "warehouse.duckdb"), read_only=True)
+    con = duckdb.connect(str(packed_demo_home / "warehouse.duckdb"), read_only=True)
     try:
         rows = con.sql("select * from metrics.failure_causes where month = ? and tenant <> 'all'", params=[MONTH]).pl()
         host_count = con.execute("select count(distinct host) from metrics.host_daily").fetchone()[0]
@@ -116,15 +104,15 @@ def test_failures_by_cause_and_hosts(pack_home):
     assert "failures_by_cause" in html and "repeat_offender_gpus" in html and "charts/hosts.png" in html
 
 
-def test_checkpoints_and_artifact_status(pack_home):
+def test_checkpoints_and_artifact_status(packed_demo_home):
     """The task part's artifact status is the view's finished training jobs summed over tenants and
     templates, with shares of the month's total; work lost by cause and the breaches are the view's rows."""
-    out = (pack_home / _packs(pack_home)[0]["html_path"]).parent
+    out = (packed_demo_home / _packs(packed_demo_home)[0]["html_path"]).parent
     status = pl.read_parquet(out / "appendix" / "artifact_status.parquet")
     lost = pl.read_parquet(out / "appendix" / "work_lost_by_cause.parquet")
     breaches = pl.read_parquet(out / "appendix" / "checkpoint_policy_breaches.parquet")
     stored = json.loads((out / "figures.json").read_text())["figures"]
-    con = duckdb.connect(str(pack_home / "warehouse.duckdb"), read_only=True)
+    con = duckdb.connect(str(packed_demo_home / "warehouse.duckdb"), read_only=True)
     try:
         artifacts = con.sql("select * from metrics.artifact_status where month = ?", params=[MONTH]).pl()
         work = con.sql("select * from metrics.work_lost where month = ?", params=[MONTH]).pl()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 
+import duckdb
 import pytest
 from markupsafe import escape
 
@@ -13,7 +14,7 @@ from pipelines.catalog import load_catalog
 from pipelines.pack.figures import POOL, collect
 from pipelines.pack.labels import column_label
 from pipelines.pack.questions import pool_answers
-from pipelines.pack.render import duration, fmt, render
+from pipelines.pack.render import duration, fmt
 from pipelines.pack.tenant import TENANT, tenants_of_month
 from pipelines.warehouse import Warehouse
 
@@ -54,10 +55,17 @@ def test_values_read_as_units():
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
-def test_html_reads_as_a_document(collected, tmp_path, lang):
+def test_html_reads_as_a_document(collected, packed_twice_demo_home, lang):
+    """The pool's packs that `gpupool pack` rendered in both languages (built once per test run)."""
     pool, _ = collected
-    render(pool, tmp_path, lang)
-    html = (tmp_path / "pack.html").read_text()
+    con = duckdb.connect(str(packed_twice_demo_home / "warehouse.duckdb"), read_only=True)
+    try:
+        ((html_path,),) = con.execute("select html_path from ops.review_packs where tenant is null and lang = ?",
+                                      [lang]).fetchall()
+    finally:
+        con.close()
+    out = (packed_twice_demo_home / html_path).parent
+    html = (out / "pack.html").read_text()
     first_page = html[:html.index('<h2 class="toc"')]
     assert len(re.findall(r'<div class="q">', first_page)) == 5 and 'href="#advice_outcome"' in first_page
     assert "target-counter(attr(href), page)" in html and "counter(pages)" in html
@@ -68,7 +76,7 @@ def test_html_reads_as_a_document(collected, tmp_path, lang):
         assert escape(pool.catalog[name][f"label_{lang}"]) in html  # the HTML is autoescaped
     assert "2026-11" in html[html.index('id="part-scorecard"'):][:200]
     assert "capacity_gpu_hours</th>" not in html and ">pool_by_day<" not in html
-    assert (tmp_path / "pack.pdf").stat().st_size > 10_000
+    assert (out / "pack.pdf").stat().st_size > 10_000
 
 
 def test_users_text_is_escaped_and_the_pdf_reads_only_the_packs_files(tmp_path):
