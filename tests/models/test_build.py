@@ -16,6 +16,8 @@ from pipelines.warehouse import Warehouse
 from tests.conftest import copy_home
 from tests.models.builders import DAY1, at, gpu, load, one, series
 
+pytestmark = pytest.mark.slow  # dbt builds of never-built homes, a changed project's parse
+
 GR = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 DAY2 = DAY1 + dt.timedelta(days=1)
 CATALOG_COLUMNS = [
