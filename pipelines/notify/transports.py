@@ -5,12 +5,13 @@ again with its backoff. Every call has a timeout, so a slow server costs a tick 
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import smtplib
 import ssl
 from email.message import EmailMessage
-from email.utils import make_msgid
 from typing import Any
+from urllib.parse import urlsplit
 
 import requests
 
@@ -36,8 +37,7 @@ class EmailTransport:
         mail["From"] = cfg.from_address
         mail["To"] = to
         mail["Subject"] = message.subject
-        mail["Message-ID"] = make_msgid(idstring=message.keys[0] if len(message.keys) == 1 else None,
-                                        domain=cfg.from_address.rpartition("@")[2].strip(">"))
+        mail["Message-ID"] = message_id(message.keys, cfg.from_address)
         mail["X-Gpupool-Reminders"] = ", ".join(message.keys)
         mail.set_content(message.text)
         try:
@@ -84,12 +84,13 @@ class WebhookTransport:
             response = self.session.post(url, json=self.body(message, user, mention), timeout=self.config.timeout_s,
                                          headers=self.config.headers)
         except requests.RequestException as exc:
-            raise NotifyError(f"webhook {_safe(url)}: {type(exc).__name__}: {str(exc)[:200]}") from exc
+            raise NotifyError(f"webhook {_safe(url)}: {type(exc).__name__}: {_scrub(str(exc), url)[:300]}") from exc
         if not 200 <= response.status_code < 300:
-            raise NotifyError(f"webhook {_safe(url)}: HTTP {response.status_code}: {response.text.strip()[:200]}")
+            raise NotifyError(f"webhook {_safe(url)}: HTTP {response.status_code}: "
+                              f"{_scrub(response.text.strip(), url)[:200]}")
         refused = _error_code(response)
         if refused:
-            raise NotifyError(f"webhook {_safe(url)}: the service refused the message: {refused}")
+            raise NotifyError(f"webhook {_safe(url)}: the service refused the message: {_scrub(refused, url)}")
         return f"HTTP {response.status_code}"
 
 
@@ -119,6 +120,22 @@ def _error_code(response: requests.Response) -> str | None:
         if body.get(code) not in (None, 0):
             return f"{code} {body[code]}: {body.get(text, '')}"
     return None
+
+
+def message_id(keys: tuple[str, ...], from_address: str) -> str:
+    """The same reminders give the same Message-ID, so a repeat (a server that accepted after the
+    timeout) is one message to mail clients that dedupe on it."""
+    digest = hashlib.sha256("|".join(keys).encode()).hexdigest()[:24]
+    return f"<{digest}.gpupool@{from_address.rpartition('@')[2].strip('>') or 'localhost'}>"
+
+
+def _scrub(text: str, url: str) -> str:
+    """`text` without the webhook's path and query (an exception's text may quote them)."""
+    parts = urlsplit(url)
+    for secret in (parts.path + ("?" + parts.query if parts.query else ""), parts.path, parts.query):
+        if secret and secret != "/":
+            text = text.replace(secret, "/…")
+    return text
 
 
 def _safe(url: str) -> str:

@@ -22,7 +22,7 @@ from pipelines.notify.config import RemindersConfig
 from pipelines.notify.reminders import Reminders
 from pipelines.policies.planner import plan
 from tests.governance.conftest import GRACE_S, T0, at, catalog, finding, findings
-from tests.notify.servers import smtp_server, webhook_server
+from tests.notify.servers import free_port, smtp_server, webhook_server
 
 
 def gpu(host: str, index: int, activity: float = 0.008, memory: float = 1234.0) -> dict:
@@ -94,7 +94,7 @@ def test_the_owner_gets_a_mail_naming_the_gpus_the_evidence_the_next_step_and_th
 
     en = mails["vic@example.org"]
     assert en["Subject"] == "[gpupool] Idle GPUs: job j-1 holds 2 idle GPU(s) on node-01"
-    assert en["From"] == "gpupool@example.org"
+    assert en["From"] == "gpupool@example.org" and en["Message-ID"].endswith(".gpupool@example.org>")
     body = en.get_content()
     for words in ("Hello vic,", "Job j-1 (attempt 1; tenant vision, queue vision-train, scheduler allocator)",
                   "GPUs: node-01/0, node-01/1 (2 of the 2 GPUs the job holds)",
@@ -162,6 +162,15 @@ def test_a_refused_mail_and_a_failing_webhook_are_retried_and_each_sent_once(out
     [answer] = answers(tmp_path / "landing")
     assert answer["effects"]["notified"] == {"email": "sent before", "webhook": "HTTP 200"}
     assert answer["delivery_attempts"] == 3 and outbox.rows()[0]["status"] == "answered"
+
+
+def test_an_unreachable_webhook_is_retried_and_its_token_never_shows(outbox, tmp_path):
+    decide(outbox, findings(idle("j-1", "vic")))
+    url = f"http://127.0.0.1:{free_port()}/services/T000/B000/secret-token?key=also-secret"
+    report = outbox.deliver({"allocator": Engine()}, at(1), reminders=Reminders(config(webhook=url), tmp_path / "r.db"))
+    [retry] = report.retried
+    assert "ConnectionError" in retry.error and "secret" not in retry.error
+    assert "secret" not in outbox.rows()[0]["last_error"] and outbox.rows()[0]["status"] == "queued"
 
 
 def test_a_webhook_slower_than_its_timeout_does_not_hold_the_tick(outbox, tmp_path):
