@@ -1,5 +1,5 @@
 """The reclaim loop wired from gpupool.yml: the engines whose running work the tick reads, the
-enforcers of the engines it names, the outbox, and one governance tick with them (what the
+enforcers of the engines it names, the outbox, the owners' reminders, and one governance tick with them (what the
 `idle_reclaim` sensor runs through GovernanceResource)."""
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ from pipelines.enforcement.slurm import SlurmEnforcer
 from pipelines.governance.outbox import Outbox
 from pipelines.governance.running import AllocatorWork, RunningWorkReader, SlurmWork
 from pipelines.governance.tick import TickReport, governance_tick
+from pipelines.notify.config import reminders_config
+from pipelines.notify.reminders import Reminders
 from pipelines.policies.catalog import PolicyCatalog
 
 log = logging.getLogger(__name__)
@@ -52,17 +54,27 @@ def build_readers(config_file: Path, client: AllocatorClient) -> list[RunningWor
     return out
 
 
+def build_reminders(config_file: Path, folder: Path) -> Reminders | None:
+    """The owners' reminders when gpupool.yml has a `reminders` section (their sent ledger in `folder`,
+    the outbox's); None without one."""
+    config = reminders_config(config_file)
+    return Reminders(config, folder / "reminders.db") if config is not None else None
+
+
 def run_governance_tick(now: dt.datetime, *, config_file: Path, allocator: AllocatorConfig, landing: Path,
                         catalog: PolicyCatalog, outbox_path: Path, lookback: dt.timedelta | None) -> TickReport:
     """One governance tick at `now`: the outbox at `outbox_path` (writer `sensor`), the running work
     of every configured engine and every configured enforcer, closed again after."""
     outbox = Outbox(outbox_path, landing, writer=SENSOR_WRITER)
     client = AllocatorClient.from_config(allocator)
+    reminders = build_reminders(config_file, outbox_path.parent)
     try:
         return governance_tick(
             now, landing=landing, catalog=catalog, outbox=outbox, client=client,
             enforcers=build_enforcers(config_file, allocator, landing, outbox_path.parent), lookback=lookback,
-            work=build_readers(config_file, client),
+            work=build_readers(config_file, client), reminders=reminders,
         )
     finally:
         outbox.close()
+        if reminders is not None:
+            reminders.close()

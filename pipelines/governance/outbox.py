@@ -19,6 +19,12 @@ decision and one per answer, in `landing/governance_actions/<YYYY-MM-DD>/<writer
 written in the same transaction as the rows (a `log_lines` table) and flushed to the file after,
 under a file lock; a crash between the file write and marking the lines written can repeat those
 lines once, never lose them. Readers dedupe on (idempotency_key, record, status).
+
+Reminders (`deliver(..., reminders=)`, pipelines/notify/): a remind step the engine accepted (applied
+or already_done) is then sent to the job's owner, all of a delivery's at once so that one user's many
+become a digest; what went out is the answer's `effects.notified`. A step whose reminder did not go out
+stays queued with the same backoff: the engine answers `already_done` next time, and the reminders'
+own ledger sends only what did not go out. A refused remind (the job is gone) reaches no one.
 """
 from __future__ import annotations
 
@@ -44,12 +50,13 @@ from allocator.filemodes import (
     make_dirs,
     opener,
 )
-from allocator.model import Action, ActionKind, ActionResult
+from allocator.model import Action, ActionKind, ActionResult, Outcome
 from allocator.records import rfc3339
 from pipelines.connectors.http import RetryPolicy
 from pipelines.contracts import DECISION_SCHEMA_NAME, DecisionStatus, Mode, PolicyKind, StepAction
 from pipelines.enforcement.allocator import DeliveryError
 from pipelines.enforcement.base import Enforcer
+from pipelines.notify.reminders import Due, Notice, Reminders
 from pipelines.policies.model import PlannedAction
 from pipelines.policies.planner import DRAIN_ACTIONS, RATE_LIMITED_ACTIONS, DeliveredStep
 
@@ -57,6 +64,8 @@ SOURCE = "governance_actions"
 ACTOR = "gpupool-governance"
 BACKOFF = RetryPolicy(backoff_s=5.0, max_backoff_s=300.0)
 CLAIM_TTL = dt.timedelta(minutes=10)  # longer than any request's timeout
+# The engine's answers to a remind step after which its owner is told (a refusal: the job is gone).
+REMINDED = frozenset({Outcome.APPLIED, Outcome.ALREADY_DONE})
 # Fields of the decision log taken from PlannedAction.evidence (the planner copies the finding's).
 FINDING_FIELDS = ("detected_at", "window_start_at", "window_end_at", "gpus_flagged", "gpus_held", "gpu_hours",
                   "recommendation")
@@ -101,6 +110,10 @@ class DeliveryReport:
 
 def _iso(t: dt.datetime) -> str:
     return t.isoformat(sep=" ", timespec="microseconds")
+
+
+def _time(text: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(text)
 
 
 def planned_from_json(text: str) -> PlannedAction:
@@ -291,10 +304,10 @@ class Outbox:
 
     # -- delivery ---------------------------------------------------------------------------------
 
-    def _claim(self, now: dt.datetime, limit: int | None) -> tuple[str, list[tuple[str, str, int]]]:
+    def _claim(self, now: dt.datetime, limit: int | None) -> tuple[str, list[tuple[str, str, int, str]]]:
         claim = uuid.uuid4().hex
 
-        def work() -> list[tuple[str, str, int]]:
+        def work() -> list[tuple[str, str, int, str]]:
             self._db.execute(
                 "update decisions set claimed_by = ?, claimed_at = ? where idempotency_key in ("
                 "  select idempotency_key from decisions where status = ? and next_attempt_at <= ?"
@@ -303,16 +316,19 @@ class Outbox:
                 [claim, _iso(now), DecisionStatus.QUEUED.value, _iso(now), _iso(now - CLAIM_TTL),
                  -1 if limit is None else limit])
             return self._db.execute(
-                "select idempotency_key, planned_json, attempts from decisions where claimed_by = ? "
+                "select idempotency_key, planned_json, attempts, decided_at from decisions where claimed_by = ? "
                 "order by next_attempt_at, idempotency_key", [claim]).fetchall()
 
         return claim, self._transaction(work)
 
-    def deliver(self, enforcers: Mapping[str, Enforcer], now: dt.datetime, limit: int | None = None) -> DeliveryReport:
-        """Send the queued actions that are due; see the module docstring."""
+    def deliver(self, enforcers: Mapping[str, Enforcer], now: dt.datetime, limit: int | None = None,
+                reminders: Reminders | None = None) -> DeliveryReport:
+        """Send the queued actions that are due; see the module docstring. With `reminders`, a remind
+        step the engine accepted is also sent to its owner before its answer is recorded."""
         report = DeliveryReport()
         claim, rows = self._claim(now, limit)
-        for key, planned_json, attempts in rows:
+        accepted: list[tuple[str, PlannedAction, int, ActionResult, Due]] = []
+        for key, planned_json, attempts, decided_at in rows:
             planned = planned_from_json(planned_json)
             enforcer = enforcers.get(planned.engine)
             if enforcer is None:
@@ -340,10 +356,34 @@ class Outbox:
                 retry = self._retry(key, claim, attempts, now, f"{type(exc).__name__}: {exc}")
                 report.errors.append(f"{key}: {retry.error} (next attempt {retry.next_attempt_at:%H:%M:%S})")
                 continue
+            if reminders is not None and planned.action == StepAction.REMIND and result.outcome in REMINDED:
+                user = result.effects.get("reminded") if planned.engine != "kueue" else None
+                accepted.append((key, planned, attempts, result, Due(planned, _time(decided_at), user)))
+                continue
             if self._answer(key, claim, planned, attempts + 1, result, now):
                 report.answered[result.outcome.value] += 1
+        if accepted:
+            self._remind(accepted, claim, reminders, now, report)
         self.flush_log()
         return report
+
+    def _remind(self, accepted: list[tuple[str, PlannedAction, int, ActionResult, Due]], claim: str,
+                reminders: Reminders, now: dt.datetime, report: DeliveryReport) -> None:
+        """Send the accepted remind steps to their owners; a step whose reminder did not go out stays
+        queued (the engine answers `already_done` to it next time, and only what was not sent goes)."""
+        try:
+            notices = reminders.send([due for *_, due in accepted], now)
+        except Exception as exc:  # noqa: BLE001 - e.g. the sent ledger unreadable: reported, the steps kept
+            notices = {}
+            report.errors.append(f"reminders: {type(exc).__name__}: {exc}")
+        for key, planned, attempts, result, _ in accepted:
+            notice = notices.get(key) or Notice(error="not sent: see the delivery's errors")
+            if notice.error is not None:
+                report.retried.append(self._retry(key, claim, attempts, now, f"reminder: {notice.error}"))
+                continue
+            result = dataclasses.replace(result, effects={**result.effects, "notified": notice.effects})
+            if self._answer(key, claim, planned, attempts + 1, result, now):
+                report.answered[result.outcome.value] += 1
 
     def _retry(self, key: str, claim: str, attempts: int, now: dt.datetime, error: str) -> Retry:
         next_at = now + dt.timedelta(seconds=BACKOFF.delay(attempts))

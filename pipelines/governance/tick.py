@@ -21,7 +21,9 @@ A tick, at `now` (UTC, naive):
 4. evaluates the live kinds (idle allocation, zombie, idle interactive, overrun);
 5. plans the due steps (`plan`), where an attempt with an open finding that no longer runs in its
    engine has ended (its next step is dropped, never sent);
-6. records the decisions in the outbox, delivers what is due, and flushes the decision log.
+6. records the decisions in the outbox, delivers what is due (a remind step the engine accepted is
+   also sent to the job's owner by email or chat, with `reminders`: pipelines/notify/), and flushes
+   the decision log.
 
 When an engine cannot be read (the allocator down, a refused token, squeue failing), nothing is
 planned for its jobs: an empty list of running jobs would otherwise read as "every job ended"; its
@@ -50,6 +52,7 @@ from pipelines.enforcement.base import Enforcer
 from pipelines.governance.live import allocation_minutes, allocations_from_jobs, recent_gpu_minutes
 from pipelines.governance.outbox import DeliveryReport, Outbox
 from pipelines.governance.running import AllocatorWork, RunningWork, RunningWorkReader
+from pipelines.notify.reminders import Reminders
 from pipelines.policies.catalog import PolicyCatalog, default_lookback
 from pipelines.policies.evaluate import evaluate
 from pipelines.policies.inputs import PROGRESS_SCHEMA, PolicyInputs
@@ -219,10 +222,12 @@ def governance_tick(
     enforcers: Mapping[str, Enforcer],
     lookback: dt.timedelta | None = None,
     work: Sequence[RunningWorkReader] | None = None,
+    reminders: Reminders | None = None,
 ) -> TickReport:
     """One evaluation of the live policies at `now`; see the module docstring. `client`: the
     allocator's, whose logs are pulled (None: the pool runs no allocator); `work`: the engines whose
-    running work is read (default: the allocator's, through `client`)."""
+    running work is read (default: the allocator's, through `client`); `reminders`: how a delivered
+    remind step reaches the job's owner (None: the engine's remind only)."""
     started = time.perf_counter()
     now = utc_naive(now)
     report = TickReport(at=now)
@@ -260,7 +265,7 @@ def governance_tick(
         planned = plan(report.findings, catalog, history, now, jobs_ended=ended, evaluated_kinds=LIVE_KINDS)
         recorded = outbox.record(planned, now)
         report.decisions.update(f"{p.action.value} {p.status.value}" for p in recorded)
-    report.delivery = outbox.deliver(enforcers, now)
+    report.delivery = outbox.deliver(enforcers, now, reminders=reminders)
     report.log_lines = outbox.flush_log()
     report.duration_s = time.perf_counter() - started
     return report

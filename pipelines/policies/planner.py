@@ -55,6 +55,7 @@ OPEN_FINDING_LOOKBACK = dt.timedelta(days=2)
 FINDING_FIELDS = (
     "detected_at", "window_start_at", "window_end_at", "gpus_flagged", "gpus_held", "gpu_hours",
     "recommendation", "metric", "observed", "threshold", "template", "scope",
+    "user_name",  # the owner a reminder goes to (pipelines/notify/)
 )
 
 
@@ -273,6 +274,25 @@ def _undrain_due(finding: dict, rule: Rule, due: tuple[int, dt.datetime]) -> tup
     return (due[0], at) if last_seen >= at - SEEN_SLACK else None
 
 
+def _following(finding: dict, rule: Rule, index: int, catalog: PlanningCatalog, now: dt.datetime) -> dict:
+    """What a reminder announces: the step after it (`action`, due `after_s` after the reminder's decision)
+    as it would be decided now if the finding still holds then, and why it would not act (`instead`:
+    partial idle, production inference, an exemption), so the message never threatens what will not happen."""
+    step = rule.steps[index]
+    out: dict[str, Any] = {"action": step.action.value, "after_s": step.after_s}
+    if step.action not in ENFORCING:
+        return out
+    if finding["gpus_flagged"] < finding["gpus_held"] and step.action in (StepAction.RECLAIM, StepAction.PREEMPT):
+        out["instead"] = "partial"
+    elif finding.get("template") in PROTECTED_TEMPLATES:
+        out["instead"] = "protected"
+    elif (exemption := catalog.exemption_for(rule.policy, finding["tenant"], finding["queue"], finding["job_id"],
+                                             now)) is not None:
+        out["instead"] = "exempt"
+        out["exempt_until"] = rfc3339(exemption.expires_at)
+    return out
+
+
 def _decide(finding: dict, rule: Rule, index: int, catalog: PlanningCatalog, now: dt.datetime,
             budget: _Budget, holds: str | None) -> PlannedAction:
     """One step of one finding: its action, status and reason. `holds`: why it no longer holds, or None."""
@@ -313,6 +333,9 @@ def _decide(finding: dict, rule: Rule, index: int, catalog: PlanningCatalog, now
             status, status_reason = DecisionStatus.RATE_LIMITED, refusal
         else:
             budget.drains += 1
+    evidence = _evidence(finding)
+    if action == StepAction.REMIND and index + 1 < len(rule.steps):
+        evidence["next_step"] = _following(finding, rule, index + 1, catalog, now)
     return PlannedAction(
         idempotency_key=action_key(finding["finding_id"], index, action.value),
         finding_id=finding["finding_id"],
@@ -328,7 +351,7 @@ def _decide(finding: dict, rule: Rule, index: int, catalog: PlanningCatalog, now
         tenant=finding["tenant"],
         queue=finding["queue"],
         reason=text,
-        evidence=_evidence(finding),
+        evidence=evidence,
         status=status,
         status_reason=status_reason,
         runtime_s=runtime_s,
