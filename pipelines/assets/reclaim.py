@@ -2,7 +2,7 @@
 `policy_findings` record.
 
 - `idle_reclaim_sensor` runs one `governance_tick` (pipelines/governance/tick.py) per minute against the
-  allocator named in gpupool.yml: fresh scrape rounds in, decisions and actions out. It requests
+  engines gpupool.yml names (the allocator, Slurm): fresh scrape rounds in, decisions and actions out. It requests
   no runs; its tick message is the tick's summary. It starts STOPPED: turn it on in the UI (or
   `dagster sensor start idle_reclaim`) once the policies' modes are what you want.
 - `policy_findings` (daily partitions, after the marts it reads) re-evaluates every policy kind over
@@ -47,9 +47,10 @@ DAILY_WRITER = "daily"
     minimum_interval_seconds=60,
     default_status=dg.DefaultSensorStatus.STOPPED,
     description=(
-        "Every minute: pulls the allocator's events and audit into landing, evaluates the live idle "
-        "policies (idle allocation, zombie, idle interactive, overrun) on the freshest scrape rounds, "
-        "records the due steps in the outbox and delivers them to the allocator (docs/reclaim.md)."
+        "Every minute: reads the running work of the engines gpupool.yml names (the allocator, whose events "
+        "and audit it pulls into landing; Slurm's squeue), evaluates the live idle policies (idle allocation, "
+        "zombie, idle interactive, overrun) on the freshest scrape rounds, records the due steps in the outbox "
+        "and delivers them to each engine's enforcer (docs/reclaim.md)."
     ),
 )
 def idle_reclaim_sensor(

@@ -7,7 +7,7 @@ import datetime as dt
 import logging
 from pathlib import Path
 
-from pipelines.config import section
+from pipelines.config import ConfigError, section
 from pipelines.connectors.allocator import AllocatorClient, AllocatorConfig
 from pipelines.connectors.kubernetes import KubernetesConfig
 from pipelines.connectors.slurm import SlurmConfig
@@ -26,12 +26,12 @@ log = logging.getLogger(__name__)
 SENSOR_WRITER = "sensor"
 
 
-def build_enforcers(config_file: Path, allocator: AllocatorConfig, landing: Path,
+def build_enforcers(config_file: Path, allocator: AllocatorConfig | None, landing: Path,
                     ledgers: Path) -> dict[str, Enforcer]:
-    """The built-in allocator's, plus Slurm's and Kueue's when `config_file` configures them: actions
-    on work those engines hold (findings of the daily record) go through the same interface. Their
-    ledgers live in `ledgers` (the outbox's folder)."""
-    out: dict[str, Enforcer] = {"allocator": AllocatorEnforcer.from_config(allocator)}
+    """The built-in allocator's (when the pool runs it: `allocator`), Slurm's and Kueue's when
+    `config_file` configures them: actions on work those engines hold go through the same interface.
+    Their ledgers live in `ledgers` (the outbox's folder)."""
+    out: dict[str, Enforcer] = {} if allocator is None else {"allocator": AllocatorEnforcer.from_config(allocator)}
     slurm = section("slurm", SlurmConfig, config_file)
     if slurm is not None:
         out["slurm"] = SlurmEnforcer(ActionLedger(ledgers / "slurm-ledger.db", landing, "slurm"), slurm)
@@ -44,10 +44,10 @@ def build_enforcers(config_file: Path, allocator: AllocatorConfig, landing: Path
     return out
 
 
-def build_readers(config_file: Path, client: AllocatorClient) -> list[RunningWorkReader]:
-    """The engines whose running work the tick reads: the allocator, plus Slurm when gpupool.yml
-    has `slurm.governance` (the partitions it may read; none without it)."""
-    out: list[RunningWorkReader] = [AllocatorWork(client)]
+def build_readers(config_file: Path, client: AllocatorClient | None) -> list[RunningWorkReader]:
+    """The engines whose running work the tick reads: the allocator (when the pool runs it: `client`),
+    and Slurm when gpupool.yml has `slurm.governance` (the partitions it may read; none without it)."""
+    out: list[RunningWorkReader] = [] if client is None else [AllocatorWork(client)]
     slurm = section("slurm", SlurmConfig, config_file)
     if slurm is not None and slurm.governance is not None:
         out.append(SlurmWork(slurm))
@@ -61,18 +61,24 @@ def build_reminders(config_file: Path, folder: Path) -> Reminders | None:
     return Reminders(config, folder / "reminders.db") if config is not None else None
 
 
-def run_governance_tick(now: dt.datetime, *, config_file: Path, allocator: AllocatorConfig, landing: Path,
+def run_governance_tick(now: dt.datetime, *, config_file: Path, allocator: AllocatorConfig | None, landing: Path,
                         catalog: PolicyCatalog, outbox_path: Path, lookback: dt.timedelta | None) -> TickReport:
     """One governance tick at `now`: the outbox at `outbox_path` (writer `sensor`), the running work
-    of every configured engine and every configured enforcer, closed again after."""
+    of every configured engine (the allocator when `allocator` is given, Slurm) and every configured
+    enforcer, closed again after. A configuration that names no engine to read is an error."""
+    client = None if allocator is None else AllocatorClient.from_config(allocator)
+    readers = build_readers(config_file, client)
+    if not readers:
+        raise ConfigError(f"{config_file}: no engine to govern: idle-reclaim reads running work from the "
+                          "allocator (an `allocator:` section with its url and a governance_bot token) or Slurm "
+                          "(`slurm.governance.partitions`); see docs/reclaim.md")
     outbox = Outbox(outbox_path, landing, writer=SENSOR_WRITER)
-    client = AllocatorClient.from_config(allocator)
     reminders = build_reminders(config_file, outbox_path.parent)
     try:
         return governance_tick(
             now, landing=landing, catalog=catalog, outbox=outbox, client=client,
             enforcers=build_enforcers(config_file, allocator, landing, outbox_path.parent), lookback=lookback,
-            work=build_readers(config_file, client), reminders=reminders,
+            work=readers, reminders=reminders,
         )
     finally:
         outbox.close()

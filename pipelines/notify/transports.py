@@ -8,13 +8,13 @@ from __future__ import annotations
 import hashlib
 import os
 import smtplib
-import ssl
 from email.message import EmailMessage
 from typing import Any
 from urllib.parse import urlsplit
 
 import requests
 
+from pipelines.mail import smtp_session
 from pipelines.notify.config import WEBHOOK_BODIES, EmailConfig, WebhookConfig
 from pipelines.notify.message import Message
 
@@ -41,22 +41,8 @@ class EmailTransport:
         mail["X-Gpupool-Reminders"] = ", ".join(message.keys)
         mail.set_content(message.text)
         try:
-            context = ssl.create_default_context(cafile=cfg.ca_file)
-            if cfg.security == "ssl":
-                smtp = smtplib.SMTP_SSL(cfg.host, cfg.smtp_port, timeout=cfg.timeout_s, context=context)
-            else:
-                smtp = smtplib.SMTP(cfg.host, cfg.smtp_port, timeout=cfg.timeout_s)
-            try:
-                if cfg.security == "starttls":
-                    smtp.starttls(context=context)
-                if cfg.username:
-                    smtp.login(cfg.username, os.environ.get(cfg.password_env, ""))
+            with smtp_session(cfg, os.environ.get(cfg.password_env)) as smtp:
                 smtp.send_message(mail)
-            finally:
-                try:
-                    smtp.quit()
-                except (smtplib.SMTPException, OSError):
-                    smtp.close()
         except (smtplib.SMTPException, OSError) as exc:  # refused, unreachable, timed out, TLS failed
             raise NotifyError(f"SMTP {cfg.host}:{cfg.smtp_port}: {type(exc).__name__}: {str(exc)[:300]}") from exc
         return mail["Message-ID"]

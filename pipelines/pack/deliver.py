@@ -11,9 +11,7 @@ import datetime as dt
 import json
 import os
 import smtplib
-import ssl
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from email.message import EmailMessage
 from email.utils import make_msgid
@@ -24,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from pipelines.config import ConfigError, config_path, section
 from pipelines.contracts import PACK_DELIVERIES_TABLE
+from pipelines.mail import smtp_session
 from pipelines.pack.render import TEXT as PACK_TEXT
 from pipelines.pack.store import safe_name
 from pipelines.warehouse import Warehouse
@@ -230,27 +229,6 @@ def _record(warehouse: Warehouse, sent: Sent, message_id: str) -> None:
                      dt.datetime.now(dt.UTC).replace(tzinfo=None, microsecond=0), message_id])
 
 
-@contextmanager
-def smtp_session(cfg: DeliveryConfig) -> Iterator[smtplib.SMTP]:
-    """A connected (and, when configured, encrypted and logged-in) SMTP session."""
-    context = ssl.create_default_context(cafile=cfg.ca_file)
-    if cfg.security == "ssl":
-        smtp = smtplib.SMTP_SSL(cfg.host, cfg.smtp_port, timeout=cfg.timeout_s, context=context)
-    else:
-        smtp = smtplib.SMTP(cfg.host, cfg.smtp_port, timeout=cfg.timeout_s)
-    try:
-        if cfg.security == "starttls":
-            smtp.starttls(context=context)
-        if cfg.username:
-            smtp.login(cfg.username, os.environ[PASSWORD_ENV])
-        yield smtp
-    finally:
-        try:
-            smtp.quit()
-        except (smtplib.SMTPException, OSError):
-            smtp.close()
-
-
 def pending(warehouse: Warehouse, folders: list[Path], cfg: DeliveryConfig) -> list[Sent]:
     """The (pack, recipient) messages not sent before, in the packs' order."""
     done = _sent_before(warehouse)
@@ -274,7 +252,7 @@ def deliver(warehouse: Warehouse, folders: list[Path], cfg: DeliveryConfig,
     failures: list[str] = []
     with warehouse.publishing("pack delivery"):  # one release for the records, also after a failure
         try:
-            with smtp_session(cfg) as smtp:
+            with smtp_session(cfg, os.environ.get(PASSWORD_ENV)) as smtp:
                 for current in todo:
                     what = f"sending {current.pack.filename} to {current.recipient}"
                     try:

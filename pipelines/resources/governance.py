@@ -1,4 +1,4 @@
-"""Idle-reclaim's settings as a Dagster resource: the policy catalog, the outbox and the allocator.
+"""Idle-reclaim's settings as a Dagster resource: the policy catalog, the outbox and the engines.
 
 Read from the connector configuration (gpupool.yml, or $GPUPOOL_CONFIG) at every use, so an edit
 applies at the next sensor tick:
@@ -8,9 +8,12 @@ applies at the next sensor tick:
       exemptions: models/policies/exemptions.yml # the allow-list (default: beside the catalog)
       outbox: /var/lib/gpupool/outbox.db          # default: <gpupool home>/governance/outbox.db
       lookback_minutes: 130                       # default: the longest live window + 10 min
-    allocator:
+    allocator:                                    # when the pool runs the built-in allocator
       url: http://allocator.internal:8080
       token: ${GPUPOOL_ALLOCATOR_TOKEN}
+    slurm:                                        # when it runs Slurm (docs/reclaim.md)
+      governance:
+        partitions: [batch]
 
 Relative paths are read from the configuration file's folder.
 """
@@ -22,7 +25,7 @@ from pathlib import Path
 import dagster as dg
 from pydantic import BaseModel, ConfigDict, Field
 
-from pipelines.config import ConfigError, config_file_field, config_path, config_relative, section
+from pipelines.config import config_file_field, config_path, config_relative, section
 from pipelines.connectors.allocator import AllocatorConfig, load_allocator_config
 from pipelines.governance.factory import run_governance_tick
 from pipelines.governance.tick import TickReport
@@ -43,7 +46,7 @@ class GovernanceSettings(BaseModel):
 
 
 class GovernanceResource(dg.ConfigurableResource):
-    """Idle-reclaim's catalog, outbox and allocator connection. `config_file` defaults to
+    """Idle-reclaim's catalog, outbox and engines' connections. `config_file` defaults to
     $GPUPOOL_CONFIG, else ./gpupool.yml."""
 
     config_file: str = config_file_field()
@@ -69,12 +72,9 @@ class GovernanceResource(dg.ConfigurableResource):
     def outbox_path(self, warehouse: Warehouse) -> Path:
         return self._resolve(self.settings().outbox) or warehouse.home / OUTBOX_NAME
 
-    def allocator(self) -> AllocatorConfig:
-        config = load_allocator_config(self._path())
-        if config is None:
-            raise ConfigError(f"{self._path()}: no allocator section: idle-reclaim needs the allocator's url and a "
-                              "governance_bot token (see gpupool.example.yml)")
-        return config
+    def allocator(self) -> AllocatorConfig | None:
+        """The built-in allocator's connection; None when the pool does not run it (a Slurm pool)."""
+        return load_allocator_config(self._path())
 
     def lookback(self) -> dt.timedelta | None:
         minutes = self.settings().lookback_minutes

@@ -65,7 +65,7 @@ def test_a_tick_against_the_live_allocator_and_one_it_cannot_reach(allocator, tm
         outbox.close()
 
 
-def test_the_sensor_reports_a_missing_allocator_section_without_crashing(tmp_path):
+def test_the_sensor_reports_a_config_naming_no_engine_without_crashing(tmp_path):
     config = tmp_path / "gpupool.yml"
     config.write_text("governance:\n  outbox: state/outbox.db\n")
     context = dg.build_sensor_context(resources={
@@ -75,7 +75,28 @@ def test_the_sensor_reports_a_missing_allocator_section_without_crashing(tmp_pat
     result = idle_reclaim_sensor(context)
     assert isinstance(result, dg.SkipReason)
     assert "idle-reclaim tick failed, nothing decided: ConfigError" in result.skip_message
-    assert "no allocator section" in result.skip_message
+    assert "no engine to govern" in result.skip_message and "slurm.governance.partitions" in result.skip_message
+
+
+def test_the_sensor_ticks_on_a_slurm_pool_without_the_allocator(tmp_path, real_data):
+    # squeue here answers what the test cluster's squeue --json answered (the recorded sample)
+    squeue = tmp_path / "squeue"
+    squeue.write_text(f"#!/bin/sh\ncat {real_data / 'slurm' / 'squeue_json_slurm_22_5_8_gpupool_cluster.json'}\n")
+    squeue.chmod(0o755)
+    config = tmp_path / "gpupool.yml"
+    config.write_text(f"governance:\n  outbox: state/outbox.db\n"
+                      f"slurm:\n  squeue: {squeue}\n  governance:\n    partitions: [batch, urgent]\n")
+    governance = GovernanceResource(config_file=str(config))
+    assert governance.allocator() is None
+    warehouse = Warehouse(tmp_path / "home")
+    assert set(build_enforcers(config, None, warehouse.landing, tmp_path / "state")) == {"slurm"}
+    context = dg.build_sensor_context(resources={
+        "governance": governance, "warehouse": WarehouseResource(home=str(tmp_path / "home"))})
+    result = idle_reclaim_sensor(context)
+    # the sample's three running jobs in scope (the fourth is pending), read and judged; no allocator pulled
+    assert "3 running jobs" in result.skip_message and "problems" not in result.skip_message, result.skip_message
+    assert "pulled: nothing" in result.skip_message
+    assert not (tmp_path / "home/landing/allocator_events").exists()
 
 
 def test_the_sensor_ticks_against_the_allocator_named_in_the_config(allocator, tmp_path, monkeypatch):
