@@ -52,6 +52,17 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
     return SharedSystemsScheduling(config, log)
 
 
+DEMO_HOMES = {"small_demo_home", "advised_demo_home", "packed_demo_home"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that needs a demo month (directly or through another fixture) is slow: the first to ask
+    pays for `gpupool demo` (about a minute here), which `make test-quick` leaves out."""
+    for item in items:
+        if DEMO_HOMES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture
 def real_data() -> Path:
     if not REAL_DATA.exists():
