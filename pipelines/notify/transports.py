@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import smtplib
 from email.message import EmailMessage
 from typing import Any
@@ -80,13 +81,14 @@ class WebhookTransport:
         return f"HTTP {response.status_code}"
 
 
+_PLACEHOLDER = re.compile(r"\{(\w+)\}")
+
+
 def _fill(template: Any, values: dict[str, str]) -> Any:
     """The template with `{name}` placeholders in its strings replaced (values are never re-read as
     templates, and JSON escaping is the encoder's)."""
-    if isinstance(template, str):
-        for name, value in values.items():
-            template = template.replace("{" + name + "}", value)
-        return template
+    if isinstance(template, str):  # one pass: a value holding "{user}" (a job's name, say) stays as it is
+        return _PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), template)
     if isinstance(template, dict):
         return {k: _fill(v, values) for k, v in template.items()}
     if isinstance(template, list):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 
 from pipelines.contracts import Mode, PolicyKind, StepAction
-from pipelines.notify.message import Reminder, compose
+from pipelines.notify.message import Message, Reminder, compose
 from pipelines.policies.model import PlannedAction
 
 AT = dt.datetime(2026, 11, 2, 9, 0)
@@ -44,3 +44,18 @@ def test_a_last_step_says_nothing_follows_and_a_digest_lists_every_job():
     digest = compose([last, last], "zh")
     assert digest.subject == "[gpupool] 您有2个作业需要处理" and digest.text.count("作业4242") == 2
     assert compose([last], "fr").subject.startswith("[gpupool] Job 4242")  # an unknown language: English
+
+
+def test_a_webhook_template_fills_each_placeholder_once_and_keeps_its_shape():
+    from pipelines.notify.config import WebhookConfig
+    from pipelines.notify.transports import WebhookTransport
+
+    template = {"msgtype": "markdown", "markdown": {"title": "{subject}", "text": "{mention}\n{body}"},
+                "at": ["{user}", 3, None], "note": "{unknown} stays"}
+    hook = WebhookTransport(WebhookConfig(url="http://127.0.0.1:9/hook", body=template))
+    # a job named like a placeholder is text, never filled in again
+    message = Message(subject="Job {user} idle", text="GPUs of job {keys} idle", keys=("k1", "k2"))
+    body = hook.body(message, user="ada", mention="@ada")
+    assert body == {"msgtype": "markdown", "markdown": {"title": "Job {user} idle", "text": "@ada\nGPUs of job {keys} idle"},
+                    "at": ["ada", 3, None], "note": "{unknown} stays"}
+    assert template["markdown"]["title"] == "{subject}"  # the configured template is not changed
