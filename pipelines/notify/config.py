@@ -10,10 +10,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from pipelines.config import section
+from pipelines.mail import PASSWORD_ENV, SmtpServer
 
 SECTION = "reminders"
-PASSWORD_ENV = "GPUPOOL_SMTP_PASSWORD"  # the same variable as the review packs' mail (pipelines/pack/deliver.py)
-DEFAULT_PORTS = {"starttls": 587, "ssl": 465, "none": 25}
 
 # The body each chat service takes for a plain text message; `{text}` is the subject and the message.
 WEBHOOK_BODIES: dict[str, Any] = {
@@ -34,37 +33,21 @@ class UserEntry(BaseModel):
     chat: str | None = None  # a mention for the webhook, e.g. "<@U024BE7LH>" (Slack) or "@alice"
 
 
-class EmailConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    host: str
-    port: int | None = Field(None, ge=1, le=65535)  # default by security: 587, 465, 25
-    security: Literal["starttls", "ssl", "none"] = "starttls"
-    username: str | None = None  # with it, the password from $password_env
+class EmailConfig(SmtpServer):
+    """Mail to the job's owner: the SMTP server (pipelines/mail.py), the sender, where the password
+    comes from and the address of a user the map does not name."""
+
     password_env: str = PASSWORD_ENV
     from_address: str
     address_template: str | None = None  # "{user}@example.org": the address of a user the map does not name
-    ca_file: str | None = None
-    timeout_s: float = Field(10, gt=0)
+    timeout_s: float = Field(10, gt=0)  # a tick waits at most this long for the server
 
-    @model_validator(mode="before")
+    @field_validator("address_template")
     @classmethod
-    def _no_password_in_the_file(cls, data: object) -> object:
-        if isinstance(data, dict) and "password" in data:
-            raise ValueError("password: remove it from the file; export it as the variable password_env names "
-                             f"(default {PASSWORD_ENV}): secrets only come from the environment")
-        return data
-
-    @model_validator(mode="after")
-    def _checked(self) -> EmailConfig:
-        if self.username and self.security == "none":
-            raise ValueError("security: none would send the password unencrypted; write starttls or ssl")
-        if self.address_template is not None and "{user}" not in self.address_template:
+    def _has_user(cls, value: str | None) -> str | None:
+        if value is not None and "{user}" not in value:
             raise ValueError("address_template: write it with {user}, e.g. \"{user}@example.org\"")
-        return self
-
-    @property
-    def smtp_port(self) -> int:
-        return self.port or DEFAULT_PORTS[self.security]
+        return value
 
 
 class WebhookConfig(BaseModel):

@@ -18,18 +18,16 @@ from email.utils import make_msgid
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from pipelines.config import ConfigError, config_path, section
 from pipelines.contracts import PACK_DELIVERIES_TABLE
-from pipelines.mail import smtp_session
+from pipelines.mail import PASSWORD_ENV, SmtpServer, smtp_session
 from pipelines.pack.render import TEXT as PACK_TEXT
 from pipelines.pack.store import safe_name
 from pipelines.warehouse import Warehouse
 
 SECTION = "pack_delivery"
-PASSWORD_ENV = "GPUPOOL_SMTP_PASSWORD"
-DEFAULT_PORTS = {"starttls": 587, "ssl": 465, "none": 25}
 
 TEXT = {
     "subject": {"en": "GPU pool review {month}", "zh": "GPU资源池月度报告 {month}"},
@@ -64,43 +62,18 @@ class Recipients(BaseModel):
         return {t: [_address(a) for a in addresses] for t, addresses in value.items()}
 
 
-class DeliveryConfig(BaseModel):
-    """The `pack_delivery` section of gpupool.yml (see gpupool.example.yml)."""
+class DeliveryConfig(SmtpServer):
+    """The `pack_delivery` section of gpupool.yml (see gpupool.example.yml): the SMTP server
+    (pipelines/mail.py), the sender, the packs' languages and their recipients."""
 
-    model_config = ConfigDict(extra="forbid")
-    host: str
-    port: int | None = Field(None, ge=1, le=65535)  # default by security: 587, 465, 25
-    security: Literal["starttls", "ssl", "none"] = "starttls"
-    username: str | None = None  # with it, the password from $GPUPOOL_SMTP_PASSWORD
     from_address: str
-    ca_file: str | None = None  # a CA bundle to trust (a relay with a private CA); default: the system's
-    timeout_s: float = Field(30, gt=0)
     languages: list[Literal["en", "zh"]] = Field(default_factory=lambda: ["en"], min_length=1)
     recipients: Recipients = Field(default_factory=Recipients)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_password_in_the_file(cls, data: object) -> object:
-        if isinstance(data, dict) and "password" in data:
-            raise ValueError(f"password: remove it from the file; export {PASSWORD_ENV} instead "
-                             "(secrets only come from the environment)")
-        return data
 
     @field_validator("from_address")
     @classmethod
     def _from(cls, value: str) -> str:
         return _address(value)
-
-    @model_validator(mode="after")
-    def _no_password_in_clear(self) -> DeliveryConfig:
-        if self.username and self.security == "none":
-            raise ValueError("security: none would send the password unencrypted; write starttls or ssl "
-                             "(or remove username for a relay that needs no login)")
-        return self
-
-    @property
-    def smtp_port(self) -> int:
-        return self.port or DEFAULT_PORTS[self.security]
 
 
 def _address(value: str) -> str:
