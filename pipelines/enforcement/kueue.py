@@ -211,7 +211,7 @@ class KueueEnforcer:
                 describe=f"annotate Workload {workload.job_id} with {REMINDED_AT}",
                 before=before,
                 after={"annotations": annotations},
-                effects={"reminded": workload.namespace, **annotations},
+                effects={"namespace": workload.namespace, **annotations},  # a namespace, not a person
             )
         protection = self.protection(workload)
         if protection:

@@ -357,7 +357,8 @@ class Outbox:
                 report.errors.append(f"{key}: {retry.error} (next attempt {retry.next_attempt_at:%H:%M:%S})")
                 continue
             if reminders is not None and planned.action == StepAction.REMIND and result.outcome in REMINDED:
-                user = result.effects.get("reminded") if planned.engine != "kueue" else None
+                # the person the engine reminded (the allocator's and Slurm's answers name them)
+                user = result.effects.get("reminded")
                 accepted.append((key, planned, attempts, result, Due(planned, _time(decided_at), user)))
                 continue
             if self._answer(key, claim, planned, attempts + 1, result, now):
