@@ -23,7 +23,6 @@ record never stops the tick.
 """
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from collections.abc import Mapping
@@ -40,7 +39,7 @@ from pipelines.connectors.slurm import (
 )
 from pipelines.enforcement.slurm import UNLIMITED_MINUTES
 from pipelines.sources.jsonl import RecordError
-from pipelines.sources.slurm_squeue import job_id_text, job_placements, job_state, slurm_number
+from pipelines.sources.slurm_squeue import job_id_text, job_placements, job_state, slurm_number, squeue_jobs
 
 
 @dataclass(frozen=True)
@@ -140,15 +139,9 @@ def slurm_job_view(job: Mapping[str, object], scope: SlurmGovernance) -> tuple[d
 def slurm_running_work(data: bytes | str, scope: SlurmGovernance) -> RunningWork:
     """`squeue --json` -> the running jobs of the partitions in scope, as job_view dicts; what
     cannot be read is skipped and counted by reason. RecordError when the document is not squeue's."""
-    try:
-        doc = json.loads(data)
-    except ValueError as error:
-        raise RecordError(f"squeue --json answered something that is not JSON: {error}") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("jobs"), list):
-        raise RecordError("squeue --json answered without a 'jobs' list")
     partitions = set(scope.partitions)
     jobs, skipped = [], Counter()
-    for job in doc["jobs"]:
+    for job in squeue_jobs(data):
         try:
             if not isinstance(job, dict):
                 raise RecordError("job is not a JSON object")

@@ -113,6 +113,15 @@ def job_id_text(job: Mapping[str, object]) -> str:
     return f"{array_job}_{task}" if array_job and task is not None else str(job_id)
 
 
+def squeue_jobs(data: bytes | str) -> list:
+    """The `jobs` list of a `squeue --json` document (the ingest's and the live tick's reading);
+    DocumentError for a syntax error, RecordError for JSON that is not squeue's."""
+    doc = load_json_document(decode_document(data))
+    if not isinstance(doc, dict) or not isinstance(doc.get("jobs"), list):
+        raise RecordError("document is not squeue --json output: expected an object with a 'jobs' list")
+    return doc["jobs"]
+
+
 _PLACEMENT_SCHEMA = pl.Schema({
     "job_id": pl.String, "attempt": pl.Int32, "host": pl.String, "gpu": pl.Int32,
     "gpu_instance_profile": pl.String, "gpu_model": pl.String, "fraction": pl.Float64,
@@ -172,16 +181,14 @@ def parse_squeue_job_gpus(data: bytes | str, source_file: str) -> ParseResult:
     """
     rejects, rows, notes = Rejects(), Columns(_PLACEMENT_SCHEMA), []
     try:
-        doc = load_json_document(decode_document(data))
-        if not isinstance(doc, dict) or not isinstance(doc.get("jobs"), list):
-            raise RecordError("document is not squeue --json output: expected an object with a 'jobs' list")
+        jobs = squeue_jobs(data)
     except RecordError as error:
         raw = data[:2000] if isinstance(data, str) else data[:2000].decode("utf-8", "replace")
         syntax = isinstance(error, DocumentError)
         rejects.add(error.line_number if syntax else None, str(error), raw, "parse" if syntax else "validate")
         return _placement_result(rows, rejects, 1, 0, notes, source_file)
     read = loaded = not_running = unindexed = 0
-    for index, job in enumerate(doc["jobs"], start=1):
+    for index, job in enumerate(jobs, start=1):
         try:
             if not isinstance(job, dict):
                 raise RecordError(f"job is {json_type(job)}, expected a JSON object")

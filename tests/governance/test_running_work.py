@@ -92,7 +92,7 @@ def test_malformed_jobs_are_skipped_and_counted_by_reason():
 
 
 def test_a_document_that_is_not_squeues_raises():
-    with pytest.raises(ValueError, match="not JSON"):
+    with pytest.raises(ValueError, match="invalid JSON document"):
         slurm_running_work(b"slurm_load_jobs error: Unable to contact slurm controller", SCOPE)
 
 
