@@ -24,7 +24,9 @@ Reminders (`deliver(..., reminders=)`, pipelines/notify/): a remind step the eng
 or already_done) is then sent to the job's owner, all of a delivery's at once so that one user's many
 become a digest; what went out is the answer's `effects.notified`. A step whose reminder did not go out
 stays queued with the same backoff: the engine answers `already_done` next time, and the reminders'
-own ledger sends only what did not go out. A refused remind (the job is gone) reaches no one.
+own ledger sends only what did not go out. A refused remind (the job is gone) reaches no one. The
+planner takes the step after a remind only once the remind is answered, and counts its delay from the
+answer (`answered_at`): a reminder that went out late pushes back what it announced, never the other way.
 """
 from __future__ import annotations
 
@@ -114,6 +116,13 @@ def _iso(t: dt.datetime) -> str:
 
 def _time(text: str) -> dt.datetime:
     return dt.datetime.fromisoformat(text)
+
+
+def _delivered(index: int, action: str, decided_at: str, status: str, outcome: str | None,
+               answered_at: str | None) -> DeliveredStep:
+    """A decisions row as the planner's history step."""
+    return DeliveredStep(index, action, _time(decided_at), DecisionStatus(status), outcome,
+                         None if answered_at is None else _time(answered_at))
 
 
 def planned_from_json(text: str) -> PlannedAction:
@@ -239,9 +248,9 @@ class Outbox:
     def steps(self, finding_id: str) -> list[DeliveredStep]:
         with self._lock:
             rows = self._db.execute(
-                "select step_index, action, decided_at, status, outcome from decisions where finding_id = ? "
-                "order by step_index", [finding_id]).fetchall()
-        return [DeliveredStep(i, a, dt.datetime.fromisoformat(at), DecisionStatus(s), o) for i, a, at, s, o in rows]
+                "select step_index, action, decided_at, status, outcome, answered_at from decisions "
+                "where finding_id = ? order by step_index", [finding_id]).fetchall()
+        return [_delivered(*row) for row in rows]
 
     # ids per query of `steps_of`: well under SQLite's limit on bound parameters
     _STEPS_CHUNK = 500
@@ -253,12 +262,11 @@ class Outbox:
         with self._lock:
             for i in range(0, len(ids), self._STEPS_CHUNK):
                 chunk = ids[i:i + self._STEPS_CHUNK]
-                for fid, index, action, at, status, outcome in self._db.execute(
-                        "select finding_id, step_index, action, decided_at, status, outcome from decisions "
+                for fid, *row in self._db.execute(
+                        "select finding_id, step_index, action, decided_at, status, outcome, answered_at from decisions "
                         f"where finding_id in ({', '.join('?' * len(chunk))}) order by finding_id, step_index",
                         chunk):
-                    out.setdefault(fid, []).append(
-                        DeliveredStep(index, action, dt.datetime.fromisoformat(at), DecisionStatus(status), outcome))
+                    out.setdefault(fid, []).append(_delivered(*row))
         return out
 
     def reclaims_since(self, since: dt.datetime) -> list[str]:
@@ -304,10 +312,10 @@ class Outbox:
 
     # -- delivery ---------------------------------------------------------------------------------
 
-    def _claim(self, now: dt.datetime, limit: int | None) -> tuple[str, list[tuple[str, str, int, str]]]:
+    def _claim(self, now: dt.datetime, limit: int | None) -> tuple[str, list[tuple[str, str, int]]]:
         claim = uuid.uuid4().hex
 
-        def work() -> list[tuple[str, str, int, str]]:
+        def work() -> list[tuple[str, str, int]]:
             self._db.execute(
                 "update decisions set claimed_by = ?, claimed_at = ? where idempotency_key in ("
                 "  select idempotency_key from decisions where status = ? and next_attempt_at <= ?"
@@ -316,7 +324,7 @@ class Outbox:
                 [claim, _iso(now), DecisionStatus.QUEUED.value, _iso(now), _iso(now - CLAIM_TTL),
                  -1 if limit is None else limit])
             return self._db.execute(
-                "select idempotency_key, planned_json, attempts, decided_at from decisions where claimed_by = ? "
+                "select idempotency_key, planned_json, attempts from decisions where claimed_by = ? "
                 "order by next_attempt_at, idempotency_key", [claim]).fetchall()
 
         return claim, self._transaction(work)
@@ -328,7 +336,7 @@ class Outbox:
         report = DeliveryReport()
         claim, rows = self._claim(now, limit)
         accepted: list[tuple[str, PlannedAction, int, ActionResult, Due]] = []
-        for key, planned_json, attempts, decided_at in rows:
+        for key, planned_json, attempts in rows:
             planned = planned_from_json(planned_json)
             enforcer = enforcers.get(planned.engine)
             if enforcer is None:
@@ -359,7 +367,7 @@ class Outbox:
             if reminders is not None and planned.action == StepAction.REMIND and result.outcome in REMINDED:
                 # the person the engine reminded (the allocator's and Slurm's answers name them)
                 user = result.effects.get("reminded")
-                accepted.append((key, planned, attempts, result, Due(planned, _time(decided_at), user)))
+                accepted.append((key, planned, attempts, result, Due(planned, now, user)))
                 continue
             if self._answer(key, claim, planned, attempts + 1, result, now):
                 report.answered[result.outcome.value] += 1

@@ -212,6 +212,41 @@ class _ReadEngines:
         return self.outbox.drains_since(since)
 
 
+def read_work(readers: Sequence[RunningWorkReader], report: TickReport) -> list[RunningWork]:
+    """Each engine's running work, counted in `report`; an engine that cannot be read is reported and
+    left out (None in `running_by_source`)."""
+    read: list[RunningWork] = []
+    for reader in readers:
+        try:
+            got = reader.read()
+        except Exception as exc:  # noqa: BLE001 - nothing is planned for an engine without its running jobs
+            report.errors.append(f"running jobs ({reader.source}): {_describe(exc)}; "
+                                 f"nothing planned this tick for {reader.source}")
+            report.running_by_source[reader.source] = None
+            continue
+        read.append(got)
+        report.running_by_source[got.source] = len(got.jobs)
+        report.skipped.update({f"{got.source}: {reason}": n for reason, n in got.skipped.items()})
+    if read:
+        report.running_jobs = sum(len(w.jobs) for w in read)
+    return read
+
+
+def plan_live(findings: pl.DataFrame, catalog: PolicyCatalog, outbox: Outbox, read: Sequence[RunningWork],
+              now: dt.datetime) -> list[PlannedAction]:
+    """The live kinds' steps due now, with the outbox as history: an attempt with an open finding
+    that no longer runs in an engine read now has ended; the open findings of engines not read are
+    left as they are."""
+    running = {(w.source, j["job_id"], j["attempt"]) for w in read for j in w.jobs}
+    history = _ReadEngines(outbox, {w.source for w in read})
+    live = {k.value for k in LIVE_KINDS}
+    ended = {
+        (p.engine, p.job_id, p.attempt) for p in history.open_findings(now - OPEN_FINDING_LOOKBACK)
+        if p.kind.value in live and (p.engine, p.job_id, p.attempt) not in running
+    }
+    return plan(findings, catalog, history, now, jobs_ended=ended, evaluated_kinds=LIVE_KINDS)
+
+
 def governance_tick(
     now: dt.datetime,
     *,
@@ -239,31 +274,11 @@ def governance_tick(
             except Exception as exc:  # noqa: BLE001 - reported; the pull resumes from its cursor next tick
                 report.errors.append(f"pull {source}: {_describe(exc)}")
     readers = list(work) if work is not None else [AllocatorWork(client)] if client is not None else []
-    read: list[RunningWork] = []
-    for reader in readers:
-        try:
-            got = reader.read()
-        except Exception as exc:  # noqa: BLE001 - nothing is planned for an engine without its running jobs
-            report.errors.append(f"running jobs ({reader.source}): {_describe(exc)}; "
-                                 f"nothing planned this tick for {reader.source}")
-            report.running_by_source[reader.source] = None
-            continue
-        read.append(got)
-        report.running_by_source[got.source] = len(got.jobs)
-        report.skipped.update({f"{got.source}: {reason}": n for reason, n in got.skipped.items()})
+    read = read_work(readers, report)
     if read:
-        report.running_jobs = sum(len(w.jobs) for w in read)
         inputs = work_inputs(landing, read, now, lookback)
         report.findings = evaluate(inputs, catalog, now, kinds=LIVE_KINDS)
-        running = {(w.source, j["job_id"], j["attempt"]) for w in read for j in w.jobs}
-        history = _ReadEngines(outbox, {w.source for w in read})
-        live = {k.value for k in LIVE_KINDS}
-        ended = {
-            (p.engine, p.job_id, p.attempt) for p in history.open_findings(now - OPEN_FINDING_LOOKBACK)
-            if p.kind.value in live and (p.engine, p.job_id, p.attempt) not in running
-        }
-        planned = plan(report.findings, catalog, history, now, jobs_ended=ended, evaluated_kinds=LIVE_KINDS)
-        recorded = outbox.record(planned, now)
+        recorded = outbox.record(plan_live(report.findings, catalog, outbox, read, now), now)
         report.decisions.update(f"{p.action.value} {p.status.value}" for p in recorded)
     report.delivery = outbox.deliver(enforcers, now, reminders=reminders)
     report.log_lines = outbox.flush_log()

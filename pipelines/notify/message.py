@@ -130,10 +130,10 @@ class Reminder:
     gpus: tuple[Gpu, ...]
     window_minutes: float | None
     next_step: dict | None
-    decided_at: dt.datetime
+    sent_at: dt.datetime
 
     @classmethod
-    def of(cls, planned: PlannedAction, decided_at: dt.datetime, user: str | None = None) -> Reminder:
+    def of(cls, planned: PlannedAction, sent_at: dt.datetime, user: str | None = None) -> Reminder:
         """From the step's evidence (the finding's fields and evidence object, pipelines/policies/planner.py);
         `user`: the owner when the finding has none (the engine's answer names it)."""
         ev = planned.evidence
@@ -147,11 +147,11 @@ class Reminder:
             job_id=planned.job_id, attempt=planned.attempt, tenant=planned.tenant, queue=planned.queue,
             policy=planned.policy, policy_version=planned.policy_version, metric=str(ev.get("metric") or ""),
             observed=ev.get("observed"), threshold=ev.get("threshold"),
-            window_start_at=_time(ev.get("window_start_at"), decided_at),
-            window_end_at=_time(ev.get("window_end_at"), decided_at),
+            window_start_at=_time(ev.get("window_start_at"), sent_at),
+            window_end_at=_time(ev.get("window_end_at"), sent_at),
             gpus_flagged=int(ev.get("gpus_flagged") or len(gpus)), gpus_held=int(ev.get("gpus_held") or len(gpus)),
             gpus=gpus, window_minutes=window if isinstance(window, int | float) else None,
-            next_step=ev.get("next_step"), decided_at=decided_at,
+            next_step=ev.get("next_step"), sent_at=sent_at,
         )
 
     @property
@@ -234,7 +234,7 @@ def _next_line(r: Reminder, lang: str) -> str:
         why = INSTEAD_WORDS[step["instead"]][lang].format(until=_short(step.get("exempt_until")))
         return _t("next_instead", lang, what=ACTION_WORDS.get(action, {}).get(lang, action), why=why)
     after = float(step.get("after_s") or 0)
-    due = r.decided_at + dt.timedelta(seconds=after)
+    due = r.sent_at + dt.timedelta(seconds=after)
     what = NEXT_WORDS.get(action, {"en": action, "zh": action})[lang]
     return _t("next" if r.kind in IDLE_KINDS else "next_flag", lang, what=what, due=f"{due:%Y-%m-%d %H:%M}",
               delay=_duration(after, lang))

@@ -38,7 +38,7 @@ class Due:
     """A remind step the engine accepted, to be sent now."""
 
     planned: PlannedAction
-    decided_at: dt.datetime
+    sent_at: dt.datetime  # when it goes out: the next step counts from it (pipelines/policies/planner.py)
     user: str | None = None  # the owner as the engine's answer names it, when the finding has none
 
 
@@ -98,7 +98,7 @@ class Reminders:
         """Send every due reminder, grouped per user; a Notice per step key."""
         by_user: dict[str, list[Reminder]] = {}
         for item in due:
-            reminder = Reminder.of(item.planned, item.decided_at, item.user)
+            reminder = Reminder.of(item.planned, item.sent_at, item.user)
             by_user.setdefault(reminder.user or "", []).append(reminder)
         failed: dict[str, str] = {}  # channel -> its first error in this delivery
         out: dict[str, Notice] = {}

@@ -79,6 +79,7 @@ class DeliveredStep:
     decided_at: dt.datetime
     status: DecisionStatus
     outcome: str | None = None
+    answered_at: dt.datetime | None = None  # when the engine answered it (None: not yet)
 
 
 class ActionHistory(Protocol):
@@ -249,8 +250,9 @@ class _Budget:
 
 
 def _next_step(decided_steps: dict[str, list[DeliveredStep]], finding_id: str, steps: tuple[Step, ...],
-               detected_at: dt.datetime) -> tuple[int, dt.datetime] | None:
-    """(index, due time) of the finding's next step; None when it is closed or has no step left."""
+               detected_at: dt.datetime) -> tuple[int, dt.datetime | None] | None:
+    """(index, due time) of the finding's next step, the time None while it waits for its reminder to
+    go out; None when the finding is closed or has no step left."""
     decided = [s for s in decided_steps.get(finding_id, []) if s.status != DecisionStatus.RATE_LIMITED]
     if any(s.status == DecisionStatus.DROPPED for s in decided):
         return None
@@ -260,7 +262,15 @@ def _next_step(decided_steps: dict[str, list[DeliveredStep]], finding_id: str, s
     if index == 0:
         return 0, detected_at + dt.timedelta(seconds=steps[0].after_s)
     previous = max(decided, key=lambda s: s.step_index)
-    return index, previous.decided_at + dt.timedelta(seconds=steps[index].after_s)
+    since = previous.decided_at
+    if previous.action == StepAction.REMIND.value:
+        # The owner is promised `after_s` from the reminder: while it has not gone out (mail down, the
+        # engine away) nothing follows it, and once it has, the next step counts from its delivery.
+        if previous.status == DecisionStatus.QUEUED:
+            return index, None
+        if previous.answered_at is not None:
+            since = max(since, previous.answered_at)
+    return index, since + dt.timedelta(seconds=steps[index].after_s)
 
 
 def _undrain_due(finding: dict, rule: Rule, due: tuple[int, dt.datetime]) -> tuple[int, dt.datetime] | None:
@@ -406,6 +416,23 @@ def _continued(findings: pl.DataFrame, open_before: list[PlannedAction]) -> pl.D
     return pl.DataFrame(rows, schema=findings.schema)
 
 
+def next_steps(findings: pl.DataFrame, catalog: PlanningCatalog, history: ActionHistory,
+               now: dt.datetime) -> dict[tuple[str, str, str, int], tuple[StepAction, dt.datetime | None]]:
+    """(policy, engine, job_id, attempt) -> each finding's next step and when it is due, as `plan` would
+    time it (None: it waits for its reminder to go out), for findings with a step left: what a dry run
+    announces. Findings continue open ones as in `plan`."""
+    rows = _continued(findings, history.open_findings(now - OPEN_FINDING_LOOKBACK))
+    decided = history.steps_of(dict.fromkeys(rows["finding_id"]))
+    out: dict[tuple[str, str, str, int], tuple[StepAction, dt.datetime | None]] = {}
+    for finding in rows.iter_rows(named=True):
+        rule = catalog.rule(finding["policy"], queue=finding["queue"], template=finding["template"])
+        key = (finding["policy"], finding["source"], finding["job_id"], finding["attempt"])
+        due = _next_step(decided, finding["finding_id"], rule.steps, finding["detected_at"])
+        if due is not None:
+            out[key] = (rule.steps[due[0]].action, due[1])
+    return out
+
+
 def plan(
     findings: pl.DataFrame,
     catalog: PlanningCatalog,
@@ -436,7 +463,7 @@ def plan(
         due = _next_step(decided, finding["finding_id"], rule.steps, finding["detected_at"])
         if due is not None and rule.steps[due[0]].action == StepAction.UNDRAIN:
             due = _undrain_due(finding, rule, due)
-        if due is None or now < due[1]:
+        if due is None or due[1] is None or now < due[1]:
             continue
         holds = None
         undrain = rule.steps[due[0]].action == StepAction.UNDRAIN  # for a finding that stopped holding
@@ -455,6 +482,6 @@ def plan(
             rule = catalog.rule(previous.policy, queue=previous.queue, template=previous.evidence.get("template"))
             detected = dt.datetime.fromisoformat(str(previous.evidence.get("detected_at")).rstrip("Z"))
             due = _next_step(decided, previous.finding_id, rule.steps, detected)
-            if due is not None and now >= due[1]:
+            if due is not None and due[1] is not None and now >= due[1]:
                 out.append(_vanished(previous, rule, due[0]))
     return out

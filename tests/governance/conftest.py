@@ -20,6 +20,7 @@ import requests
 import uvicorn
 
 from allocator.auth import parse_tokens
+from allocator.model import Action, ActionResult, Outcome
 from allocator.pool import parse_pool
 from allocator.service import create_app
 from allocator.store import Store
@@ -125,3 +126,20 @@ def submit(url: str, body: dict) -> dict:
     r = requests.post(f"{url}/v1/jobs", json=body, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=10)
     assert r.status_code == 201, r.text
     return r.json()
+
+
+class Recorder:
+    """An enforcer that answers `applied` and counts what it was sent (optionally slowly)."""
+
+    engine = "allocator"
+
+    def __init__(self, delay_s: float = 0.0):
+        self.sent: list[str] = []
+        self.delay_s = delay_s
+        self.lock = threading.Lock()
+
+    def apply(self, action: Action, now: dt.datetime) -> ActionResult:
+        with self.lock:
+            self.sent.append(action.idempotency_key)
+        time.sleep(self.delay_s)
+        return ActionResult(action.idempotency_key, action.kind, action.target, Outcome.APPLIED, "ok")

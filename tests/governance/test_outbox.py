@@ -6,18 +6,28 @@ import http.server
 import json
 import socket
 import threading
-import time
 from pathlib import Path
 
 import pytest
 import requests
 
-from allocator.model import Action, ActionResult, Outcome
+from allocator.model import Action, ActionResult
 from pipelines.contracts import DecisionStatus
 from pipelines.enforcement.allocator import AllocatorEnforcer
 from pipelines.governance.outbox import CLAIM_TTL, Outbox
 from pipelines.policies.planner import plan
-from tests.governance.conftest import ADMIN, BOT, GRACE_S, T0, TRAINING, at, catalog, finding, findings
+from tests.governance.conftest import (
+    ADMIN,
+    BOT,
+    GRACE_S,
+    T0,
+    TRAINING,
+    Recorder,
+    at,
+    catalog,
+    finding,
+    findings,
+)
 
 
 def log_lines(landing: Path) -> list[dict]:
@@ -30,23 +40,6 @@ def outbox(tmp_path: Path):
     box = Outbox(tmp_path / "outbox.db", tmp_path / "landing")
     yield box
     box.close()
-
-
-class Recorder:
-    """An enforcer that answers `applied` and counts what it was sent (optionally slowly)."""
-
-    engine = "allocator"
-
-    def __init__(self, delay_s: float = 0.0):
-        self.sent: list[str] = []
-        self.delay_s = delay_s
-        self.lock = threading.Lock()
-
-    def apply(self, action: Action, now: dt.datetime) -> ActionResult:
-        with self.lock:
-            self.sent.append(action.idempotency_key)
-        time.sleep(self.delay_s)
-        return ActionResult(action.idempotency_key, action.kind, action.target, Outcome.APPLIED, "ok")
 
 
 def test_the_same_plan_twice_is_one_row_and_one_line(outbox, tmp_path):

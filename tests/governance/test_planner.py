@@ -34,6 +34,13 @@ def test_reminder_first_then_reclaim_exactly_at_the_grace_and_not_a_second_befor
     assert run(history, frame, at(GRACE_S + 3600)) == []  # no step left
 
 
+def test_nothing_follows_a_reminder_that_has_not_gone_out():
+    history, frame = MemoryHistory(answered=False), findings(finding())
+    assert [a.action for a in run(history, frame, T0)] == [StepAction.REMIND]
+    assert run(history, frame, at(GRACE_S)) == []
+    assert run(history, frame, at(GRACE_S * 10)) == []  # however long the mail server is away
+
+
 def test_the_first_step_waits_for_its_own_delay_after_detection():
     cat = catalog()
     policy = cat.policies["idle-allocation"]

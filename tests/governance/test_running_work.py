@@ -25,7 +25,7 @@ from pipelines.governance.outbox import Outbox
 from pipelines.governance.running import AllocatorWork, SlurmWork, slurm_running_work
 from pipelines.governance.tick import governance_tick
 from tests.conftest import REAL_DATA
-from tests.governance.conftest import catalog
+from tests.governance.conftest import Recorder, catalog
 
 SQUEUE = REAL_DATA / "slurm" / "squeue_json_slurm_22_5_8_gpupool_cluster.json"
 SCOPE = SlurmGovernance(partitions=["batch", "urgent"], template_by_partition={"urgent": "interactive"})
@@ -169,9 +169,11 @@ def test_a_tick_over_two_engines_matches_findings_and_ended_jobs_per_engine(tmp_
     squeue = Squeue(recorded())
     engines = [AllocatorWork(Allocator()), SlurmWork(SlurmConfig(governance=SCOPE), run=squeue)]
     outbox = Outbox(tmp_path / "outbox.db", landing)
+    # both engines accept every action: the reminds go out, so the reclaims after them fall due
+    enforcers = {"allocator": Recorder(), "slurm": Recorder()}
     try:
         first = governance_tick(dt.datetime(2026, 12, 3, 8, 0), landing=landing, catalog=cat, outbox=outbox,
-                                client=None, enforcers={}, lookback=lookback, work=engines)
+                                client=None, enforcers=enforcers, lookback=lookback, work=engines)
         assert not first.errors and first.running_by_source == {"allocator": 1, "slurm": 3}
         assert "4 running jobs (allocator 1, slurm 3)" in first.summary()
         found = sorted(first.findings.select("source", "job_id", "attempt").iter_rows())
@@ -182,17 +184,17 @@ def test_a_tick_over_two_engines_matches_findings_and_ended_jobs_per_engine(tmp_
         squeue.doc = recorded()
         squeue.doc["jobs"] = [j for j in squeue.doc["jobs"] if j["job_id"] != 75]
         second = governance_tick(dt.datetime(2026, 12, 3, 8, 20), landing=landing, catalog=cat, outbox=outbox,
-                                 client=None, enforcers={}, lookback=lookback, work=engines)
+                                 client=None, enforcers=enforcers, lookback=lookback, work=engines)
         reclaims = {(r["engine"], r["job_id"]): r for r in outbox.rows() if r["action"] == StepAction.RECLAIM.value}
         assert reclaims[("slurm", "75")]["status"] == DecisionStatus.DROPPED.value
         assert "no longer found when the reclaim was due" in json.loads(reclaims[("slurm", "75")]["planned_json"])["status_reason"]
-        assert reclaims[("slurm", "73")]["status"] == reclaims[("allocator", "j-000001")]["status"] == "queued"
+        assert reclaims[("slurm", "73")]["outcome"] == reclaims[("allocator", "j-000001")]["outcome"] == "applied"
         assert second.running_jobs == 3
 
         # Slurm unreadable: the allocator's work is still planned, Slurm's findings are left alone
         squeue.doc = None
         third = governance_tick(dt.datetime(2026, 12, 3, 8, 21), landing=landing, catalog=cat, outbox=outbox,
-                                client=None, enforcers={}, lookback=lookback, work=engines)
+                                client=None, enforcers=enforcers, lookback=lookback, work=engines)
         assert third.running_by_source == {"allocator": 1, "slurm": None} and third.running_jobs == 1
         assert "running jobs (slurm): SlurmCommandError" in third.summary()
         assert "nothing planned this tick for slurm" in third.summary()

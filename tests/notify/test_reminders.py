@@ -164,6 +164,26 @@ def test_a_refused_mail_and_a_failing_webhook_are_retried_and_each_sent_once(out
     assert answer["delivery_attempts"] == 3 and outbox.rows()[0]["status"] == "answered"
 
 
+def test_a_reminder_that_goes_out_late_pushes_back_the_reclaim_it_announces(outbox, tmp_path):
+    decide(outbox, findings(idle("j-1", "vic")))
+    with smtp_server() as (port, inbox):
+        inbox.refuse = 1_000  # the mail server is down for the first 20 minutes
+        reminders = Reminders(config(port), tmp_path / "reminders.db")
+        assert outbox.deliver({"allocator": Engine()}, at(1), reminders=reminders).retried
+        # the grace has passed since the remind was decided, but its owner was never told: no reclaim
+        decide(outbox, findings(idle("j-1", "vic")), at(GRACE_S + 60))
+        assert [r["action"] for r in outbox.rows()] == ["remind"]
+        inbox.refuse = 0
+        assert outbox.deliver({"allocator": Engine()}, at(1200), reminders=reminders).answered == {"applied": 1}
+    [(_, mail)] = inbox.messages
+    # told at 09:20, the owner is promised the reclaim at 09:35, and it is decided then, not before
+    assert "reclaimed at 2026-11-02 09:35 UTC" in mail.get_content()
+    decide(outbox, findings(idle("j-1", "vic")), at(1200 + GRACE_S - 1))
+    assert [r["action"] for r in outbox.rows()] == ["remind"]
+    decide(outbox, findings(idle("j-1", "vic")), at(1200 + GRACE_S))
+    assert [r["action"] for r in outbox.rows()] == ["remind", "reclaim"]
+
+
 def test_an_unreachable_webhook_is_retried_and_its_token_never_shows(outbox, tmp_path):
     decide(outbox, findings(idle("j-1", "vic")))
     url = f"http://127.0.0.1:{free_port()}/services/T000/B000/secret-token?key=also-secret"

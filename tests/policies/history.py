@@ -10,11 +10,13 @@ from pipelines.policies.planner import DRAIN_ACTIONS, RATE_LIMITED_ACTIONS, Deli
 
 
 class MemoryHistory:
-    """ActionHistory in memory, with the outbox's recording rules; it delivers nothing, so its queued
-    decisions stay queued."""
+    """ActionHistory in memory, with the outbox's recording rules. It sends nothing; with `answered`
+    (the default) its steps read as the tick's delivery leaves them, a queued step answered when
+    decided; without, queued steps stay queued (an engine or a mail server that is away)."""
 
-    def __init__(self) -> None:
+    def __init__(self, answered: bool = True) -> None:
         self._decided: dict[str, tuple[PlannedAction, dt.datetime]] = {}
+        self.answered = answered
 
     def record(self, planned: Iterable[PlannedAction], now: dt.datetime) -> list[PlannedAction]:
         """Keep each decision once by idempotency key; a rate-limited one is replaced when decided anew."""
@@ -28,9 +30,13 @@ class MemoryHistory:
         return recorded
 
     def steps(self, finding_id: str) -> list[DeliveredStep]:
-        found = [DeliveredStep(a.step_index, a.action.value, at, a.status)
-                 for a, at in self._decided.values() if a.finding_id == finding_id]
+        found = [self._step(a, at) for a, at in self._decided.values() if a.finding_id == finding_id]
         return sorted(found, key=lambda s: s.step_index)
+
+    def _step(self, action: PlannedAction, at: dt.datetime) -> DeliveredStep:
+        if self.answered and action.status == DecisionStatus.QUEUED:
+            return DeliveredStep(action.step_index, action.action.value, at, DecisionStatus.ANSWERED, "applied", at)
+        return DeliveredStep(action.step_index, action.action.value, at, action.status)
 
     def steps_of(self, finding_ids: Iterable[str]) -> dict[str, list[DeliveredStep]]:
         return {fid: steps for fid in finding_ids if (steps := self.steps(fid))}
