@@ -6,7 +6,19 @@ import click
 
 from allocator.cli import allocator as allocator_group
 from allocator.filemodes import restrict_umask
-from pipelines.cli import capacity, dashboard, data, demo, docs, ingest, land, maintain, pack, releases
+from pipelines.cli import (
+    capacity,
+    dashboard,
+    data,
+    demo,
+    docs,
+    ingest,
+    land,
+    maintain,
+    pack,
+    reclaim,
+    releases,
+)
 
 
 @click.group()
@@ -20,6 +32,6 @@ def main() -> None:
 for command in (
     demo.demo, demo.simulate, ingest.ingest, ingest.build, ingest.sources, data.sql, data.export,
     data.dictionary, docs.docs, capacity.whatif, capacity.recommend, land.backfill, land.land, land.k8s_audit_webhook,
-    dashboard.dashboard, pack.pack, releases.releases, maintain.maintain, allocator_group,
+    dashboard.dashboard, pack.pack, reclaim.reclaim, releases.releases, maintain.maintain, allocator_group,
 ):
     main.add_command(command)

@@ -15,6 +15,7 @@ from pipelines.enforcement.allocator import AllocatorEnforcer
 from pipelines.enforcement.base import ActionLedger, Enforcer
 from pipelines.enforcement.kueue import KueueEnforcer
 from pipelines.enforcement.slurm import SlurmEnforcer
+from pipelines.governance.dryrun import DryRun, dry_run
 from pipelines.governance.outbox import Outbox
 from pipelines.governance.running import AllocatorWork, RunningWorkReader, SlurmWork
 from pipelines.governance.tick import TickReport, governance_tick
@@ -54,6 +55,16 @@ def build_readers(config_file: Path, client: AllocatorClient | None) -> list[Run
     return out
 
 
+def _governed(config_file: Path, client: AllocatorClient | None) -> list[RunningWorkReader]:
+    """`build_readers`, or a ConfigError saying how to name an engine when there is none."""
+    readers = build_readers(config_file, client)
+    if not readers:
+        raise ConfigError(f"{config_file}: no engine to govern: idle-reclaim reads running work from the "
+                          "allocator (an `allocator:` section with its url and a governance_bot token) or Slurm "
+                          "(`slurm.governance.partitions`); see docs/reclaim.md")
+    return readers
+
+
 def build_reminders(config_file: Path, folder: Path) -> Reminders | None:
     """The owners' reminders when gpupool.yml has a `reminders` section (their sent ledger in `folder`,
     the outbox's); None without one."""
@@ -67,11 +78,7 @@ def run_governance_tick(now: dt.datetime, *, config_file: Path, allocator: Alloc
     of every configured engine (the allocator when `allocator` is given, Slurm) and every configured
     enforcer, closed again after. A configuration that names no engine to read is an error."""
     client = None if allocator is None else AllocatorClient.from_config(allocator)
-    readers = build_readers(config_file, client)
-    if not readers:
-        raise ConfigError(f"{config_file}: no engine to govern: idle-reclaim reads running work from the "
-                          "allocator (an `allocator:` section with its url and a governance_bot token) or Slurm "
-                          "(`slurm.governance.partitions`); see docs/reclaim.md")
+    readers = _governed(config_file, client)
     outbox = Outbox(outbox_path, landing, writer=SENSOR_WRITER)
     reminders = build_reminders(config_file, outbox_path.parent)
     try:
@@ -84,3 +91,11 @@ def run_governance_tick(now: dt.datetime, *, config_file: Path, allocator: Alloc
         outbox.close()
         if reminders is not None:
             reminders.close()
+
+
+def run_dry_run(now: dt.datetime, *, config_file: Path, allocator: AllocatorConfig | None, landing: Path,
+                catalog: PolicyCatalog, outbox_path: Path, lookback: dt.timedelta | None) -> DryRun:
+    """What a governance tick at `now` would do, touching nothing (pipelines/governance/dryrun.py)."""
+    client = None if allocator is None else AllocatorClient.from_config(allocator)
+    return dry_run(now, landing=landing, catalog=catalog, readers=_governed(config_file, client),
+                   outbox_path=outbox_path, lookback=lookback)

@@ -27,7 +27,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from pipelines.config import config_file_field, config_path, config_relative, section
 from pipelines.connectors.allocator import AllocatorConfig, load_allocator_config
-from pipelines.governance.factory import run_governance_tick
+from pipelines.governance.dryrun import DryRun
+from pipelines.governance.factory import run_dry_run, run_governance_tick
 from pipelines.governance.tick import TickReport
 from pipelines.policies.catalog import DEFAULT_POLICIES, EXEMPTIONS_NAME, PolicyCatalog, load_catalog
 from pipelines.warehouse import Warehouse
@@ -83,6 +84,13 @@ class GovernanceResource(dg.ConfigurableResource):
     def tick(self, warehouse: Warehouse, now: dt.datetime) -> TickReport:
         """One governance tick with these settings (the sensor's body), wired by pipelines/governance/factory.py."""
         return run_governance_tick(
+            now, config_file=self._path(), allocator=self.allocator(), landing=warehouse.landing,
+            catalog=self.catalog(), outbox_path=self.outbox_path(warehouse), lookback=self.lookback(),
+        )
+
+    def dry_run(self, warehouse: Warehouse, now: dt.datetime) -> DryRun:
+        """What `tick` would do now, touching nothing (`gpupool reclaim --dry-run`)."""
+        return run_dry_run(
             now, config_file=self._path(), allocator=self.allocator(), landing=warehouse.landing,
             catalog=self.catalog(), outbox_path=self.outbox_path(warehouse), lookback=self.lookback(),
         )
