@@ -15,9 +15,10 @@
 The remind's AdminComment is a mark beside the reminder that reaches the owner (the answer's
 `reminded` names the user, for the outbox's email or chat). An AdminComment starting with `gpupool:`
 is ours and is replaced by the next reminder; one set by someone else is left as it is (the answer
-says so). The mark is best effort: when Slurm refuses it (setting AdminComment needs Slurm operator
-or admin rights: "Access/permission denied" otherwise), the remind is still applied, its reason says
-why the mark is missing, and the owner is still told.
+says so). The mark is best effort: when Slurm refuses it (Slurm 22.05 lets only root, SlurmUser or
+AdminLevel=Admin set AdminComment; an Operator, who may scancel, requeue and cap, is answered
+"Access/permission denied"), the remind is still applied, its reason says why the mark is missing,
+and the owner is still told.
 
 Drain and undrain act on a node (target `node-07`; a GPU target `node-07/3` drains or resumes its
 whole node, since Slurm drains nodes, and the answer's reason says so). The node is read first
