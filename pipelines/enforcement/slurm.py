@@ -4,11 +4,21 @@
     preempt       scontrol requeue <job>   (scontrol requeuehold with slurm.preempt_hold)
     cap_runtime   scontrol update JobId=<job> TimeLimit=<minutes>   (rounded up to whole minutes;
                   Slurm counts the limit from the attempt's start, as the allocator's cap does)
-    remind        no change in Slurm: audited only
+    remind        scontrol update JobId=<job> AdminComment="gpupool: reminded <time> UTC: <finding>; <next step>"
+                  (squeue and `scontrol show job` show it to the user and the admins; the job's own
+                  Comment, which carries the template and protection markers, is never touched)
     quota_change  proposed only: the answer carries the `sacctmgr` command an admin runs to apply
                   it (target = the Slurm account, quota = {GPU model: whole GPUs})
     drain         scontrol update NodeName=<node> State=DRAIN Reason="gpupool: <reason>"
     undrain       scontrol update NodeName=<node> State=RESUME
+
+The remind's AdminComment is a mark beside the reminder that reaches the owner (the answer's
+`reminded` names the user, for the outbox's email or chat). An AdminComment starting with `gpupool:`
+is ours and is replaced by the next reminder; one set by someone else is left as it is (the answer
+says so). The mark is best effort: when Slurm refuses it (Slurm 22.05 lets only root, SlurmUser or
+AdminLevel=Admin set AdminComment; an Operator, who may scancel, requeue and cap, is answered
+"Access/permission denied"), the remind is still applied, its reason says why the mark is missing,
+and the owner is still told.
 
 Drain and undrain act on a node (target `node-07`; a GPU target `node-07/3` drains or resumes its
 whole node, since Slurm drains nodes, and the answer's reason says so). The node is read first
@@ -56,8 +66,8 @@ from pipelines.sources.slurm_sacct import expand_hostlist
 from pipelines.sources.slurm_squeue import gres_gpu_indices, job_id_text, job_state, slurm_number
 
 UNLIMITED_MINUTES = 0xFFFFFFFE  # Slurm's INFINITE / NO_VAL sentinels start here
-DRAIN_MARK = "gpupool:"  # a drain Reason starting with it was set by gpupool: only those are undrained
-REASON_LIMIT = 240  # characters of the reason kept in Slurm's node Reason
+MARK = "gpupool:"  # a drain Reason or AdminComment starting with it was set by gpupool: only those are ours
+MARK_LIMIT = 240  # characters kept in a node's Reason or a job's AdminComment
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,6 +117,7 @@ class SlurmJob:
     account: str | None
     user: str | None
     comment: str
+    admin_comment: str
     requeue: bool
     restarts: int
     time_limit_min: int | None
@@ -118,6 +129,8 @@ class SlurmJob:
                "slots": list(self.slots)}
         if self.time_limit_min is not None:
             out["runtime_cap_s"] = self.time_limit_min * 60
+        if self.admin_comment:
+            out["admin_comment"] = self.admin_comment
         return out
 
 
@@ -138,6 +151,7 @@ def slurm_job(entry: Mapping[str, object]) -> SlurmJob:
     return SlurmJob(
         job_id=job_id_text(entry), state=job_state(entry), partition=text("partition"), qos=text("qos"),
         account=text("account"), user=text("user_name"), comment=text("comment") or "",
+        admin_comment=text("admin_comment") or "",
         requeue=entry.get("requeue") is not False,
         restarts=slurm_number(entry.get("restart_cnt"), "restart_cnt") or 0,
         time_limit_min=limit if limit is not None and 0 < limit < UNLIMITED_MINUTES else None,
@@ -158,6 +172,7 @@ class _Plan:
     after: dict | None = None
     effects: dict = dataclasses.field(default_factory=dict)
     proposal_id: str | None = None
+    mark_only: bool = False  # the command only marks (a remind's AdminComment): its failure leaves it applied
 
 
 class SlurmEnforcer:
@@ -185,17 +200,23 @@ class SlurmEnforcer:
             outcome, reason = plan.outcome, plan.reason
             command = shlex.join(plan.argv) if plan.argv else None
             effects = {**plan.effects, **({"command": command} if command else {})}
+            after = plan.after
             if outcome in (Outcome.APPLIED, Outcome.PROPOSED) and action.dry_run:
                 verb = "propose" if outcome == Outcome.PROPOSED else f"run {command}" if command else "apply"
                 outcome, reason = Outcome.DRY_RUN, f"dry run: would {verb}: {reason}"
             elif outcome == Outcome.APPLIED and plan.argv:
                 failure = self._execute(plan.argv)
-                if failure:
+                if failure and plan.mark_only:
+                    reason = f"{reason}; the job's AdminComment was not set: {failure}"
+                    effects = {**{k: v for k, v in plan.effects.items() if k != "admin_comment"},
+                               "command": command, "mark_error": failure}
+                    after = None
+                elif failure:
                     outcome, reason, effects = Outcome.REFUSED, failure, {"command": command}
             elif action.dry_run:
                 reason = f"dry run: {reason}"
             return self.ledger.answer(action, now, outcome, reason, effects, object_kind=plan.object_kind,
-                                      before=plan.before, after=plan.after, proposal_id=plan.proposal_id)
+                                      before=plan.before, after=after, proposal_id=plan.proposal_id)
 
     # --- deciding ---------------------------------------------------------------------------
 
@@ -218,7 +239,7 @@ class SlurmEnforcer:
             return _Plan(Outcome.REFUSED, f"job {job.job_id} is {job.state}, not running", before=before)
         reason = action_reason(action)
         if action.kind == ActionKind.REMIND:
-            return _Plan(Outcome.APPLIED, reason, before=before, effects={"reminded": job.user})
+            return self._plan_remind(job, before, reason, now)
         protection = self.protection(job)
         if protection:
             what = {ActionKind.RECLAIM: "reclaim", ActionKind.PREEMPT: "preemption",
@@ -241,6 +262,16 @@ class SlurmEnforcer:
         if action.kind == ActionKind.CAP_RUNTIME:
             return self._plan_cap(action, job, before, reason, now)
         raise ValueError(f"unknown action kind {action.kind!r}")
+
+    def _plan_remind(self, job: SlurmJob, before: dict, reason: str, now: dt.datetime) -> _Plan:
+        effects: dict = {"reminded": job.user}  # the person the outbox's reminder goes to
+        if job.admin_comment and not job.admin_comment.startswith(MARK):
+            return _Plan(Outcome.APPLIED, f"{reason}; the job's AdminComment was set by someone else and is left as "
+                                          f"it is", before=before, effects=effects)
+        mark = _mark(f"reminded {now:%Y-%m-%d %H:%M} UTC: {reason}")
+        argv = [self.config.scontrol, "update", f"JobId={job.job_id}", f"AdminComment={mark}"]
+        return _Plan(Outcome.APPLIED, reason, argv, before=before, after={"admin_comment": mark},
+                     effects={**effects, "admin_comment": mark}, mark_only=True)
 
     def _plan_cap(self, action: Action, job: SlurmJob, before: dict, reason: str, now: dt.datetime) -> _Plan:
         if action.runtime_s is None or action.runtime_s < 1:
@@ -285,15 +316,14 @@ class SlurmEnforcer:
                 return _Plan(Outcome.REFUSED, f"node {name} is already {node.state} (Reason={node.reason or 'none'}"
                                               f", set by {node.reason_by or 'unknown'}): not drained by this key",
                              object_kind=kind, before=before)
-            # one line: slurmctld keeps a newline, and `scontrol -o show node` would then answer two lines
-            mark = " ".join(f"{DRAIN_MARK} {action_reason(action)}".split())[:REASON_LIMIT]
+            mark = _mark(action_reason(action))
             return _Plan(Outcome.APPLIED, reason, [*update, "State=DRAIN", f"Reason={mark}"], object_kind=kind,
                          before=before, after={"drained": True, "reason": mark},
                          effects={"drained": True, "node": name})
         if not node.drained:
             return _Plan(Outcome.REFUSED, f"node {name} is not drained (State={node.state})", object_kind=kind,
                          before=before)
-        if not (node.reason or "").startswith(DRAIN_MARK):
+        if not (node.reason or "").startswith(MARK):
             return _Plan(Outcome.REFUSED, f"node {name} was drained by someone else (Reason={node.reason or 'none'}, "
                                           f"set by {node.reason_by or 'unknown'}): gpupool resumes only the nodes "
                                           f"it drained", object_kind=kind, before=before)
@@ -385,6 +415,11 @@ class SlurmEnforcer:
             return f"{shlex.join(argv)} failed (exit {result.returncode}): {result.stderr or 'no message'}"
         return None
 
+
+def _mark(text: str) -> str:
+    """`gpupool: <text>` on one line (slurmctld keeps a newline, and `scontrol -o show node` would then
+    answer two lines), at most MARK_LIMIT characters."""
+    return " ".join(f"{MARK} {text}".split())[:MARK_LIMIT]
 
 
 def _object_kind(action: Action) -> str:

@@ -103,6 +103,6 @@ class RemindersConfig(BaseModel):
 
 
 def reminders_config(path: Path | None = None) -> RemindersConfig | None:
-    """The section, or None when gpupool.yml has none (reminders then reach no one: the engines' remind
-    is audited only, as before)."""
+    """The section, or None when gpupool.yml has none (reminders then reach no one: the engines' own
+    remind only: the allocator's record, Slurm's AdminComment, the Workload's annotation)."""
     return section(SECTION, RemindersConfig, path)

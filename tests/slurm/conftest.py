@@ -198,6 +198,12 @@ def enforcer(tmp_path, recorder) -> SlurmEnforcer:
 NODE = "localhost"
 
 
+def mapped_gpus(job_id: str) -> list[int]:
+    """The GPU indices the prolog mapped to the job (scripts/slurm/prolog-hpc-job-map.sh: one file per
+    GPU index naming its jobs, the folder dcgm-exporter's --hpc-job-mapping-dir reads)."""
+    return sorted(int(p.name) for p in (STATE / "hpc-job-map").glob("[0-9]*") if job_id in p.read_text().split())
+
+
 def node_state() -> tuple[str, str | None]:
     """The node's State and Reason, as `scontrol show node` has them."""
     node = slurm_node(slurm("scontrol", "-o", "show", "node", NODE))

@@ -14,14 +14,9 @@ import pytest
 
 from pipelines.connectors.slurm import SlurmConfig, SlurmGovernance
 from pipelines.governance.running import SlurmWork
-from tests.slurm.conftest import NODE, STATE, SlurmCluster, slurm
+from tests.slurm.conftest import NODE, SlurmCluster, mapped_gpus, slurm
 
 pytestmark = pytest.mark.slow
-
-
-def _gpus_of(job_id: str) -> list[int]:
-    """The GPU indices the prolog mapped to the job."""
-    return sorted(int(p.name) for p in (STATE / "hpc-job-map").glob("[0-9]*") if job_id in p.read_text().split())
 
 
 def test_the_reader_lists_running_jobs_with_their_gpus_user_account_partition_and_attempt(cluster: SlurmCluster):
@@ -34,7 +29,7 @@ def test_the_reader_lists_running_jobs_with_their_gpus_user_account_partition_an
     cluster.wait_for(f"job {notebook} to run its second attempt",
                      lambda: cluster.state(notebook) == "RUNNING" and cluster.job(notebook)["restart_cnt"] == 1, 45)
     cluster.wait_for("the prolog to map both jobs",
-                     lambda: len(_gpus_of(train)) == 2 and len(_gpus_of(notebook)) == 3, 10)
+                     lambda: len(mapped_gpus(train)) == 2 and len(mapped_gpus(notebook)) == 3, 10)
 
     scope = SlurmGovernance(partitions=["batch", "urgent"], template_by_partition={"urgent": "interactive"})
     work = SlurmWork(SlurmConfig(governance=scope)).read()
@@ -48,7 +43,7 @@ def test_the_reader_lists_running_jobs_with_their_gpus_user_account_partition_an
         assert (job["tenant"], job["queue"], job["attempt"], job["user"]) == (account, partition, attempt, user)
         assert (job["spec"]["template"], job["spec"]["expected_runtime_s"]) == (template, minutes * 60)
         assert {g["host"] for g in job["gpus"]} == {NODE}
-        assert sorted(g["gpu"] for g in job["gpus"]) == _gpus_of(job_id)
+        assert sorted(g["gpu"] for g in job["gpus"]) == mapped_gpus(job_id)
 
     # only the partitions in scope are read
     batch_only = SlurmWork(SlurmConfig(governance=SlurmGovernance(partitions=["batch"]))).read()

@@ -43,7 +43,7 @@ from pipelines.connectors.slurm import (
     snapshot_running_jobs,
 )
 from pipelines.enforcement.base import ActionLedger
-from pipelines.enforcement.slurm import SlurmEnforcer
+from pipelines.enforcement.slurm import MARK_LIMIT, SlurmEnforcer
 from pipelines.ingest import ingest_partition
 from pipelines.paths import REPO_ROOT
 from pipelines.resources.slurm import SlurmAccounting
@@ -440,6 +440,60 @@ def test_cap_runtime_sets_a_shorter_time_limit_in_whole_minutes(tmp_path):
         "cap_runtime needs runtime_s >= 1")
     assert [c for c in fake.calls if c[0] == "scontrol"] == [
         ("scontrol", "update", "JobId=5", "TimeLimit=30"), ("scontrol", "update", "JobId=5", "TimeLimit=1")]
+
+
+def _squeue_with(**fields) -> CommandResult:
+    """The recorded squeue answer with job 5's fields replaced."""
+    doc = json.loads(recorded("squeue.json"))
+    for job in doc["jobs"]:
+        if job["job_id"] == 5:
+            job.update(fields)
+    return ok(json.dumps(doc).encode())
+
+
+def test_remind_marks_the_jobs_admin_comment_once_per_key_and_names_the_user(tmp_path):
+    fake = _slurm()
+    enforcer = _enforcer(tmp_path, fake)
+    action = Action(ActionKind.REMIND, "remind:5", "5", "bot", policy="idle-allocation", policy_version="1",
+                    reason="GPU activity 0.0% over the last 35 min on 2 of 2 GPUs;\npreempt in 15 min unless it is used")
+    mark = ("gpupool: reminded 2026-11-29 15:54 UTC: GPU activity 0.0% over the last 35 min on 2 of 2 GPUs; "
+            "preempt in 15 min unless it is used (policy idle-allocation 1)")  # on one line
+    dry = enforcer.apply(dataclasses.replace(action, dry_run=True), NOW)
+    assert dry.outcome == Outcome.DRY_RUN and fake.count("scontrol") == 0
+    applied = enforcer.apply(action, NOW)
+    assert applied.outcome == Outcome.APPLIED
+    assert applied.effects == {"reminded": "root", "admin_comment": mark,
+                               "command": f"scontrol update JobId=5 'AdminComment={mark}'"}
+    assert enforcer.apply(action, NOW).outcome == Outcome.ALREADY_DONE
+    # AdminComment only: the job's Comment (its template and protection markers) is never written
+    assert [c for c in fake.calls if c[0] == "scontrol"] == [("scontrol", "update", "JobId=5", f"AdminComment={mark}")]
+    assert _audit(tmp_path)[1]["after"] == {"admin_comment": mark}
+
+    # our own earlier mark is replaced by the next reminder; a long reason is cut to the mark's limit
+    fake.answers["squeue"] = _squeue_with(admin_comment="gpupool: reminded 2026-11-29 14:00 UTC: earlier")
+    long = enforcer.apply(Action(ActionKind.REMIND, "remind:5:b", "5", "bot", reason="idle " * 100), NOW)
+    assert long.outcome == Outcome.APPLIED and len(long.effects["admin_comment"]) == MARK_LIMIT
+    assert fake.count("scontrol") == 2
+
+
+def test_remind_leaves_someone_elses_admin_comment_and_survives_a_refused_mark(tmp_path):
+    fake = _slurm(squeue=_squeue_with(admin_comment="ticket 4711: keep running"))
+    enforcer = _enforcer(tmp_path, fake)
+    theirs = enforcer.apply(Action(ActionKind.REMIND, "remind:5", "5", "bot", reason="idle"), NOW)
+    assert (theirs.outcome, theirs.effects) == (Outcome.APPLIED, {"reminded": "root"})
+    assert theirs.reason == "idle; the job's AdminComment was set by someone else and is left as it is"
+    assert fake.count("scontrol") == 0 and _audit(tmp_path)[0]["before"]["admin_comment"] == "ticket 4711: keep running"
+
+    # without Slurm operator rights the mark is refused: the remind still applies, so the owner is still told
+    denied = _enforcer(tmp_path / "d", _slurm(scontrol=fail("Access/permission denied for job 5")))
+    result = denied.apply(Action(ActionKind.REMIND, "remind:5", "5", "bot", reason="idle"), NOW)
+    assert result.outcome == Outcome.APPLIED and result.effects["reminded"] == "root"
+    assert "admin_comment" not in result.effects
+    assert result.reason.startswith("idle; the job's AdminComment was not set: scontrol update JobId=5 ")
+    assert result.effects["mark_error"].endswith("failed (exit 1): Access/permission denied for job 5")
+    assert _audit(tmp_path / "d")[0].get("after") is None  # nothing changed in Slurm
+    assert denied.apply(Action(ActionKind.REMIND, "remind:5", "5", "bot", reason="idle"), NOW).outcome == (
+        Outcome.ALREADY_DONE)
 
 
 def test_quota_change_is_a_proposal_for_an_admin(tmp_path):

@@ -23,8 +23,8 @@ def jobs(slurm_cluster: SlurmCluster) -> dict[str, str]:
     """One running 1-GPU job per test role, and a held (pending) one."""
     c = slurm_cluster
     c.cancel_all()
-    out = {role: c.submit(name=f"enforce-{role}", requeue=role != "no_requeue",
-                          comment="gpupool:inference" if role == "protected" else None)
+    comments = {"protected": "gpupool:inference", "remind": "gpupool:training"}
+    out = {role: c.submit(name=f"enforce-{role}", requeue=role != "no_requeue", comment=comments.get(role))
            for role in ROLES}
     c.wait_running(*out.values())
     out["held"] = c.submit(name="enforce-held", hold=True)
@@ -127,12 +127,26 @@ def test_protected_pending_and_unknown_jobs_are_refused(jobs, slurm_cluster, enf
     assert [r["decision"] for r in _audit(tmp_path)] == ["refused"] * 4
 
 
-def test_remind_and_quota_change_change_nothing_in_slurm(jobs, slurm_cluster, enforcer, recorder):
+def test_remind_marks_the_admin_comment_squeue_shows_and_leaves_the_comment(jobs, slurm_cluster, enforcer,
+                                                                          recorder):
     job = jobs["remind"]
-    remind = enforcer.apply(Action(ActionKind.REMIND, f"remind:{job}", job, "governance-bot", reason="idle"), utc_naive())
-    assert remind.outcome == Outcome.APPLIED and remind.effects == {"reminded": "root"}
-    assert slurm_cluster.state(job) == "RUNNING"
+    action = Action(ActionKind.REMIND, f"remind:{job}", job, "governance-bot", policy="idle-allocation",
+                    policy_version="1", reason="GPU activity 0.0% over the last 35 min; preempt in 15 min unless it is used")
+    remind = enforcer.apply(action, utc_naive())
+    assert remind.outcome == Outcome.APPLIED, remind.reason
+    mark = remind.effects["admin_comment"]
+    assert remind.effects["reminded"] == "root" and mark.startswith("gpupool: reminded ")
+    assert mark.endswith("UTC: GPU activity 0.0% over the last 35 min; preempt in 15 min unless it is used "
+                         "(policy idle-allocation 1)")
+    # Slurm 22.05 takes it from root, and shows it to users and admins; the user's Comment is as it was
+    seen = slurm_cluster.job(job)
+    assert (seen["admin_comment"], seen["comment"]) == (mark, "gpupool:training")
+    assert f"AdminComment={mark}" in slurm("scontrol", "show", "job", job)
+    assert enforcer.apply(action, utc_naive()).outcome == Outcome.ALREADY_DONE
+    assert slurm_cluster.state(job) == "RUNNING" and recorder.count("scontrol", "update") == 1
 
+
+def test_quota_change_changes_nothing_in_slurm(slurm_cluster, enforcer, recorder):
     def grp_tres() -> str:
         return slurm("sacctmgr", "-n", "-P", "show", "assoc", "where", "account=vision", "user=",
                      "format=GrpTRES").strip()
@@ -147,4 +161,4 @@ def test_remind_and_quota_change_change_nothing_in_slurm(jobs, slurm_cluster, en
                                     quota={"H100": 1}), utc_naive())
     assert unknown.outcome == Outcome.REFUSED and unknown.reason == "no Slurm account nobody"
     ran = {call[0] for call in recorder.calls}
-    assert ran == {"squeue", "sacctmgr"}
+    assert ran == {"sacctmgr"}
