@@ -164,12 +164,22 @@ def finding_text(finding: dict, rule: Rule) -> str:
             f"(threshold {_number(threshold)}) {gpus}")
 
 
+INSTEAD_TEXT = {  # why the step a reminder announces will not act (`_following`'s `instead`)
+    "partial": "some of the job's GPUs are busy",
+    "protected": "production inference is never acted on automatically",
+    "exempt": "the job is allow-listed until {exempt_until}",
+}
+
+
 def _step_text(action: StepAction, index: int, steps: tuple[Step, ...], finding: dict,
-               runtime_s: int | None) -> str:
+               runtime_s: int | None, following_step: dict | None = None) -> str:
     following = steps[index + 1] if index + 1 < len(steps) else None
     if action == StepAction.REMIND:
         if following is not None and following.action in ENFORCING:
             verb = following.action.value.replace("_", " ")
+            instead = (following_step or {}).get("instead")
+            if instead:  # never announce what will not happen
+                return f"no {verb} will follow: {INSTEAD_TEXT[instead].format(**following_step)}"
             return f"{verb} in {duration_text(following.after_s)} unless it is used"
         return "reminder"
     if action == StepAction.RECOMMEND:
@@ -312,7 +322,9 @@ def _decide(finding: dict, rule: Rule, index: int, catalog: PlanningCatalog, now
     if partial and action in (StepAction.RECLAIM, StepAction.PREEMPT):
         action = StepAction.RECOMMEND
     runtime_s = _runtime_cap(finding, rule) if action == StepAction.CAP_RUNTIME else None
-    text = f"{finding_text(finding, rule)}; {_step_text(action, index, rule.steps, finding, runtime_s)}"
+    following = (_following(finding, rule, index + 1, catalog, now)
+                 if action == StepAction.REMIND and index + 1 < len(rule.steps) else None)
+    text = f"{finding_text(finding, rule)}; {_step_text(action, index, rule.steps, finding, runtime_s, following)}"
     status, status_reason = DecisionStatus.QUEUED, ""
     if partial and action == StepAction.RECOMMEND and step.action != StepAction.RECOMMEND:
         status_reason = (f"{finding['gpus_held'] - finding['gpus_flagged']} of the job's {finding['gpus_held']} "
@@ -344,8 +356,8 @@ def _decide(finding: dict, rule: Rule, index: int, catalog: PlanningCatalog, now
         else:
             budget.drains += 1
     evidence = _evidence(finding)
-    if action == StepAction.REMIND and index + 1 < len(rule.steps):
-        evidence["next_step"] = _following(finding, rule, index + 1, catalog, now)
+    if following is not None:
+        evidence["next_step"] = following
     return PlannedAction(
         idempotency_key=action_key(finding["finding_id"], index, action.value),
         finding_id=finding["finding_id"],

@@ -100,6 +100,7 @@ def test_partial_idle_never_reclaims_it_recommends():
     frame = findings(finding(gpus_flagged=7, gpus_held=8, recommendation="1 x H100 instead of 8 x H100"))
     [remind] = run(history, frame, T0)
     assert remind.action == StepAction.REMIND and "on 7 of 8 GPUs" in remind.reason
+    assert remind.reason.endswith("no reclaim will follow: some of the job's GPUs are busy")  # nothing threatened
     [advice] = run(history, frame, at(GRACE_S))
     assert (advice.action, advice.status) == (StepAction.RECOMMEND, DecisionStatus.RECOMMENDED)
     assert advice.reason.endswith("recommendation: 1 x H100 instead of 8 x H100")
@@ -109,7 +110,9 @@ def test_partial_idle_never_reclaims_it_recommends():
 def test_production_inference_is_reminded_but_never_reclaimed():
     history = MemoryHistory()
     frame = findings(finding(template="inference", queue="platform-serve"))
-    assert run(history, frame, T0)[0].status == DecisionStatus.QUEUED
+    [remind] = run(history, frame, T0)
+    assert remind.status == DecisionStatus.QUEUED
+    assert remind.reason.endswith("no reclaim will follow: production inference is never acted on automatically")
     [exempt] = run(history, frame, at(GRACE_S))
     assert (exempt.action, exempt.status) == (StepAction.RECLAIM, DecisionStatus.EXEMPT)
     assert exempt.status_reason == "production inference is never reclaimed automatically"
@@ -121,7 +124,8 @@ def test_allow_list_applies_until_it_expires():
                       expires_at=at(GRACE_S + 600), policy="idle-allocation")
     cat = catalog(exemptions=(entry,))
     history = MemoryHistory()
-    run(history, findings(finding("j-1")), T0, cat)
+    [remind] = run(history, findings(finding("j-1")), T0, cat)
+    assert remind.reason.endswith("no reclaim will follow: the job is allow-listed until 2026-11-02T09:25:00Z")
     [exempt] = run(history, findings(finding("j-1")), at(GRACE_S), cat)
     assert exempt.status == DecisionStatus.EXEMPT
     assert exempt.status_reason == ("allow-listed for tenant vision until 2026-11-02 09:25 UTC: "
