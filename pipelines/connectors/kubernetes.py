@@ -2,19 +2,23 @@
 
 Connection: a kubeconfig file and context, in-cluster service account, or `api_server` with
 `token: ${K8S_TOKEN}`; secrets only from the environment. What uses it: `kueue.py` (Kueue
-Workloads into the landing zone), `k8s_audit.py` (the audit webhook backend) and the Kueue
-enforcer (`pipelines/enforcement/kueue.py`).
+Workloads into the landing zone), `k8s_audit.py` (the audit webhook backend), the Kueue
+enforcer (`pipelines/enforcement/kueue.py`) and the governance tick's Kueue reader
+(`pipelines/governance/running_kueue.py`, scoped by `kubernetes.governance`).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
+from typing import Literal
 
 import kubernetes.client as k8s
 from kubernetes import config as k8s_config
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from allocator.model import TEMPLATES
 from pipelines.config import section
 from pipelines.connectors.bounded import MAX_PAGES, PULL_DEADLINE_S
 from pipelines.sources.kueue_objects import PODSET_LABEL, KueueMapping
@@ -39,6 +43,52 @@ class AuditWebhookConfig(BaseModel):
     max_item_mib: float = Field(4.0, gt=0, description="an item over this is refused (quarantined)")
     max_depth: int = Field(128, ge=1, le=512, description="an item nested deeper is refused (quarantined)")
     max_items: int = Field(10_000, ge=1, description="a batch of more items is answered 413")
+
+
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")  # a DNS-1123 label, as Kubernetes names namespaces
+
+
+class KubernetesGovernance(BaseModel):
+    """`kubernetes.governance` in gpupool.yml: which running Workloads the live governance tick reads
+    (pipelines/governance/running_kueue.py) and how each becomes a job of the policies. Without this
+    section the tick reads nothing from Kubernetes; with it, only the namespaces it names are listed."""
+
+    model_config = ConfigDict(extra="forbid")
+    namespaces: list[str] = Field(min_length=1, description="only Workloads and pods of these namespaces are read")
+    queue_from: Literal["local_queue", "cluster_queue"] = Field(
+        "local_queue", description="the policies' queue: the LocalQueue (spec.queueName) or the ClusterQueue admitting it")
+    template_by_queue: dict[str, str] = Field(
+        default_factory=dict, description="queue (as queue_from names it) -> template, for Workloads without the "
+                                          "template label")
+    default_template: str | None = Field(None, description="the template of a Workload nothing else names one for")
+    pod_gpu_lookback_s: float = Field(
+        300.0, gt=0, description="how far back the scrape rounds are read for dcgm-exporter's pod labels")
+
+    @field_validator("namespaces")
+    @classmethod
+    def _namespaces(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not _NAMESPACE.fullmatch(name):
+                raise ValueError(f"namespace {name!r} is not a Kubernetes namespace name (a DNS-1123 label)")
+        return value
+
+    @field_validator("template_by_queue")
+    @classmethod
+    def _templates(cls, value: dict[str, str]) -> dict[str, str]:
+        for queue, template in value.items():
+            _known_template(template, f"template_by_queue[{queue}]")
+        return value
+
+    @field_validator("default_template")
+    @classmethod
+    def _default(cls, value: str | None) -> str | None:
+        return value if value is None else _known_template(value, "default_template")
+
+
+def _known_template(template: str, where: str) -> str:
+    if template not in TEMPLATES:
+        raise ValueError(f"{where} is {template!r}: not a template ({', '.join(TEMPLATES)})")
+    return template
 
 
 class KubernetesConfig(KueueMapping):
@@ -81,6 +131,8 @@ class KubernetesConfig(KueueMapping):
     preempt_timeout_s: float = Field(60.0, gt=0, description="how long preempt waits for Kueue to evict")
     preempt_poll_s: float = Field(1.0, gt=0)
     audit_webhook: AuditWebhookConfig = Field(default_factory=AuditWebhookConfig)
+    governance: KubernetesGovernance | None = Field(
+        None, description="running Workloads the every-minute governance tick reads (none without this section)")
 
 
 def load_kubernetes_config(path: Path | None = None) -> KubernetesConfig:

@@ -18,7 +18,12 @@ The target of a job action is `<namespace>/<workload name>` (the job_id the `kue
                   status.accumulatedPastExexcutionTimeSeconds) is already past the cap is deactivated, as
                   Kueue does when the cap runs out (state TIMEOUT); any other admitted one is refused,
                   with the time the cap would end it.
-    remind        annotate the Workload: gpupool.io/reminded-at (RFC 3339) and gpupool.io/reminder.
+    remind        annotate the Workload: gpupool.io/reminded-at (RFC 3339) and gpupool.io/reminder; then
+                  record a core/v1 Event (type Warning, reason GpupoolIdleReminder, `reminder_event`) on
+                  each of its running pods, which `kubectl describe pod` and `kubectl get events` show
+                  the owner. The answer names the owner (`reminded`: the Workload's user label, what the
+                  outbox's email and chat reminders go to), the namespace, the Events created and any
+                  that failed (the annotation stands; the reason says which pods got none).
     drain,        cordon / uncordon the node (target `node-07`, or a GPU `node-07/3`: its node), handed to
     undrain       `KubernetesNodeEnforcer` (pipelines/enforcement/kubernetes.py) with this ledger and lock
     quota_change  proposed only (target: a ClusterQueue, or a LocalQueue `<namespace>/<name>`, resolved
@@ -52,9 +57,11 @@ from pathlib import Path
 
 from kubernetes.client import CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
+from kubernetes.config import ConfigException
 
 from allocator.model import NODE_ACTIONS, Action, ActionKind, ActionResult, Outcome
-from pipelines.connectors.kubernetes import KubernetesConfig, api_client
+from pipelines.connectors.kubernetes import KubernetesAnswerError, KubernetesConfig, api_client
+from pipelines.connectors.kueue import KueueClient
 from pipelines.enforcement.base import ActionLedger, action_reason, claim_key
 from pipelines.enforcement.kubernetes import CONNECTION_ERRORS, KubernetesNodeEnforcer, api_error
 from pipelines.sources.jsonl import RecordError
@@ -62,16 +69,53 @@ from pipelines.sources.kueue_objects import (
     DEACTIVATION_REASONS,
     GPU_PRODUCT_LABEL,
     GROUP,
+    Pod,
     Workload,
     flavor_model,
     gpu_model_from,
     gpu_request,
+    read_pods,
     read_workload,
+    workload_pods,
 )
 
 REMINDED_AT = "gpupool.io/reminded-at"
 REMINDER = "gpupool.io/reminder"
 ANNOTATION_LIMIT = 1024
+EVENT_REASON = "GpupoolIdleReminder"
+EVENT_COMPONENT = "gpupool-governance"
+EVENT_MESSAGE_LIMIT = 1024  # what `kubectl describe` shows in full; events.k8s.io/v1 caps its note there
+
+
+def reminder_event(workload: Workload, pod: Pod, action: Action, now: dt.datetime) -> dict:
+    """The core/v1 Event a remind step records on one of the Workload's pods (POST
+    /api/v1/namespaces/<ns>/events): type Warning, reason GpupoolIdleReminder, the message naming the
+    idle GPUs (the finding's per-GPU evidence) and the reason with its next step. Its name is fixed by
+    the idempotency key and the pod, so the same step never makes two Events on one pod."""
+    evidence = action.evidence or {}
+    slots = [f"{g.get('host')}/{g.get('gpu')}" for g in evidence.get("gpus") or [] if isinstance(g, dict)]
+    held = evidence.get("gpus_held")
+    gpus = f"idle GPUs {', '.join(slots)}" + (f" ({len(slots)} of the {held} it holds)" if held else "") \
+        if slots else "idle GPUs"
+    message = f"Workload {workload.job_id}: {gpus}. {action_reason(action)}"
+    digest = hashlib.sha256(f"{action.idempotency_key}\n{pod.uid}".encode()).hexdigest()[:16]
+    stamp = now.isoformat(timespec="seconds") + "Z"
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{pod.name[:200]}.gpupool-{digest}", "namespace": pod.namespace},
+        "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": pod.name, "namespace": pod.namespace,
+                           "uid": pod.uid},
+        "reason": EVENT_REASON,
+        "message": message[:EVENT_MESSAGE_LIMIT],
+        "type": "Warning",
+        "source": {"component": EVENT_COMPONENT},
+        "reportingComponent": EVENT_COMPONENT,
+        "reportingInstance": EVENT_COMPONENT,
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+    }
 
 
 @dataclasses.dataclass
@@ -89,6 +133,7 @@ class _Plan:
     after: dict | None = None
     effects: dict = dataclasses.field(default_factory=dict)
     proposal_id: str | None = None
+    events: list[dict] = dataclasses.field(default_factory=list)  # remind: core/v1 Events, after the patch
 
 
 class _Conflict(Exception):
@@ -149,6 +194,8 @@ class KueueEnforcer:
                         )
                     if failure:
                         outcome, reason, effects = Outcome.REFUSED, failure, {}
+                    elif plan.events:
+                        reason, effects = self._post_events(plan.events, reason, effects)
                 elif action.dry_run:
                     reason = f"dry run: {reason}"
                 break
@@ -204,14 +251,21 @@ class KueueEnforcer:
                 REMINDED_AT: now.isoformat(timespec="seconds") + "Z",
                 REMINDER: reason[:ANNOTATION_LIMIT],
             }
+            pods, missing = self._running_pods(workload)
+            events = [reminder_event(workload, pod, action, now) for pod in pods]
+            marked = ", ".join(pod.name for pod in pods) or "none"
             return _Plan(
                 Outcome.APPLIED,
-                reason,
+                reason + (f"; no Event on its pods: {missing}" if missing else ""),
                 self._versioned(workload, {"metadata": {"annotations": annotations}}),
-                describe=f"annotate Workload {workload.job_id} with {REMINDED_AT}",
+                describe=f"annotate Workload {workload.job_id} with {REMINDED_AT} and record a {EVENT_REASON} "
+                f"Event on its running pods ({marked})",
                 before=before,
-                after={"annotations": annotations},
-                effects={"namespace": workload.namespace, **annotations},  # a namespace, not a person
+                after={"annotations": annotations, "events": [e["metadata"]["name"] for e in events]},
+                # the owner as the outbox reads it for every engine; the namespace the Workload is in
+                effects={"reminded": workload.label(self.config.user_label), "namespace": workload.namespace,
+                         **annotations},
+                events=events,
             )
         protection = self.protection(workload)
         if protection:
@@ -518,6 +572,43 @@ class KueueEnforcer:
                 f"have been preempted: check its Evicted condition"
             )
         return None
+
+    def _running_pods(self, workload: Workload) -> tuple[list[Pod], str | None]:
+        """The Workload's running pods (as the governance tick finds them: its namespace's pods Kueue
+        started, created since its admission), and why they could not be listed (else None)."""
+        try:
+            listing = KueueClient(self.config.model_copy(update={"namespaces": [workload.namespace]}),
+                                  self.custom, self.nodes.core).pods()
+            pods, problems = read_pods([listing], self.config)
+        except (*CONNECTION_ERRORS, KubernetesAnswerError, ConfigException) as error:
+            return [], f"cannot list the pods of namespace {workload.namespace}: {api_error(error)}"
+        admitted = workload.admitted.at if workload.admitted else None
+        mine = [p for p in workload_pods(workload, pods, since=admitted) if p.phase == "Running" and p.node]
+        return mine, ("; ".join(problems[:3]) if problems and not mine else None)
+
+    def _post_events(self, events: list[dict], reason: str, effects: dict) -> tuple[str, dict]:
+        """Create the reminder's Events (after the Workload's annotation went in): the answer names
+        those created and those that failed. An Event already there (same name: this key and pod,
+        from an apply whose answer was lost) counts as created."""
+        created, failed = [], {}
+        for event in events:
+            meta = event["metadata"]
+            try:
+                self.nodes.core.create_namespaced_event(meta["namespace"], event, _preload_content=False,
+                                                        _request_timeout=self.config.request_timeout_s)
+            except ApiException as error:
+                if error.status != 409:
+                    failed[event["involvedObject"]["name"]] = api_error(error)
+                    continue
+            except CONNECTION_ERRORS as error:
+                failed[event["involvedObject"]["name"]] = api_error(error)
+                continue
+            created.append(meta["name"])
+        effects = {**effects, "events": created}
+        if failed:
+            effects["events_failed"] = failed
+            reason += "; " + "; ".join(f"Event on pod {pod} not created: {why}" for pod, why in failed.items())
+        return reason, effects
 
     def _get_cluster(self, plural: str, name: str) -> dict:
         try:

@@ -18,6 +18,7 @@ from pipelines.enforcement.slurm import SlurmEnforcer
 from pipelines.governance.dryrun import DryRun, dry_run
 from pipelines.governance.outbox import Outbox
 from pipelines.governance.running import AllocatorWork, RunningWorkReader, SlurmWork
+from pipelines.governance.running_kueue import KueueWork
 from pipelines.governance.tick import TickReport, governance_tick
 from pipelines.notify.config import reminders_config
 from pipelines.notify.reminders import Reminders
@@ -45,23 +46,29 @@ def build_enforcers(config_file: Path, allocator: AllocatorConfig | None, landin
     return out
 
 
-def build_readers(config_file: Path, client: AllocatorClient | None) -> list[RunningWorkReader]:
+def build_readers(config_file: Path, client: AllocatorClient | None, landing: Path) -> list[RunningWorkReader]:
     """The engines whose running work the tick reads: the allocator (when the pool runs it: `client`),
-    and Slurm when gpupool.yml has `slurm.governance` (the partitions it may read; none without it)."""
+    Slurm when gpupool.yml has `slurm.governance` (the partitions it may read) and Kueue when it has
+    `kubernetes.governance` (the namespaces it may read; the pods' GPUs from the scrape rounds in
+    `landing`); neither without its section."""
     out: list[RunningWorkReader] = [] if client is None else [AllocatorWork(client)]
     slurm = section("slurm", SlurmConfig, config_file)
     if slurm is not None and slurm.governance is not None:
         out.append(SlurmWork(slurm))
+    kubernetes = section("kubernetes", KubernetesConfig, config_file)
+    if kubernetes is not None and kubernetes.governance is not None:
+        out.append(KueueWork(kubernetes, landing))
     return out
 
 
-def _governed(config_file: Path, client: AllocatorClient | None) -> list[RunningWorkReader]:
+def _governed(config_file: Path, client: AllocatorClient | None, landing: Path) -> list[RunningWorkReader]:
     """`build_readers`, or a ConfigError saying how to name an engine when there is none."""
-    readers = build_readers(config_file, client)
+    readers = build_readers(config_file, client, landing)
     if not readers:
         raise ConfigError(f"{config_file}: no engine to govern: idle-reclaim reads running work from the "
-                          "allocator (an `allocator:` section with its url and a governance_bot token) or Slurm "
-                          "(`slurm.governance.partitions`); see docs/reclaim.md")
+                          "allocator (an `allocator:` section with its url and a governance_bot token), Slurm "
+                          "(`slurm.governance.partitions`) or Kueue (`kubernetes.governance.namespaces`); "
+                          "see docs/reclaim.md")
     return readers
 
 
@@ -75,10 +82,10 @@ def build_reminders(config_file: Path, folder: Path) -> Reminders | None:
 def run_governance_tick(now: dt.datetime, *, config_file: Path, allocator: AllocatorConfig | None, landing: Path,
                         catalog: PolicyCatalog, outbox_path: Path, lookback: dt.timedelta | None) -> TickReport:
     """One governance tick at `now`: the outbox at `outbox_path` (writer `sensor`), the running work
-    of every configured engine (the allocator when `allocator` is given, Slurm) and every configured
+    of every configured engine (the allocator when `allocator` is given, Slurm, Kueue) and every configured
     enforcer, closed again after. A configuration that names no engine to read is an error."""
     client = None if allocator is None else AllocatorClient.from_config(allocator)
-    readers = _governed(config_file, client)
+    readers = _governed(config_file, client, landing)
     outbox = Outbox(outbox_path, landing, writer=SENSOR_WRITER)
     reminders = build_reminders(config_file, outbox_path.parent)
     try:
@@ -97,5 +104,5 @@ def run_dry_run(now: dt.datetime, *, config_file: Path, allocator: AllocatorConf
                 catalog: PolicyCatalog, outbox_path: Path, lookback: dt.timedelta | None) -> DryRun:
     """What a governance tick at `now` would do, touching nothing (pipelines/governance/dryrun.py)."""
     client = None if allocator is None else AllocatorClient.from_config(allocator)
-    return dry_run(now, landing=landing, catalog=catalog, readers=_governed(config_file, client),
+    return dry_run(now, landing=landing, catalog=catalog, readers=_governed(config_file, client, landing),
                    outbox_path=outbox_path, lookback=lookback)

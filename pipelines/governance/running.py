@@ -150,7 +150,7 @@ def slurm_running_work(data: bytes | str, scope: SlurmGovernance) -> RunningWork
                 continue
             view, unindexed = slurm_job_view(job, scope)
         except RecordError as error:
-            skipped[_reason(str(error))] += 1
+            skipped[skip_reason(str(error))] += 1
             continue
         if unindexed:
             skipped["MIG-typed GPUs left out (no GPU index)"] += unindexed
@@ -159,7 +159,7 @@ def slurm_running_work(data: bytes | str, scope: SlurmGovernance) -> RunningWork
     return RunningWork("slurm", jobs, [], skipped)
 
 
-def _reason(message: str) -> str:
+def skip_reason(message: str) -> str:
     """A skip reason without the job's numbers (its id, counts, indices), so that reasons count alike."""
     return re.sub(r"\d+", "N", message)[:160]
 

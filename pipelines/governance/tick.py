@@ -1,6 +1,6 @@
 """One evaluation of the live idle policies against the running work of every engine: the body of
 the `idle_reclaim` sensor (pipelines/assets/reclaim.py is the thin Dagster wrapper). Not pure: it calls
-the engines (the allocator's API, Slurm's squeue), appends the pulled logs to the landing zone, records
+the engines (the allocator's API, Slurm's squeue, the Kubernetes API), appends the pulled logs to the landing zone, records
 and delivers through the outbox (SQLite) and flushes the decision log; the rules it calls
 (pipelines/policies/) are the pure part.
 
@@ -10,7 +10,7 @@ A tick, at `now` (UTC, naive):
    the pool runs the allocator: the engine's answers to earlier actions come back into the
    warehouse this way, closing the loop;
 2. lists the running jobs and the queues of every engine it is given, through one interface
-   (`pipelines.governance.running.RunningWorkReader`: the allocator, Slurm); each engine's
+   (`pipelines.governance.running.RunningWorkReader`: the allocator, Slurm, Kueue); each engine's
    allocations carry its name (`source`), and so do their findings and actions;
 3. builds the policies' inputs from the freshest data there is: the scrape rounds the
    `dcgm_scrape` sensor landed in the last `lookback` (pipelines/governance/live.py: per-GPU

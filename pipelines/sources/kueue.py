@@ -17,14 +17,15 @@ delivery of each id). job_id is `<namespace>/<name>` of the Workload (what enfor
 
 Mapping:
 - submit (attempt 1) at metadata.creationTimestamp; tenant = the `tenant_label` label when
-  configured and present, else the namespace; queue = spec.queueName (the LocalQueue); priority
-  = spec.priority; job_name = the owner (the Job) else the Workload's name; template and user from
-  the configured labels (or annotations); GPUs = Σ over podSets of count × the pod's GPUs
-  (`nvidia.com/gpu`, or `nvidia.com/mig-<profile>` instances: share_mode mig); gpu_model from the
-  admission's flavor for the GPU resource (`flavor_gpu_models`, else the GPU family in the flavor's
-  name), else the podSet's `nvidia.com/gpu.product` node selector. A submit whose attempt is still
-  waiting says why in `reason` (QuotaReserved False: Pending / Inadmissible with Kueue's message;
-  admission checks pending; no attempt yet).
+  configured and present, else the namespace's in `tenant_by_namespace`, else the namespace;
+  queue = spec.queueName (the LocalQueue); priority = spec.priority; job_name = the owner (the
+  Job) else the Workload's name; template and user from the configured labels (or annotations);
+  GPUs = Σ over podSets of count × the pod's GPUs (`nvidia.com/gpu`, or `nvidia.com/mig-<profile>`
+  instances: share_mode mig); gpu_model from the admission's flavor for the GPU resource
+  (`flavor_gpu_models`, else the GPU family in the flavor's name), else the podSet's
+  `nvidia.com/gpu.product` node selector. A submit whose attempt is still waiting says why in
+  `reason` (QuotaReserved False: Pending / Inadmissible with Kueue's message; admission checks
+  pending; no attempt yet).
 - Attempts: E = evictions so far = max(Σ status.schedulingStats.evictions[].count,
   status.requeueState.count, 1 if an Evicted condition exists); the current attempt is E + 1.
 - admit at the Admitted=True transition; start at PodsReady=True; finish at Finished=True
@@ -92,6 +93,8 @@ from pipelines.sources.kueue_objects import (
     read_pods,
     read_workload,
     workload_gpu_model,
+    workload_pods,
+    workload_tenant,
 )
 
 SOURCE = "kueue"
@@ -169,7 +172,7 @@ def workload_rows(w: Workload, mapping: KueueMapping, pods: Sequence[Pod] = ()) 
     spec = {k: v for k, v in spec.items() if v is not None}
     common = {
         "job_id": w.job_id,
-        "tenant": w.label(mapping.tenant_label) or w.namespace,
+        "tenant": workload_tenant(w, mapping),
         "queue": w.queue,
         "user_name": w.label(mapping.user_label),
         "job_name": w.owner_name or w.name,
@@ -333,7 +336,8 @@ def _last_change(w: Workload) -> datetime:
     return max((c.at for c in w.conditions.values()), default=w.created_at)
 
 
-def _mig_fraction(profile: str, model: str | None) -> float:
+def mig_fraction(profile: str, model: str | None) -> float:
+    """The share of a GPU a MIG profile holds: its compute slices of the model's (`3g.40gb` of an A100: 3/7)."""
     found = _MIG_SLICES.match(profile)
     slices = _MIG_COMPUTE_SLICES.get(model or "", 7)
     return min(int(found.group(1)) / slices, 1.0) if found else 1.0
@@ -342,16 +346,7 @@ def _mig_fraction(profile: str, model: str | None) -> float:
 def _place(w: Workload, attempt: _Attempt, pods: Sequence[Pod], mapping: KueueMapping, out: _Out) -> None:
     """job_gpus rows of one started attempt: from its pods, else from a hostname-level TAS assignment."""
     lower = attempt.admit.at if attempt.admit else None
-    mine = [
-        p
-        for p in pods
-        if p.namespace == w.namespace
-        and p.node
-        and p.gpus
-        and (p.workload == w.name or (p.owner_uids & w.owner_uids))
-        and (lower is None or p.created_at >= lower)
-        and (attempt.end_at is None or p.created_at <= attempt.end_at)
-    ]
+    mine = [p for p in workload_pods(w, pods, lower, attempt.end_at) if p.node and p.gpus]
     rank = {"Running": 0, "Succeeded": 1}
     rows: list[dict] = []
     for ps in w.pod_sets:
@@ -375,7 +370,7 @@ def _place(w: Workload, attempt: _Attempt, pods: Sequence[Pod], mapping: KueueMa
                 profile = (
                     None if name == mapping.gpu_resource else name.removeprefix(mapping.mig_resource_prefix)
                 )
-                fraction = 1.0 if profile is None else _mig_fraction(profile, model)
+                fraction = 1.0 if profile is None else mig_fraction(profile, model)
                 rows.extend(
                     {
                         "job_id": w.job_id,

@@ -41,6 +41,10 @@ class KueueMapping(BaseModel):
     tenant_label: str | None = Field(
         None, description="Workload label naming the tenant; default the namespace"
     )
+    tenant_by_namespace: dict[str, str] = Field(
+        default_factory=dict,
+        description="namespace → tenant, for Workloads without the tenant label (default: the namespace)",
+    )
     template_label: str | None = Field(
         "gpupool.io/template", description="label (or annotation) with the template"
     )
@@ -272,6 +276,12 @@ class Workload:
         return value if isinstance(value, str) and value else None
 
 
+def workload_tenant(w: Workload, mapping: KueueMapping) -> str:
+    """The tenant of a Workload: its `tenant_label`, else its namespace's in `tenant_by_namespace`, else
+    the namespace (the ingest and the governance tick read it alike)."""
+    return w.label(mapping.tenant_label) or mapping.tenant_by_namespace.get(w.namespace) or w.namespace
+
+
 def read_workload(item: object, mapping: KueueMapping | None = None) -> Workload:
     """One Workload object → `Workload`; RecordError names what is wrong."""
     mapping = mapping or KueueMapping()
@@ -457,6 +467,20 @@ def _read_pod(item: object, mapping: KueueMapping) -> Pod:
         gpus=_gpus_of(spec, mapping, "spec."),
     )
 
+
+def workload_pods(
+    w: Workload, pods: Iterable[Pod], since: datetime | None = None, until: datetime | None = None
+) -> list[Pod]:
+    """The pods of a Workload created within [since, until]: in its namespace, and named by Kueue's
+    `kueue.x-k8s.io/workload` annotation or owned by the Workload's owner (Kueue before 0.9)."""
+    return [
+        p
+        for p in pods
+        if p.namespace == w.namespace
+        and (p.workload == w.name or bool(p.owner_uids & w.owner_uids))
+        and (since is None or p.created_at >= since)
+        and (until is None or p.created_at <= until)
+    ]
 
 
 # --- what a Workload asks for ------------------------------------------------------------------

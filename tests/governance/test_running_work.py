@@ -208,10 +208,10 @@ def test_the_factory_reads_slurm_only_where_its_governance_section_names_partiti
     config = tmp_path / "gpupool.yml"
     config.write_text("slurm:\n  sacct: sacct\n")
     client = Allocator()
-    assert [r.source for r in build_readers(config, client)] == ["allocator"]
+    assert [r.source for r in build_readers(config, client, tmp_path)] == ["allocator"]
     config.write_text("slurm:\n  governance:\n    partitions: [batch]\n    queue_from: qos\n")
-    readers = build_readers(config, client)
+    readers = build_readers(config, client, tmp_path)
     assert [r.source for r in readers] == ["allocator", "slurm"] and readers[1].scope.queue_from == "qos"
     config.write_text("slurm:\n  governance:\n    partitions: []\n")
     with pytest.raises(ConfigError, match="partitions"):
-        build_readers(config, client)
+        build_readers(config, client, tmp_path)

@@ -37,7 +37,7 @@ class RecordedApiServer:
                 self.end_headers()
                 self.wfile.write(data)
 
-            do_GET = do_PATCH = _serve
+            do_GET = do_PATCH = do_POST = _serve
 
             def log_message(self, *args) -> None:
                 pass
