@@ -256,6 +256,14 @@ def test_tenant_label_and_unknown_template_label():
     submit = result.tables["job_events"].filter(pl.col("event_type") == "submit").row(0, named=True)
     assert (submit["tenant"], submit["template"]) == ("llm-research", None)
     assert any("template label outside" in note for note in result.notes)
+    # the namespace's tenant only where the label names none (the governance tick reads it alike)
+    mapped = KueueMapping(tenant_label="team", tenant_by_namespace={"team-a": "vision", "team-b": "nlp"})
+    doc = _doc("workloads.json")
+    doc["items"] = doc["items"][:2]
+    doc["items"][0]["metadata"]["labels"]["team"] = "llm-research"
+    submits = _parse(doc, mapping=mapped).tables["job_events"].filter(pl.col("event_type") == "submit")
+    assert dict(submits.select("job_id", "tenant").iter_rows()) == {
+        "team-a/job-train-llm-5b7c1": "llm-research", "team-b/job-sweep-8d2f1": "nlp"}
 
 
 def test_event_ids_are_deterministic():
