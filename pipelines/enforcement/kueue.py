@@ -82,31 +82,35 @@ from pipelines.sources.kueue_objects import (
 REMINDED_AT = "gpupool.io/reminded-at"
 REMINDER = "gpupool.io/reminder"
 ANNOTATION_LIMIT = 1024
-EVENT_REASON = "GpupoolIdleReminder"
+EVENT_REASON = "GpupoolIdleReminder"  # a reminder about idle GPUs (the finding names them)
+EVENT_REASON_OTHER = "GpupoolReminder"  # any other remind step (an overrun, say)
 EVENT_COMPONENT = "gpupool-governance"
 EVENT_MESSAGE_LIMIT = 1024  # what `kubectl describe` shows in full; events.k8s.io/v1 caps its note there
 
 
 def reminder_event(workload: Workload, pod: Pod, action: Action, now: dt.datetime) -> dict:
     """The core/v1 Event a remind step records on one of the Workload's pods (POST
-    /api/v1/namespaces/<ns>/events): type Warning, reason GpupoolIdleReminder, the message naming the
-    idle GPUs (the finding's per-GPU evidence) and the reason with its next step. Its name is fixed by
-    the idempotency key and the pod, so the same step never makes two Events on one pod."""
+    /api/v1/namespaces/<ns>/events): type Warning, reason GpupoolIdleReminder when the finding names
+    idle GPUs (its per-GPU evidence; else GpupoolReminder), the message naming them and the reason
+    with its next step. Its name is fixed by the idempotency key and the pod, so the same step never
+    makes two Events on one pod."""
     evidence = action.evidence or {}
     slots = [f"{g.get('host')}/{g.get('gpu')}" for g in evidence.get("gpus") or [] if isinstance(g, dict)]
     held = evidence.get("gpus_held")
-    gpus = f"idle GPUs {', '.join(slots)}" + (f" ({len(slots)} of the {held} it holds)" if held else "") \
-        if slots else "idle GPUs"
-    message = f"Workload {workload.job_id}: {gpus}. {action_reason(action)}"
+    message = f"Workload {workload.job_id}: "
+    if slots:
+        message += f"idle GPUs {', '.join(slots)}" + (f" ({len(slots)} of the {held} it holds)" if held else "") + ". "
+    message += action_reason(action)
     digest = hashlib.sha256(f"{action.idempotency_key}\n{pod.uid}".encode()).hexdigest()[:16]
     stamp = now.isoformat(timespec="seconds") + "Z"
     return {
         "apiVersion": "v1",
         "kind": "Event",
-        "metadata": {"name": f"{pod.name[:200]}.gpupool-{digest}", "namespace": pod.namespace},
+        # a DNS subdomain of at most 253 characters, as the pod's name is
+        "metadata": {"name": f"{pod.name[:200].rstrip('.-')}.gpupool-{digest}", "namespace": pod.namespace},
         "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": pod.name, "namespace": pod.namespace,
                            "uid": pod.uid},
-        "reason": EVENT_REASON,
+        "reason": EVENT_REASON if slots else EVENT_REASON_OTHER,
         "message": message[:EVENT_MESSAGE_LIMIT],
         "type": "Warning",
         "source": {"component": EVENT_COMPONENT},
@@ -194,7 +198,7 @@ class KueueEnforcer:
                         )
                     if failure:
                         outcome, reason, effects = Outcome.REFUSED, failure, {}
-                    elif plan.events:
+                    elif action.kind == ActionKind.REMIND:
                         reason, effects = self._post_events(plan.events, reason, effects)
                 elif action.dry_run:
                     reason = f"dry run: {reason}"
@@ -258,8 +262,8 @@ class KueueEnforcer:
                 Outcome.APPLIED,
                 reason + (f"; no Event on its pods: {missing}" if missing else ""),
                 self._versioned(workload, {"metadata": {"annotations": annotations}}),
-                describe=f"annotate Workload {workload.job_id} with {REMINDED_AT} and record a {EVENT_REASON} "
-                f"Event on its running pods ({marked})",
+                describe=f"annotate Workload {workload.job_id} with {REMINDED_AT} and record an Event on its "
+                f"running pods ({marked})",
                 before=before,
                 after={"annotations": annotations, "events": [e["metadata"]["name"] for e in events]},
                 # the owner as the outbox reads it for every engine; the namespace the Workload is in

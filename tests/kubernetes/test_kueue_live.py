@@ -21,6 +21,7 @@ import json
 import re
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from allocator.model import Action, ActionKind, Outcome
@@ -28,13 +29,14 @@ from pipelines.config import ConfigError
 from pipelines.connectors.kubernetes import KubernetesAnswerError, KubernetesConfig
 from pipelines.contracts import StepAction, contract
 from pipelines.enforcement.base import ActionLedger
-from pipelines.enforcement.kueue import EVENT_REASON, KueueEnforcer
+from pipelines.enforcement.kueue import EVENT_REASON, KueueEnforcer, reminder_event
 from pipelines.governance.factory import build_readers
-from pipelines.governance.live import SCRAPE_SOURCE, pod_gpus
+from pipelines.governance.live import POD_GPU_SCHEMA, SAMPLE_SCHEMA, SCRAPE_SOURCE, pod_gpus
 from pipelines.governance.outbox import Outbox
 from pipelines.governance.running_kueue import UNINDEXED, KueueWork, kueue_running_work
 from pipelines.governance.tick import governance_tick
 from pipelines.sources.dcgm_text import parse_dcgm_text
+from pipelines.sources.kueue_objects import read_pods, read_workload
 from tests.conftest import REAL_DATA
 from tests.governance.test_running_work import idle_catalog
 from tests.kubernetes.api_server import RecordedApiServer
@@ -168,6 +170,46 @@ def test_a_workload_whose_gpus_no_series_names_is_listed_without_gpus(server, tm
     assert work.skipped[UNINDEXED] == 8  # 3 pods x 2 GPUs, and resumed-p8r3t's 2
 
 
+def test_pod_gpus_reads_the_latest_labels_of_each_series_and_rounds_without_pod_columns(tmp_path):
+    folder = tmp_path / SCRAPE_SOURCE / NOW.date().isoformat()
+    folder.mkdir(parents=True)
+    old, latest = NOW - dt.timedelta(minutes=2), NOW - dt.timedelta(minutes=1)
+    # a round written before the pod columns were kept: it names no pod
+    pl.DataFrame([(old, "gpu-node-1", 0, None, "DCGM_FI_DEV_GPU_UTIL", 0.0)], schema=SAMPLE_SCHEMA,
+                 orient="row").write_parquet(folder / f"scrape-{old:%H%M%S}-a.parquet")
+    rows = [  # GPU 0 time-sliced by two pods; GPU 1 was p1's and is free now; a MIG instance of GPU 2
+        (latest, "gpu-node-1", 0, None, None, "team-a", "p1"), (latest, "gpu-node-1", 0, None, None, "team-a", "p2"),
+        (old, "gpu-node-1", 1, None, None, "team-a", "p1"), (latest, "gpu-node-1", 1, None, None, None, None),
+        (latest, "gpu-node-1", 2, 3, "1g.10gb", "team-a", "p3"),
+    ]
+    frame = pl.DataFrame(rows, schema=["sampled_at", "host", "gpu", "gpu_instance_id", "gpu_instance_profile",
+                                       "k8s_namespace", "k8s_pod"], orient="row")
+    frame.with_columns(metric=pl.lit("DCGM_FI_DEV_GPU_UTIL"), value=pl.lit(0.0)).write_parquet(
+        folder / f"scrape-{latest:%H%M%S}-b.parquet")
+    held = pod_gpus(tmp_path, NOW, dt.timedelta(minutes=5))
+    assert held.rows() == [("team-a", "p1", "gpu-node-1", 0, None, None), ("team-a", "p2", "gpu-node-1", 0, None, None),
+                           ("team-a", "p3", "gpu-node-1", 2, 3, "1g.10gb")]
+    assert pod_gpus(tmp_path, NOW, dt.timedelta(seconds=90)).height == 3  # the older round is outside
+    assert pod_gpus(tmp_path / "none", NOW, dt.timedelta(minutes=5)).is_empty()
+
+
+def test_a_mig_workload_holds_its_instances_by_the_owner_of_its_pods():
+    """workloads.json item 12 (team-c): 2 pods with one 1g.10gb instance each, started by a Kueue
+    before 0.9 (no workload annotation on the pods: they are the Workload's through its owner Job)."""
+    workloads = {"items": [fixture("workloads.json")["items"][11]]}
+    pods = fixture("pods.json")
+    held = pl.DataFrame([("team-c", "mig-infer-0-zq8wd", "gpu-node-5", 0, 7, "1g.10gb"),
+                         ("team-c", "mig-infer-1-r5vb7", "gpu-node-5", 0, 8, "1g.10gb")],
+                        schema=POD_GPU_SCHEMA, orient="row")
+    settings = KubernetesConfig(governance={"namespaces": ["team-c"]})
+    [job] = kueue_running_work(workloads, pods, held, settings).jobs
+    assert (job["job_id"], job["spec"]["share_mode"], job["started_at"]) == (
+        "team-c/job-mig-infer-8b9c0", "mig", "2024-03-21T12:00:40Z")
+    assert job["gpus"] == [
+        {"host": "gpu-node-5", "gpu": 0, "gpu_instance_id": i, "gpu_instance_profile": "1g.10gb", "fraction": 1 / 7}
+        for i in (7, 8)]
+
+
 def test_queue_template_and_tenant_mappings(tmp_path):
     land_rounds(tmp_path)
     workloads, pods = fixture("governance-workloads-team-a.json"), fixture("governance-pods-team-a.json")
@@ -260,6 +302,7 @@ class Cluster:
         for name in ("job-train-llm-5b7c1", "job-resumed-9a1b2"):
             routes[("GET", f"{base}/{name}")] = routes[("PATCH", f"{base}/{name}")] = self._workload(name)
         routes[("POST", "/api/v1/namespaces/team-a/events")] = self._event
+        self.server_routes = routes
         self.server = RecordedApiServer(routes)
 
     def _workload(self, name: str):
@@ -312,9 +355,8 @@ def test_remind_annotates_the_workload_and_records_an_event_on_each_running_pod(
     enforcer = kueue_enforcer(tmp_path, cluster.server.url)
     dry = enforcer.apply(dataclasses.replace(REMIND, dry_run=True), NOW)
     assert dry.outcome == Outcome.DRY_RUN and cluster.posts() == []
-    assert ("would annotate Workload team-a/job-train-llm-5b7c1 with gpupool.io/reminded-at and record a "
-            "GpupoolIdleReminder Event on its running pods (train-llm-0-h7x2k, train-llm-1-m4tns, "
-            "train-llm-2-b8wqf)") in dry.reason
+    assert ("would annotate Workload team-a/job-train-llm-5b7c1 with gpupool.io/reminded-at and record an "
+            "Event on its running pods (train-llm-0-h7x2k, train-llm-1-m4tns, train-llm-2-b8wqf)") in dry.reason
 
     result = enforcer.apply(REMIND, NOW)
     assert result.outcome == Outcome.APPLIED
@@ -363,6 +405,37 @@ def test_events_that_cannot_be_created_leave_the_annotation_and_say_so(tmp_path)
     assert "Event on pod train-llm-0-h7x2k not created: HTTP 403 Forbidden: events is forbidden" in result.reason
     annotations = cluster.objects["job-train-llm-5b7c1"]["metadata"]["annotations"]
     assert annotations["gpupool.io/reminded-at"] == "2024-03-22T12:00:00Z"
+
+
+def test_a_remind_whose_pods_cannot_be_listed_annotates_and_says_so(tmp_path):
+    cluster = Cluster()
+    cluster.server.close()
+    routes = {key: route for key, route in cluster.server_routes.items() if "pods" not in key[1]}
+    cluster.server = RecordedApiServer(routes)
+    overrun = dataclasses.replace(REMIND, evidence={"metric": "runtime_s"}, reason="run time 5 h, over 4 h")
+    try:
+        result = kueue_enforcer(tmp_path, cluster.server.url).apply(overrun, NOW)
+    finally:
+        cluster.server.close()
+    assert result.outcome == Outcome.APPLIED and result.effects["events"] == [] and cluster.posts() == []
+    assert result.reason == ("run time 5 h, over 4 h (policy idle-allocation 1); no Event on its pods: cannot list "
+                             "the pods of namespace team-a: HTTP 404 Not Found: /api/v1/namespaces/team-a/pods "
+                             "not found")
+    assert cluster.objects["job-train-llm-5b7c1"]["metadata"]["annotations"]["gpupool.io/reminder"] == \
+        "run time 5 h, over 4 h (policy idle-allocation 1)"
+
+
+def test_an_event_without_idle_gpus_is_a_plain_reminder():
+    workload = read_workload(fixture("governance-workloads-team-a.json")["items"][0])
+    [pod], _ = read_pods([{"items": [fixture("governance-pods-team-a.json")["items"][0]]}], KubernetesConfig())
+    overrun = dataclasses.replace(REMIND, evidence={"metric": "runtime_s"}, reason="run time 5 h, over 4 h")
+    event = reminder_event(workload, pod, overrun, NOW)
+    assert (event["reason"], event["message"]) == (
+        "GpupoolReminder", "Workload team-a/job-train-llm-5b7c1: run time 5 h, over 4 h (policy idle-allocation 1)")
+    long_pod = dataclasses.replace(pod, name="p" * 199 + "-x")
+    assert len(reminder_event(workload, long_pod, REMIND, NOW)["metadata"]["name"]) == 199 + 25
+    assert ".." not in reminder_event(workload, dataclasses.replace(pod, name="a" * 199 + ".b"), REMIND,
+                                      NOW)["metadata"]["name"]
 
 
 def test_a_tick_over_kueue_reminds_through_the_annotation_and_the_events(cluster, tmp_path):
