@@ -2,8 +2,8 @@
 `policy_findings` record.
 
 - `idle_reclaim_sensor` runs one `governance_tick` (pipelines/governance/tick.py) per minute against the
-  engines gpupool.yml names (the allocator, Slurm): fresh scrape rounds in, decisions and actions out. It requests
-  no runs; its tick message is the tick's summary. It starts STOPPED: turn it on in the UI (or
+  engines gpupool.yml names (the allocator, Slurm, Kueue): fresh scrape rounds in, decisions and actions out. It
+  requests no runs; its tick message is the tick's summary. It starts STOPPED: turn it on in the UI (or
   `dagster sensor start idle_reclaim`) once the policies' modes are what you want.
 - `policy_findings` (daily partitions, after the marts it reads) re-evaluates every policy kind over
   the warehouse for one day, replaces that day's rows of governance.policy_findings, and records the
@@ -48,7 +48,7 @@ DAILY_WRITER = "daily"
     default_status=dg.DefaultSensorStatus.STOPPED,
     description=(
         "Every minute: reads the running work of the engines gpupool.yml names (the allocator, whose events "
-        "and audit it pulls into landing; Slurm's squeue), evaluates the live idle policies (idle allocation, "
+        "and audit it pulls into landing; Slurm's squeue; Kueue's Workloads), evaluates the live idle policies (idle allocation, "
         "zombie, idle interactive, overrun) on the freshest scrape rounds, records the due steps in the outbox "
         "and delivers them to each engine's enforcer (docs/reclaim.md)."
     ),

@@ -14,6 +14,9 @@ applies at the next sensor tick:
     slurm:                                        # when it runs Slurm (docs/reclaim.md)
       governance:
         partitions: [batch]
+    kubernetes:                                   # when it runs Kueue (docs/reclaim.md)
+      governance:
+        namespaces: [team-a]
 
 Relative paths are read from the configuration file's folder.
 """
