@@ -30,6 +30,7 @@ from pipelines.connectors.kubernetes import KubernetesAnswerError, KubernetesCon
 from pipelines.contracts import StepAction, contract
 from pipelines.enforcement.base import ActionLedger
 from pipelines.enforcement.kueue import EVENT_REASON, KueueEnforcer, reminder_event
+from pipelines.governance.dryrun import dry_run
 from pipelines.governance.factory import build_readers
 from pipelines.governance.live import POD_GPU_SCHEMA, SAMPLE_SCHEMA, SCRAPE_SOURCE, pod_gpus
 from pipelines.governance.outbox import Outbox
@@ -465,3 +466,23 @@ def test_a_tick_over_kueue_reminds_through_the_annotation_and_the_events(cluster
         "resumed-p8r3t", "train-llm-0-h7x2k", "train-llm-1-m4tns", "train-llm-2-b8wqf"]
     assert cluster.objects["job-resumed-9a1b2"]["metadata"]["annotations"]["gpupool.io/reminded-at"] == \
         "2024-03-22T12:00:00Z"
+
+
+def test_a_dry_run_over_kueue_lists_the_workloads_and_only_reads(tmp_path):
+    landing = tmp_path / "landing"
+    for m in range(62, 0, -1):
+        land_round(landing, NOW - dt.timedelta(minutes=m, seconds=-10), LABELLED, util=0.0)
+    server = RecordedApiServer(api_routes({path: fixture(name) for path, name in LISTINGS.items()}))
+    try:
+        result = dry_run(NOW, landing=landing, catalog=idle_catalog(),
+                         readers=[KueueWork(config(server.url), landing, clock=lambda: NOW)],
+                         outbox_path=tmp_path / "outbox.db", lookback=dt.timedelta(minutes=60))
+    finally:
+        server.close()
+    jobs = {r["job_id"]: r for r in result.jobs.iter_rows(named=True)}
+    assert set(jobs) == {TRAIN, RESUMED} and {r["source"] for r in jobs.values()} == {"kueue"}
+    assert jobs[TRAIN]["slots"] == ("gpu-node-1/0, gpu-node-1/1, gpu-node-1/2, gpu-node-1/3, gpu-node-2/0, "
+                                    "gpu-node-2/1")
+    assert jobs[TRAIN]["now"] == "idle-allocation: remind queued"
+    assert {method for method, *_ in server.requests} == {"GET"}  # listed, nothing else asked
+    assert not (tmp_path / "outbox.db").exists()
