@@ -1,8 +1,8 @@
 """One evaluation of the live idle policies against the running work of every engine: the body of
 the `idle_reclaim` sensor (pipelines/assets/reclaim.py is the thin Dagster wrapper). Not pure: it calls
-the engines (the allocator's API, Slurm's squeue, the Kubernetes API), appends the pulled logs to the landing zone, records
-and delivers through the outbox (SQLite) and flushes the decision log; the rules it calls
-(pipelines/policies/) are the pure part.
+the engines (the allocator's API, Slurm's squeue, the Kubernetes API), appends the pulled logs to the
+landing zone, records and delivers through the outbox (SQLite) and flushes the decision log; the rules
+it calls (pipelines/policies/) are the pure part.
 
 A tick, at `now` (UTC, naive):
 
