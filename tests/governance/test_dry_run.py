@@ -7,6 +7,7 @@ import datetime as dt
 import json
 import os
 import subprocess
+import sys
 
 import polars as pl
 
@@ -16,7 +17,6 @@ from pipelines.governance.live import SAMPLE_SCHEMA, SCRAPE_SOURCE
 from pipelines.governance.outbox import Outbox
 from pipelines.governance.running import AllocatorWork, SlurmWork
 from pipelines.governance.tick import governance_tick
-from pipelines.paths import REPO_ROOT
 from tests.governance.conftest import GRACE_S, Recorder
 from tests.governance.test_running_work import (
     GR,
@@ -100,7 +100,7 @@ def test_the_command_reads_slurm_through_squeue_and_says_so_when_no_engine_is_na
     config.write_text(f"slurm:\n  squeue: {squeue}\n  governance:\n    partitions: [batch, urgent]\n"
                       "governance:\n  lookback_minutes: 45\n")
     env = {**os.environ, "GPUPOOL_HOME": str(home), "GPUPOOL_CONFIG": str(config)}
-    gpupool = [str(REPO_ROOT / ".venv" / "bin" / "gpupool"), "reclaim", "--dry-run"]
+    gpupool = [sys.executable, "-m", "pipelines.cli", "reclaim", "--dry-run"]
 
     text = subprocess.run(gpupool, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert text.returncode == 0, text.stderr
