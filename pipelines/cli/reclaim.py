@@ -19,7 +19,7 @@ from pipelines.cli.common import HOME_OPTION, ExitError, warehouse
                    "policy would do now; record, send and change nothing.")
 @click.option("--json", "as_json", is_flag=True, help="With --dry-run: one JSON object per job, one per line.")
 def reclaim(home: Path | None, config_file: Path | None, dry_run: bool, as_json: bool) -> None:
-    """One idle-reclaim tick now against the engines gpupool.yml names (the allocator, Slurm): the
+    """One idle-reclaim tick now against the engines gpupool.yml names (the allocator, Slurm, Kueue): the
     live policies evaluated on the freshest telemetry, their due steps recorded and delivered, as the
     `idle_reclaim` sensor does every minute (docs/reclaim.md). Exit 1 when an engine could not be
     read or an action could not be delivered."""
