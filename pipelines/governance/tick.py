@@ -12,9 +12,10 @@ A tick, at `now` (UTC, naive):
 2. lists the running jobs and the queues of every engine it is given, through one interface
    (`pipelines.governance.running.RunningWorkReader`: the allocator, Slurm); each engine's
    allocations carry its name (`source`), and so do their findings and actions;
-3. builds the policies' inputs from the freshest data there is: the scrape rounds the
-   `dcgm_scrape` sensor landed in the last `lookback` (pipelines/governance/live.py: per-GPU
-   minutes kept from earlier ticks plus those of the new rounds -> per-allocation minutes), the running jobs' allocations, and their progress
+3. builds the policies' inputs from the freshest data there is: the telemetry of the last
+   `lookback`, from the scrape rounds the `dcgm_scrape` sensor landed or from the pool's Prometheus
+   (pipelines/governance/telemetry.py; per-GPU minutes kept from earlier ticks plus those of the
+   new rounds or samples -> per-allocation minutes), the running jobs' allocations, and their progress
    signals (every event and checkpoint/artifact report of the attempt in the pulled logs, its ok
    checkpoints of the last day, and the attempt's start; an engine without such logs, Slurm, gives
    the start only);
@@ -27,7 +28,9 @@ A tick, at `now` (UTC, naive):
 
 When an engine cannot be read (the allocator down, a refused token, squeue failing), nothing is
 planned for its jobs: an empty list of running jobs would otherwise read as "every job ended"; its
-open findings are left as they are, and the other engines' work is planned as usual. Queued actions
+open findings are left as they are, and the other engines' work is planned as usual. When the
+telemetry cannot be read (Prometheus down or refusing), nothing is evaluated or planned at all:
+missing minutes are no evidence that a GPU is idle, and no open finding ends for want of them. Queued actions
 are still offered to the enforcers, which keep them queued with a backoff while the engine is away;
 they go out, once each, when it is back. The tick never raises for a transport problem: the report
 says what failed. Jobs an engine lists but that cannot be read are left out and counted in the
@@ -52,6 +55,7 @@ from pipelines.enforcement.base import Enforcer
 from pipelines.governance.live import allocation_minutes, allocations_from_jobs, recent_gpu_minutes
 from pipelines.governance.outbox import DeliveryReport, Outbox
 from pipelines.governance.running import AllocatorWork, RunningWork, RunningWorkReader
+from pipelines.governance.telemetry import ScrapeRounds, Telemetry, TelemetryUnavailable
 from pipelines.notify.reminders import Reminders
 from pipelines.policies.catalog import PolicyCatalog, default_lookback
 from pipelines.policies.evaluate import evaluate
@@ -78,7 +82,8 @@ class TickReport:
     pulled: dict[str, int] = field(default_factory=dict)  # events / audit records appended
     running_jobs: int | None = None  # None: no engine could be read
     running_by_source: dict[str, int | None] = field(default_factory=dict)  # None: that engine could not be read
-    skipped: Counter = field(default_factory=Counter)  # "<engine>: <reason>" -> jobs left out unread
+    skipped: Counter = field(default_factory=Counter)  # "<engine>: <reason>" -> jobs left out unread,
+    # "<telemetry>: samples left out: <reason>" -> samples its answers held that could not be read
     findings: pl.DataFrame = field(default_factory=empty_findings)
     decisions: Counter = field(default_factory=Counter)  # "<action> <status>" of the decisions recorded now
     delivery: DeliveryReport = field(default_factory=DeliveryReport)
@@ -167,13 +172,16 @@ def _records(landing: Path, source: str, since: dt.datetime, now: dt.datetime):
 
 
 def work_inputs(landing: Path, work: Sequence[RunningWork], now: dt.datetime,
-                lookback: dt.timedelta) -> PolicyInputs:
+                lookback: dt.timedelta, gpu_minutes: pl.DataFrame | None = None) -> PolicyInputs:
     """The live kinds' inputs from the landing zone and the running work of every engine read: each
     engine's allocations under its own `source`; progress from the allocator's pulled logs for its
-    jobs, the attempt's start for the other engines' (they land no such logs)."""
+    jobs, the attempt's start for the other engines' (they land no such logs). `gpu_minutes`: the
+    telemetry's per-GPU minutes (pipelines/governance/telemetry.py; default: the landed scrape rounds')."""
     allocations = pl.concat([allocations_from_jobs(w.jobs, {q["name"]: q for q in w.queues}, source=w.source)
                              for w in work]) if work else allocations_from_jobs([])
-    minutes = allocation_minutes(allocations, recent_gpu_minutes(landing, now, lookback))
+    if gpu_minutes is None:
+        gpu_minutes = recent_gpu_minutes(landing, now, lookback)
+    minutes = allocation_minutes(allocations, gpu_minutes)
     logged = [j for w in work if w.source == AllocatorWork.source for j in w.jobs]
     started = [j for w in work if w.source != AllocatorWork.source for j in w.jobs]
     progress = recent_progress(landing, logged, now, lookback)
@@ -223,11 +231,13 @@ def governance_tick(
     lookback: dt.timedelta | None = None,
     work: Sequence[RunningWorkReader] | None = None,
     reminders: Reminders | None = None,
+    telemetry: Telemetry | None = None,
 ) -> TickReport:
     """One evaluation of the live policies at `now`; see the module docstring. `client`: the
     allocator's, whose logs are pulled (None: the pool runs no allocator); `work`: the engines whose
     running work is read (default: the allocator's, through `client`); `reminders`: how a delivered
-    remind step reaches the job's owner (None: the engine's remind only)."""
+    remind step reaches the job's owner (None: the engine's remind only); `telemetry`: where the
+    per-GPU minutes come from (default: the scrape rounds in `landing`)."""
     started = time.perf_counter()
     now = utc_naive(now)
     report = TickReport(at=now)
@@ -251,9 +261,20 @@ def governance_tick(
         read.append(got)
         report.running_by_source[got.source] = len(got.jobs)
         report.skipped.update({f"{got.source}: {reason}": n for reason, n in got.skipped.items()})
+    telemetry = telemetry or ScrapeRounds(landing)
+    gpu_minutes = None
     if read:
         report.running_jobs = sum(len(w.jobs) for w in read)
-        inputs = work_inputs(landing, read, now, lookback)
+        try:
+            sampled = telemetry.read(now, lookback)
+        except TelemetryUnavailable as exc:  # missing telemetry is no evidence of idleness: plan nothing
+            report.errors.append(f"telemetry ({telemetry.source}): {_describe(exc)}; "
+                                 "nothing evaluated or planned this tick")
+        else:
+            gpu_minutes = sampled.minutes
+            report.skipped.update({f"{telemetry.source}: {reason}": n for reason, n in sampled.skipped.items()})
+    if gpu_minutes is not None:
+        inputs = work_inputs(landing, read, now, lookback, gpu_minutes)
         report.findings = evaluate(inputs, catalog, now, kinds=LIVE_KINDS)
         running = {(w.source, j["job_id"], j["attempt"]) for w in read for j in w.jobs}
         history = _ReadEngines(outbox, {w.source for w in read})
