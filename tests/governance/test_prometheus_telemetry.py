@@ -80,10 +80,12 @@ def matrix(frame: pl.DataFrame, extra: list[dict] | None = None) -> bytes:
 @dataclasses.dataclass
 class FakePrometheus:
     """Answers `{__name__=~"..."}[<ms>ms]` at `time` with the samples in (time - range, time], as
-    Prometheus 3 does; `too_many`: answers 422 for ranges longer than this many minutes."""
+    Prometheus 3 does ([time - range, time] with `closed`, as Prometheus 2 does); `too_many`: answers
+    422 for ranges longer than this many minutes."""
 
     frame: pl.DataFrame
     too_many: float = math.inf
+    closed: bool = False
     extra: list[dict] = dataclasses.field(default_factory=list)
     asked: list[tuple[dt.datetime, dt.timedelta]] = dataclasses.field(default_factory=list)
 
@@ -102,7 +104,8 @@ class FakePrometheus:
         if span / dt.timedelta(minutes=1) > self.too_many:
             send(request, 422, json.dumps(TOO_MANY).encode(), "application/json")
             return
-        chosen = self.frame.filter(pl.col("sampled_at") > at - span, pl.col("sampled_at") <= at,
+        after = pl.col("sampled_at") >= at - span if self.closed else pl.col("sampled_at") > at - span
+        chosen = self.frame.filter(after, pl.col("sampled_at") <= at,
                                    pl.col("metric").is_in(selector[1].split("|")))
         send(request, 200, matrix(chosen, self.extra), "application/json")
 
@@ -146,6 +149,19 @@ def test_prometheus_minutes_equal_the_rounds_minutes_tick_after_tick(tmp_path, p
     # its first two samples only (0.50 and 0.51)
     last = ordered(got.minutes).filter(pl.col("gpu") == 2, pl.col("minute_at") == pl.col("minute_at").max())
     assert last.select("gpu_instance_id", "activity").rows() == [(1, pytest.approx(0.505)), (2, 0.0)]
+
+
+def test_samples_on_the_minute_count_in_their_own_minute_whichever_end_prometheus_closes(tmp_path, prometheus):
+    # samples exactly on the minute and a millisecond before it, where a range closed at both ends
+    # (Prometheus 2) also holds the sample a millisecond before its start
+    at = pl.col("sampled_at").dt.truncate("15s")
+    frame = samples().with_columns(pl.when(at.dt.second() == 45).then(at + pl.duration(milliseconds=14_999)).otherwise(at))
+    land_rounds(tmp_path, frame)
+    for closed in (False, True):
+        reader = PrometheusMinutes(prometheus(frame, closed=closed).config())
+        for now in TICKS[:3]:
+            assert_frame_equal(ordered(reader.read(now, LOOKBACK).minutes),
+                               ordered(recent_gpu_minutes(tmp_path, now, LOOKBACK)))
 
 
 def test_a_tick_asks_only_for_the_minutes_it_does_not_hold(prometheus):
