@@ -11,16 +11,22 @@ import math
 import re
 from urllib.parse import parse_qs, urlsplit
 
+import dagster as dg
 import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
+from pipelines.assets.reclaim import idle_reclaim_sensor
+from pipelines.config import ConfigError
 from pipelines.connectors.prometheus import PrometheusConfig
+from pipelines.governance.factory import build_telemetry
 from pipelines.governance.live import SAMPLE_SCHEMA, SCRAPE_SOURCE, recent_gpu_minutes
 from pipelines.governance.outbox import Outbox
 from pipelines.governance.running import AllocatorWork
 from pipelines.governance.telemetry import PrometheusMinutes, ScrapeRounds, TelemetryUnavailable
 from pipelines.governance.tick import governance_tick
+from pipelines.resources.governance import GovernanceResource
+from pipelines.resources.warehouse import WarehouseResource
 from tests.connectors.conftest import LoopbackServer, free_port, send
 from tests.governance.test_running_work import ALLOCATOR_JOB, Allocator, idle_catalog
 
@@ -259,3 +265,26 @@ def test_prometheus_unreachable_never_causes_a_reclaim(tmp_path):
         assert tick(83, ScrapeRounds(landing)).decisions == {"reclaim queued": 1}
     finally:
         outbox.close()
+
+
+def test_gpupool_yml_chooses_the_telemetry_and_the_sensor_reports_prometheus_down(tmp_path, real_data):
+    config = tmp_path / "gpupool.yml"
+    config.write_text("governance:\n  telemetry: prometheus\n")
+    assert isinstance(build_telemetry(config, "dcgm_scrape", tmp_path), ScrapeRounds)
+    with pytest.raises(ConfigError, match="no `prometheus:` section"):
+        build_telemetry(config, "prometheus", tmp_path)
+    # a Slurm pool (squeue answers the recorded sample) whose Prometheus is down
+    squeue = tmp_path / "squeue"
+    squeue.write_text(f"#!/bin/sh\ncat {real_data / 'slurm' / 'squeue_json_slurm_22_5_8_gpupool_cluster.json'}\n")
+    squeue.chmod(0o755)
+    config.write_text(f"governance:\n  outbox: state/outbox.db\n  telemetry: prometheus\n"
+                      f"prometheus:\n  url: http://127.0.0.1:{free_port()}\n  retries: 0\n"
+                      f"slurm:\n  squeue: {squeue}\n  governance:\n    partitions: [batch, urgent]\n")
+    telemetry = build_telemetry(config, "prometheus", tmp_path)
+    assert isinstance(telemetry, PrometheusMinutes) and build_telemetry(config, "prometheus", tmp_path) is telemetry
+    context = dg.build_sensor_context(resources={
+        "governance": GovernanceResource(config_file=str(config)),
+        "warehouse": WarehouseResource(home=str(tmp_path / "home"))})
+    message = idle_reclaim_sensor(context).skip_message
+    assert "3 running jobs" in message and "findings: none; decisions: none" in message, message
+    assert "telemetry (prometheus): TelemetryUnavailable" in message and "nothing evaluated or planned" in message
