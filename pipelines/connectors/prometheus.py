@@ -85,8 +85,9 @@ class PrometheusConfig(BaseModel):
     retries: int = Field(3, ge=0, le=10)
     backoff_s: float = Field(1.0, ge=0)
     # the governance tick's telemetry (`governance.telemetry: prometheus`): a completed minute is kept
-    # once it is this old, so samples Prometheus stores late (a slow scrape, a remote write) still count
-    settle_s: int = Field(60, ge=0)
+    # once it is this old, so samples Prometheus stores late still count: a scrape's samples are stored
+    # when it ends (at most its scrape_timeout after their time); raise it behind a remote write
+    settle_s: int = Field(30, ge=0)
 
     @field_validator("bearer_token", "username", "password", mode="before")
     @classmethod

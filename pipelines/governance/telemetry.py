@@ -13,10 +13,11 @@ framebuffer maximum, MIG instances' own series) are live.py's `minute_partials` 
 Prometheus is asked for raw samples, not step-interpolated points: an instant query of a range
 vector, `{__name__=~"DCGM_FI_PROF_GR_ENGINE_ACTIVE|DCGM_FI_DEV_GPU_UTIL|DCGM_FI_DEV_FB_USED",<selector>}[<ms>ms]`
 evaluated at the span's end less a millisecond, whose samples are then cut to the span exactly
-(Prometheus 2 closes a range at both ends, 3 opens it on the left). The answer goes through the
-backfill's parser (`pipelines.sources.prometheus.parse_query_range`): the same label mapping as the
-scrape's (host, gpu, MIG instance), and NaN or infinite values, DCGM sentinels and series without a
-host or gpu quarantined and counted by reason, never loaded.
+(Prometheus 2 closes a range at both ends, 3 opens it on the left). The answer is read by
+`pipelines.sources.prometheus.matrix_samples`, the backfill parser's rows and reasons by a faster
+path: the same label mapping as the scrape's (host, gpu, MIG instance), each label set mapped once
+per process, and NaN or infinite values, DCGM sentinels and series without a host or gpu
+quarantined and counted by reason, never loaded.
 
 Every minute's tick asks only for what it does not hold. A completed minute older than
 `prometheus.settle_s` is summarised once into live.py's per-GPU-minute partials and kept in memory
@@ -51,11 +52,12 @@ from pipelines.governance.live import (
     minutes_of_partials,
     recent_gpu_minutes,
 )
-from pipelines.sources.prometheus import parse_query_range
+from pipelines.sources.prometheus import AnswerRejected, MappedSeries, matrix_samples
 
 TELEMETRY_SOURCES = ("dcgm_scrape", "prometheus")
 MINUTE = dt.timedelta(minutes=1)
 MILLISECOND = dt.timedelta(milliseconds=1)
+KNOWN_SERIES_LIMIT = 1_000_000
 
 
 class TelemetryUnavailable(RuntimeError):
@@ -119,6 +121,7 @@ class PrometheusMinutes:
         self.client = client or PrometheusClient(config)
         self.kept: dict[dt.datetime, pl.DataFrame] = {}  # settled minute -> its partials
         self.samples_per_minute: float | None = None  # the fleet's, from the answers so far
+        self.known: MappedSeries = {}  # label set -> its series, mapped once
         self._lock = threading.Lock()  # two sensor ticks of one process share the kept minutes
 
     def close(self) -> None:
@@ -185,7 +188,9 @@ class PrometheusMinutes:
             self.samples_per_minute = max(self.samples_per_minute or 0.0,
                                           self.config.max_samples_per_request / middle)
             return pl.concat([self._fetch(chunk[:middle], skipped), self._fetch(chunk[middle:], skipped)])
-        samples = _samples(body, f"prometheus:{self.config.url} {start:%Y-%m-%dT%H:%M:%S.%f}", skipped)
+        if len(self.known) > KNOWN_SERIES_LIMIT:  # label sets of series long gone (pods come and go)
+            self.known.clear()
+        samples = _samples(body, f"prometheus:{self.config.url} {start:%Y-%m-%dT%H:%M:%S.%f}", self.known, skipped)
         minutes = (end - start) / MINUTE
         self.samples_per_minute = max(self.samples_per_minute or 0.0, samples.height / max(minutes, 1 / 60))
         return _partials(samples.filter(pl.col("sampled_at") >= start, pl.col("sampled_at") < end))
@@ -205,20 +210,15 @@ def _partials(samples: pl.DataFrame) -> pl.DataFrame:
     return minute_partials(samples).collect().with_columns(pl.col("host").cast(pl.Categorical))
 
 
-def _samples(body: bytes, source_file: str, skipped: Counter) -> pl.DataFrame:
-    """An answer's activity samples (SAMPLE_SCHEMA); what its parser quarantined is counted in
+def _samples(body: bytes, source_file: str, known: MappedSeries, skipped: Counter) -> pl.DataFrame:
+    """An answer's activity samples (SAMPLE_SCHEMA); what the parser quarantined is counted in
     `skipped` by reason. PrometheusError when the answer is no query answer at all."""
-    result = parse_query_range(body, source_file)
-    quarantine = result.quarantine
-    if result.records_loaded == 0 and quarantine.height == 1 and quarantine["line_number"][0] is None:
-        raise PrometheusError(f"unreadable answer: {quarantine['reason'][0]}")
-    skipped.update(f"samples left out: {reason}" for reason in quarantine["reason"].to_list())
-    return (
-        result.tables["dcgm_samples"].lazy()
-        .select(list(SAMPLE_SCHEMA)).cast(SAMPLE_SCHEMA)
-        .filter(pl.col("metric").is_in(ACTIVITY_METRICS))
-        .collect()
-    )
+    try:
+        samples, quarantined = matrix_samples(body, source_file, known)
+    except AnswerRejected as exc:
+        raise PrometheusError(f"unreadable answer: {exc}") from None
+    skipped.update({f"samples left out: {reason}": n for reason, n in quarantined.items()})
+    return samples.cast(SAMPLE_SCHEMA).filter(pl.col("metric").is_in(ACTIVITY_METRICS))
 
 
 def _config_key(config: PrometheusConfig) -> str:

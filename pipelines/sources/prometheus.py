@@ -10,9 +10,13 @@ same mapping as the exposition parser (labels.py).
 from __future__ import annotations
 
 import io
+import itertools
+import json
 import re
+from collections import Counter
 
 import duckdb
+import numpy as np
 import polars as pl
 
 from pipelines.contracts import contract
@@ -163,6 +167,91 @@ def parse_query_range(data: bytes | str, source_file: str) -> ParseResult:
         .with_columns(raw=_point_json())
     )
     return samples_result(SOURCE, source_file, series, good, bad, rows.height, notes)
+
+
+class AnswerRejected(ValueError):
+    """The whole query answer was rejected (the message is parse_query_range's reason)."""
+
+
+# label set (the series' `metric` object's items, in order) -> (host, gpu, gpu_instance_id, metric, error)
+MappedSeries = dict[tuple, tuple]
+SAMPLE_COLUMNS = {"sampled_at": pl.Datetime("us"), "host": pl.String, "gpu": pl.Int64,
+                  "gpu_instance_id": pl.Int64, "metric": pl.String, "value": pl.Float64}
+
+
+def matrix_samples(data: bytes, source_file: str, known: MappedSeries | None = None) -> tuple[pl.DataFrame, Counter]:
+    """The samples of a query answer (SAMPLE_COLUMNS) and the reasons of those quarantined, counted:
+    the rows and reasons `parse_query_range` gives, for the governance tick, which reads one every
+    minute. A matrix of float points is read with `json` and Polars instead of DuckDB, and each
+    distinct label set is mapped once (`known`, kept by the caller between answers; the mapping and
+    the value checks are parse_query_range's own). Anything else (a failed query, histograms, a point
+    that is no [number, string] pair, a repeated point) goes through parse_query_range itself.
+    AnswerRejected when the whole answer is rejected."""
+    known = {} if known is None else known
+    fast = _float_matrix(data, known)
+    if fast is not None:
+        return fast
+    result = parse_query_range(data, source_file)
+    quarantine = result.quarantine
+    if result.records_loaded == 0 and quarantine.height == 1 and quarantine["line_number"][0] is None:
+        raise AnswerRejected(quarantine["reason"][0])
+    samples = result.tables["dcgm_samples"].select(list(SAMPLE_COLUMNS)).cast(SAMPLE_COLUMNS)
+    return samples, Counter(quarantine["reason"].to_list())
+
+
+def _float_matrix(data: bytes, known: MappedSeries) -> tuple[pl.DataFrame, Counter] | None:
+    """`matrix_samples` of an answer holding float points only; None for any other answer."""
+    try:
+        doc = json.loads(data)
+        result = doc["data"]["result"]
+        if doc["status"] != "success" or doc["data"]["resultType"] != "matrix" or doc.get("warnings") \
+                or doc.get("infos") or type(result) is not list:
+            return None
+        label_sets = [tuple(s["metric"].items()) for s in result]
+        points = [s["values"] for s in result]
+        if any(type(p) is not list for p in points) or any(len(s) != 2 for s in result):
+            return None  # histograms, or a series of another shape
+        flat = list(itertools.chain.from_iterable(points))
+        if any(type(p) is not list or len(p) != 2 for p in flat):
+            return None
+        times = pl.Series([p[0] for p in flat], dtype=pl.Float64, strict=True)
+        texts = pl.Series([p[1] for p in flat], dtype=pl.String, strict=True)
+    except (ValueError, RecursionError, KeyError, TypeError, AttributeError, pl.exceptions.PolarsError):
+        return None
+    if times.len() and not (times.is_finite().all() and times.is_between(*_TIME_RANGE_S).all()):
+        return None
+    new = list(dict.fromkeys(k for k in label_sets if k not in known))
+    if new:
+        known.update(zip(new, _mapped(new), strict=True))
+    series = pl.DataFrame([known[k] for k in label_sets], orient="row", schema={
+        "host": pl.String, "gpu": pl.Int64, "gpu_instance_id": pl.Int64, "metric": pl.String, "reason": pl.String})
+    index = pl.Series(np.repeat(np.arange(len(points), dtype=np.uint32), [len(p) for p in points]))
+    rows = (
+        pl.DataFrame({"series": index, "t": times, "v": texts})
+        .with_columns(value=pl.col("v").cast(pl.Float64, strict=False),
+                      sampled_at=((pl.col("t") * 1000).round().cast(pl.Int64) * 1000).cast(pl.Datetime("us")))
+        .with_columns(series.select(pl.all().gather(index)))
+        .with_columns(reason=pl.coalesce("reason", value_reason(pl.col("v"), pl.col("value"))))
+    )
+    if rows.select(pl.struct("series", "sampled_at").is_duplicated().any()).item():
+        return None  # parse_query_range quarantines the repeats
+    good = rows.filter(pl.col("reason").is_null()).select(list(SAMPLE_COLUMNS))
+    return good, Counter(rows.get_column("reason").drop_nulls().to_list())
+
+
+def _mapped(label_sets: list[tuple]) -> list[tuple]:
+    """(host, gpu, gpu_instance_id, metric, series error) of label sets, by parse_query_range's mapping."""
+    series = pl.DataFrame({
+        "series_index": pl.Series(range(len(label_sets)), dtype=pl.UInt32),
+        "metric": [dict(k).get(NAME_LABEL) for k in label_sets],
+        "metric_json": [json.dumps(dict(k)) for k in label_sets],
+    })
+    labels = pl.DataFrame(
+        [(i, p, str(key), str(value)) for i, k in enumerate(label_sets) for p, (key, value) in enumerate(k, 1)],
+        schema={"series_index": pl.UInt32, "position": pl.UInt32, "key": pl.String, "value": pl.String}, orient="row")
+    mapped = _map_series(series, labels).sort("series_index")
+    return list(mapped.select("host", pl.col("gpu").cast(pl.Int64), pl.col("gpu_instance_id").cast(pl.Int64),
+                              "metric", "series_error").iter_rows())
 
 
 def _read_response(con: duckdb.DuckDBPyConnection, raw: bytes) -> tuple[dict, str | None]:
