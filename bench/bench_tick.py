@@ -32,6 +32,7 @@ import datetime as dt
 import http.server
 import io
 import json
+import math
 import os
 import pstats
 import re
@@ -475,7 +476,7 @@ def run_one(scenario: str, n_gpus: int, telemetry_source: str, runs: int, profil
     server = None
     with tempfile.TemporaryDirectory(prefix="bench_tick_") as tmp:
         landing = Path(tmp) / "landing"
-        round_of = lambda t: int((t - midnight).total_seconds() // 15)
+        round_of = lambda t: math.ceil((t - midnight).total_seconds() / 15)  # the rounds before t
         n_events = write_events(dataclasses.replace(pool, jobs=jobs["allocator"]), landing, ticks[-1]) if "allocator" in jobs else 0
         if telemetry_source == "prometheus":
             server, url = start_prometheus(pool, Path(tmp) / "prometheus")

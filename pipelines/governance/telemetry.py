@@ -24,7 +24,7 @@ Every minute's tick asks only for what it does not hold. A completed minute olde
 (one `PrometheusMinutes` per configuration and process: Dagster builds resources afresh for every
 sensor tick); the unsettled recent minutes and the part of the oldest minute inside the window are
 asked for afresh at every tick. What is asked for is cut at minute boundaries into requests of at
-most `max_samples_per_request` samples by the last answers' sample rate (one minute per request
+most `max_samples_per_request` (and LIVE_SAMPLES_PER_REQUEST) samples by the last answers' sample rate (one minute per request
 until an answer has told it), and halved again when Prometheus answers that a query loads too many
 samples.
 
@@ -58,6 +58,9 @@ TELEMETRY_SOURCES = ("dcgm_scrape", "prometheus")
 MINUTE = dt.timedelta(minutes=1)
 MILLISECOND = dt.timedelta(milliseconds=1)
 KNOWN_SERIES_LIMIT = 1_000_000
+# an answer's JSON read into Python objects takes some 600 bytes a sample: a tick's requests stay
+# below ~150 MB each, whatever the backfill's max_samples_per_request allows
+LIVE_SAMPLES_PER_REQUEST = 250_000
 
 
 class TelemetryUnavailable(RuntimeError):
@@ -167,7 +170,8 @@ class PrometheusMinutes:
         sample rate of the answers so far (one minute until an answer has told it)."""
         most = 1
         if self.samples_per_minute:
-            most = max(1, int(self.config.max_samples_per_request // self.samples_per_minute))
+            limit = min(self.config.max_samples_per_request, LIVE_SAMPLES_PER_REQUEST)
+            most = max(1, int(limit // self.samples_per_minute))
         chunk = pieces[:1]
         for piece in pieces[1:most]:
             if piece.start != chunk[-1].end:

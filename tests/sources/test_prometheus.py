@@ -315,6 +315,10 @@ FLOAT_MATRICES = {
     ),
     "escaped labels": matrix((GPU0 | {"note": 'say "hi"\n', "modelName": 'A "B"'}, [[T0, "1"]])),
     "no series": matrix(),
+    "a series without points": matrix((GPU0, []), (MIG, [[T0, "1"]])),
+    "label values with brackets and escapes": matrix(
+        (GPU0 | {"note": 'x},"values":[[1,"2"]]},{"metric":{"a":"b'}, [[T0, "1"]]),
+        (GPU0 | {"gpu": "1", "note": "tab\t[0]"}, [[T0, "2"]])),
 }
 OTHER_ANSWERS = {
     "malformed points": matrix((GPU0, [[T0, "5"], [T0 + 15], ["soon", "1"]])),
@@ -334,12 +338,21 @@ def by_series(samples: pl.DataFrame) -> pl.DataFrame:
     return samples.sort("host", "gpu", "gpu_instance_id", "metric", "sampled_at", nulls_last=True)
 
 
+def compact(text: str) -> str:
+    """As Prometheus writes it: no spaces."""
+    return json.dumps(json.loads(text), separators=(",", ":"))
+
+
+@pytest.mark.parametrize("encoding", ["compact", "spaced"])
 @pytest.mark.parametrize("name", [*FLOAT_MATRICES, *OTHER_ANSWERS])
-def test_matrix_samples_are_parse_query_ranges_rows_and_reasons(name: str, monkeypatch) -> None:
+def test_matrix_samples_are_parse_query_ranges_rows_and_reasons(name: str, encoding: str, monkeypatch) -> None:
     text = {**FLOAT_MATRICES, **OTHER_ANSWERS}[name]
+    text = compact(text) if encoding == "compact" else text
     expected, expected_reasons = projected(parse(text))
-    if name in FLOAT_MATRICES:  # read without DuckDB's parser
+    if name in FLOAT_MATRICES:  # read without DuckDB's parser; Prometheus' own encoding without decoding it
         monkeypatch.setattr(prometheus, "parse_query_range", lambda *_: pytest.fail("the slow path was taken"))
+        if encoding == "compact" and "brackets" not in name:  # braces in a label: decoded as JSON
+            monkeypatch.setattr(prometheus, "_json_matrix", lambda *_: pytest.fail("decoded as JSON"))
     known: dict = {}
     samples, reasons_seen = matrix_samples(text.encode(), "query.json", known)
     assert samples.schema == pl.Schema(SAMPLE_COLUMNS)
