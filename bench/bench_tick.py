@@ -3,6 +3,14 @@
     .venv/bin/python bench/bench_tick.py                       # 1,000 and 10,000 GPUs
     .venv/bin/python bench/bench_tick.py --gpus 1000 --runs 10
     .venv/bin/python bench/bench_tick.py --gpus 10000 --runs 1 --profile
+    .venv/bin/python bench/bench_tick.py --scenario slurm mixed --telemetry rounds prometheus --runs 5
+
+Scenarios: `allocator` (the allocator's jobs, `--gpus`), `slurm` (1,000 Slurm jobs on 8,000 GPUs,
+read by parsing a generated `squeue --json` document with `slurm_running_work` at every tick) and
+`mixed` (10,000 GPUs whose jobs are drawn to the allocator, Slurm and Kueue, 40/40/20; Kueue's as
+job_view dicts). Telemetry: `rounds`, the landed scrape rounds, or `prometheus`, the same samples
+answered over HTTP by a process of their own in Prometheus' encoding (raw samples of a range
+vector, dcgm-exporter's labels), read by `PrometheusMinutes`.
 
 Each pool size runs in its own process, so that its peak RSS is its own. The pool: nodes of 8 GPUs,
 allocations of 1, 2, 4 or 8 GPUs covering about 70% of them, 8 tenants with a training, a dev and a
@@ -13,11 +21,13 @@ tenant's training queue and one job allow-listed; the catalog's rate limits (mod
 
 The telemetry is landed as the `dcgm_scrape` sensor lands it: one Parquet file per 15 s round in
 `landing/dcgm_parquet/<day>/`, with the three activity metrics the tick reads, from midnight on. The
-rounds of each minute are written just before that minute's tick, so a tick never sees the future.
+rounds before each tick are written just before it, so a tick never sees the future. Ticks fall 31 s
+past the minute, as a sensor's do, so the window's oldest minute is cut.
 
-What is timed is `governance_tick` itself, with the transport stubbed: the allocator's running jobs
-and queues come from memory (no HTTP, nothing pulled) and delivery goes to an enforcer that answers
-`dry_run` at once; everything else (reading the rounds, per-GPU and per-allocation minutes, the
+What is timed is `governance_tick` itself, with the transport stubbed: the engines' running jobs
+and queues come from memory (no HTTP, nothing pulled; squeue's answer is parsed) and delivery goes
+to enforcers that answer `dry_run` at once; Prometheus' answers are waited for, as a real one's
+would be; everything else (reading the rounds, per-GPU and per-allocation minutes, the
 progress log, evaluating the live kinds, planning against the SQLite outbox, recording, the
 decision log) runs as in production. An untimed warm-up tick 16 minutes before the first timed one
 leaves reminders in the outbox, so the timed ticks find reclaims due and the hourly rate limit
@@ -278,7 +288,7 @@ class DryRunEnforcer:
 # scenario -> (pool size, job sizes' weights, at most this many jobs, engine -> share of the jobs)
 SCENARIOS = {
     "allocator": (None, (0.35, 0.2, 0.2, 0.25), None, {"allocator": 1.0}),
-    "slurm": (8000, (0.1, 0.1, 0.2, 0.6), 1000, {"slurm": 1.0}),
+    "slurm": (8000, (0.15, 0.15, 0.2, 0.5), 1000, {"slurm": 1.0}),
     "mixed": (10000, (0.35, 0.2, 0.2, 0.25), None, {"allocator": 0.4, "slurm": 0.4, "kueue": 0.2}),
 }
 PARTITIONS = {"train": "batch", "dev": "interactive", "serve": "inference"}

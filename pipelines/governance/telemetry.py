@@ -196,7 +196,8 @@ class PrometheusMinutes:
             self.known.clear()
         samples = _samples(body, f"prometheus:{self.config.url} {start:%Y-%m-%dT%H:%M:%S.%f}", self.known, skipped)
         minutes = (end - start) / MINUTE
-        self.samples_per_minute = max(self.samples_per_minute or 0.0, samples.height / max(minutes, 1 / 60))
+        if minutes >= 1 or self.samples_per_minute is None:  # a part of a minute may hold more rounds than its share
+            self.samples_per_minute = samples.height / max(minutes, 1 / 60)
         return _partials(samples.filter(pl.col("sampled_at") >= start, pl.col("sampled_at") < end))
 
 
