@@ -24,9 +24,9 @@ Every minute's tick asks only for what it does not hold. A completed minute olde
 (one `PrometheusMinutes` per configuration and process: Dagster builds resources afresh for every
 sensor tick); the unsettled recent minutes and the part of the oldest minute inside the window are
 asked for afresh at every tick. What is asked for is cut at minute boundaries into requests of at
-most `max_samples_per_request` (and LIVE_SAMPLES_PER_REQUEST) samples by the last answers' sample rate (one minute per request
-until an answer has told it), and halved again when Prometheus answers that a query loads too many
-samples.
+most `max_samples_per_request` (and LIVE_SAMPLES_PER_REQUEST) samples by the last answers' sample
+rate (one minute per request until an answer has told it), and halved again when Prometheus answers
+that a query loads too many samples.
 
 A telemetry read that fails (Prometheus down, refusing, answering something that is not a query
 answer) raises `TelemetryUnavailable`: the tick then evaluates nothing and plans nothing, so no job
@@ -170,14 +170,16 @@ class PrometheusMinutes:
         sample rate of the answers so far (one minute until an answer has told it)."""
         most = 1
         if self.samples_per_minute:
-            limit = min(self.config.max_samples_per_request, LIVE_SAMPLES_PER_REQUEST)
-            most = max(1, int(limit // self.samples_per_minute))
+            most = max(1, int(self._limit() // self.samples_per_minute))
         chunk = pieces[:1]
         for piece in pieces[1:most]:
             if piece.start != chunk[-1].end:
                 break
             chunk.append(piece)
         return chunk
+
+    def _limit(self) -> int:
+        return min(self.config.max_samples_per_request, LIVE_SAMPLES_PER_REQUEST)
 
     def _fetch(self, chunk: list[_Piece], skipped: Counter) -> pl.DataFrame:
         """The partials of the samples in the chunk's span; halved while Prometheus answers that it
@@ -189,8 +191,7 @@ class PrometheusMinutes:
             if len(chunk) == 1:
                 raise
             middle = len(chunk) // 2
-            self.samples_per_minute = max(self.samples_per_minute or 0.0,
-                                          self.config.max_samples_per_request / middle)
+            self.samples_per_minute = max(self.samples_per_minute or 0.0, self._limit() / middle)
             return pl.concat([self._fetch(chunk[:middle], skipped), self._fetch(chunk[middle:], skipped)])
         if len(self.known) > KNOWN_SERIES_LIMIT:  # label sets of series long gone (pods come and go)
             self.known.clear()
