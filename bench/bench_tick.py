@@ -3,6 +3,14 @@
     .venv/bin/python bench/bench_tick.py                       # 1,000 and 10,000 GPUs
     .venv/bin/python bench/bench_tick.py --gpus 1000 --runs 10
     .venv/bin/python bench/bench_tick.py --gpus 10000 --runs 1 --profile
+    .venv/bin/python bench/bench_tick.py --scenario slurm mixed --telemetry rounds prometheus --runs 5
+
+Scenarios: `allocator` (the allocator's jobs, `--gpus`), `slurm` (1,000 Slurm jobs on 8,000 GPUs,
+read by parsing a generated `squeue --json` document with `slurm_running_work` at every tick) and
+`mixed` (10,000 GPUs whose jobs are drawn to the allocator, Slurm and Kueue, 40/40/20; Kueue's as
+job_view dicts). Telemetry: `rounds`, the landed scrape rounds, or `prometheus`, the same samples
+answered over HTTP by a process of their own in Prometheus' encoding (raw samples of a range
+vector, dcgm-exporter's labels), read by `PrometheusMinutes`.
 
 Each pool size runs in its own process, so that its peak RSS is its own. The pool: nodes of 8 GPUs,
 allocations of 1, 2, 4 or 8 GPUs covering about 70% of them, 8 tenants with a training, a dev and a
@@ -13,11 +21,13 @@ tenant's training queue and one job allow-listed; the catalog's rate limits (mod
 
 The telemetry is landed as the `dcgm_scrape` sensor lands it: one Parquet file per 15 s round in
 `landing/dcgm_parquet/<day>/`, with the three activity metrics the tick reads, from midnight on. The
-rounds of each minute are written just before that minute's tick, so a tick never sees the future.
+rounds before each tick are written just before it, so a tick never sees the future. Ticks fall 31 s
+past the minute, as a sensor's do, so the window's oldest minute is cut.
 
-What is timed is `governance_tick` itself, with the transport stubbed: the allocator's running jobs
-and queues come from memory (no HTTP, nothing pulled) and delivery goes to an enforcer that answers
-`dry_run` at once; everything else (reading the rounds, per-GPU and per-allocation minutes, the
+What is timed is `governance_tick` itself, with the transport stubbed: the engines' running jobs
+and queues come from memory (no HTTP, nothing pulled; squeue's answer is parsed) and delivery goes
+to enforcers that answer `dry_run` at once; Prometheus' answers are waited for, as a real one's
+would be; everything else (reading the rounds, per-GPU and per-allocation minutes, the
 progress log, evaluating the live kinds, planning against the SQLite outbox, recording, the
 decision log) runs as in production. An untimed warm-up tick 16 minutes before the first timed one
 leaves reminders in the outbox, so the timed ticks find reclaims due and the hourly rate limit
@@ -29,9 +39,13 @@ import argparse
 import cProfile
 import dataclasses
 import datetime as dt
+import http.server
 import io
+import json
+import math
 import os
 import pstats
+import re
 import resource
 import statistics
 import subprocess
@@ -39,15 +53,20 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
 import polars as pl
 
 from allocator.model import ActionResult, Outcome
 from pipelines.connectors.allocator import LANDING
+from pipelines.connectors.prometheus import PrometheusConfig
+from pipelines.connectors.slurm import SlurmGovernance
 from pipelines.governance.live import SCRAPE_SOURCE
 from pipelines.governance.outbox import Outbox
-from pipelines.governance.tick import governance_tick, live_inputs
+from pipelines.governance.running import AllocatorWork, RunningWork, slurm_running_work
+from pipelines.governance.telemetry import PrometheusMinutes, ScrapeRounds
+from pipelines.governance.tick import governance_tick, work_inputs
 from pipelines.policies.catalog import default_lookback, load_catalog
 from pipelines.policies.evaluate import evaluate
 from pipelines.policies.model import LIVE_KINDS, Exemption
@@ -88,17 +107,19 @@ def _iso(t: dt.datetime) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def build_pool(n_gpus: int, midnight: dt.datetime, end: dt.datetime, seed: int = 15) -> Pool:
+def build_pool(n_gpus: int, midnight: dt.datetime, end: dt.datetime, seed: int = 15,
+               size_weights: tuple[float, ...] = (0.35, 0.2, 0.2, 0.25), max_jobs: int | None = None) -> Pool:
     """Jobs, queues and per-round activity of `n_gpus` GPUs from `midnight` to `end`, vectorised
-    over GPUs and rounds (the only Python loop is over jobs, to build the API's job dicts)."""
+    over GPUs and rounds (the only Python loop is over jobs, to build the API's job dicts); jobs of
+    1, 2, 4 or 8 GPUs drawn with `size_weights`, at most `max_jobs` of them."""
     rng = np.random.default_rng(seed)
     n_nodes = -(-n_gpus // GPUS_PER_NODE)
     hosts = np.repeat(np.array([f"gpu-node-{i:05d}" for i in range(n_nodes)]), GPUS_PER_NODE)[:n_gpus]
     gpu_index = np.tile(np.arange(GPUS_PER_NODE), n_nodes)[:n_gpus]
 
     # Jobs packed in order: whole nodes for 8-GPU jobs, sizes 1/2/4 fill the rest of a node.
-    sizes = rng.choice([1, 2, 4, 8], p=[0.35, 0.2, 0.2, 0.25], size=n_gpus)
-    sizes = sizes[np.cumsum(sizes) <= int(n_gpus * ALLOCATED_SHARE)]
+    sizes = rng.choice([1, 2, 4, 8], p=list(size_weights), size=n_gpus)
+    sizes = sizes[np.cumsum(sizes) <= int(n_gpus * ALLOCATED_SHARE)][:max_jobs]
     n_jobs = len(sizes)
     job_of_gpu = np.full(n_gpus, -1)
     job_of_gpu[: sizes.sum()] = np.repeat(np.arange(n_jobs), sizes)
@@ -256,10 +277,185 @@ class MemoryAllocator:
 class DryRunEnforcer:
     """Answers every action `dry_run` at once: delivery's bookkeeping without the HTTP call."""
 
-    engine = "allocator"
+    def __init__(self, engine: str = "allocator"):
+        self.engine = engine
 
     def apply(self, action, now):
         return ActionResult(action.idempotency_key, action.kind, action.target, Outcome.DRY_RUN, "benchmark")
+
+
+# --- engines: which of the pool's jobs each one runs -----------------------------------------------
+# scenario -> (pool size, job sizes' weights, at most this many jobs, engine -> share of the jobs)
+SCENARIOS = {
+    "allocator": (None, (0.35, 0.2, 0.2, 0.25), None, {"allocator": 1.0}),
+    "slurm": (8000, (0.15, 0.15, 0.2, 0.5), 1000, {"slurm": 1.0}),
+    "mixed": (10000, (0.35, 0.2, 0.2, 0.25), None, {"allocator": 0.4, "slurm": 0.4, "kueue": 0.2}),
+}
+PARTITIONS = {"train": "batch", "dev": "interactive", "serve": "inference"}
+SLURM_SCOPE = SlurmGovernance(partitions=list(PARTITIONS.values()), queue_from="partition")
+
+
+def _indices(gpus: list[int]) -> str:
+    """`0-3,6`: squeue's IDX list."""
+    runs, out = [], []
+    for g in sorted(gpus):
+        if runs and g == runs[-1][1] + 1:
+            runs[-1][1] = g
+        else:
+            runs.append([g, g])
+    for a, b in runs:
+        out.append(str(a) if a == b else f"{a}-{b}")
+    return ",".join(out)
+
+
+def squeue_document(jobs: list[dict]) -> bytes:
+    """The jobs as `squeue --json` (Slurm 22.05) lists them: numeric ids, the account as tenant, the
+    queue's kind as partition, per node a `gres_detail` entry, the template in the Comment, the
+    declared run time (or the queue's cap) as time limit."""
+    out = []
+    for n, job in enumerate(jobs):
+        by_host: dict[str, list[int]] = {}
+        for g in job["gpus"]:
+            by_host.setdefault(g["host"], []).append(g["gpu"])
+        hosts = sorted(by_host)
+        spec = job["spec"]
+        suffix = job["queue"].rsplit("-", 1)[1]
+        limit_s = spec["expected_runtime_s"] or QUEUES[suffix][1] or 30 * 86400
+        out.append({
+            "job_id": 100000 + n, "job_state": "RUNNING", "partition": PARTITIONS[suffix], "account": job["tenant"],
+            "user_name": job["user"], "qos": "normal", "comment": f"gpupool:{spec['template']}",
+            "nodes": ",".join(hosts), "gres_detail": [f"gpu:h100:{len(by_host[h])}(IDX:{_indices(by_host[h])})" for h in hosts],
+            "start_time": int(dt.datetime.fromisoformat(job["started_at"].rstrip("Z")).replace(tzinfo=dt.UTC).timestamp()),
+            "restart_cnt": job["attempt"] - 1, "time_limit": -(-limit_s // 60),
+        })
+    return json.dumps({"meta": {"Slurm": {"release": "22.05.8"}}, "errors": [], "jobs": out}).encode()
+
+
+class SqueueWork:
+    """SlurmWork with `squeue --json`'s answer in memory: the tick parses it as it parses the real one."""
+
+    source = "slurm"
+
+    def __init__(self, document: bytes):
+        self.document = document
+
+    def read(self) -> RunningWork:
+        return slurm_running_work(self.document, SLURM_SCOPE)
+
+
+class KueueWork:
+    """Kueue's admitted workloads, already in job_view (the Kueue reader's answer)."""
+
+    source = "kueue"
+
+    def __init__(self, jobs: list[dict]):
+        self.jobs = jobs
+
+    def read(self) -> RunningWork:
+        return RunningWork(self.source, self.jobs)
+
+
+def engines_of(pool: Pool, shares: dict[str, float], seed: int = 17) -> tuple[list, dict[str, list[dict]]]:
+    """The tick's readers and each engine's jobs: every job drawn to one engine by `shares`."""
+    rng = np.random.default_rng(seed)
+    drawn = rng.choice(list(shares), p=list(shares.values()), size=len(pool.jobs))
+    jobs = {engine: [j for j, e in zip(pool.jobs, drawn, strict=True) if e == engine] for engine in shares}
+    readers = []
+    if "allocator" in jobs:
+        readers.append(AllocatorWork(MemoryAllocator(dataclasses.replace(pool, jobs=jobs["allocator"]))))
+    if "slurm" in jobs:
+        readers.append(SqueueWork(squeue_document(jobs["slurm"])))
+    if "kueue" in jobs:
+        readers.append(KueueWork([j | {"job_id": f"team/{j['job_id']}"} for j in jobs["kueue"]]))
+    return readers, jobs
+
+
+# --- Prometheus-shaped telemetry: the same rounds, answered as Prometheus answers ----------------------
+DCGM_LABELS = ('"gpu":"{gpu}","UUID":"GPU-{n:08x}-5a1c-4b2e-9d3f-{n:012x}","device":"nvidia{gpu}",'
+               '"modelName":"NVIDIA H100 80GB HBM3","Hostname":"{host}","DCGM_FI_DRIVER_VERSION":"550.54.15",'
+               '"instance":"{host}:9400","job":"dcgm-exporter"')
+
+
+class PrometheusAnswers:
+    """/api/v1/query answers for `{__name__=~"..."}[<ms>ms]` at `time` over a pool's rounds: the raw
+    samples in (time - range, time] (Prometheus 3), every series with dcgm-exporter's labels, values
+    in the text Prometheus prints (the shortest that reads back as the same double)."""
+
+    def __init__(self, folder: Path):
+        self.activity = np.load(folder / "activity.npy", mmap_mode="r")
+        self.fb = np.load(folder / "fb.npy", mmap_mode="r")
+        hosts = np.load(folder / "hosts.npy")
+        gpus = np.load(folder / "gpus.npy")
+        self.midnight_s = int((dt.datetime.fromisoformat((folder / "midnight").read_text()) - dt.datetime(1970, 1, 1)).total_seconds())
+        self.heads = [  # one per GPU and metric
+            [f'{{"metric":{{"__name__":"{metric}",{DCGM_LABELS.format(gpu=g, n=n, host=h)}}},"values":['
+             for metric in METRICS]
+            for n, (h, g) in enumerate(zip(hosts, gpus, strict=True))]
+
+    def answer(self, at_s: float, span_s: float) -> bytes:
+        first = max(0, int((at_s - span_s - self.midnight_s) // 15) + 1)  # rounds after at - span
+        last = min(self.activity.shape[1] - 1, int((at_s - self.midnight_s) // 15))
+        if last < first:
+            return b'{"status":"success","data":{"resultType":"matrix","result":[]}}'
+        act = np.asarray(self.activity[:, first:last + 1])
+        fb = np.asarray(self.fb[:, first:last + 1])
+        seen = ~np.isnan(act)
+        gpu, k = np.nonzero(seen)
+        metric_values = [act[seen], np.clip(act[seen] * 100 + 1, 0, 100), fb[seen]]  # as write_rounds
+        times = (self.midnight_s + 15 * (first + k)).astype(np.int64)
+        frame = pl.concat([
+            pl.DataFrame({"series": gpu * 3 + m, "t": times, "v": pl.Series(v.astype(np.float64))})
+            for m, v in enumerate(metric_values)
+        ]).sort("series", "t")
+        points = frame.group_by("series", maintain_order=True).agg(
+            pl.concat_str(pl.lit("["), pl.col("t").cast(pl.String), pl.lit(',"'), pl.col("v").cast(pl.String),
+                          pl.lit('"]')).str.join(",").alias("values"))
+        heads = [self.heads[s // 3][s % 3] for s in points["series"].to_list()]
+        result = ",".join(h + v + "]}" for h, v in zip(heads, points["values"].to_list(), strict=True))
+        return b'{"status":"success","data":{"resultType":"matrix","result":[' + result.encode() + b"]}}"
+
+
+def serve_prometheus(folder: Path) -> None:
+    """The answers over HTTP on a loopback port (written to folder/port), until killed."""
+    answers = PrometheusAnswers(folder)
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self):
+            params = parse_qs(urlsplit(self.path).query)
+            span = re.search(r"\[(\d+)ms\]$", params["query"][0])
+            body = answers.answer(float(params["time"][0]), int(span[1]) / 1000)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    (folder / "port.tmp").write_text(str(server.server_port))
+    os.replace(folder / "port.tmp", folder / "port")
+    server.serve_forever()
+
+
+def start_prometheus(pool: Pool, folder: Path) -> tuple[subprocess.Popen, str]:
+    """The pool's rounds answered by `serve_prometheus` in a process of its own (its work is a real
+    Prometheus' work, not the tick's; the wait for its answers is timed, as a real one's would be)."""
+    folder.mkdir()
+    np.save(folder / "activity.npy", pool.activity)
+    np.save(folder / "fb.npy", pool.fb_used_mib)
+    np.save(folder / "hosts.npy", pool.hosts)
+    np.save(folder / "gpus.npy", pool.gpu_index)
+    (folder / "midnight").write_text(pool.midnight.isoformat())
+    process = subprocess.Popen([sys.executable, __file__, "--serve-prometheus", str(folder)])
+    while not (folder / "port").exists():
+        if process.poll() is not None:
+            raise RuntimeError("the Prometheus-shaped server exited at start")
+        time.sleep(0.05)
+    return process, f"http://127.0.0.1:{(folder / 'port').read_text()}"
 
 
 def _rss_mib() -> float:
@@ -267,11 +463,14 @@ def _rss_mib() -> float:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def run_one(n_gpus: int, runs: int, profile: bool) -> None:
+def run_one(scenario: str, n_gpus: int, telemetry_source: str, runs: int, profile: bool) -> None:
+    _, size_weights, max_jobs, shares = SCENARIOS[scenario]
     catalog = load_catalog()
     lookback = default_lookback(catalog)
     midnight = dt.datetime(2026, 11, 2)
-    t0 = midnight + lookback + dt.timedelta(minutes=20)  # the day's folder holds a little more than the lookback
+    # the day's folder holds a little more than the lookback; ticks 31 s past the minute, as a sensor's
+    # fall, so the window's oldest minute is cut (the rounds' edge group, Prometheus' head piece)
+    t0 = midnight + lookback + dt.timedelta(minutes=20, seconds=31)
     ticks = [t0 + WARMUP + dt.timedelta(minutes=i) for i in range(runs + int(profile))]
     # allow-listed: one tenant's training queue (idle-allocation) and one job (every policy)
     catalog = dataclasses.replace(catalog, exemptions=(
@@ -282,93 +481,133 @@ def run_one(n_gpus: int, runs: int, profile: bool) -> None:
                   expires_at=t0 + dt.timedelta(days=30), granted_by="bench"),
     ))
     began = time.perf_counter()
-    pool = build_pool(n_gpus, midnight, ticks[-1])
+    pool = build_pool(n_gpus, midnight, ticks[-1], size_weights=size_weights, max_jobs=max_jobs)
+    readers, jobs = engines_of(pool, shares)
+    server = None
     with tempfile.TemporaryDirectory(prefix="bench_tick_") as tmp:
         landing = Path(tmp) / "landing"
-        round_of = lambda t: int((t - midnight).total_seconds() // 15)
-        write_rounds(pool, landing, 0, round_of(t0))
-        n_events = write_events(pool, landing, ticks[-1])
+        round_of = lambda t: math.ceil((t - midnight).total_seconds() / 15)  # the rounds before t
+        n_events = write_events(dataclasses.replace(pool, jobs=jobs["allocator"]), landing, ticks[-1]) if "allocator" in jobs else 0
+        if telemetry_source == "prometheus":
+            server, url = start_prometheus(pool, Path(tmp) / "prometheus")
+            telemetry = PrometheusMinutes(PrometheusConfig(url=url, retries=0))
+        else:
+            write_rounds(pool, landing, 0, round_of(t0))
+            telemetry = ScrapeRounds(landing)
         allocated = sum(len(j["gpus"]) for j in pool.jobs)
-        print(f"pool: {n_gpus:,} GPUs on {len(set(pool.hosts)):,} nodes, {len(pool.jobs):,} running jobs holding "
-              f"{allocated:,} GPUs ({allocated / n_gpus:.0%}); lookback {lookback}; {n_events:,} events in the log; "
-              f"built and landed in {time.perf_counter() - began:.1f} s")
-        outbox = Outbox(Path(tmp) / "outbox.db", landing)
-        client, enforcers = MemoryAllocator(pool), {"allocator": DryRunEnforcer()}
-        warm = governance_tick(t0, landing=landing, catalog=catalog, outbox=outbox, client=client,
-                               enforcers=enforcers, lookback=lookback)
-        print(f"warm-up tick at {t0:%H:%M} (untimed): {warm.duration_s:.2f} s, {warm.findings.height} findings, "
-              f"{sum(warm.decisions.values())} decisions")
-        landed, times, reports, added = round_of(t0), [], [], 0.0
-        for i, now in enumerate(ticks[:runs]):
-            write_rounds(pool, landing, landed, round_of(now))
-            landed = round_of(now)
-            rss_before = _rss_mib()
-            start = time.perf_counter()
-            report = governance_tick(now, landing=landing, catalog=catalog, outbox=outbox, client=client,
-                                     enforcers=enforcers, lookback=lookback)
-            times.append(time.perf_counter() - start)
-            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-            added = max(added, peak - rss_before)
-            reports.append(report)
-            print(f"  tick {i + 1} at {now:%H:%M}: {times[-1]:.3f} s; {report.summary()[:400]}")
-        last = reports[-1]
-        inputs = live_inputs(landing, pool.jobs, pool.queues, ticks[runs - 1], lookback)
-        phases = _phases(landing, pool, catalog, outbox, ticks[runs - 1], lookback)
-        target = TARGETS_S.get(n_gpus)
-        verdict = "no target for this size" if target is None else (
-            f"target < {target} s: {'met' if statistics.median(times) < target else 'NOT met'}")
-        print(f"RESULT {n_gpus:,} GPUs: tick median {statistics.median(times):.3f} s, max {max(times):.3f} s "
-              f"of {runs} run(s); peak RSS added {added:,.0f} MiB (process peak "
-              f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MiB); "
-              f"{inputs.allocations.height:,} allocations of {last.running_jobs:,} jobs evaluated over "
-              f"{inputs.minutes.height:,} allocation-minutes; findings {last.findings.height:,} "
-              f"({last.findings_by_policy}); decisions {sum(last.decisions.values()):,} ({dict(last.decisions)}); "
-              f"{verdict}")
-        print("  phases of one tick (s): " + ", ".join(f"{k} {v:.3f}" for k, v in phases.items()))
-        if profile:
-            write_rounds(pool, landing, landed, round_of(ticks[-1]))
-            profiler = cProfile.Profile()
-            profiler.enable()
-            governance_tick(ticks[-1], landing=landing, catalog=catalog, outbox=outbox, client=client,
-                            enforcers=enforcers, lookback=lookback)
-            profiler.disable()
-            for order in ("tottime", "cumulative"):
-                text = io.StringIO()
-                pstats.Stats(profiler, stream=text).sort_stats(order).print_stats(25)
-                print(f"--- profile of one tick by {order} ---\n" + text.getvalue().split("\n\n", 2)[-1])
-        outbox.close()
+        engines = ", ".join(f"{e} {len(js):,}" for e, js in jobs.items())
+        print(f"pool: {n_gpus:,} GPUs on {len(set(pool.hosts)):,} nodes, {len(pool.jobs):,} running jobs ({engines}) "
+              f"holding {allocated:,} GPUs ({allocated / n_gpus:.0%}); telemetry {telemetry.source}; lookback "
+              f"{lookback}; {n_events:,} events in the log; built and landed in {time.perf_counter() - began:.1f} s")
+        try:
+            outbox = Outbox(Path(tmp) / "outbox.db", landing)
+            enforcers = {e: DryRunEnforcer(e) for e in jobs}
+            client = MemoryAllocator(dataclasses.replace(pool, jobs=jobs["allocator"])) if "allocator" in jobs else None
+
+            def tick(now):
+                return governance_tick(now, landing=landing, catalog=catalog, outbox=outbox, client=client,
+                                       enforcers=enforcers, lookback=lookback, work=readers, telemetry=telemetry)
+
+            warm = tick(t0)
+            assert not warm.errors, warm.summary()
+            print(f"warm-up tick at {t0:%H:%M:%S} (untimed): {warm.duration_s:.2f} s, {warm.findings.height} findings, "
+                  f"{sum(warm.decisions.values())} decisions")
+            landed, times, reports, added = round_of(t0), [], [], 0.0
+            for i, now in enumerate(ticks[:runs]):
+                if telemetry_source == "rounds":
+                    write_rounds(pool, landing, landed, round_of(now))
+                    landed = round_of(now)
+                rss_before = _rss_mib()
+                start = time.perf_counter()
+                report = tick(now)
+                times.append(time.perf_counter() - start)
+                assert not report.errors, report.summary()
+                peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+                added = max(added, peak - rss_before)
+                reports.append(report)
+                print(f"  tick {i + 1} at {now:%H:%M:%S}: {times[-1]:.3f} s; {report.summary()[:400]}")
+            last, now = reports[-1], ticks[runs - 1]
+            phases, inputs = _phases(landing, readers, telemetry, catalog, outbox, now, lookback)
+            target = TARGETS_S.get(n_gpus) if scenario == "allocator" else 2.0
+            verdict = "no target for this size" if target is None else (
+                f"target < {target} s: {'met' if statistics.median(times) < target else 'NOT met'}")
+            print(f"RESULT {scenario} {n_gpus:,} GPUs, telemetry {telemetry.source}: tick median "
+                  f"{statistics.median(times):.3f} s, max {max(times):.3f} s of {runs} run(s); peak RSS added "
+                  f"{added:,.0f} MiB (process peak {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MiB); "
+                  f"{inputs.allocations.height:,} allocations of {last.running_jobs:,} jobs evaluated over "
+                  f"{inputs.minutes.height:,} allocation-minutes; findings {last.findings.height:,} "
+                  f"({last.findings_by_policy}); decisions {sum(last.decisions.values()):,} ({dict(last.decisions)}); "
+                  f"{verdict}")
+            print("  phases of one tick (s): " + ", ".join(f"{k} {v:.3f}" for k, v in phases.items()))
+            if telemetry_source == "prometheus":
+                print(f"  Prometheus requests: {telemetry.client.requests:,} in all (the warm-up's fill of the "
+                      f"lookback included); minutes kept: {len(telemetry.kept)}")
+            if profile:
+                if telemetry_source == "rounds":
+                    write_rounds(pool, landing, landed, round_of(ticks[-1]))
+                profiler = cProfile.Profile()
+                profiler.enable()
+                tick(ticks[-1])
+                profiler.disable()
+                for order in ("tottime", "cumulative"):
+                    text = io.StringIO()
+                    pstats.Stats(profiler, stream=text).sort_stats(order).print_stats(25)
+                    print(f"--- profile of one tick by {order} ---\n" + text.getvalue().split("\n\n", 2)[-1])
+            outbox.close()
+        finally:
+            if server is not None:
+                server.kill()
+                server.wait()
 
 
-def _phases(landing, pool, catalog, outbox, now, lookback) -> dict[str, float]:
-    """The tick's pure steps timed apart at `now` (nothing recorded): inputs, evaluation, plan."""
+def _phases(landing, readers, telemetry, catalog, outbox, now, lookback):
+    """The tick's steps timed apart at `now` (nothing recorded): reading the engines, the telemetry,
+    the inputs, evaluation, plan; and the inputs."""
     marks = [time.perf_counter()]
-    inputs = live_inputs(landing, pool.jobs, pool.queues, now, lookback)
+    work = [r.read() for r in readers]
+    marks.append(time.perf_counter())
+    minutes = telemetry.read(now, lookback).minutes
+    marks.append(time.perf_counter())
+    inputs = work_inputs(landing, work, now, lookback, minutes)
     marks.append(time.perf_counter())
     findings = evaluate(inputs, catalog, now, kinds=LIVE_KINDS)
     marks.append(time.perf_counter())
     plan(findings, catalog, outbox, now, jobs_ended=set(), evaluated_kinds=LIVE_KINDS)
     marks.append(time.perf_counter())
-    return dict(zip(("inputs (live_inputs)", "evaluate", "plan"), np.diff(marks), strict=True))
+    names = ("running work", f"telemetry ({telemetry.source})", "inputs (work_inputs)", "evaluate", "plan")
+    return dict(zip(names, np.diff(marks), strict=True)), inputs
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--gpus", type=int, nargs="+", default=[1000, 10000], help="pool sizes (default 1000 10000)")
+    parser.add_argument("--scenario", nargs="+", choices=list(SCENARIOS), default=["allocator"],
+                        help="allocator: the allocator's jobs on --gpus; slurm: 1,000 Slurm jobs on 8,000 GPUs; "
+                             "mixed: allocator, Slurm and Kueue jobs on 10,000 GPUs (default allocator)")
+    parser.add_argument("--gpus", type=int, nargs="+", default=[1000, 10000],
+                        help="pool sizes of the allocator scenario (default 1000 10000)")
+    parser.add_argument("--telemetry", nargs="+", choices=["rounds", "prometheus"], default=["rounds"],
+                        help="the tick's telemetry: the landed scrape rounds, or Prometheus-shaped answers over HTTP")
     parser.add_argument("--runs", type=int, default=None,
                         help="timed ticks per size (default 5, and 2 from 5,000 GPUs up)")
     parser.add_argument("--profile", action="store_true", help="cProfile one more tick and print the top costs")
+    parser.add_argument("--serve-prometheus", type=Path, help=argparse.SUPPRESS)  # the answers' own process
     args = parser.parse_args()
-    if len(args.gpus) > 1:  # one process per size: each peak RSS is its own
-        for n in args.gpus:
+    if args.serve_prometheus:
+        serve_prometheus(args.serve_prometheus)
+        return
+    cases = [(sc, n, t) for sc in args.scenario for n in ([SCENARIOS[sc][0]] if SCENARIOS[sc][0] else args.gpus)
+             for t in args.telemetry]
+    if len(cases) > 1:  # one process per case: each peak RSS is its own
+        for sc, n, t in cases:
             extra = ["--runs", str(args.runs)] if args.runs else []
-            subprocess.run([sys.executable, __file__, "--gpus", str(n), *extra,
+            subprocess.run([sys.executable, __file__, "--scenario", sc, "--gpus", str(n), "--telemetry", t, *extra,
                             *(["--profile"] if args.profile else [])], check=True)
         return
-    n = args.gpus[0]
+    scenario, n, telemetry = cases[0]
     load = os.getloadavg()
-    print(f"== {n:,} GPUs; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} CPUs; "
-          f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC")
-    run_one(n, args.runs or (5 if n < 5000 else 2), args.profile)
+    print(f"== {scenario}, {n:,} GPUs, telemetry {telemetry}; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} "
+          f"on {os.cpu_count()} CPUs; {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC")
+    run_one(scenario, n, telemetry, args.runs or (5 if n < 5000 else 2), args.profile)
 
 
 if __name__ == "__main__":

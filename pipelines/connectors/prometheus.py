@@ -84,6 +84,10 @@ class PrometheusConfig(BaseModel):
     timeout_s: float = Field(60.0, gt=0)
     retries: int = Field(3, ge=0, le=10)
     backoff_s: float = Field(1.0, ge=0)
+    # the governance tick's telemetry (`governance.telemetry: prometheus`): a completed minute is kept
+    # once it is this old, so samples Prometheus stores late still count: a scrape's samples are stored
+    # when it ends (at most its scrape_timeout after their time); raise it behind a remote write
+    settle_s: int = Field(30, ge=0)
 
     @field_validator("bearer_token", "username", "password", mode="before")
     @classmethod
@@ -222,6 +226,11 @@ class PrometheusClient:
     def series_count(self, query: str, start: int, end: int) -> int:
         params = {"match[]": query, "start": str(start), "end": str(end)}
         return len(_data(self.get("/api/v1/series", params), "series"))
+
+    def query(self, query: str, at: float) -> bytes:
+        """The raw response body of an instant query at `at` (epoch seconds, millisecond precision):
+        a range-vector query answers a matrix of the raw samples, not step-aligned points."""
+        return self.get("/api/v1/query", {"query": query, "time": f"{at:.3f}"}).content
 
     def query_range(self, query: str, start: int, end: int, step_s: int) -> bytes:
         """The raw response body (a matrix); start and end inclusive, as in Prometheus."""

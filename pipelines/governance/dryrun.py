@@ -18,9 +18,12 @@ from pathlib import Path
 
 import polars as pl
 
+from pipelines.governance.live import SAMPLE_SCHEMA
+from pipelines.governance.live import gpu_minutes as gpu_minutes_of
 from pipelines.governance.outbox import Outbox
 from pipelines.governance.running import RunningWorkReader
-from pipelines.governance.tick import TickReport, plan_live, read_work, work_inputs
+from pipelines.governance.telemetry import ScrapeRounds, Telemetry
+from pipelines.governance.tick import TickReport, plan_live, read_telemetry, read_work, work_inputs
 from pipelines.policies.catalog import PolicyCatalog, default_lookback
 from pipelines.policies.evaluate import evaluate
 from pipelines.policies.model import LIVE_KINDS
@@ -47,14 +50,19 @@ class DryRun:
 
 
 def dry_run(now: dt.datetime, *, landing: Path, catalog: PolicyCatalog, readers: Sequence[RunningWorkReader],
-            outbox_path: Path | None, lookback: dt.timedelta | None = None) -> DryRun:
+            outbox_path: Path | None, lookback: dt.timedelta | None = None,
+            telemetry: Telemetry | None = None) -> DryRun:
     """Evaluate the live policies over the running work of `readers` at `now` and plan, without
     recording, what each would do (see the module docstring). `outbox_path`: the tick's outbox, read as
-    history when it exists (None or absent: no step was ever taken)."""
+    history when it exists (None or absent: no step was ever taken); `telemetry`: the tick's (default:
+    the scrape rounds in `landing`)."""
     lookback = lookback or default_lookback(catalog)
     report = TickReport(at=now)
     read = read_work(readers, report)
-    inputs = work_inputs(landing, read, now, lookback)
+    gpu_minutes = read_telemetry(telemetry or ScrapeRounds(landing), now, lookback, report) if read else None
+    # telemetry unreadable: the jobs are listed, and nothing is judged (as the tick plans nothing)
+    inputs = work_inputs(landing, read, now, lookback, gpu_minutes if gpu_minutes is not None else gpu_minutes_of(pl.DataFrame(schema=SAMPLE_SCHEMA)))
+    read = read if gpu_minutes is not None else []
     findings = evaluate(inputs, catalog, now, kinds=LIVE_KINDS) if read else report.findings
     with _history(outbox_path, landing) as outbox:
         planned = plan_live(findings, catalog, outbox, read, now) if read else []

@@ -10,6 +10,7 @@ from pathlib import Path
 from pipelines.config import ConfigError, section
 from pipelines.connectors.allocator import AllocatorClient, AllocatorConfig
 from pipelines.connectors.kubernetes import KubernetesConfig
+from pipelines.connectors.prometheus import PrometheusConfig
 from pipelines.connectors.slurm import SlurmConfig
 from pipelines.enforcement.allocator import AllocatorEnforcer
 from pipelines.enforcement.base import ActionLedger, Enforcer
@@ -19,6 +20,7 @@ from pipelines.governance.dryrun import DryRun, dry_run
 from pipelines.governance.outbox import Outbox
 from pipelines.governance.running import AllocatorWork, RunningWorkReader, SlurmWork
 from pipelines.governance.running_kueue import KueueWork
+from pipelines.governance.telemetry import ScrapeRounds, Telemetry, shared_prometheus_minutes
 from pipelines.governance.tick import TickReport, governance_tick
 from pipelines.notify.config import reminders_config
 from pipelines.notify.reminders import Reminders
@@ -72,6 +74,20 @@ def _governed(config_file: Path, client: AllocatorClient | None, landing: Path) 
     return readers
 
 
+def build_telemetry(config_file: Path, source: str, landing: Path) -> Telemetry:
+    """The tick's telemetry as `governance.telemetry` names it: `dcgm_scrape`, the rounds landed in
+    `landing`, or `prometheus`, the `prometheus:` section's server (kept minutes shared in the process)."""
+    if source == "dcgm_scrape":
+        return ScrapeRounds(landing)
+    if source == "prometheus":
+        config = section("prometheus", PrometheusConfig, config_file)
+        if config is None:
+            raise ConfigError(f"{config_file}: governance.telemetry is prometheus but there is no `prometheus:` "
+                              "section (its url, auth and selector); see docs/reclaim.md")
+        return shared_prometheus_minutes(config)
+    raise ConfigError(f"{config_file}: governance.telemetry {source!r}: expected dcgm_scrape or prometheus")
+
+
 def build_reminders(config_file: Path, folder: Path) -> Reminders | None:
     """The owners' reminders when gpupool.yml has a `reminders` section (their sent ledger in `folder`,
     the outbox's); None without one."""
@@ -80,19 +96,22 @@ def build_reminders(config_file: Path, folder: Path) -> Reminders | None:
 
 
 def run_governance_tick(now: dt.datetime, *, config_file: Path, allocator: AllocatorConfig | None, landing: Path,
-                        catalog: PolicyCatalog, outbox_path: Path, lookback: dt.timedelta | None) -> TickReport:
+                        catalog: PolicyCatalog, outbox_path: Path, lookback: dt.timedelta | None,
+                        telemetry: str = "dcgm_scrape") -> TickReport:
     """One governance tick at `now`: the outbox at `outbox_path` (writer `sensor`), the running work
-    of every configured engine (the allocator when `allocator` is given, Slurm, Kueue) and every configured
-    enforcer, closed again after. A configuration that names no engine to read is an error."""
+    of every configured engine (the allocator when `allocator` is given, Slurm, Kueue), the `telemetry`
+    named (`build_telemetry`) and every configured enforcer, closed again after. A configuration that
+    names no engine to read is an error."""
     client = None if allocator is None else AllocatorClient.from_config(allocator)
     readers = _governed(config_file, client, landing)
+    minutes = build_telemetry(config_file, telemetry, landing)
     outbox = Outbox(outbox_path, landing, writer=SENSOR_WRITER)
     reminders = build_reminders(config_file, outbox_path.parent)
     try:
         return governance_tick(
             now, landing=landing, catalog=catalog, outbox=outbox, client=client,
             enforcers=build_enforcers(config_file, allocator, landing, outbox_path.parent), lookback=lookback,
-            work=readers, reminders=reminders,
+            work=readers, reminders=reminders, telemetry=minutes,
         )
     finally:
         outbox.close()
@@ -101,8 +120,10 @@ def run_governance_tick(now: dt.datetime, *, config_file: Path, allocator: Alloc
 
 
 def run_dry_run(now: dt.datetime, *, config_file: Path, allocator: AllocatorConfig | None, landing: Path,
-                catalog: PolicyCatalog, outbox_path: Path, lookback: dt.timedelta | None) -> DryRun:
+                catalog: PolicyCatalog, outbox_path: Path, lookback: dt.timedelta | None,
+                telemetry: str = "dcgm_scrape") -> DryRun:
     """What a governance tick at `now` would do, touching nothing (pipelines/governance/dryrun.py)."""
     client = None if allocator is None else AllocatorClient.from_config(allocator)
     return dry_run(now, landing=landing, catalog=catalog, readers=_governed(config_file, client, landing),
-                   outbox_path=outbox_path, lookback=lookback)
+                   outbox_path=outbox_path, lookback=lookback,
+                   telemetry=build_telemetry(config_file, telemetry, landing))

@@ -12,9 +12,10 @@ A tick, at `now` (UTC, naive):
 2. lists the running jobs and the queues of every engine it is given, through one interface
    (`pipelines.governance.running.RunningWorkReader`: the allocator, Slurm, Kueue); each engine's
    allocations carry its name (`source`), and so do their findings and actions;
-3. builds the policies' inputs from the freshest data there is: the scrape rounds the
-   `dcgm_scrape` sensor landed in the last `lookback` (pipelines/governance/live.py: per-GPU
-   minutes kept from earlier ticks plus those of the new rounds -> per-allocation minutes), the running jobs' allocations, and their progress
+3. builds the policies' inputs from the freshest data there is: the telemetry of the last
+   `lookback`, from the scrape rounds the `dcgm_scrape` sensor landed or from the pool's Prometheus
+   (pipelines/governance/telemetry.py; per-GPU minutes kept from earlier ticks plus those of the
+   new rounds or samples -> per-allocation minutes), the running jobs' allocations, and their progress
    signals (every event and checkpoint/artifact report of the attempt in the pulled logs, its ok
    checkpoints of the last day, and the attempt's start; an engine without such logs, Slurm, gives
    the start only);
@@ -27,7 +28,9 @@ A tick, at `now` (UTC, naive):
 
 When an engine cannot be read (the allocator down, a refused token, squeue failing), nothing is
 planned for its jobs: an empty list of running jobs would otherwise read as "every job ended"; its
-open findings are left as they are, and the other engines' work is planned as usual. Queued actions
+open findings are left as they are, and the other engines' work is planned as usual. When the
+telemetry cannot be read (Prometheus down or refusing), nothing is evaluated or planned at all:
+missing minutes are no evidence that a GPU is idle, and no open finding ends for want of them. Queued actions
 are still offered to the enforcers, which keep them queued with a backoff while the engine is away;
 they go out, once each, when it is back. The tick never raises for a transport problem: the report
 says what failed. Jobs an engine lists but that cannot be read are left out and counted in the
@@ -52,6 +55,7 @@ from pipelines.enforcement.base import Enforcer
 from pipelines.governance.live import allocation_minutes, allocations_from_jobs, recent_gpu_minutes
 from pipelines.governance.outbox import DeliveryReport, Outbox
 from pipelines.governance.running import AllocatorWork, RunningWork, RunningWorkReader
+from pipelines.governance.telemetry import ScrapeRounds, Telemetry, TelemetryUnavailable
 from pipelines.notify.reminders import Reminders
 from pipelines.policies.catalog import PolicyCatalog, default_lookback
 from pipelines.policies.evaluate import evaluate
@@ -78,7 +82,8 @@ class TickReport:
     pulled: dict[str, int] = field(default_factory=dict)  # events / audit records appended
     running_jobs: int | None = None  # None: no engine could be read
     running_by_source: dict[str, int | None] = field(default_factory=dict)  # None: that engine could not be read
-    skipped: Counter = field(default_factory=Counter)  # "<engine>: <reason>" -> jobs left out unread
+    skipped: Counter = field(default_factory=Counter)  # "<engine>: <reason>" -> jobs left out unread,
+    # "<telemetry>: samples left out: <reason>" -> samples its answers held that could not be read
     findings: pl.DataFrame = field(default_factory=empty_findings)
     decisions: Counter = field(default_factory=Counter)  # "<action> <status>" of the decisions recorded now
     delivery: DeliveryReport = field(default_factory=DeliveryReport)
@@ -167,13 +172,16 @@ def _records(landing: Path, source: str, since: dt.datetime, now: dt.datetime):
 
 
 def work_inputs(landing: Path, work: Sequence[RunningWork], now: dt.datetime,
-                lookback: dt.timedelta) -> PolicyInputs:
+                lookback: dt.timedelta, gpu_minutes: pl.DataFrame | None = None) -> PolicyInputs:
     """The live kinds' inputs from the landing zone and the running work of every engine read: each
     engine's allocations under its own `source`; progress from the allocator's pulled logs for its
-    jobs, the attempt's start for the other engines' (they land no such logs)."""
+    jobs, the attempt's start for the other engines' (they land no such logs). `gpu_minutes`: the
+    telemetry's per-GPU minutes (pipelines/governance/telemetry.py; default: the landed scrape rounds')."""
     allocations = pl.concat([allocations_from_jobs(w.jobs, {q["name"]: q for q in w.queues}, source=w.source)
                              for w in work]) if work else allocations_from_jobs([])
-    minutes = allocation_minutes(allocations, recent_gpu_minutes(landing, now, lookback))
+    if gpu_minutes is None:
+        gpu_minutes = recent_gpu_minutes(landing, now, lookback)
+    minutes = allocation_minutes(allocations, gpu_minutes)
     logged = [j for w in work if w.source == AllocatorWork.source for j in w.jobs]
     started = [j for w in work if w.source != AllocatorWork.source for j in w.jobs]
     progress = recent_progress(landing, logged, now, lookback)
@@ -232,6 +240,19 @@ def read_work(readers: Sequence[RunningWorkReader], report: TickReport) -> list[
     return read
 
 
+def read_telemetry(telemetry: Telemetry, now: dt.datetime, lookback: dt.timedelta,
+                   report: TickReport) -> pl.DataFrame | None:
+    """The per-GPU minutes of the lookback; None, reported, when the telemetry cannot be read: missing
+    telemetry is no evidence of idleness, so nothing is evaluated or planned."""
+    try:
+        sampled = telemetry.read(now, lookback)
+    except TelemetryUnavailable as exc:
+        report.errors.append(f"telemetry ({telemetry.source}): {_describe(exc)}; nothing evaluated or planned this tick")
+        return None
+    report.skipped.update({f"{telemetry.source}: {reason}": n for reason, n in sampled.skipped.items()})
+    return sampled.minutes
+
+
 def plan_live(findings: pl.DataFrame, catalog: PolicyCatalog, outbox: Outbox, read: Sequence[RunningWork],
               now: dt.datetime) -> list[PlannedAction]:
     """The live kinds' steps due now, with the outbox as history: an attempt with an open finding
@@ -258,11 +279,13 @@ def governance_tick(
     lookback: dt.timedelta | None = None,
     work: Sequence[RunningWorkReader] | None = None,
     reminders: Reminders | None = None,
+    telemetry: Telemetry | None = None,
 ) -> TickReport:
     """One evaluation of the live policies at `now`; see the module docstring. `client`: the
     allocator's, whose logs are pulled (None: the pool runs no allocator); `work`: the engines whose
     running work is read (default: the allocator's, through `client`); `reminders`: how a delivered
-    remind step reaches the job's owner (None: the engine's remind only)."""
+    remind step reaches the job's owner (None: the engine's remind only); `telemetry`: where the
+    per-GPU minutes come from (default: the scrape rounds in `landing`)."""
     started = time.perf_counter()
     now = utc_naive(now)
     report = TickReport(at=now)
@@ -275,8 +298,9 @@ def governance_tick(
                 report.errors.append(f"pull {source}: {_describe(exc)}")
     readers = list(work) if work is not None else [AllocatorWork(client)] if client is not None else []
     read = read_work(readers, report)
-    if read:
-        inputs = work_inputs(landing, read, now, lookback)
+    gpu_minutes = read_telemetry(telemetry or ScrapeRounds(landing), now, lookback, report) if read else None
+    if gpu_minutes is not None:
+        inputs = work_inputs(landing, read, now, lookback, gpu_minutes)
         report.findings = evaluate(inputs, catalog, now, kinds=LIVE_KINDS)
         recorded = outbox.record(plan_live(report.findings, catalog, outbox, read, now), now)
         report.decisions.update(f"{p.action.value} {p.status.value}" for p in recorded)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
+from typing import Literal
 
 import dagster as dg
 from pydantic import BaseModel, ConfigDict, Field
@@ -47,6 +48,9 @@ class GovernanceSettings(BaseModel):
     exemptions: Path | None = Field(None, description="the allow-list; default exemptions.yml beside the catalog")
     outbox: Path | None = Field(None, description="the outbox (SQLite); default <home>/governance/outbox.db")
     lookback_minutes: int | None = Field(None, ge=1, description="telemetry read per tick; default from the catalog")
+    telemetry: Literal["dcgm_scrape", "prometheus"] = Field(
+        "dcgm_scrape", description="where the tick's per-GPU minutes come from: the rounds the dcgm_scrape "
+        "sensor lands, or the Prometheus of the `prometheus:` section")
 
 
 class GovernanceResource(dg.ConfigurableResource):
@@ -89,6 +93,7 @@ class GovernanceResource(dg.ConfigurableResource):
         return run_governance_tick(
             now, config_file=self._path(), allocator=self.allocator(), landing=warehouse.landing,
             catalog=self.catalog(), outbox_path=self.outbox_path(warehouse), lookback=self.lookback(),
+            telemetry=self.settings().telemetry,
         )
 
     def dry_run(self, warehouse: Warehouse, now: dt.datetime) -> DryRun:
@@ -96,4 +101,5 @@ class GovernanceResource(dg.ConfigurableResource):
         return run_dry_run(
             now, config_file=self._path(), allocator=self.allocator(), landing=warehouse.landing,
             catalog=self.catalog(), outbox_path=self.outbox_path(warehouse), lookback=self.lookback(),
+            telemetry=self.settings().telemetry,
         )

@@ -10,9 +10,13 @@ same mapping as the exposition parser (labels.py).
 from __future__ import annotations
 
 import io
+import itertools
+import json
 import re
+from collections import Counter
 
 import duckdb
+import numpy as np
 import polars as pl
 
 from pipelines.contracts import contract
@@ -163,6 +167,144 @@ def parse_query_range(data: bytes | str, source_file: str) -> ParseResult:
         .with_columns(raw=_point_json())
     )
     return samples_result(SOURCE, source_file, series, good, bad, rows.height, notes)
+
+
+class AnswerRejected(ValueError):
+    """The whole query answer was rejected (the message is parse_query_range's reason)."""
+
+
+# label set (the series' `metric` object's items, in order) -> (host, gpu, gpu_instance_id, metric, error)
+MappedSeries = dict[tuple, tuple]
+SAMPLE_COLUMNS = {"sampled_at": pl.Datetime("us"), "host": pl.String, "gpu": pl.Int64,
+                  "gpu_instance_id": pl.Int64, "metric": pl.String, "value": pl.Float64}
+
+
+def matrix_samples(data: bytes, source_file: str, known: MappedSeries | None = None) -> tuple[pl.DataFrame, Counter]:
+    """The samples of a query answer (SAMPLE_COLUMNS) and the reasons of those quarantined, counted:
+    the rows and reasons `parse_query_range` gives, for the governance tick, which reads one every
+    minute. A matrix of float points is read without DuckDB: in Prometheus' own compact encoding cut
+    by a regular expression and Polars (a label text is decoded only the first time it is seen),
+    otherwise decoded with `json`; each distinct label set is mapped once (`known`, kept by the
+    caller between answers; the mapping and the value checks are parse_query_range's own). Anything
+    else (a failed query, histograms, a point that is no [number, string] pair, a repeated point)
+    goes through parse_query_range itself.
+    AnswerRejected when the whole answer is rejected."""
+    known = {} if known is None else known
+    fast = _float_matrix(data, known)
+    if fast is not None:
+        return fast
+    result = parse_query_range(data, source_file)
+    quarantine = result.quarantine
+    if result.records_loaded == 0 and quarantine.height == 1 and quarantine["line_number"][0] is None:
+        raise AnswerRejected(quarantine["reason"][0])
+    samples = result.tables["dcgm_samples"].select(list(SAMPLE_COLUMNS)).cast(SAMPLE_COLUMNS)
+    return samples, Counter(quarantine["reason"].to_list())
+
+
+def _float_matrix(data: bytes, known: MappedSeries) -> tuple[pl.DataFrame, Counter] | None:
+    """`matrix_samples` of an answer holding float points only; None for any other answer."""
+    read = _compact_matrix(data) or _json_matrix(data)
+    if read is None:
+        return None
+    keys, labels_of, counts, times, texts = read
+    if times.len() and not (times.is_finite().all() and times.is_between(*_TIME_RANGE_S).all()):
+        return None
+    new = list(dict.fromkeys(k for k in keys if k not in known))
+    if new:
+        try:
+            label_sets = [labels_of(k) for k in new]
+        except (ValueError, RecursionError, AttributeError):
+            return None
+        known.update(zip(new, _mapped(label_sets), strict=True))
+    series = pl.DataFrame([known[k] for k in keys], orient="row", schema={
+        "host": pl.String, "gpu": pl.Int64, "gpu_instance_id": pl.Int64, "metric": pl.String, "reason": pl.String})
+    index = pl.Series(np.repeat(np.arange(len(keys), dtype=np.uint32), counts))
+    rows = (
+        pl.DataFrame({"series": index, "t": times, "v": texts})
+        .with_columns(value=pl.col("v").cast(pl.Float64, strict=False),
+                      sampled_at=((pl.col("t") * 1000).round().cast(pl.Int64) * 1000).cast(pl.Datetime("us")))
+        .with_columns(series.select(pl.all().gather(index)))
+        .with_columns(reason=pl.coalesce("reason", value_reason(pl.col("v"), pl.col("value"))))
+    )
+    if rows.select(pl.struct("series", "sampled_at").is_duplicated().any()).item():
+        return None  # parse_query_range quarantines the repeats
+    good = rows.filter(pl.col("reason").is_null()).select(list(SAMPLE_COLUMNS))
+    return good, Counter(rows.get_column("reason").drop_nulls().to_list())
+
+
+# Prometheus' own encoding of a matrix answer (no spaces; a series' labels, then its points)
+_COMPACT_HEAD = b'{"status":"success","data":{"resultType":"matrix","result":['
+_COMPACT_TAIL = b"]}}"
+_COMPACT_SERIES = re.compile(rb'\{"metric":(\{[^{}]*\}),"values":\[((?:\[[^\[\]]*\](?:,\[[^\[\]]*\])*)?)\]\}(,?)')
+_QUOTED = r'^"[^"\\]*"$'
+
+
+def _compact_matrix(data: bytes) -> tuple | None:
+    """An answer in Prometheus' compact encoding cut by a regular expression, not decoded: each
+    series' label text (the key a label set is known by; decoded only when new) and its points. None
+    where the text is anything else (the JSON reading decides then)."""
+    if not (data.startswith(_COMPACT_HEAD) and data.endswith(_COMPACT_TAIL)):
+        return None
+    inner = memoryview(data)[len(_COMPACT_HEAD):len(data) - len(_COMPACT_TAIL)]
+    keys, points, position = [], [], 0
+    for match in _COMPACT_SERIES.finditer(inner):
+        if match.start() != position:
+            return None
+        keys.append(match[1])
+        points.append(match[2])
+        position = match.end()
+        if not match[3] and position != len(inner):
+            return None
+    if position != len(inner) or (keys and inner[-1:] == b","):
+        return None
+    listed = pl.Series(points, dtype=pl.Binary).cast(pl.String)
+    counts = listed.str.count_matches(r"\[").to_numpy()
+    each = listed.str.strip_prefix("[").str.strip_suffix("]").str.split("],[").explode()
+    pairs = each.filter(each != "").str.split_exact(",", 1).struct.unnest()  # a series without points: ""
+    if pairs.height != counts.sum():
+        return None
+    times = pairs["field_0"].cast(pl.Float64, strict=False)
+    quoted = pairs["field_1"]
+    if times.null_count() or quoted.null_count() or not quoted.str.contains(_QUOTED).all():
+        return None
+    return keys, lambda text: tuple(json.loads(bytes(text)).items()), counts, times, quoted.str.slice(1, quoted.str.len_bytes() - 2)
+
+
+def _json_matrix(data: bytes) -> tuple | None:
+    """A matrix answer of float points decoded as JSON: each series' label set (its key) and points."""
+    try:
+        doc = json.loads(data)
+        result = doc["data"]["result"]
+        if doc["status"] != "success" or doc["data"]["resultType"] != "matrix" or doc.get("warnings") \
+                or doc.get("infos") or type(result) is not list:
+            return None
+        keys = [tuple(s["metric"].items()) for s in result]
+        points = [s["values"] for s in result]
+        if any(type(p) is not list for p in points) or any(len(s) != 2 for s in result):
+            return None  # histograms, or a series of another shape
+        flat = list(itertools.chain.from_iterable(points))
+        if any(type(p) is not list or len(p) != 2 for p in flat):
+            return None
+        times = pl.Series([p[0] for p in flat], dtype=pl.Float64, strict=True)
+        texts = pl.Series([p[1] for p in flat], dtype=pl.String, strict=True)
+    except (ValueError, RecursionError, KeyError, TypeError, AttributeError, pl.exceptions.PolarsError):
+        return None
+    return keys, lambda key: key, [len(p) for p in points], times, texts
+
+
+def _mapped(label_sets: list[tuple]) -> list[tuple]:
+    """(host, gpu, gpu_instance_id, metric, series error) of label sets, by parse_query_range's mapping."""
+    series = pl.DataFrame({
+        "series_index": pl.Series(range(len(label_sets)), dtype=pl.UInt32),
+        "metric": [dict(k).get(NAME_LABEL) for k in label_sets],
+        "metric_json": [json.dumps(dict(k)) for k in label_sets],
+    })
+    labels = pl.DataFrame(
+        [(i, p, str(key), str(value)) for i, k in enumerate(label_sets) for p, (key, value) in enumerate(k, 1)],
+        schema={"series_index": pl.UInt32, "position": pl.UInt32, "key": pl.String, "value": pl.String}, orient="row")
+    mapped = _map_series(series, labels).sort("series_index")
+    return list(mapped.select("host", pl.col("gpu").cast(pl.Int64), pl.col("gpu_instance_id").cast(pl.Int64),
+                              "metric", "series_error").iter_rows())
 
 
 def _read_response(con: duckdb.DuckDBPyConnection, raw: bytes) -> tuple[dict, str | None]:

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections import Counter
 from pathlib import Path
 
 import polars as pl
 import pytest
 
 from pipelines.contracts import contract
+from pipelines.sources import prometheus
 from pipelines.sources.base import ParseResult
 from pipelines.sources.dcgm_text import DUPLICATE_REASON, parse_dcgm_text
-from pipelines.sources.prometheus import parse_query_range
+from pipelines.sources.prometheus import SAMPLE_COLUMNS, AnswerRejected, matrix_samples, parse_query_range
 
 T0 = 1773144000.0  # 2026-03-10 12:00:00 UTC
 GPU0 = {
@@ -293,3 +295,79 @@ def test_large_response_points_keep_document_order() -> None:
         500,
     ]
     assert samples.filter(pl.col("gpu") == 7)["value"].sum() == sum(i % 100 for i in range(500))
+
+
+# -- matrix_samples: the governance tick's reading, the same rows and reasons --------------------
+MIG = GPU0 | {"gpu": "2", "GPU_I_ID": "3", "GPU_I_PROFILE": "1g.10gb", "__name__": "DCGM_FI_PROF_GR_ENGINE_ACTIVE"}
+FLOAT_MATRICES = {
+    "dcgm series": matrix(
+        (GPU0, [[T0, "97"], [T0 + 15.5, "98"]]),
+        (GPU0 | {"gpu": "1", "exported_pod": ""}, [[T0, "0"]]),
+        (MIG, [[T0 + 0.001, "0.25"], [T0 + 15.001, "1e-3"]]),
+    ),
+    "unreadable values and series": matrix(
+        (GPU0, [[T0 + 15, "NaN"], [T0, "5"], [T0 + 30, "+Inf"], [T0 + 60, "9223372036854775808"],
+                [T0 + 75, "140737488355330"], [T0 + 90, "n/a"], [T0 - 15, "4"]]),
+        ({"gpu": "1", "Hostname": "h"}, [[T0, "1"]]),
+        ({"__name__": "DCGM_FI_DEV_GPU_UTIL", "Hostname": "h"}, [[T0, "1"]]),
+        ({"__name__": "DCGM_FI_DEV_GPU_UTIL", "Hostname": "h", "gpu": "x"}, [[T0, "1"]]),
+        ({"__name__": "DCGM_FI_DEV_GPU_UTIL", "instance": "10.0.0.9:9400", "gpu": "3"}, [[T0, "2"]]),
+    ),
+    "escaped labels": matrix((GPU0 | {"note": 'say "hi"\n', "modelName": 'A "B"'}, [[T0, "1"]])),
+    "no series": matrix(),
+    "a series without points": matrix((GPU0, []), (MIG, [[T0, "1"]])),
+    "label values with brackets and escapes": matrix(
+        (GPU0 | {"note": 'x},"values":[[1,"2"]]},{"metric":{"a":"b'}, [[T0, "1"]]),
+        (GPU0 | {"gpu": "1", "note": "tab\t[0]"}, [[T0, "2"]])),
+}
+OTHER_ANSWERS = {
+    "malformed points": matrix((GPU0, [[T0, "5"], [T0 + 15], ["soon", "1"]])),
+    "a repeated point": matrix((GPU0, [[T0, "5"], [T0, "6"]])),
+    "a native histogram": json.dumps({"status": "success", "data": {"resultType": "vector", "result": [
+        {"metric": GPU0, "value": [T0, "42"]}, {"metric": GPU0, "histogram": [T0, {"count": "3"}]}]}}),
+    "warnings": matrix((GPU0, [[T0, "5"]]), warnings=["PromQL warning"]),
+}
+
+
+def projected(result: ParseResult) -> tuple[pl.DataFrame, dict]:
+    samples = result.tables["dcgm_samples"].select(list(SAMPLE_COLUMNS)).cast(SAMPLE_COLUMNS)
+    return samples, dict(Counter(result.quarantine["reason"].to_list()))
+
+
+def by_series(samples: pl.DataFrame) -> pl.DataFrame:
+    return samples.sort("host", "gpu", "gpu_instance_id", "metric", "sampled_at", nulls_last=True)
+
+
+def compact(text: str) -> str:
+    """As Prometheus writes it: no spaces."""
+    return json.dumps(json.loads(text), separators=(",", ":"))
+
+
+@pytest.mark.parametrize("encoding", ["compact", "spaced"])
+@pytest.mark.parametrize("name", [*FLOAT_MATRICES, *OTHER_ANSWERS])
+def test_matrix_samples_are_parse_query_ranges_rows_and_reasons(name: str, encoding: str, monkeypatch) -> None:
+    text = {**FLOAT_MATRICES, **OTHER_ANSWERS}[name]
+    text = compact(text) if encoding == "compact" else text
+    expected, expected_reasons = projected(parse(text))
+    if name in FLOAT_MATRICES:  # read without DuckDB's parser; Prometheus' own encoding without decoding it
+        monkeypatch.setattr(prometheus, "parse_query_range", lambda *_: pytest.fail("the slow path was taken"))
+        if encoding == "compact" and "brackets" not in name:  # braces in a label: decoded as JSON
+            monkeypatch.setattr(prometheus, "_json_matrix", lambda *_: pytest.fail("decoded as JSON"))
+    known: dict = {}
+    samples, reasons_seen = matrix_samples(text.encode(), "query.json", known)
+    assert samples.schema == pl.Schema(SAMPLE_COLUMNS)
+    assert by_series(samples).equals(by_series(expected)), (samples, expected)
+    assert dict(reasons_seen) == expected_reasons
+    # label sets mapped once: a second answer reads them from `known`
+    if name in FLOAT_MATRICES and known:
+        monkeypatch.setattr(prometheus, "_mapped", lambda *_: pytest.fail("mapped again"))
+        again, _ = matrix_samples(text.encode(), "query.json", known)
+        assert again.equals(samples)
+
+
+@pytest.mark.parametrize("text", ['{"status": "error", "errorType": "bad_data", "error": "parse error"}',
+                                  '{"status": "success", "data": {"resultType": "matrix", "res', "<html>"])
+def test_matrix_samples_reject_what_parse_query_range_rejects(text: str) -> None:
+    with pytest.raises(AnswerRejected) as rejected:
+        matrix_samples(text.encode(), "query.json")
+    assert str(rejected.value) == parse(text).quarantine["reason"][0]
