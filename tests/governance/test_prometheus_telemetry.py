@@ -28,6 +28,7 @@ from pipelines.governance.tick import governance_tick
 from pipelines.resources.governance import GovernanceResource
 from pipelines.resources.warehouse import WarehouseResource
 from tests.connectors.conftest import LoopbackServer, free_port, send
+from tests.governance.conftest import Recorder
 from tests.governance.test_running_work import ALLOCATOR_JOB, Allocator, idle_catalog
 
 GR, UTIL, FB = "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED"
@@ -251,8 +252,8 @@ def test_prometheus_unreachable_never_causes_a_reclaim(tmp_path):
     try:
         def tick(minute: int, telemetry):
             return governance_tick(START + dt.timedelta(minutes=minute), landing=landing, catalog=cat, outbox=outbox,
-                                   client=None, enforcers={}, lookback=lookback, work=[AllocatorWork(allocator)],
-                                   telemetry=telemetry)
+                                   client=None, enforcers={"allocator": Recorder()}, lookback=lookback,
+                                   work=[AllocatorWork(allocator)], telemetry=telemetry)
 
         first = tick(62, ScrapeRounds(landing))
         assert first.decisions == {"remind queued": 1}
