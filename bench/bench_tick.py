@@ -51,6 +51,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -418,6 +419,8 @@ class PrometheusAnswers:
 def serve_prometheus(folder: Path) -> None:
     """The answers over HTTP on a loopback port (written to folder/port), until killed."""
     answers = PrometheusAnswers(folder)
+    rendering = {"s": 0.0}
+    lock = threading.Lock()
 
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -425,7 +428,12 @@ def serve_prometheus(folder: Path) -> None:
         def do_GET(self):
             params = parse_qs(urlsplit(self.path).query)
             span = re.search(r"\[(\d+)ms\]$", params["query"][0])
+            began = time.process_time()
             body = answers.answer(float(params["time"][0]), int(span[1]) / 1000)
+            with lock:  # the CPU this stand-in spent answering, for the bench to report apart
+                rendering["s"] += time.process_time() - began
+                (folder / "render_s.tmp").write_text(repr(rendering["s"]))
+                os.replace(folder / "render_s.tmp", folder / "render_s")
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
@@ -456,6 +464,12 @@ def start_prometheus(pool: Pool, folder: Path) -> tuple[subprocess.Popen, str]:
             raise RuntimeError("the Prometheus-shaped server exited at start")
         time.sleep(0.05)
     return process, f"http://127.0.0.1:{(folder / 'port').read_text()}"
+
+
+def _rendered(tmp: str) -> float:
+    """The CPU seconds the stand-in Prometheus has spent answering so far (0 without one)."""
+    path = Path(tmp) / "prometheus" / "render_s"
+    return float(path.read_text()) if path.exists() else 0.0
 
 
 def _rss_mib() -> float:
@@ -512,20 +526,23 @@ def run_one(scenario: str, n_gpus: int, telemetry_source: str, runs: int, profil
             assert not warm.errors, warm.summary()
             print(f"warm-up tick at {t0:%H:%M:%S} (untimed): {warm.duration_s:.2f} s, {warm.findings.height} findings, "
                   f"{sum(warm.decisions.values())} decisions")
-            landed, times, reports, added = round_of(t0), [], [], 0.0
+            landed, times, reports, renders, added = round_of(t0), [], [], [], 0.0
             for i, now in enumerate(ticks[:runs]):
                 if telemetry_source == "rounds":
                     write_rounds(pool, landing, landed, round_of(now))
                     landed = round_of(now)
                 rss_before = _rss_mib()
+                rendered = _rendered(tmp)
                 start = time.perf_counter()
                 report = tick(now)
                 times.append(time.perf_counter() - start)
+                renders.append(_rendered(tmp) - rendered)
                 assert not report.errors, report.summary()
                 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
                 added = max(added, peak - rss_before)
                 reports.append(report)
-                print(f"  tick {i + 1} at {now:%H:%M:%S}: {times[-1]:.3f} s; {report.summary()[:400]}")
+                stand_in = f" (the stand-in Prometheus' CPU answering it: {renders[-1]:.3f} s)" if server else ""
+                print(f"  tick {i + 1} at {now:%H:%M:%S}: {times[-1]:.3f} s{stand_in}; {report.summary()[:400]}")
             last, now = reports[-1], ticks[runs - 1]
             phases, inputs = _phases(landing, readers, telemetry, catalog, outbox, now, lookback)
             target = TARGETS_S.get(n_gpus) if scenario == "allocator" else 2.0
@@ -539,6 +556,11 @@ def run_one(scenario: str, n_gpus: int, telemetry_source: str, runs: int, profil
                   f"({last.findings_by_policy}); decisions {sum(last.decisions.values()):,} ({dict(last.decisions)}); "
                   f"{verdict}")
             print("  phases of one tick (s): " + ", ".join(f"{k} {v:.3f}" for k, v in phases.items()))
+            if server is not None:  # on these 2 cores the stand-in's rendering competes with the tick
+                net = [t - r for t, r in zip(times, renders, strict=True)]
+                print(f"  the stand-in Prometheus' CPU answering a tick's requests: median {statistics.median(renders):.3f} s "
+                      f"(a real Prometheus does this work on its own machine); tick less it: median "
+                      f"{statistics.median(net):.3f} s")
             if telemetry_source == "prometheus":
                 print(f"  Prometheus requests: {telemetry.client.requests:,} in all (the warm-up's fill of the "
                       f"lookback included); minutes kept: {len(telemetry.kept)}")
