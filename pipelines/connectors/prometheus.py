@@ -88,6 +88,10 @@ class PrometheusConfig(BaseModel):
     # once it is this old, so samples Prometheus stores late still count: a scrape's samples are stored
     # when it ends (at most its scrape_timeout after their time); raise it behind a remote write
     settle_s: int = Field(30, ge=0)
+    # the time one tick may spend asking for minutes it does not hold (a restarted process fills the
+    # whole lookback: tens of seconds at 10,000 GPUs, near Dagster's 60 s sensor timeout); past it the
+    # tick judges nothing and the next one goes on from the minutes kept so far
+    fill_budget_s: float = Field(30.0, gt=0)
 
     @field_validator("bearer_token", "username", "password", mode="before")
     @classmethod

@@ -28,8 +28,11 @@ most `max_samples_per_request` (and LIVE_SAMPLES_PER_REQUEST) samples by the las
 rate (one minute per request until an answer has told it), and halved again when Prometheus answers
 that a query loads too many samples.
 
-A telemetry read that fails (Prometheus down, refusing, answering something that is not a query
-answer) raises `TelemetryUnavailable`: the tick then evaluates nothing and plans nothing, so no job
+A read spends at most `prometheus.fill_budget_s` asking: the first tick of a process fills the
+whole lookback (tens of seconds at 10,000 GPUs), and past the budget it stops, keeps what it got
+(oldest minutes first) and raises `TelemetryUnavailable`; the next tick goes on from there. A telemetry
+read that fails (Prometheus down, refusing, answering something that is not a query answer, the
+lookback not yet filled) raises `TelemetryUnavailable`: the tick then evaluates nothing and plans nothing, so no job
 looks idle because its telemetry could not be read.
 """
 from __future__ import annotations
@@ -37,6 +40,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -152,7 +156,10 @@ class PrometheusMinutes:
         self.kept = {m: p for m, p in self.kept.items() if since <= m and m + MINUTE <= settled}
         parts = [self.kept[p.start] for p in pieces if p.kept and p.start in self.kept]
         wanted = [p for p in pieces if not (p.kept and p.start in self.kept)]
+        if len(wanted) > 1 and not wanted[0].kept:  # the window's cut oldest minute last: a fill cut short
+            wanted.append(wanted.pop(0))            # by the budget has then kept minutes, not this one
         skipped: Counter = Counter()
+        began = time.monotonic()
         while wanted:
             chunk = self._next_chunk(wanted)
             del wanted[:len(chunk)]
@@ -161,6 +168,14 @@ class PrometheusMinutes:
             for piece in chunk:
                 if piece.kept:
                     self.kept[piece.start] = partials.filter(pl.col("minute_at") == piece.start)
+            # past the budget while minutes to keep are still missing (the fill of a restarted process); the
+            # unsettled tail and the cut oldest minute, asked for at every tick, always go
+            if any(p.kept for p in wanted) and time.monotonic() - began > self.config.fill_budget_s:
+                held = sum(1 for p in pieces if p.kept and p.start in self.kept)
+                raise TelemetryUnavailable(
+                    f"Prometheus at {self.config.url}: still filling the lookback ({held} of {len(pieces)} minutes "
+                    f"held after {self.config.fill_budget_s:g} s, prometheus.fill_budget_s); nothing is judged "
+                    "until it is whole, and the next tick goes on from here")
         partials = pl.concat(parts) if parts else _partials(pl.DataFrame(schema=SAMPLE_SCHEMA))
         # every (series, minute) is in one part only: each minute of the window is one piece
         return TelemetryRead(minutes_of_partials(partials.lazy()), skipped)

@@ -289,3 +289,23 @@ def test_gpupool_yml_chooses_the_telemetry_and_the_sensor_reports_prometheus_dow
     message = idle_reclaim_sensor(context).skip_message
     assert "3 running jobs" in message and "findings: none; decisions: none" in message, message
     assert "telemetry (prometheus): TelemetryUnavailable" in message and "nothing evaluated or planned" in message
+
+
+def test_a_fill_longer_than_its_budget_judges_nothing_and_the_next_tick_goes_on(tmp_path, prometheus):
+    frame = samples()
+    now = TICKS[0]
+    land_rounds(tmp_path, frame)
+    fake = prometheus(frame)
+    # a budget spent by the first request: each read asks once, keeps what it got, and refuses
+    reader = PrometheusMinutes(fake.config(max_samples_per_request=100, fill_budget_s=1e-9))
+    refusals = 0
+    while True:
+        try:
+            got = reader.read(now, LOOKBACK)
+            break
+        except TelemetryUnavailable as exc:
+            assert "still filling the lookback" in str(exc) and "nothing is judged" in str(exc)
+            refusals += 1
+            assert refusals < 30
+    assert refusals >= 3  # 20 minutes at most 4 a request
+    assert_frame_equal(ordered(got.minutes), ordered(recent_gpu_minutes(tmp_path, now, LOOKBACK)))
