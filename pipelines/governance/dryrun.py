@@ -1,10 +1,11 @@
 """`gpupool reclaim --dry-run`: every running job of the engines gpupool.yml names, with its idle
 evidence and what each live policy would do to it now, touching nothing.
 
-It reads what the tick reads (each engine's running work, the scrape rounds of the lookback) and
-evaluates the same live kinds with the same catalog, then asks the planner what it would decide now,
-with the outbox as history when there is one (a step already taken is not announced again; one
-waiting for its delay says when it falls due). Unlike the tick it pulls no log from the allocator,
+It reads what the tick reads (each engine's running work, the telemetry of the lookback: the scrape
+rounds or Prometheus, as `governance.telemetry` says) and evaluates the same live kinds with the
+same catalog, then asks the planner what it would decide now, with the outbox as history when there
+is one (a step already taken is not announced again; one waiting for its delay says when it falls
+due). Telemetry that cannot be read lists the jobs and judges none, as the tick then plans nothing. Unlike the tick it pulls no log from the allocator,
 records no decision, sends no action and no reminder: no engine is called but to list its jobs.
 """
 from __future__ import annotations
@@ -59,10 +60,11 @@ def dry_run(now: dt.datetime, *, landing: Path, catalog: PolicyCatalog, readers:
     lookback = lookback or default_lookback(catalog)
     report = TickReport(at=now)
     read = read_work(readers, report)
+    listed = read
     gpu_minutes = read_telemetry(telemetry or ScrapeRounds(landing), now, lookback, report) if read else None
-    # telemetry unreadable: the jobs are listed, and nothing is judged (as the tick plans nothing)
-    inputs = work_inputs(landing, read, now, lookback, gpu_minutes if gpu_minutes is not None else gpu_minutes_of(pl.DataFrame(schema=SAMPLE_SCHEMA)))
-    read = read if gpu_minutes is not None else []
+    if gpu_minutes is None:  # telemetry unreadable: the jobs are listed and nothing is judged, as the tick plans nothing
+        gpu_minutes, read = gpu_minutes_of(pl.DataFrame(schema=SAMPLE_SCHEMA)), []
+    inputs = work_inputs(landing, listed, now, lookback, gpu_minutes)
     findings = evaluate(inputs, catalog, now, kinds=LIVE_KINDS) if read else report.findings
     with _history(outbox_path, landing) as outbox:
         planned = plan_live(findings, catalog, outbox, read, now) if read else []

@@ -16,6 +16,7 @@ from pipelines.governance.dryrun import dry_run
 from pipelines.governance.live import SAMPLE_SCHEMA, SCRAPE_SOURCE
 from pipelines.governance.outbox import Outbox
 from pipelines.governance.running import AllocatorWork, SlurmWork
+from pipelines.governance.telemetry import TelemetryUnavailable
 from pipelines.governance.tick import governance_tick
 from tests.governance.conftest import GRACE_S, Recorder
 from tests.governance.test_running_work import (
@@ -58,6 +59,25 @@ def test_a_dry_run_lists_every_running_job_with_its_evidence_and_touches_nothing
     assert squeue.calls == [("squeue", "--json", "--states=RUNNING")]  # listed, nothing else asked of Slurm
     assert not (tmp_path / "outbox.db").exists()
     assert not (landing / "governance_actions").exists()
+
+
+class Unreadable:
+    source = "prometheus"
+
+    def read(self, now, lookback):
+        raise TelemetryUnavailable("Prometheus at http://prometheus:9090: connection refused")
+
+
+def test_telemetry_that_cannot_be_read_lists_the_jobs_and_judges_none(tmp_path):
+    landing = tmp_path / "landing"
+    land_rounds(landing, 62)
+    result = dry_run(NOW, landing=landing, catalog=idle_catalog(), readers=engines(Squeue(recorded())),
+                     outbox_path=None, lookback=dt.timedelta(minutes=60), telemetry=Unreadable())
+    assert result.jobs.height == 4 and result.jobs["minutes_reported"].sum() == 0
+    assert result.jobs["findings"].is_null().all() and result.jobs["now"].is_null().all()
+    [error] = result.read.errors
+    assert error == ("telemetry (prometheus): TelemetryUnavailable: Prometheus at http://prometheus:9090: "
+                     "connection refused; nothing evaluated or planned this tick")
 
 
 def test_after_a_tick_the_dry_run_says_what_follows_and_when(tmp_path):
