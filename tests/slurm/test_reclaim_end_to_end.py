@@ -22,9 +22,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import getpass
-import http.server
 import json
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -40,6 +38,7 @@ from pipelines.policies.catalog import DEFAULT_POLICIES
 from pipelines.resources.governance import GovernanceResource
 from pipelines.sources.slurm_squeue import slurm_number
 from pipelines.warehouse import Warehouse
+from tests.connectors.conftest import LoopbackServer, send
 from tests.notify.servers import Inbox, smtp_server
 from tests.slurm.conftest import NODE, STATE, SlurmCluster, mapped_gpus, resume_if_drained
 
@@ -78,27 +77,12 @@ class Exporter:
 
 @contextmanager
 def exporter_server(exporter: Exporter) -> Iterator[Exporter]:
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            body = exporter.text().encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    exporter.url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    server = LoopbackServer(lambda request: send(request, 200, exporter.text().encode()))
+    exporter.url = f"{server.url}/metrics"
     try:
         yield exporter
     finally:
-        server.shutdown()
-        server.server_close()
+        server.stop()
 
 
 @dataclasses.dataclass
