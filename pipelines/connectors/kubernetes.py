@@ -62,7 +62,7 @@ class KubernetesGovernance(BaseModel):
                                           "template label")
     default_template: str | None = Field(None, description="the template of a Workload nothing else names one for")
     pod_gpu_lookback_s: float = Field(
-        300.0, gt=0, description="how far back the scrape rounds are read for dcgm-exporter's pod labels")
+        300.0, gt=0, description="how far back dcgm-exporter's pod labels are read (scrape rounds or Prometheus)")
 
     @field_validator("namespaces")
     @classmethod

@@ -19,7 +19,7 @@ from pipelines.enforcement.slurm import SlurmEnforcer
 from pipelines.governance.dryrun import DryRun, dry_run
 from pipelines.governance.outbox import Outbox
 from pipelines.governance.running import AllocatorWork, RunningWorkReader, SlurmWork
-from pipelines.governance.running_kueue import KueueWork
+from pipelines.governance.running_kueue import KueueWork, PrometheusPods
 from pipelines.governance.telemetry import ScrapeRounds, Telemetry, shared_prometheus_minutes
 from pipelines.governance.tick import TickReport, governance_tick
 from pipelines.notify.config import reminders_config
@@ -48,24 +48,27 @@ def build_enforcers(config_file: Path, allocator: AllocatorConfig | None, landin
     return out
 
 
-def build_readers(config_file: Path, client: AllocatorClient | None, landing: Path) -> list[RunningWorkReader]:
+def build_readers(config_file: Path, client: AllocatorClient | None, landing: Path,
+                  telemetry: str = "dcgm_scrape") -> list[RunningWorkReader]:
     """The engines whose running work the tick reads: the allocator (when the pool runs it: `client`),
     Slurm when gpupool.yml has `slurm.governance` (the partitions it may read) and Kueue when it has
-    `kubernetes.governance` (the namespaces it may read; the pods' GPUs from the scrape rounds in
-    `landing`); neither without its section."""
+    `kubernetes.governance` (the namespaces it may read; the pods' GPUs from where the `telemetry`
+    comes from: the scrape rounds in `landing`, or Prometheus); neither without its section."""
     out: list[RunningWorkReader] = [] if client is None else [AllocatorWork(client)]
     slurm = section("slurm", SlurmConfig, config_file)
     if slurm is not None and slurm.governance is not None:
         out.append(SlurmWork(slurm))
     kubernetes = section("kubernetes", KubernetesConfig, config_file)
     if kubernetes is not None and kubernetes.governance is not None:
-        out.append(KueueWork(kubernetes, landing))
+        pods = PrometheusPods(_prometheus(config_file)) if telemetry == "prometheus" else None
+        out.append(KueueWork(kubernetes, landing, pods=pods))
     return out
 
 
-def _governed(config_file: Path, client: AllocatorClient | None, landing: Path) -> list[RunningWorkReader]:
+def _governed(config_file: Path, client: AllocatorClient | None, landing: Path,
+              telemetry: str) -> list[RunningWorkReader]:
     """`build_readers`, or a ConfigError saying how to name an engine when there is none."""
-    readers = build_readers(config_file, client, landing)
+    readers = build_readers(config_file, client, landing, telemetry)
     if not readers:
         raise ConfigError(f"{config_file}: no engine to govern: idle-reclaim reads running work from the "
                           "allocator (an `allocator:` section with its url and a governance_bot token), Slurm "
@@ -80,12 +83,16 @@ def build_telemetry(config_file: Path, source: str, landing: Path) -> Telemetry:
     if source == "dcgm_scrape":
         return ScrapeRounds(landing)
     if source == "prometheus":
-        config = section("prometheus", PrometheusConfig, config_file)
-        if config is None:
-            raise ConfigError(f"{config_file}: governance.telemetry is prometheus but there is no `prometheus:` "
-                              "section (its url, auth and selector); see docs/reclaim.md")
-        return shared_prometheus_minutes(config)
+        return shared_prometheus_minutes(_prometheus(config_file))
     raise ConfigError(f"{config_file}: governance.telemetry {source!r}: expected dcgm_scrape or prometheus")
+
+
+def _prometheus(config_file: Path) -> PrometheusConfig:
+    config = section("prometheus", PrometheusConfig, config_file)
+    if config is None:
+        raise ConfigError(f"{config_file}: governance.telemetry is prometheus but there is no `prometheus:` "
+                          "section (its url, auth and selector); see docs/reclaim.md")
+    return config
 
 
 def build_reminders(config_file: Path, folder: Path) -> Reminders | None:
@@ -103,7 +110,7 @@ def run_governance_tick(now: dt.datetime, *, config_file: Path, allocator: Alloc
     named (`build_telemetry`) and every configured enforcer, closed again after. A configuration that
     names no engine to read is an error."""
     client = None if allocator is None else AllocatorClient.from_config(allocator)
-    readers = _governed(config_file, client, landing)
+    readers = _governed(config_file, client, landing, telemetry)
     minutes = build_telemetry(config_file, telemetry, landing)
     outbox = Outbox(outbox_path, landing, writer=SENSOR_WRITER)
     reminders = build_reminders(config_file, outbox_path.parent)
@@ -124,6 +131,6 @@ def run_dry_run(now: dt.datetime, *, config_file: Path, allocator: AllocatorConf
                 telemetry: str = "dcgm_scrape") -> DryRun:
     """What a governance tick at `now` would do, touching nothing (pipelines/governance/dryrun.py)."""
     client = None if allocator is None else AllocatorClient.from_config(allocator)
-    return dry_run(now, landing=landing, catalog=catalog, readers=_governed(config_file, client, landing),
+    return dry_run(now, landing=landing, catalog=catalog, readers=_governed(config_file, client, landing, telemetry),
                    outbox_path=outbox_path, lookback=lookback,
                    telemetry=build_telemetry(config_file, telemetry, landing))

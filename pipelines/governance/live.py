@@ -340,29 +340,34 @@ def allocation_minutes(allocations: pl.DataFrame, minutes: pl.DataFrame) -> pl.D
 
 POD_GPU_SCHEMA = {"namespace": pl.String, "pod": pl.String, "host": pl.String, "gpu": pl.Int64,
                   "gpu_instance_id": pl.Int64, "gpu_instance_profile": pl.String}
-_POD_SAMPLE = {"sampled_at": pl.Datetime("us"), "host": pl.String, "gpu": pl.Int64, "gpu_instance_id": pl.Int64,
+POD_SAMPLE = {"sampled_at": pl.Datetime("us"), "host": pl.String, "gpu": pl.Int64, "gpu_instance_id": pl.Int64,
                "gpu_instance_profile": pl.String, "k8s_namespace": pl.String, "k8s_pod": pl.String}
 
 
 def pod_gpus(landing: Path, now: dt.datetime, lookback: dt.timedelta) -> pl.DataFrame:
     """Which Kubernetes pod holds each GPU (or MIG instance) now, as dcgm-exporter's pod labels say in
-    the scrape rounds of [now - lookback, now) (POD_GPU_SCHEMA): for each series, the pods named at its
-    latest sample (several when the GPU is time-sliced); a series whose latest sample names no pod is
-    free, so a GPU handed from one pod to the next belongs to the second. Rounds without the pod
-    columns (written before they were kept) name no pod."""
+    the scrape rounds of [now - lookback, now) (`pods_holding`). Rounds without the pod columns
+    (written before they were kept) name no pod."""
     since = now - lookback
     parts = []
     for group in _round_groups(landing, since, now):
         for path in group.files:
             present = pl.read_parquet_schema(path)
             parts.append(pl.scan_parquet(path).select(
-                [pl.col(c) if c in present else pl.lit(None).alias(c) for c in _POD_SAMPLE]).cast(_POD_SAMPLE))
+                [pl.col(c) if c in present else pl.lit(None).alias(c) for c in POD_SAMPLE]).cast(POD_SAMPLE))
     if not parts:
         return pl.DataFrame(schema=POD_GPU_SCHEMA)
     sampled = pl.col("sampled_at")
+    return pods_holding(pl.concat(parts).filter(sampled >= since, sampled < now))
+
+
+def pods_holding(samples: pl.LazyFrame) -> pl.DataFrame:
+    """POD_GPU_SCHEMA of samples (POD_SAMPLE's columns): for each series, the pods named at its latest
+    sample (several when the GPU is time-sliced); a series whose latest sample names no pod is free,
+    so a GPU handed from one pod to the next belongs to the second."""
+    sampled = pl.col("sampled_at")
     return (
-        pl.concat(parts)
-        .filter(sampled >= since, sampled < now)
+        samples
         .filter(sampled == sampled.max().over(SERIES))
         .drop_nulls(["k8s_namespace", "k8s_pod"])
         .select(pl.col("k8s_namespace").alias("namespace"), pl.col("k8s_pod").alias("pod"), *SERIES,

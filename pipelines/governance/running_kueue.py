@@ -24,7 +24,9 @@ Each pod's GPUs by index come from dcgm-exporter: run with Kubernetes mapping (i
 NVIDIA's chart), it asks the kubelet's pod-resources API which pod holds each device and labels that
 GPU's series with the pod and namespace; the scrape rounds the `dcgm_scrape` sensor lands keep those
 labels (raw.dcgm_samples' k8s_pod, k8s_namespace), and `live.pod_gpus` reads them from the rounds of
-the last `pod_gpu_lookback_s`. The kubelet's pod-resources API itself is a gRPC socket on each node,
+the last `pod_gpu_lookback_s` (`ScrapeRoundPods`). A pool whose telemetry is Prometheus
+(`governance.telemetry: prometheus`) reads the same labels from the series Prometheus holds at the
+tick (`PrometheusPods`), so it needs no second scraper for this either. The kubelet's pod-resources API itself is a gRPC socket on each node,
 which gpupool (running off the nodes) cannot reach; the exporter is already there, and the same
 series carry the telemetry the policies judge, so the GPU and its activity come from one source.
 The series' Hostname must be the node name (NVIDIA's chart sets NODE_NAME for that); a series naming
@@ -45,6 +47,7 @@ import datetime as dt
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Protocol
 
 import polars as pl
 
@@ -52,7 +55,8 @@ from allocator.model import TEMPLATES
 from pipelines.clock import utc_naive
 from pipelines.connectors.kubernetes import KubernetesConfig, KubernetesGovernance
 from pipelines.connectors.kueue import KueueClient
-from pipelines.governance.live import pod_gpus
+from pipelines.connectors.prometheus import PrometheusClient, PrometheusConfig, PrometheusError
+from pipelines.governance.live import ACTIVITY_METRICS, POD_SAMPLE, pod_gpus, pods_holding
 from pipelines.governance.running import RunningWork, skip_reason
 from pipelines.sources.jsonl import RecordError
 from pipelines.sources.kueue import mig_fraction
@@ -65,6 +69,8 @@ from pipelines.sources.kueue_objects import (
     workload_pods,
     workload_tenant,
 )
+from pipelines.sources.labels import EXPORTER_CONTAINER_LABELS, INSTANCE_LABEL, LABEL_COLUMNS
+from pipelines.sources.prometheus import parse_query_range
 
 SOURCE = "kueue"
 UNINDEXED = "GPUs of running pods that no dcgm-exporter series names (no GPU index)"
@@ -181,20 +187,83 @@ def kueue_running_work(workloads: Mapping, pods: Mapping | None, gpus: pl.DataFr
     return RunningWork(SOURCE, jobs, [], skipped)
 
 
+class PodGpus(Protocol):
+    """Which pod holds each GPU now (live.POD_GPU_SCHEMA), as dcgm-exporter's pod labels say."""
+
+    def read(self, now: dt.datetime, lookback: dt.timedelta) -> pl.DataFrame: ...
+
+
+class ScrapeRoundPods:
+    """The pod labels of the scrape rounds the `dcgm_scrape` sensor lands in `landing` (`live.pod_gpus`)."""
+
+    def __init__(self, landing: Path):
+        self.landing = Path(landing)
+
+    def read(self, now: dt.datetime, lookback: dt.timedelta) -> pl.DataFrame:
+        return pod_gpus(self.landing, now, lookback)
+
+
+# the labels a series' GPU and pod are read from (pipelines/sources/labels.py), all others aggregated away
+POD_QUERY_LABELS = tuple(dict.fromkeys(
+    label for column in ("host", "gpu", "gpu_instance_id", "gpu_instance_profile", "k8s_namespace", "k8s_pod",
+                         "k8s_container") for label in LABEL_COLUMNS[column]
+)) + (INSTANCE_LABEL, *(c for c in EXPORTER_CONTAINER_LABELS if c not in LABEL_COLUMNS["k8s_container"]))
+POD_SEEN_METRIC = "gpupool_pod_seen_at"  # the answer's series name: its value is a sample's time
+
+
+class PrometheusPods:
+    """The pod labels of the dcgm-exporter series Prometheus holds at the tick: one instant query,
+    each label set's latest sample time (`timestamp()` of the activity series, the first of
+    ACTIVITY_METRICS a label set has), reduced to the labels that name a GPU and a pod. Prometheus
+    marks a series stale as soon as the exporter stops reporting it (the pod ended, or moved to
+    another GPU), so only the current holders answer; samples older than the lookback are left out as
+    the rounds' are. The label sets go through the scrape's own mapping (`parse_query_range`); one
+    without a host or a GPU names no GPU (the telemetry read counts the same series as skipped)."""
+
+    def __init__(self, config: PrometheusConfig, client: PrometheusClient | None = None):
+        self.config = config
+        self.client = client or PrometheusClient(config)
+
+    def query(self) -> str:
+        selector = "{" + self.config.selector + "}" if self.config.selector else ""
+        latest = " or ".join(f"timestamp({metric}{selector})" for metric in ACTIVITY_METRICS)
+        return (f'label_replace(max by ({", ".join(POD_QUERY_LABELS)}) ({latest}), '
+                f'"__name__", "{POD_SEEN_METRIC}", "", "")')
+
+    def read(self, now: dt.datetime, lookback: dt.timedelta) -> pl.DataFrame:
+        at = now - dt.timedelta(milliseconds=1)
+        body = self.client.query(self.query(), (at - dt.datetime(1970, 1, 1)).total_seconds())
+        parsed = parse_query_range(body, f"prometheus:{self.config.url} pods at {at:%Y-%m-%dT%H:%M:%S}")
+        rejected = parsed.quarantine.filter(pl.col("line_number").is_null())
+        if parsed.records_loaded == 0 and rejected.height:
+            raise PrometheusError(f"{self.config.url}: unreadable answer to the pods query: {rejected['reason'][0]}")
+        seen = pl.from_epoch((pl.col("value") * 1000).round().cast(pl.Int64), time_unit="ms").cast(pl.Datetime("us"))
+        samples = (parsed.tables["dcgm_samples"].lazy()
+                   .with_columns(sampled_at=seen)
+                   .select(list(POD_SAMPLE)).cast(POD_SAMPLE)
+                   .filter(pl.col("sampled_at") >= now - lookback, pl.col("sampled_at") < now))
+        return pods_holding(samples)
+
+    def close(self) -> None:
+        self.client.close()
+
+
 class KueueWork:
     """Kueue's admitted Workloads and their running pods, in `kubernetes.governance`'s namespaces only;
-    the pods' GPUs from the scrape rounds in `landing`. The API client is made at the first read, so a
-    cluster that cannot be reached (no kubeconfig, say) is reported by the tick, not raised at wiring."""
+    the pods' GPUs from `pods` (default: the scrape rounds in `landing`). The API client is made at the
+    first read, so a cluster that cannot be reached (no kubeconfig, say) is reported by the tick, not
+    raised at wiring."""
 
     source = SOURCE
 
-    def __init__(self, config: KubernetesConfig, landing: Path, *, clock: Callable[[], dt.datetime] = _now):
+    def __init__(self, config: KubernetesConfig, landing: Path, *, pods: PodGpus | None = None,
+                 clock: Callable[[], dt.datetime] = _now):
         if config.governance is None:
             raise ValueError("kubernetes.governance is not set: it names the namespaces governance reads")
         # the connector's listing, per namespace in scope (it lists the cluster only when given none)
         self.config = config.model_copy(update={"namespaces": list(config.governance.namespaces)})
         self.scope = config.governance
-        self.landing = Path(landing)
+        self.pods = pods or ScrapeRoundPods(landing)
         self.clock = clock
         self._client: KueueClient | None = None
 
@@ -207,5 +276,5 @@ class KueueWork:
     def read(self) -> RunningWork:
         now = utc_naive(self.clock())
         snapshot = self.client.snapshot(now.date())
-        held = pod_gpus(self.landing, now, dt.timedelta(seconds=self.scope.pod_gpu_lookback_s))
+        held = self.pods.read(now, dt.timedelta(seconds=self.scope.pod_gpu_lookback_s))
         return kueue_running_work(snapshot.workloads, snapshot.pods, held, self.config)

@@ -27,6 +27,7 @@ import pytest
 from allocator.model import Action, ActionKind, Outcome
 from pipelines.config import ConfigError
 from pipelines.connectors.kubernetes import KubernetesAnswerError, KubernetesConfig
+from pipelines.connectors.prometheus import PrometheusConfig, PrometheusError
 from pipelines.contracts import StepAction, contract
 from pipelines.enforcement.base import ActionLedger
 from pipelines.enforcement.kueue import EVENT_REASON, KueueEnforcer, reminder_event
@@ -34,11 +35,18 @@ from pipelines.governance.dryrun import dry_run
 from pipelines.governance.factory import build_readers
 from pipelines.governance.live import POD_GPU_SCHEMA, SAMPLE_SCHEMA, SCRAPE_SOURCE, pod_gpus
 from pipelines.governance.outbox import Outbox
-from pipelines.governance.running_kueue import UNINDEXED, KueueWork, kueue_running_work
+from pipelines.governance.running_kueue import (
+    UNINDEXED,
+    KueueWork,
+    PrometheusPods,
+    ScrapeRoundPods,
+    kueue_running_work,
+)
 from pipelines.governance.tick import governance_tick
 from pipelines.sources.dcgm_text import parse_dcgm_text
 from pipelines.sources.kueue_objects import read_pods, read_workload
 from tests.conftest import REAL_DATA
+from tests.connectors.conftest import LoopbackServer, send
 from tests.governance.test_running_work import idle_catalog
 from tests.kubernetes.api_server import RecordedApiServer
 
@@ -270,6 +278,25 @@ def test_an_answer_that_is_not_json_or_no_answer_is_the_engine_unreadable(tmp_pa
         gone.read()
 
 
+def test_pods_from_a_prometheus_answering_no_query_answer_make_the_engine_unreadable(tmp_path):
+    server = RecordedApiServer(api_routes({path: fixture(name) for path, name in LISTINGS.items()}))
+    prometheus = LoopbackServer(lambda request: send(request, 200, b"<html>proxy error</html>"))
+    pods = PrometheusPods(PrometheusConfig(url=prometheus.url, retries=0))
+    outbox = Outbox(tmp_path / "outbox.db", tmp_path)
+    try:
+        with pytest.raises(PrometheusError, match="unreadable answer to the pods query"):
+            KueueWork(config(server.url), tmp_path, pods=pods, clock=lambda: NOW).read()
+        report = governance_tick(NOW, landing=tmp_path, catalog=idle_catalog(), outbox=outbox, client=None,
+                                 enforcers={}, work=[KueueWork(config(server.url), tmp_path, pods=pods,
+                                                               clock=lambda: NOW)])
+    finally:
+        outbox.close()
+        prometheus.stop()
+        server.close()
+    assert report.running_by_source == {"kueue": None}
+    assert "running jobs (kueue): PrometheusError" in report.summary()
+
+
 def test_the_factory_reads_kueue_only_where_its_governance_section_names_namespaces(tmp_path):
     config_file = tmp_path / "gpupool.yml"
     config_file.write_text("kubernetes:\n  api_server: https://127.0.0.1:6443\n")
@@ -278,6 +305,13 @@ def test_the_factory_reads_kueue_only_where_its_governance_section_names_namespa
                            "    namespaces: [team-a]\n    default_template: training\n")
     [reader] = build_readers(config_file, None, tmp_path)
     assert reader.source == "kueue" and reader.config.namespaces == ["team-a"]
+    prometheus = "prometheus:\n  url: http://127.0.0.1:9090\n  selector: 'job=\"dcgm\"'\n"
+    config_file.write_text(prometheus + config_file.read_text())
+    [reader] = build_readers(config_file, None, tmp_path, "prometheus")  # the pods' GPUs from where telemetry is
+    assert isinstance(reader.pods, PrometheusPods) and reader.pods.config.url == "http://127.0.0.1:9090"
+    assert 'timestamp(DCGM_FI_DEV_FB_USED{job="dcgm"})' in reader.pods.query()
+    [reader] = build_readers(config_file, None, tmp_path)
+    assert isinstance(reader.pods, ScrapeRoundPods)
     for bad, message in (("namespaces: []", "namespaces"), ("namespaces: [Team_A]", "not a Kubernetes namespace"),
                          ("namespaces: [a]\n    default_template: batch", "not a template"),
                          ("namespaces: [a]\n    partitions: [x]", "partitions")):
