@@ -70,7 +70,7 @@ from pipelines.sources.kueue_objects import (
     workload_tenant,
 )
 from pipelines.sources.labels import EXPORTER_CONTAINER_LABELS, INSTANCE_LABEL, LABEL_COLUMNS
-from pipelines.sources.prometheus import parse_query_range
+from pipelines.sources.prometheus import AnswerRejected, vector_series
 
 SOURCE = "kueue"
 UNINDEXED = "GPUs of running pods that no dcgm-exporter series names (no GPU index)"
@@ -217,7 +217,7 @@ class PrometheusPods:
     ACTIVITY_METRICS a label set has), reduced to the labels that name a GPU and a pod. Prometheus
     marks a series stale as soon as the exporter stops reporting it (the pod ended, or moved to
     another GPU), so only the current holders answer; samples older than the lookback are left out as
-    the rounds' are. The label sets go through the scrape's own mapping (`parse_query_range`); one
+    the rounds' are. The label sets go through the scrape's own mapping (`vector_series`); one
     without a host or a GPU names no GPU (the telemetry read counts the same series as skipped)."""
 
     def __init__(self, config: PrometheusConfig, client: PrometheusClient | None = None):
@@ -233,12 +233,12 @@ class PrometheusPods:
     def read(self, now: dt.datetime, lookback: dt.timedelta) -> pl.DataFrame:
         at = now - dt.timedelta(milliseconds=1)
         body = self.client.query(self.query(), (at - dt.datetime(1970, 1, 1)).total_seconds())
-        parsed = parse_query_range(body, f"prometheus:{self.config.url} pods at {at:%Y-%m-%dT%H:%M:%S}")
-        rejected = parsed.quarantine.filter(pl.col("line_number").is_null())
-        if parsed.records_loaded == 0 and rejected.height:
-            raise PrometheusError(f"{self.config.url}: unreadable answer to the pods query: {rejected['reason'][0]}")
+        try:
+            series, _ = vector_series(body, f"prometheus:{self.config.url} pods at {at:%Y-%m-%dT%H:%M:%S}")
+        except AnswerRejected as exc:
+            raise PrometheusError(f"{self.config.url}: unreadable answer to the pods query: {exc}") from None
         seen = pl.from_epoch((pl.col("value") * 1000).round().cast(pl.Int64), time_unit="ms").cast(pl.Datetime("us"))
-        samples = (parsed.tables["dcgm_samples"].lazy()
+        samples = (series.lazy()
                    .with_columns(sampled_at=seen)
                    .select(list(POD_SAMPLE)).cast(POD_SAMPLE)
                    .filter(pl.col("sampled_at") >= now - lookback, pl.col("sampled_at") < now))

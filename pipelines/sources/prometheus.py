@@ -292,6 +292,67 @@ def _json_matrix(data: bytes) -> tuple | None:
     return keys, lambda key: key, [len(p) for p in points], times, texts
 
 
+VECTOR_COLUMNS = {**{c: pl.String for c in MAPPED_COLUMNS}, "gpu": pl.Int64, "gpu_instance_id": pl.Int64,
+                  "metric": pl.String, "value": pl.Float64}
+
+
+def vector_series(data: bytes, source_file: str) -> tuple[pl.DataFrame, Counter]:
+    """The series of an instant query's vector answer, one row each (VECTOR_COLUMNS: the contract's
+    label columns as parse_query_range maps them, the metric and the value), and the reasons of those
+    it would quarantine, counted. A vector of float samples is read with `json` and mapped once per
+    label set; anything else goes through parse_query_range itself. AnswerRejected when the whole
+    answer is rejected."""
+    read = _json_vector(data)
+    if read is None:
+        result = parse_query_range(data, source_file)
+        quarantine = result.quarantine
+        if result.records_loaded == 0 and quarantine.height == 1 and quarantine["line_number"][0] is None:
+            raise AnswerRejected(quarantine["reason"][0])
+        samples = result.tables["dcgm_samples"].select(list(VECTOR_COLUMNS)).cast(VECTOR_COLUMNS)
+        return samples, Counter(quarantine["reason"].to_list())
+    series, labels, texts = read
+    rows = (
+        _map_series(series, labels).sort("series_index")
+        .with_columns(v=texts, value=texts.cast(pl.Float64, strict=False))
+        .with_columns(reason=pl.coalesce("series_error", value_reason(pl.col("v"), pl.col("value"))))
+    )
+    good = rows.filter(pl.col("reason").is_null()).select(list(VECTOR_COLUMNS)).cast(VECTOR_COLUMNS)
+    return good, Counter(rows.get_column("reason").drop_nulls().to_list())
+
+
+def _json_vector(data: bytes) -> tuple[pl.DataFrame, pl.DataFrame, pl.Series] | None:
+    """A vector answer of float samples decoded as JSON: its series (index, metric), their labels in
+    long form (as _map_series takes them) and the value texts."""
+    try:
+        doc = json.loads(data)
+        result = doc["data"]["result"]
+        if doc["status"] != "success" or doc["data"]["resultType"] != "vector" or doc.get("warnings") \
+                or doc.get("infos") or type(result) is not list:
+            return None
+        if any(len(s) != 2 or type(s["metric"]) is not dict or type(s["value"]) is not list
+               or len(s["value"]) != 2 for s in result):
+            return None  # histograms, or a series of another shape
+        label_sets = [s["metric"] for s in result]
+        sizes = np.fromiter(map(len, label_sets), dtype=np.int64, count=len(label_sets))
+        first = np.repeat(np.cumsum(sizes) - sizes, sizes)
+        series = pl.DataFrame({
+            "series_index": pl.Series(range(len(label_sets)), dtype=pl.UInt32),
+            "metric": pl.Series([d.get(NAME_LABEL) for d in label_sets], dtype=pl.String, strict=True),
+            "metric_json": pl.Series([None] * len(label_sets), dtype=pl.String),  # a quarantine's raw text only
+        })
+        labels = pl.DataFrame({
+            "series_index": np.repeat(np.arange(len(label_sets), dtype=np.uint32), sizes),
+            "position": (np.arange(sizes.sum()) - first + 1).astype(np.uint32),
+            "key": pl.Series(list(itertools.chain.from_iterable(label_sets)), dtype=pl.String, strict=True),
+            "value": pl.Series(list(itertools.chain.from_iterable(d.values() for d in label_sets)), dtype=pl.String,
+                               strict=True),
+        })
+        texts = pl.Series([s["value"][1] for s in result], dtype=pl.String, strict=True)
+    except (ValueError, RecursionError, KeyError, TypeError, AttributeError, pl.exceptions.PolarsError):
+        return None
+    return series, labels, texts
+
+
 def _mapped(label_sets: list[tuple]) -> list[tuple]:
     """(host, gpu, gpu_instance_id, metric, series error) of label sets, by parse_query_range's mapping."""
     series = pl.DataFrame({

@@ -371,3 +371,49 @@ def test_matrix_samples_reject_what_parse_query_range_rejects(text: str) -> None
     with pytest.raises(AnswerRejected) as rejected:
         matrix_samples(text.encode(), "query.json")
     assert str(rejected.value) == parse(text).quarantine["reason"][0]
+
+
+# -- vector_series: the Kueue pod lookup's reading of an instant vector, the same rows and reasons ----
+def vector(*series: tuple[dict, str]) -> str:
+    result = [{"metric": metric, "value": [T0, value]} for metric, value in series]
+    return json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}})
+
+
+FLOAT_VECTORS = {
+    "dcgm series": vector((GPU0, "97"), (GPU0 | {"gpu": "1", "exported_pod": ""}, "0"), (MIG, "0.25")),
+    "unreadable values and series": vector(
+        (GPU0, "NaN"), (GPU0 | {"gpu": "5"}, "+Inf"), (GPU0 | {"gpu": "6"}, "9223372036854775808"),
+        (GPU0 | {"gpu": "7"}, "n/a"), ({"gpu": "1", "Hostname": "h"}, "1"),
+        ({"__name__": "DCGM_FI_DEV_GPU_UTIL", "Hostname": "h"}, "1"),
+        ({"__name__": "DCGM_FI_DEV_GPU_UTIL", "Hostname": "h", "gpu": "x"}, "1"),
+        ({"__name__": "DCGM_FI_DEV_GPU_UTIL", "instance": "10.0.0.9:9400", "gpu": "3"}, "2")),
+    "escaped labels": vector((GPU0 | {"note": 'say "hi"\n', "modelName": 'A "B"'}, "1")),
+    "no series": vector(),
+    "label values with brackets and escapes": vector(
+        (GPU0 | {"note": 'x},"value":[1,"2"]},{"metric":{"a":"b'}, "1"), (GPU0 | {"gpu": "1", "note": "tab\t[0]"}, "2")),
+}
+
+
+def vector_rows(samples: pl.DataFrame) -> pl.DataFrame:
+    return (samples.select(list(prometheus.VECTOR_COLUMNS)).cast(prometheus.VECTOR_COLUMNS)
+            .sort("host", "gpu", "gpu_instance_id", "metric", "value", nulls_last=True))
+
+
+@pytest.mark.parametrize("name", [*FLOAT_VECTORS, "a native histogram"])
+def test_vector_series_are_parse_query_ranges_rows_and_reasons(name: str, monkeypatch) -> None:
+    text = {**FLOAT_VECTORS, **OTHER_ANSWERS}[name]
+    expected = parse(text)
+    if name in FLOAT_VECTORS:  # read without DuckDB's parser
+        monkeypatch.setattr(prometheus, "parse_query_range", lambda *_: pytest.fail("the slow path was taken"))
+    series, reasons_seen = prometheus.vector_series(text.encode(), "query.json")
+    assert series.schema == pl.Schema(prometheus.VECTOR_COLUMNS)
+    assert vector_rows(series).equals(vector_rows(expected.tables["dcgm_samples"]))
+    assert dict(reasons_seen) == dict(Counter(expected.quarantine["reason"].to_list()))
+
+
+@pytest.mark.parametrize("text", ['{"status": "error", "errorType": "bad_data", "error": "parse error"}',
+                                  '{"status": "success", "data": {"resultType": "vector", "res', "<html>"])
+def test_vector_series_reject_what_parse_query_range_rejects(text: str) -> None:
+    with pytest.raises(AnswerRejected) as rejected:
+        prometheus.vector_series(text.encode(), "query.json")
+    assert str(rejected.value) == parse(text).quarantine["reason"][0]
