@@ -15,7 +15,7 @@ reclaimed. The clock is virtual (`now` moves a minute a tick); Slurm's state is 
 - enforce: the owner's mail names the GPUs and the next step, both idle jobs carry the reminder in
   their AdminComment, after the grace the training job is requeued (restart_cnt 1) and the experiment
   cancelled, the busy job runs on with no decision; ingested, the warehouse holds every decision and
-  answer and the Slurm enforcer's audit.
+  answer and the Slurm enforcer's audit, and once built the reclaim ledger holds each applied step.
 """
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from pipelines.build import build
 from pipelines.config import section
 from pipelines.connectors.scrape import DcgmConfig, Scraper, write_round
 from pipelines.governance.tick import TickReport
@@ -288,3 +289,15 @@ def test_enforce_reminds_marks_requeues_and_cancels_the_idle_jobs_and_leaves_the
         key=lambda r: (r[0], "remind" not in r[1]))
     assert json.loads(audit[0][3])["admin_comment"].startswith("gpupool: reminded")
     assert busy not in {a[0] for a in actions}
+    # built, the reclaim ledger holds each applied step once, in the engine's own word (its audit record)
+    build(wh)
+    with wh.connect() as con:
+        ledger = con.sql("""
+            select job_id, action_kind, engine, record_source, is_from_decision_log, policy
+            from marts.fct_reclaim_ledger""").fetchall()
+    assert sorted(ledger) == sorted([
+        (train, "remind", "slurm", "audit", True, "idle-allocation"),
+        (train, "preempt", "slurm", "audit", True, "idle-allocation"),
+        (experiment, "remind", "slurm", "audit", True, "idle-allocation"),
+        (experiment, "reclaim", "slurm", "audit", True, "idle-allocation"),
+    ])
