@@ -1,4 +1,6 @@
-"""End to end through the `gpupool` command: demo, sql, ingest."""
+"""End to end through the `gpupool` command: demo, sql, ingest. The demo, ingest and docs run in a
+process of their own, as an operator runs them; the queries run `gpupool sql` in this process (a
+process per query cost more than the query, and its boundary is not what they check)."""
 import json
 import re
 import shutil
@@ -7,8 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner, Result
 
 from allocator.sim.simulator import simulate
+from pipelines.cli import main
 from pipelines.cli.demo import PhaseMeter
 
 GPUPOOL = [sys.executable, "-m", "pipelines.cli"]
@@ -23,8 +27,14 @@ def gpupool(*args: str, home: Path, check: bool = True) -> subprocess.CompletedP
     return result
 
 
+def sql(query: str, home: Path, *args: str) -> Result:
+    return CliRunner().invoke(main, ["sql", query, "--home", str(home), *args])
+
+
 def sql_json(query: str, home: Path) -> list[dict]:
-    return json.loads(gpupool("sql", query, "--format", "json", home=home).stdout)
+    result = sql(query, home, "--format", "json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
 
 
 DEMO_ARGS = ("--days", "2", "--gpus", "32", "--seed", "7")
@@ -95,11 +105,11 @@ def test_phase_meter_peak_is_the_phases_own():
 
 @pytest.mark.slow
 def test_sql_is_read_only_and_explains_errors(demo_home):
-    refused = gpupool("sql", "delete from raw.job_events", home=demo_home, check=False)
-    assert refused.returncode != 0
-    assert "read-only" in (refused.stdout + refused.stderr).lower()
-    bad = gpupool("sql", "select * from metrics.no_such_view", home=demo_home, check=False)
-    assert bad.returncode != 0 and "query failed" in bad.stderr
+    refused = sql("delete from raw.job_events", demo_home)
+    assert refused.exit_code != 0
+    assert "read-only" in refused.output.lower()
+    bad = sql("select * from metrics.no_such_view", demo_home)
+    assert bad.exit_code != 0 and "query failed" in bad.stderr
 
 
 @pytest.mark.slow
@@ -123,8 +133,8 @@ def test_ingest_a_broken_file_quarantines_with_reasons(demo_home, tmp_path):
 
 
 def test_sql_without_a_warehouse_says_what_to_do(tmp_path):
-    result = gpupool("sql", "select 1", home=tmp_path / "empty", check=False)
-    assert result.returncode != 0
+    result = sql("select 1", tmp_path / "empty")
+    assert result.exit_code != 0
     assert "gpupool demo" in result.stderr
 
 
