@@ -135,6 +135,7 @@ def test_readers_during_an_ingest_and_a_rebuild_on_postgres(demo_on_postgres: Wa
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("pdf_not_rendered")  # test_as_of's packs: the figures are the point, not the PDF
 def test_pack_as_of_on_postgres(demo_on_postgres: Warehouse, catalog: str,
                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPUPOOL_KEEP_RELEASES", "1")  # as test_as_of's fixture: only the pin keeps the pack's release
