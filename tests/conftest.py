@@ -16,6 +16,9 @@ from hypothesis import settings
 from pipelines.build import build
 from pipelines.warehouse import Warehouse
 
+# a scenario module that test modules run, whose asserts should explain themselves as a test's do
+pytest.register_assert_rewrite("tests.lake.serving")
+
 REAL_DATA = Path(__file__).parent / "fixtures" / "real-data"  # public samples, with their PROVENANCE.md
 
 # Property-based tests: "ci" is reproducible (the same examples every run, no example database);
