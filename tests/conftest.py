@@ -16,6 +16,9 @@ from hypothesis import settings
 from pipelines.build import build
 from pipelines.warehouse import Warehouse
 
+# a scenario module that test modules run, whose asserts should explain themselves as a test's do
+pytest.register_assert_rewrite("tests.lake.serving")
+
 REAL_DATA = Path(__file__).parent / "fixtures" / "real-data"  # public samples, with their PROVENANCE.md
 
 # Property-based tests: "ci" is reproducible (the same examples every run, no example database);
@@ -137,6 +140,20 @@ def packed_demo_home(tmp_path_factory: pytest.TempPathFactory, advised_demo_home
         gpupool_command("pack", "--month", "2026-11", "--home", str(home))
 
     return built_once(tmp_path_factory, "small-demo-packed", make)
+
+@pytest.fixture
+def pdf_not_rendered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """WeasyPrint's PDF render replaced, for packs built in this test's process, by a file that says
+    so: about three quarters of a pack's CPU (9 of 12 CPU-seconds a pool pack here), for tests whose
+    point is not the PDF (figures, releases, which packs are built). The PDF itself is rendered for
+    real by packed_demo_home, tests/pack/test_tenant_pack.py's tenant pack and test_delivery's packs."""
+    from weasyprint import HTML
+
+    def write_pdf(self: HTML, target: Path, *args: object, **kwargs: object) -> None:
+        Path(target).write_bytes(b"%PDF- not rendered: pdf_not_rendered (tests/conftest.py)\n")
+
+    monkeypatch.setattr(HTML, "write_pdf", write_pdf)
+
 
 def copy_home(home: Path, to: Path) -> Path:
     """A copy of a built home (no process may be writing it), at `to`. Its first writer points the lake's

@@ -18,9 +18,9 @@ import duckdb
 import pytest
 
 from pipelines.paths import REPO_ROOT
-from pipelines.runner import build_models
 from pipelines.warehouse import Warehouse
 from tests.conftest import copy_home
+from tests.lake.serving import readers_see_whole_releases
 from tests.lake.workers import NATURAL_KEY, SOURCE, answer, invariants, write_partition
 
 DAY = dt.date(2026, 11, 1)
@@ -29,10 +29,10 @@ KILLS = 6
 SEED = int(os.environ.get("GPUPOOL_KILL_SEED", "14"))  # set to explore other kill moments
 
 
-def start(command: str, home: Path, *args: str) -> subprocess.Popen:
+def start(command: str, home: Path, *args: str, stdin: int | None = None) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "tests.lake.workers", command, str(home), *args],
                             cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def await_line(process: subprocess.Popen, expected: str) -> None:
@@ -45,6 +45,16 @@ def kill(process: subprocess.Popen) -> str:
     process.send_signal(signal.SIGKILL)
     rest, _err = process.communicate(timeout=30)
     return rest
+
+
+def until_ended(server: subprocess.Popen, child: int) -> str:
+    """What the `builds` worker printed until it saw its child `child` exit."""
+    said = []
+    for line in server.stdout:
+        if line == f"ended {child}\n":
+            return "".join(said)
+        said.append(line)
+    raise AssertionError(f"the builds worker exited; it said {''.join(said)!r}: {server.stderr.read()[-2000:]}")
 
 
 def assert_locks_free(wh: Warehouse) -> None:
@@ -167,30 +177,49 @@ def test_a_publish_killed_mid_copy_leaves_no_copy_behind(tmp_path: Path) -> None
 
 @pytest.mark.slow
 def test_kill_9_mid_build_leaves_the_previous_release(small_demo_home: Path, tmp_path: Path) -> None:
+    """Three full rebuilds killed, each after the model at a random share of its run; then the next build
+    works, with readers seeing whole releases during it (the scenario of tests/lake/serving.py: an ingest
+    and a full rebuild; one full rebuild serves both tests)."""
     home = copy_home(small_demo_home, tmp_path / "gpupool")
     wh = Warehouse(home)
     release = wh.current_release()
     templates = invariants()
     rng = random.Random(SEED)
-    # Kill points in the dbt run (after the model at a random share of it: early, mid, late) rather than
-    # after a delay from the start, which mostly landed while dbt was still being imported.
-    for n, share in enumerate(sorted(rng.uniform(0.02, 0.98) for _ in range(3))):
-        process = start("build", home)
-        await_line(process, "ready")
-        while True:
-            line = process.stdout.readline()
-            assert line.startswith("step "), f"kill {n}: the worker said {line!r}: {process.stderr.read()[-2000:]}"
-            done, total = map(int, line.split()[1].split("/"))
-            if done >= share * total:
-                break
-        time.sleep(rng.uniform(0, 0.2))  # inside a model's statements, not only between models
-        said = kill(process)
-        assert "done" not in said, f"kill {n}: the build finished after model {done} of {total}"
-        assert_locks_free(wh)
-        with wh.analyst_connect() as con:  # the previous release, whole
-            got = answer(con, templates)
-        assert got["release"] == release and not any(got["violations"].values()), (n, done, total, got)
-    build_models(wh, full_refresh=True)  # the next build works
+    # each build is a process of its own, forked by one that imported dbt once (`builds`), killed -9
+    server = start("builds", home, stdin=subprocess.PIPE)
+    try:
+        # Kill points in the dbt run (after the model at a random share of it: early, mid, late) rather than
+        # after a delay from the start, which mostly landed while dbt was still being imported.
+        for n, share in enumerate(sorted(rng.uniform(0.02, 0.98) for _ in range(3))):
+            server.stdin.write("build\n")
+            server.stdin.flush()
+            line = server.stdout.readline()
+            assert line.startswith("child "), f"kill {n}: the worker said {line!r}: {server.stderr.read()[-2000:]}"
+            child = int(line.split()[1])
+            await_line(server, "ready")
+            while True:
+                line = server.stdout.readline()
+                assert line.startswith("step "), f"kill {n}: the worker said {line!r}: {server.stderr.read()[-2000:]}"
+                done, total = map(int, line.split()[1].split("/"))
+                if done >= share * total:
+                    break
+            time.sleep(rng.uniform(0, 0.2))  # inside a model's statements, not only between models
+            os.kill(child, signal.SIGKILL)
+            said = until_ended(server, child)
+            assert "done" not in said, f"kill {n}: the build finished after model {done} of {total}"
+            assert_locks_free(wh)
+            with wh.analyst_connect() as con:  # the previous release, whole
+                got = answer(con, templates)
+            assert got["release"] == release and not any(got["violations"].values()), (n, done, total, got)
+        server.stdin.close()  # no more builds: the worker exits
+        assert server.wait(timeout=30) == 0, server.stderr.read()[-2000:]
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    run = tmp_path / "readers"
+    run.mkdir()
+    readers_see_whole_releases(home, run)  # the next ingest and full rebuild work, and readers see whole releases
     with wh.analyst_connect() as con:
         got = answer(con, templates)
     assert got["release"] > release and not any(got["violations"].values()), got

@@ -27,7 +27,8 @@ from pipelines.contracts import LAKE_TABLES
 from pipelines.lake.releases import CATALOG_HOME_ENV, CATALOG_URL_ENV, DEFAULT_FILE
 from pipelines.resources.warehouse import WarehouseResource
 from pipelines.warehouse import Warehouse
-from tests.lake import test_concurrent_writers, test_kill_writer, test_serving_while_loading
+from tests.conftest import copy_home
+from tests.lake import serving, test_concurrent_writers, test_kill_writer
 from tests.pack import test_as_of
 from tests.postgres import DAGSTER_YAML
 
@@ -126,8 +127,7 @@ def test_readers_during_an_ingest_and_a_rebuild_on_postgres(demo_on_postgres: Wa
     run = tmp_path / "run"
     run.mkdir()
     # its copy of the home publishes under its own lake root: a home of its own in PostgreSQL
-    test_serving_while_loading.test_readers_see_whole_releases_during_an_ingest_and_a_full_rebuild(
-        demo_on_postgres.home, run)
+    serving.readers_see_whole_releases(copy_home(demo_on_postgres.home, run / "gpupool"), run)
     wh = Warehouse(run / "gpupool")
     rows = assert_releases_in_postgres(catalog, wh)
     assert {"ingest", "build"} <= {kind for _, kind, *_ in rows}
@@ -135,6 +135,7 @@ def test_readers_during_an_ingest_and_a_rebuild_on_postgres(demo_on_postgres: Wa
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("pdf_not_rendered")  # test_as_of's packs: the figures are the point, not the PDF
 def test_pack_as_of_on_postgres(demo_on_postgres: Warehouse, catalog: str,
                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPUPOOL_KEEP_RELEASES", "1")  # as test_as_of's fixture: only the pin keeps the pack's release

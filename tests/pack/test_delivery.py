@@ -108,7 +108,9 @@ def _recorded(wh: Warehouse) -> list[tuple]:
                            "order by all").fetchall()
 
 
-def test_each_pack_goes_to_its_own_recipients_with_its_pdf(wh, packs, smtp):
+def test_each_pack_goes_to_its_own_recipients_with_its_pdf(wh, packs, smtp, pdf_not_rendered):
+    """The packs mailed are the fixture's, rendered for real; the one rebuilt here is never mailed, so its
+    PDF is not rendered (pdf_not_rendered)."""
     _, folders, tenants = packs
     controller, inbox = smtp
     cfg = _config(controller.port, tenants)
@@ -162,7 +164,10 @@ def test_a_refused_recipient_fails_the_run_with_the_servers_reply(wh, packs, smt
     assert len(inbox.messages) == before
 
 
-def test_the_asset_builds_every_pack_and_mails_only_when_configured(wh, packs, smtp, tmp_path, monkeypatch):
+def test_the_asset_builds_every_pack_and_mails_only_when_configured(wh, packs, smtp, tmp_path, monkeypatch,
+                                                                   pdf_not_rendered):
+    """Which packs are built and who is mailed are the point: the asset's six packs (two runs of three) are
+    built with their PDFs not rendered (pdf_not_rendered)."""
     _, _, tenants = packs
     controller, inbox = smtp
     monkeypatch.setenv("GPUPOOL_CONFIG", str(tmp_path / "absent.yml"))

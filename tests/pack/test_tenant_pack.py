@@ -7,13 +7,16 @@ import datetime as dt
 import json
 import subprocess
 import sys
+import traceback
 from pathlib import Path
 
 import duckdb
 import polars as pl
 import pytest
+from click.testing import CliRunner
 from polars.testing import assert_frame_equal
 
+from pipelines.cli.pack import pack as pack_command
 from pipelines.pack.answers import STATUSES
 from pipelines.pack.figures import collect, figure_value, previous_month, table_frame
 from pipelines.pack.store import safe_name
@@ -128,16 +131,18 @@ def test_a_tenant_name_is_never_a_path(name):
     assert folder not in ("", ".", "..") and "/" not in folder and "\\" not in folder
 
 
-def test_all_tenants_builds_the_pool_and_every_tenant(tmp_path, small_demo_home):
+def test_all_tenants_builds_the_pool_and_every_tenant(tmp_path, small_demo_home, pdf_not_rendered):
     """`gpupool pack --all-tenants` is what the monthly schedule builds: the pool's pack and one per tenant
     of the month; with --tenant it is refused. Two tenants have allocations (the pool's pack and two
-    tenants' are three renders; the demo's six tenants would be seven)."""
+    tenants' are three packs; the demo's six tenants would be seven). Which packs are built is the point:
+    the command runs in this process, so that their PDFs are not rendered (pdf_not_rendered)."""
     home = copy_home(small_demo_home, tmp_path / "gpupool")
     keep_only_tenants(home, "nlp", TENANT_NAME)
-    refused = _gpupool("pack", "--month", "2026-11", "--all-tenants", "--tenant", TENANT_NAME, "--home", str(home),
-                       check=False)
-    assert refused.returncode == 2 and "choose one" in refused.stderr
-    _gpupool("pack", "--month", "2026-11", "--all-tenants", "--home", str(home))
+    refused = CliRunner().invoke(pack_command, ["--month", "2026-11", "--all-tenants", "--tenant", TENANT_NAME,
+                                                "--home", str(home)])
+    assert refused.exit_code == 2 and "choose one" in refused.stderr
+    done = CliRunner().invoke(pack_command, ["--month", "2026-11", "--all-tenants", "--home", str(home)])
+    assert done.exit_code == 0, done.output + "".join(traceback.format_exception(*done.exc_info))
     con = duckdb.connect(str(home / "warehouse.duckdb"), read_only=True)
     try:
         tenants = tenants_of_month(con, MONTH)

@@ -1,5 +1,10 @@
-"""Readers in other processes query the published warehouse in a loop while an ingest and a full
-rebuild run on the same home: none is refused or fails, and every answer is one committed release."""
+"""Serving while loading, a scenario of the lake tests: readers in other processes query the published
+warehouse in a loop while an ingest and a full rebuild run on the same home; none is refused or fails,
+and every answer is one committed release.
+
+It runs where its full rebuild is built anyway: on the SQLite registry as the build that follows the
+killed ones of tests/lake/test_kill_writer.py (test_kill_9_mid_build_leaves_the_previous_release), on
+PostgreSQL in tests/lake/test_lakehouse_postgres.py."""
 from __future__ import annotations
 
 import datetime as dt
@@ -16,10 +21,8 @@ import pytest
 from pipelines.paths import REPO_ROOT
 from pipelines.runner import build_models, ingest_days
 from pipelines.warehouse import Warehouse
-from tests.conftest import copy_home
 from tests.lake.workers import SOURCE
 
-pytestmark = pytest.mark.slow
 READERS = 2
 WAIT_S = 120
 
@@ -56,14 +59,14 @@ def thin_landing_day(home: Path) -> dt.date:
     return dt.date.fromisoformat(folder.name)
 
 
-def test_readers_see_whole_releases_during_an_ingest_and_a_full_rebuild(small_demo_home: Path,
-                                                                         tmp_path: Path) -> None:
-    home = copy_home(small_demo_home, tmp_path / "gpupool")
+def readers_see_whole_releases(home: Path, run: Path) -> None:
+    """READERS readers of `home` (a demo month, written here) during an ingest of its last day, thinned,
+    and a full rebuild; `run`: a folder for the readers' answers."""
     wh = Warehouse(home)
     first = wh.current_release()
     day = thin_landing_day(home)
-    stop = tmp_path / "stop"
-    outs = [tmp_path / f"reader-{n}.jsonl" for n in range(READERS)]
+    stop = run / "stop"
+    outs = [run / f"reader-{n}.jsonl" for n in range(READERS)]
     readers = [start_reader(home, out, stop) for out in outs]
     try:
         wait_until("a first answer", lambda: all(answers(out) for out in outs), readers)
