@@ -504,7 +504,8 @@ def run_one(scenario: str, n_gpus: int, telemetry_source: str, runs: int, profil
         n_events = write_events(dataclasses.replace(pool, jobs=jobs["allocator"]), landing, ticks[-1]) if "allocator" in jobs else 0
         if telemetry_source == "prometheus":
             server, url = start_prometheus(pool, Path(tmp) / "prometheus")
-            telemetry = PrometheusMinutes(PrometheusConfig(url=url, retries=0))
+            # the warm-up fills the whole lookback in one tick (40-50 s here), past the default fill budget
+            telemetry = PrometheusMinutes(PrometheusConfig(url=url, retries=0, fill_budget_s=600))
         else:
             write_rounds(pool, landing, 0, round_of(t0))
             telemetry = ScrapeRounds(landing)
