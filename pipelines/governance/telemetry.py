@@ -208,14 +208,14 @@ class PrometheusMinutes:
         return TelemetryRead(minutes_of_partials(partials.lazy()), skipped)
 
     def _next_chunk(self, pieces: list[_Piece]) -> list[_Piece]:
-        """The first run of adjacent pieces, of at most as many minutes as one request may hold by the
-        sample rate of the answers so far (one minute until an answer has told it)."""
-        most = 1
+        """The first run of adjacent pieces spanning at most the minutes one request may hold by the
+        sample rate of the answers so far (one minute until an answer has told it), at least one piece."""
+        most = MINUTE
         if self.samples_per_minute:
-            most = max(1, int(self._limit() // self.samples_per_minute))
+            most = MINUTE * (self._limit() / self.samples_per_minute)
         chunk = pieces[:1]
-        for piece in pieces[1:most]:
-            if piece.start != chunk[-1].end:
+        for piece in pieces[1:]:
+            if piece.start != chunk[-1].end or piece.end - chunk[0].start > most:
                 break
             chunk.append(piece)
         return chunk

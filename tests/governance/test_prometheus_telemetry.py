@@ -186,6 +186,21 @@ def test_a_tick_asks_only_for_the_minutes_it_does_not_hold(prometheus):
                                    for m in range(20, 1, -1)]
 
 
+def test_a_steady_tick_asks_once_for_the_settled_minute_and_the_unsettled_part(tmp_path, prometheus):
+    # 24 samples a minute, at most 40 a request: a minute and a half fits in one, two minutes do not
+    frame = samples()
+    land_rounds(tmp_path, frame)
+    fake = prometheus(frame)
+    reader = PrometheusMinutes(fake.config(max_samples_per_request=40))
+    reader.read(TICKS[0], LOOKBACK)
+    assert max(span for _, span in fake.asked) <= dt.timedelta(minutes=40 / 24)
+    for now in TICKS[1:]:
+        fake.asked.clear()
+        got = reader.read(now, LOOKBACK)
+        assert fake.asked == [(now - dt.timedelta(milliseconds=1), dt.timedelta(minutes=1, seconds=31.5))]
+        assert_frame_equal(ordered(got.minutes), ordered(recent_gpu_minutes(tmp_path, now, LOOKBACK)))
+
+
 @pytest.mark.parametrize("offset_s", [20.0, 25.0, 31.5, 37.25, 37.5, 59.0])
 def test_the_cut_oldest_minute_is_asked_for_again_only_when_the_ticks_moved_past_a_sample(tmp_path, prometheus, offset_s):
     # samples at 7.25, 22.25, 37.25 and 52.25 s past each minute; the first tick (31.5 s past) splits the
