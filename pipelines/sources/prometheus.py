@@ -183,7 +183,7 @@ def matrix_samples(data: bytes, source_file: str, known: MappedSeries | None = N
     """The samples of a query answer (SAMPLE_COLUMNS) and the reasons of those quarantined, counted:
     the rows and reasons `parse_query_range` gives, for the governance tick, which reads one every
     minute. A matrix of float points is read without DuckDB: in Prometheus' own compact encoding cut
-    by a regular expression and Polars (a label text is decoded only the first time it is seen),
+    at its fixed separators by Polars (a label text is decoded only the first time it is seen),
     otherwise decoded with `json`; each distinct label set is mapped once (`known`, kept by the
     caller between answers; the mapping and the value checks are parse_query_range's own). Anything
     else (a failed query, histograms, a point that is no [number, string] pair, a repeated point)
