@@ -504,7 +504,8 @@ def run_one(scenario: str, n_gpus: int, telemetry_source: str, runs: int, profil
         n_events = write_events(dataclasses.replace(pool, jobs=jobs["allocator"]), landing, ticks[-1]) if "allocator" in jobs else 0
         if telemetry_source == "prometheus":
             server, url = start_prometheus(pool, Path(tmp) / "prometheus")
-            telemetry = PrometheusMinutes(PrometheusConfig(url=url, retries=0))
+            # the warm-up fills the whole lookback in one tick (40-50 s here), past the default fill budget
+            telemetry = PrometheusMinutes(PrometheusConfig(url=url, retries=0, fill_budget_s=600))
         else:
             write_rounds(pool, landing, 0, round_of(t0))
             telemetry = ScrapeRounds(landing)
@@ -526,23 +527,25 @@ def run_one(scenario: str, n_gpus: int, telemetry_source: str, runs: int, profil
             assert not warm.errors, warm.summary()
             print(f"warm-up tick at {t0:%H:%M:%S} (untimed): {warm.duration_s:.2f} s, {warm.findings.height} findings, "
                   f"{sum(warm.decisions.values())} decisions")
-            landed, times, reports, renders, added = round_of(t0), [], [], [], 0.0
+            landed, times, cpus, reports, renders, added = round_of(t0), [], [], [], [], 0.0
             for i, now in enumerate(ticks[:runs]):
                 if telemetry_source == "rounds":
                     write_rounds(pool, landing, landed, round_of(now))
                     landed = round_of(now)
                 rss_before = _rss_mib()
                 rendered = _rendered(tmp)
-                start = time.perf_counter()
+                start, cpu = time.perf_counter(), time.process_time()
                 report = tick(now)
                 times.append(time.perf_counter() - start)
+                cpus.append(time.process_time() - cpu)
                 renders.append(_rendered(tmp) - rendered)
                 assert not report.errors, report.summary()
                 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
                 added = max(added, peak - rss_before)
                 reports.append(report)
                 stand_in = f" (the stand-in Prometheus' CPU answering it: {renders[-1]:.3f} s)" if server else ""
-                print(f"  tick {i + 1} at {now:%H:%M:%S}: {times[-1]:.3f} s{stand_in}; {report.summary()[:400]}")
+                print(f"  tick {i + 1} at {now:%H:%M:%S}: {times[-1]:.3f} s, CPU {cpus[-1]:.3f} s{stand_in}; "
+                      f"{report.summary()[:400]}")
             last, now = reports[-1], ticks[runs - 1]
             phases, inputs = _phases(landing, readers, telemetry, catalog, outbox, now, lookback)
             target = TARGETS_S.get(n_gpus) if scenario == "allocator" else 2.0
@@ -556,6 +559,8 @@ def run_one(scenario: str, n_gpus: int, telemetry_source: str, runs: int, profil
                   f"({last.findings_by_policy}); decisions {sum(last.decisions.values()):,} ({dict(last.decisions)}); "
                   f"{verdict}")
             print("  phases of one tick (s): " + ", ".join(f"{k} {v:.3f}" for k, v in phases.items()))
+            # CPU seconds of this process (every thread): steadier than wall time on a shared machine
+            print(f"  the tick's own CPU: median {statistics.median(cpus):.3f} s, max {max(cpus):.3f} s")
             if server is not None:  # on these 2 cores the stand-in's rendering competes with the tick
                 net = [t - r for t, r in zip(times, renders, strict=True)]
                 print(f"  the stand-in Prometheus' CPU answering a tick's requests: median {statistics.median(renders):.3f} s "

@@ -22,8 +22,12 @@ quarantined and counted by reason, never loaded.
 Every minute's tick asks only for what it does not hold. A completed minute older than
 `prometheus.settle_s` is summarised once into live.py's per-GPU-minute partials and kept in memory
 (one `PrometheusMinutes` per configuration and process: Dagster builds resources afresh for every
-sensor tick); the unsettled recent minutes and the part of the oldest minute inside the window are
-asked for afresh at every tick. What is asked for is cut at minute boundaries into requests of at
+sensor tick), together with the partials of its samples from the second at which that tick cut its
+window's oldest minute on: when the minute is itself the window's cut oldest minute, a tick later
+(ticks fall at about the same second), those are its samples inside the window, unless the cut has
+moved past one of its samples since; only then is that part asked for again. The unsettled recent
+minutes are asked for afresh at every tick, so a steady tick makes one request: the newly settled
+minute and the unsettled ones. What is asked for is cut at minute boundaries into requests of at
 most `max_samples_per_request` (and LIVE_SAMPLES_PER_REQUEST) samples by the last answers' sample
 rate (one minute per request until an answer has told it), and halved again when Prometheus answers
 that a query loads too many samples.
@@ -108,6 +112,24 @@ def _epoch_ms(t: dt.datetime) -> int:
 
 
 @dataclass(frozen=True)
+class _KeptMinute:
+    """A settled minute's partials, and those of its samples from `split` on: the window's cut oldest
+    piece when a later tick's window starts at `split` or anywhere between the same two samples."""
+
+    partials: pl.DataFrame
+    tail: pl.DataFrame
+    before: dt.datetime | None  # the minute's last sample before split and its first from split on (None: none)
+    after: dt.datetime | None
+
+    def from_cut(self, since: dt.datetime) -> pl.DataFrame | None:
+        """The partials of the minute's samples at or after `since`, when they are the tail's samples:
+        no sample lies between `since` and the split; None otherwise."""
+        if (self.before is None or self.before < since) and (self.after is None or since <= self.after):
+            return self.tail
+        return None
+
+
+@dataclass(frozen=True)
 class _Piece:
     """A part of the window inside one minute: [start, end), kept once fetched or asked for every tick."""
 
@@ -126,7 +148,7 @@ class PrometheusMinutes:
         self.config = config
         self.key = _config_key(config)
         self.client = client or PrometheusClient(config)
-        self.kept: dict[dt.datetime, pl.DataFrame] = {}  # settled minute -> its partials
+        self.kept: dict[dt.datetime, _KeptMinute] = {}  # settled minute -> its partials
         self.samples_per_minute: float | None = None  # the fleet's, from the answers so far
         self.known: MappedSeries = {}  # label set -> its series, mapped once
         self._lock = threading.Lock()  # two sensor ticks of one process share the kept minutes
@@ -153,21 +175,26 @@ class PrometheusMinutes:
         since = now - lookback
         settled = _floor(now - dt.timedelta(seconds=self.config.settle_s))
         pieces = _pieces(since, now, settled)
-        self.kept = {m: p for m, p in self.kept.items() if since <= m and m + MINUTE <= settled}
-        parts = [self.kept[p.start] for p in pieces if p.kept and p.start in self.kept]
+        # the window's oldest minute stays while it is cut: its tail may be the cut piece
+        self.kept = {m: k for m, k in self.kept.items() if _floor(since) <= m and m + MINUTE <= settled}
+        parts = [self.kept[p.start].partials for p in pieces if p.kept and p.start in self.kept]
         wanted = [p for p in pieces if not (p.kept and p.start in self.kept)]
-        if len(wanted) > 1 and not wanted[0].kept:  # the window's cut oldest minute last: a fill cut short
-            wanted.append(wanted.pop(0))            # by the budget has then kept minutes, not this one
+        head = self.kept.get(_floor(since)) if not pieces[0].kept else None
+        cut = head.from_cut(since) if head is not None else None
+        if cut is not None:  # the cut oldest minute from the part kept of it: nothing asked for it
+            parts.append(cut)
+            wanted.remove(pieces[0])
+        elif len(wanted) > 1 and not wanted[0].kept:  # the window's cut oldest minute last: a fill cut short
+            wanted.append(wanted.pop(0))              # by the budget has then kept minutes, not this one
+        split = since - _floor(since)  # where this tick cut its oldest minute: new minutes are split there
         skipped: Counter = Counter()
         began = time.monotonic()
         while wanted:
             chunk = self._next_chunk(wanted)
             del wanted[:len(chunk)]
-            partials = self._fetch(chunk, skipped)
-            parts.append(partials)
-            for piece in chunk:
-                if piece.kept:
-                    self.kept[piece.start] = partials.filter(pl.col("minute_at") == piece.start)
+            samples = self._fetch(chunk, skipped)
+            parts.append(_partials(samples))
+            self.kept.update(_kept_minutes(samples, parts[-1], [p.start for p in chunk if p.kept], split))
             # past the budget while minutes to keep are still missing (the fill of a restarted process); the
             # unsettled tail and the cut oldest minute, asked for at every tick, always go
             if any(p.kept for p in wanted) and time.monotonic() - began > self.config.fill_budget_s:
@@ -181,14 +208,14 @@ class PrometheusMinutes:
         return TelemetryRead(minutes_of_partials(partials.lazy()), skipped)
 
     def _next_chunk(self, pieces: list[_Piece]) -> list[_Piece]:
-        """The first run of adjacent pieces, of at most as many minutes as one request may hold by the
-        sample rate of the answers so far (one minute until an answer has told it)."""
-        most = 1
+        """The first run of adjacent pieces spanning at most the minutes one request may hold by the
+        sample rate of the answers so far (one minute until an answer has told it), at least one piece."""
+        most = MINUTE
         if self.samples_per_minute:
-            most = max(1, int(self._limit() // self.samples_per_minute))
+            most = MINUTE * (self._limit() / self.samples_per_minute)
         chunk = pieces[:1]
-        for piece in pieces[1:most]:
-            if piece.start != chunk[-1].end:
+        for piece in pieces[1:]:
+            if piece.start != chunk[-1].end or piece.end - chunk[0].start > most:
                 break
             chunk.append(piece)
         return chunk
@@ -197,8 +224,7 @@ class PrometheusMinutes:
         return min(self.config.max_samples_per_request, LIVE_SAMPLES_PER_REQUEST)
 
     def _fetch(self, chunk: list[_Piece], skipped: Counter) -> pl.DataFrame:
-        """The partials of the samples in the chunk's span; halved while Prometheus answers that it
-        is too many samples."""
+        """The samples in the chunk's span; halved while Prometheus answers that it is too many samples."""
         start, end = chunk[0].start, chunk[-1].end
         try:
             body = self.client.query(self.query(end - start), _epoch_ms(end - MILLISECOND) / 1000)
@@ -214,7 +240,7 @@ class PrometheusMinutes:
         minutes = (end - start) / MINUTE
         if minutes >= 1 or self.samples_per_minute is None:  # a part of a minute may hold more rounds than its share
             self.samples_per_minute = samples.height / max(minutes, 1 / 60)
-        return _partials(samples.filter(pl.col("sampled_at") >= start, pl.col("sampled_at") < end))
+        return samples.filter(pl.col("sampled_at") >= start, pl.col("sampled_at") < end)
 
 
 def _pieces(since: dt.datetime, now: dt.datetime, settled: dt.datetime) -> list[_Piece]:
@@ -229,6 +255,25 @@ def _pieces(since: dt.datetime, now: dt.datetime, settled: dt.datetime) -> list[
 
 def _partials(samples: pl.DataFrame) -> pl.DataFrame:
     return minute_partials(samples).collect().with_columns(pl.col("host").cast(pl.Categorical))
+
+
+def _kept_minutes(samples: pl.DataFrame, partials: pl.DataFrame, minutes: list[dt.datetime],
+                  split: dt.timedelta) -> dict[dt.datetime, _KeptMinute]:
+    """The minutes to keep of a chunk's samples and partials, each with the partials of its samples
+    from `split` past the minute on (and the two samples around that point)."""
+    if not minutes:
+        return {}
+    minute = pl.col("sampled_at").dt.truncate("1m")
+    ours = samples.filter(minute.is_in(minutes))
+    late = pl.col("sampled_at") >= minute + split
+    tails = _partials(ours.filter(late))
+    bounds = {m: (before, after) for m, before, after in ours.group_by(minute.alias("minute_at")).agg(
+        before=pl.col("sampled_at").filter(~late).max(), after=pl.col("sampled_at").filter(late).min()).iter_rows()}
+    return {
+        m: _KeptMinute(partials.filter(pl.col("minute_at") == m), tails.filter(pl.col("minute_at") == m),
+                       *bounds.get(m, (None, None)))
+        for m in minutes
+    }
 
 
 def _samples(body: bytes, source_file: str, known: MappedSeries, skipped: Counter) -> pl.DataFrame:

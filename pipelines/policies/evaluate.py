@@ -37,8 +37,11 @@ def evaluate(
     by detection time then id. `now`: the data's end (UTC, naive); minutes at or after it are ignored."""
     now = utc_naive(now)
     wanted = [PolicyKind(k) for k in (kinds if kinds is not None else PolicyKind)]
+    idle_policies = [name for kind in wanted if kind in idle.IDLE_KINDS for name in catalog.policies_of(kind)]
+    # the idle policies' windows are found together: one pass over the minutes, not one per policy
+    shared = {"candidates": idle.shared_candidates(inputs, catalog, idle_policies, now)} if idle_policies else {}
     frames = [
-        FUNCTIONS[kind](inputs, catalog, name, now)
+        FUNCTIONS[kind](inputs, catalog, name, now, **(shared if kind in idle.IDLE_KINDS else {}))
         for kind in wanted
         for name in catalog.policies_of(kind)
     ]

@@ -4,7 +4,8 @@ All three start from the same per-GPU idle windows (`idle_windows`): gaps and is
 allocation's minutes, where a short busy or unreported run (at most spike_max_minutes) between idle
 minutes does not break the run, because keep-alive pings and scrape hiccups would otherwise let any
 job dodge the policy. Missing telemetry is never evidence of idleness: a window needs min_coverage
-of its minutes reported, and a longer gap breaks it. Idle allocation then groups a job attempt's
+of its minutes reported, and a longer gap breaks it. `evaluate` finds the windows of all three in one
+pass over the minutes (`shared_candidates`), an allocation judged once per distinct rule it is given. Idle allocation then groups a job attempt's
 overlapping GPU windows into one finding (so 7 idle GPUs of 8 are one finding, not seven); zombie
 and idle interactive need every GPU of the attempt idle at once (`all_idle_spans`).
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 
+import numpy as np
 import polars as pl
 
 from pipelines.contracts import PolicyKind
@@ -93,23 +95,45 @@ def idle_windows(minutes: pl.DataFrame, params: pl.DataFrame, now: dt.datetime) 
     min_coverage of its minutes have telemetry. `reaches_end`: the window is the allocation's
     last telemetry and ends within spike_max_minutes of `now`, i.e. the GPU is idle at the data's end.
     """
-    key = "allocation_id"
+    windows = candidate_windows(minutes, params, now)
+    lengths = params.select("window_minutes").with_row_index("params_row")
+    return (
+        windows.join(lengths, on="params_row")
+        .filter(pl.col("span_minutes") >= pl.col("window_minutes"))
+        .select(list(WINDOW_SCHEMA))
+        .sort("allocation_id", "window_start_at")
+    )
+
+
+def candidate_windows(minutes: pl.DataFrame, params: pl.DataFrame, now: dt.datetime) -> pl.DataFrame:
+    """The idle windows of each row of `params` before the length rule (window_minutes): WINDOW_SCHEMA
+    plus params_row, the row's index in `params`, unsorted. An allocation may have several rows,
+    one per parameter set (`shared_candidates`), each judged on its own; `params` needs allocation_id
+    and IDLE_PARAMS, started_at and ended_at optional (see `idle_windows`).
+
+    The rows are sorted by parameter row and minute once, so the per-row runs are found by whole-frame
+    shifts, fills and cumulative sums that stop at a row's first minute, not by a window per row."""
     for bound in ("started_at", "ended_at"):
         if bound not in params.columns:
             params = params.with_columns(pl.lit(None, TS).alias(bound))
+    row = pl.col("params_row")
+    idle_row = pl.when("is_idle").then(row)
     m = (
-        minutes.filter(pl.col("minute_at") < now)
-        .join(params, on=key, how="inner")
-        .sort(key, "minute_at")
+        _minutes_by_row(minutes.filter(pl.col("minute_at") < now),
+                        params.select("allocation_id", *IDLE_PARAMS, "started_at", "ended_at"))
         .with_columns(
+            first=(row != row.shift(1)).fill_null(True),
+            last_minute_at=pl.when((row != row.shift(-1)).fill_null(True)).then("minute_at").backward_fill(),
             is_idle=(pl.col("activity") < pl.col("activity_threshold"))
             & (pl.col("memory_floor_mib").is_null() | (pl.col("fb_used_mib") < pl.col("memory_floor_mib")))
             .fill_null(False),
-            last_minute_at=pl.col("minute_at").max().over(key),
         )
         .with_columns(
-            previous_idle_at=pl.when("is_idle").then("minute_at").shift(1).forward_fill().over(key),
-            spike_starts=(~pl.col("is_idle") & pl.col("is_idle").shift(1).over(key)).fill_null(False),
+            # the last idle minute before this one in the same row: fills carry the row along
+            previous_idle_at=pl.when(idle_row.shift(1).forward_fill() == row)
+            .then(pl.when("is_idle").then("minute_at").shift(1).forward_fill()),
+            # (a row's first minute follows another row's last: it is never inside a window unless idle)
+            spike_starts=(~pl.col("is_idle") & pl.col("is_idle").shift(1)).fill_null(False),
         )
         .with_columns(
             breaks=pl.col("is_idle")
@@ -119,14 +143,20 @@ def idle_windows(minutes: pl.DataFrame, params: pl.DataFrame, now: dt.datetime) 
                    > pl.col("spike_max_minutes"))
             )
         )
-        .with_columns(run=pl.col("breaks").cum_sum().over(key))
-        .with_columns(run_last_at=pl.col("minute_at").filter("is_idle").max().over(key, "run"))
-        .filter((pl.col("run") > 0) & (pl.col("minute_at") <= pl.col("run_last_at")))
+        # run: the idle run's number in the whole frame (counted in a row's first minutes, each row's
+        # first idle minute breaks, so an idle minute is always in a run); null where breaks is
+        .with_columns(run=pl.col("breaks").fill_null(False).cum_sum())
+        .with_columns(
+            run=pl.when(pl.col("breaks").is_not_null() & (pl.col("run") > pl.when("first").then(
+                pl.col("run") - pl.col("breaks").fill_null(False)).forward_fill())).then("run")
+        )
+        # a run ends at its last idle minute: the next idle minute at or after a kept minute is its run's
+        .filter(pl.col("run").is_not_null() & (pl.when("is_idle").then("run").backward_fill() == pl.col("run")))
     )
     windows = (
-        m.group_by(key, "run")
+        m.group_by("run")
         .agg(
-            pl.col("window_minutes", "min_coverage", "spike_max_minutes", "last_minute_at", "started_at",
+            pl.col("params_row", "allocation_id", "min_coverage", "spike_max_minutes", "last_minute_at", "started_at",
                    "ended_at").first(),
             window_start_at=pl.col("minute_at").min(),
             run_last_at=pl.col("minute_at").max(),
@@ -136,24 +166,38 @@ def idle_windows(minutes: pl.DataFrame, params: pl.DataFrame, now: dt.datetime) 
             mean_activity=pl.col("activity").mean(),
             peak_fb_used_mib=pl.col("fb_used_mib").max(),
         )
-        .with_columns(
-            bucket_minutes=(pl.col("run_last_at") - pl.col("window_start_at")).dt.total_minutes() + 1,
-            window_start_at=pl.max_horizontal("window_start_at", "started_at"),
-            window_end_at=pl.min_horizontal(pl.col("run_last_at") + _MINUTE, "ended_at"),
-        )
-        .with_columns(
-            span_minutes=(pl.col("window_end_at") - pl.col("window_start_at")).dt.total_seconds(fractional=True) / 60,
-            busy_minutes=pl.col("telemetry_minutes") - pl.col("idle_minutes"),
-            missing_minutes=pl.col("bucket_minutes") - pl.col("telemetry_minutes"),
-            reaches_end=(pl.col("run_last_at") == pl.col("last_minute_at"))
-            & ((pl.lit(now, TS) - pl.col("window_end_at")).dt.total_minutes() <= pl.col("spike_max_minutes")),
-        )
-        .filter(
-            (pl.col("span_minutes") >= pl.col("window_minutes"))
-            & (pl.col("telemetry_minutes") >= pl.col("min_coverage") * pl.col("bucket_minutes"))
-        )
     )
-    return windows.select(pl.col(c).cast(t) for c, t in WINDOW_SCHEMA.items()).sort(key, "window_start_at")
+    return windows.with_columns(
+        bucket_minutes=(pl.col("run_last_at") - pl.col("window_start_at")).dt.total_minutes() + 1,
+        window_start_at=pl.max_horizontal("window_start_at", "started_at"),
+        window_end_at=pl.min_horizontal(pl.col("run_last_at") + _MINUTE, "ended_at"),
+    ).with_columns(
+        span_minutes=(pl.col("window_end_at") - pl.col("window_start_at")).dt.total_seconds(fractional=True) / 60,
+        busy_minutes=pl.col("telemetry_minutes") - pl.col("idle_minutes"),
+        missing_minutes=pl.col("bucket_minutes") - pl.col("telemetry_minutes"),
+        reaches_end=(pl.col("run_last_at") == pl.col("last_minute_at"))
+        & ((pl.lit(now, TS) - pl.col("window_end_at")).dt.total_minutes() <= pl.col("spike_max_minutes")),
+    ).filter(
+        pl.col("telemetry_minutes") >= pl.col("min_coverage") * pl.col("bucket_minutes")
+    ).select("params_row", *(pl.col(c).cast(t) for c, t in WINDOW_SCHEMA.items()))
+
+
+def _minutes_by_row(minutes: pl.DataFrame, params: pl.DataFrame) -> pl.DataFrame:
+    """The minutes of each row of `params`, with its columns and params_row (its index), in the order of
+    the rows and then of minute_at: an allocation's minutes repeated for each of its rows, gathered by
+    position rather than joined and sorted (a sort of the repeated rows cost more than the rest)."""
+    minutes = minutes.sort("allocation_id", "minute_at")
+    starts = (pl.col("allocation_id") != pl.col("allocation_id").shift(1)).fill_null(True).arg_true()
+    slices = minutes.select(pl.col("allocation_id").gather(starts), start=starts).with_columns(
+        length=pl.col("start").shift(-1, fill_value=minutes.height) - pl.col("start"))
+    rows = params.with_row_index("params_row").join(slices, on="allocation_id", how="inner", maintain_order="left")
+    lengths = rows["length"].to_numpy().astype(np.int64)
+    begins = np.cumsum(lengths) - lengths  # where each row's minutes begin in the output
+    index = np.repeat(rows["start"].to_numpy().astype(np.int64) - begins, lengths) + np.arange(lengths.sum())
+    return pl.concat([
+        minutes.drop("allocation_id")[index],
+        rows.drop("start", "length")[np.repeat(np.arange(rows.height), lengths)],
+    ], how="horizontal")
 
 
 def all_idle_spans(windows: pl.DataFrame, holdings: pl.DataFrame, now: dt.datetime) -> pl.DataFrame:
@@ -198,28 +242,62 @@ def _gpu_evidence() -> pl.Expr:
     )
 
 
-def _windows_for(inputs: PolicyInputs, catalog: PolicyCatalog, policy: str, now: dt.datetime,
-                 window_param: str, shortest: float | None = None) -> pl.DataFrame:
-    """Idle windows of the allocations the policy is enabled for, with their parameters and attempt;
-    `shortest`: keep windows this long when the parameter asks for longer ones (the caller filters)."""
-    allocs = with_rules(inputs.allocations, catalog, policy, (*IDLE_PARAMS, window_param))
+IDLE_KINDS = (PolicyKind.IDLE_ALLOCATION, PolicyKind.ZOMBIE, PolicyKind.IDLE_INTERACTIVE)
+
+
+def _rule_params(inputs: PolicyInputs, catalog: PolicyCatalog, policy: str, params: tuple[str, ...] = ()) -> pl.DataFrame:
+    """The allocations the policy is enabled for, with its rule's idle parameters and `params` as
+    columns (memory not considered where the policy has no memory floor)."""
+    allocs = with_rules(inputs.allocations, catalog, policy, (*IDLE_PARAMS, *params))
     if "memory_floor_mib" not in catalog.policy(policy).params:
         allocs = allocs.with_columns(memory_floor_mib=pl.lit(None, pl.Float64))
+    return allocs
+
+
+def rule_candidates(minutes: pl.DataFrame, params: pl.DataFrame, now: dt.datetime) -> pl.DataFrame:
+    """`candidate_windows` of each distinct (allocation, idle parameters) of `params`, with the
+    parameters as columns: what a policy joins its own allocations' rules to (`_windows_for`)."""
+    distinct = params.select("allocation_id", *IDLE_PARAMS, "started_at", "ended_at").unique(maintain_order=True)
+    return candidate_windows(minutes, distinct, now).join(
+        distinct.select(*IDLE_PARAMS).with_row_index("params_row"), on="params_row").drop("params_row")
+
+
+def shared_candidates(inputs: PolicyInputs, catalog: PolicyCatalog, policies: list[str], now: dt.datetime) -> pl.DataFrame:
+    """The candidate windows of every idle policy named, found in one pass over the minutes: an
+    allocation is judged once per distinct set of idle parameters its policies give it (evaluate's)."""
+    return rule_candidates(inputs.minutes, pl.concat([_rule_params(inputs, catalog, p) for p in policies]), now)
+
+
+def _windows_for(inputs: PolicyInputs, catalog: PolicyCatalog, policy: str, now: dt.datetime,
+                 window_param: str, shortest: float | None = None, candidates: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Idle windows of the allocations the policy is enabled for, with their parameters and attempt;
+    `shortest`: keep windows this long when the parameter asks for longer ones (the caller filters);
+    `candidates`: `rule_candidates` covering the policy's rules (found here when not given)."""
+    allocs = _rule_params(inputs, catalog, policy, (window_param,))
     if window_param == "remind_after_minutes":  # an interactive job's own idle_reminder_s wins
         allocs = allocs.with_columns(
             pl.coalesce((pl.col("idle_reminder_s") / 60).ceil(), pl.col(window_param)).alias(window_param)
         )
     window = pl.col(window_param) if shortest is None else pl.min_horizontal(window_param, pl.lit(float(shortest)))
     allocs = allocs.with_columns(window_minutes=window)
-    params = allocs.select("allocation_id", *IDLE_PARAMS, "window_minutes", "started_at", "ended_at")
-    return idle_windows(inputs.minutes, params, now).join(
+    if candidates is None:
+        candidates = rule_candidates(inputs.minutes, allocs, now)
+    windows = (
+        candidates.join(allocs.select("allocation_id", *IDLE_PARAMS, "window_minutes"),
+                        on=["allocation_id", *IDLE_PARAMS], nulls_equal=True)
+        .filter(pl.col("span_minutes") >= pl.col("window_minutes"))
+        .select(list(WINDOW_SCHEMA))
+        .sort("allocation_id", "window_start_at")
+    )
+    return windows.join(
         allocs.select("allocation_id", *ATTEMPT_KEY, "host", "gpu", "fraction", "scope", *IDLE_PARAMS,
                       "window_minutes"),
         on="allocation_id",
     )
 
 
-def idle_allocation(inputs: PolicyInputs, catalog: PolicyCatalog, policy: str, now: dt.datetime) -> pl.DataFrame:
+def idle_allocation(inputs: PolicyInputs, catalog: PolicyCatalog, policy: str, now: dt.datetime,
+                    candidates: pl.DataFrame | None = None) -> pl.DataFrame:
     """One finding per job attempt per group of overlapping GPU idle windows.
 
     gpus_flagged of gpus_held: the attempt's GPUs with a window in the group; gpu_hours: the
@@ -229,7 +307,7 @@ def idle_allocation(inputs: PolicyInputs, catalog: PolicyCatalog, policy: str, n
     does not hide later idleness: every qualifying window is a finding, the trailing one included.
     """
     rule = catalog.rule(policy)
-    windows = _windows_for(inputs, catalog, policy, now, "window_minutes")
+    windows = _windows_for(inputs, catalog, policy, now, "window_minutes", candidates=candidates)
     if windows.is_empty():
         return findings(windows, rule)
     key = list(ATTEMPT_KEY)
@@ -301,7 +379,8 @@ def _span_findings(inputs: PolicyInputs, windows: pl.DataFrame, now: dt.datetime
     return spans.join(evidence, on=[*key, "span_start_at"]).join(holdings, on=key)
 
 
-def zombie(inputs: PolicyInputs, catalog: PolicyCatalog, policy: str, now: dt.datetime) -> pl.DataFrame:
+def zombie(inputs: PolicyInputs, catalog: PolicyCatalog, policy: str, now: dt.datetime,
+           candidates: pl.DataFrame | None = None) -> pl.DataFrame:
     """Attempts whose GPUs are all idle (below the zombie threshold) and that show no sign of progress:
     no progress signal for limit_minutes, or (a training job with a declared time interval) every GPU
     idle for STALE_IDLE_MINUTES while its checkpoint is overdue (module docstring). The quiet period
@@ -310,7 +389,8 @@ def zombie(inputs: PolicyInputs, catalog: PolicyCatalog, policy: str, now: dt.da
     An attempt without an ok checkpoint in `inputs.progress` counts from its start: the frame must reach
     back the interval x tolerance (the tick's and the warehouse's do)."""
     rule = catalog.rule(policy)
-    windows = _windows_for(inputs, catalog, policy, now, "limit_minutes", shortest=STALE_IDLE_MINUTES)
+    windows = _windows_for(inputs, catalog, policy, now, "limit_minutes", shortest=STALE_IDLE_MINUTES,
+                           candidates=candidates)
     if windows.is_empty():
         return findings(windows, rule)
     key = list(ATTEMPT_KEY)
@@ -383,12 +463,13 @@ def zombie(inputs: PolicyInputs, catalog: PolicyCatalog, policy: str, now: dt.da
     return findings(out, rule)
 
 
-def idle_interactive(inputs: PolicyInputs, catalog: PolicyCatalog, policy: str, now: dt.datetime) -> pl.DataFrame:
+def idle_interactive(inputs: PolicyInputs, catalog: PolicyCatalog, policy: str, now: dt.datetime,
+                     candidates: pl.DataFrame | None = None) -> pl.DataFrame:
     """Interactive sessions with every GPU idle for remind_after_minutes (or the job's own
     idle_reminder_s). The finding's steps (remind, then reclaim after the step's delay while the
     session is still idle) come from the rule; the planner runs them."""
     rule = catalog.rule(policy)
-    windows = _windows_for(inputs, catalog, policy, now, "remind_after_minutes")
+    windows = _windows_for(inputs, catalog, policy, now, "remind_after_minutes", candidates=candidates)
     if windows.is_empty():
         return findings(windows, rule)
     out = (

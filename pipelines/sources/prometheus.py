@@ -183,7 +183,7 @@ def matrix_samples(data: bytes, source_file: str, known: MappedSeries | None = N
     """The samples of a query answer (SAMPLE_COLUMNS) and the reasons of those quarantined, counted:
     the rows and reasons `parse_query_range` gives, for the governance tick, which reads one every
     minute. A matrix of float points is read without DuckDB: in Prometheus' own compact encoding cut
-    by a regular expression and Polars (a label text is decoded only the first time it is seen),
+    at its fixed separators by Polars (a label text is decoded only the first time it is seen),
     otherwise decoded with `json`; each distinct label set is mapped once (`known`, kept by the
     caller between answers; the mapping and the value checks are parse_query_range's own). Anything
     else (a failed query, histograms, a point that is no [number, string] pair, a repeated point)
@@ -226,48 +226,62 @@ def _float_matrix(data: bytes, known: MappedSeries) -> tuple[pl.DataFrame, Count
         .with_columns(series.select(pl.all().gather(index)))
         .with_columns(reason=pl.coalesce("reason", value_reason(pl.col("v"), pl.col("value"))))
     )
-    if rows.select(pl.struct("series", "sampled_at").is_duplicated().any()).item():
+    if _repeats_a_point(rows):
         return None  # parse_query_range quarantines the repeats
     good = rows.filter(pl.col("reason").is_null()).select(list(SAMPLE_COLUMNS))
     return good, Counter(rows.get_column("reason").drop_nulls().to_list())
 
 
+def _repeats_a_point(rows: pl.DataFrame) -> bool:
+    """Whether a series holds two points of one time. Prometheus answers each series' points in time
+    order, where only neighbours need comparing; any other order is hashed."""
+    same_series = pl.col("series") == pl.col("series").shift(1)
+    if rows.select((same_series & (pl.col("sampled_at") < pl.col("sampled_at").shift(1))).any()).item():
+        return rows.select(pl.struct("series", "sampled_at").is_duplicated().any()).item()
+    return rows.select((same_series & (pl.col("sampled_at") == pl.col("sampled_at").shift(1))).any()).item()
+
+
 # Prometheus' own encoding of a matrix answer (no spaces; a series' labels, then its points)
 _COMPACT_HEAD = b'{"status":"success","data":{"resultType":"matrix","result":['
 _COMPACT_TAIL = b"]}}"
-_COMPACT_SERIES = re.compile(rb'\{"metric":(\{[^{}]*\}),"values":\[((?:\[[^\[\]]*\](?:,\[[^\[\]]*\])*)?)\]\}(,?)')
+_SERIES_START = '{"metric":'
+_LABELS_END = '},"values":['
 _QUOTED = r'^"[^"\\]*"$'
 
 
 def _compact_matrix(data: bytes) -> tuple | None:
-    """An answer in Prometheus' compact encoding cut by a regular expression, not decoded: each
+    """An answer in Prometheus' compact encoding cut at its fixed separators, not decoded: each
     series' label text (the key a label set is known by; decoded only when new) and its points. None
-    where the text is anything else (the JSON reading decides then)."""
+    where the text is anything else (the JSON reading decides then): a label text holds no braces, a
+    point no brackets, and every point is [time, "value"]."""
     if not (data.startswith(_COMPACT_HEAD) and data.endswith(_COMPACT_TAIL)):
         return None
-    inner = memoryview(data)[len(_COMPACT_HEAD):len(data) - len(_COMPACT_TAIL)]
-    keys, points, position = [], [], 0
-    for match in _COMPACT_SERIES.finditer(inner):
-        if match.start() != position:
-            return None
-        keys.append(match[1])
-        points.append(match[2])
-        position = match.end()
-        if not match[3] and position != len(inner):
-            return None
-    if position != len(inner) or (keys and inner[-1:] == b","):
+    inner = pl.Series([data[len(_COMPACT_HEAD):len(data) - len(_COMPACT_TAIL)]], dtype=pl.Binary)
+    inner = inner.cast(pl.String, strict=False)
+    if inner.null_count():  # not UTF-8
         return None
-    listed = pl.Series(points, dtype=pl.Binary).cast(pl.String)
+    texts = inner.str.split(_SERIES_START).explode()
+    if texts[0] != "":
+        return None
+    texts = texts.slice(1)
+    ends = pl.Series(["]},"] * (texts.len() - 1) + ["]}"] * (texts.len() > 0), dtype=pl.String)  # the last has no comma
+    if not texts.str.ends_with(ends).all():
+        return None
+    parts = texts.str.strip_suffix(",").str.strip_suffix("]}").str.split_exact(_LABELS_END, 1).struct.unnest()
+    labels, listed = parts["field_0"], parts["field_1"]
+    if listed.null_count() or not labels.str.starts_with("{").all() or labels.str.slice(1).str.contains("[{}]").any():
+        return None
     counts = listed.str.count_matches(r"\[").to_numpy()
     each = listed.str.strip_prefix("[").str.strip_suffix("]").str.split("],[").explode()
     pairs = each.filter(each != "").str.split_exact(",", 1).struct.unnest()  # a series without points: ""
-    if pairs.height != counts.sum():
+    if pairs.height != counts.sum() or listed.str.count_matches(r"\]").sum() != pairs.height:
         return None
     times = pairs["field_0"].cast(pl.Float64, strict=False)
     quoted = pairs["field_1"]
     if times.null_count() or quoted.null_count() or not quoted.str.contains(_QUOTED).all():
         return None
-    return keys, lambda text: tuple(json.loads(bytes(text)).items()), counts, times, quoted.str.slice(1, quoted.str.len_bytes() - 2)
+    keys = (labels + "}").to_list()
+    return keys, lambda text: tuple(json.loads(text).items()), counts, times, quoted.str.slice(1, quoted.str.len_bytes() - 2)
 
 
 def _json_matrix(data: bytes) -> tuple | None:

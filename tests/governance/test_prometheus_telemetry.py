@@ -178,12 +178,47 @@ def test_a_tick_asks_only_for_the_minutes_it_does_not_hold(prometheus):
     first = len(fake.asked)
     fake.asked.clear()
     reader.read(TICKS[1], LOOKBACK)
-    # the window's cut-off oldest minute, then one span from the newly settled minute to now: three
-    # minutes and a half at most, never the twenty of the lookback
-    assert len(fake.asked) == 2 and first >= 2
-    assert max(span for _, span in fake.asked) <= dt.timedelta(minutes=3, seconds=31)
+    # one span from the newly settled minute to now (two minutes and a half), never the twenty of the
+    # lookback; the window's cut oldest minute is the part kept of it since the first tick
+    assert fake.asked == [(TICKS[1] - dt.timedelta(milliseconds=1), dt.timedelta(minutes=2, seconds=31.5))]
+    assert first >= 2
     assert sorted(reader.kept) == [TICKS[1].replace(second=0, microsecond=0) - dt.timedelta(minutes=m)
-                                   for m in range(19, 1, -1)]
+                                   for m in range(20, 1, -1)]
+
+
+def test_a_steady_tick_asks_once_for_the_settled_minute_and_the_unsettled_part(tmp_path, prometheus):
+    # 24 samples a minute, at most 40 a request: a minute and a half fits in one, two minutes do not
+    frame = samples()
+    land_rounds(tmp_path, frame)
+    fake = prometheus(frame)
+    reader = PrometheusMinutes(fake.config(max_samples_per_request=40))
+    reader.read(TICKS[0], LOOKBACK)
+    assert max(span for _, span in fake.asked) <= dt.timedelta(minutes=40 / 24)
+    for now in TICKS[1:]:
+        fake.asked.clear()
+        got = reader.read(now, LOOKBACK)
+        assert fake.asked == [(now - dt.timedelta(milliseconds=1), dt.timedelta(minutes=1, seconds=31.5))]
+        assert_frame_equal(ordered(got.minutes), ordered(recent_gpu_minutes(tmp_path, now, LOOKBACK)))
+
+
+@pytest.mark.parametrize("offset_s", [20.0, 25.0, 31.5, 37.25, 37.5, 59.0])
+def test_the_cut_oldest_minute_is_asked_for_again_only_when_the_ticks_moved_past_a_sample(tmp_path, prometheus, offset_s):
+    # samples at 7.25, 22.25, 37.25 and 52.25 s past each minute; the first tick (31.5 s past) splits the
+    # minutes it keeps there: a later window cut between 22.25 (excluded) and 37.25 s holds the same samples
+    frame = samples()
+    land_rounds(tmp_path, frame)
+    fake = prometheus(frame)
+    reader = PrometheusMinutes(fake.config())
+    reader.read(TICKS[0], LOOKBACK)
+    fake.asked.clear()
+    now = TICKS[1].replace(second=0, microsecond=0) + dt.timedelta(seconds=offset_s)
+    got = reader.read(now, LOOKBACK)
+    assert_frame_equal(ordered(got.minutes), ordered(recent_gpu_minutes(tmp_path, now, LOOKBACK)))
+    since = now - LOOKBACK
+    cut_end = since.replace(second=0, microsecond=0) + dt.timedelta(minutes=1)
+    kept_part_fits = 22.25 < offset_s <= 37.25
+    assert ((cut_end - dt.timedelta(milliseconds=1), cut_end - since) in fake.asked) == (not kept_part_fits)
+    assert len(fake.asked) == (1 if kept_part_fits else 2)
 
 
 def test_requests_stay_within_the_sample_bound_and_halve_when_prometheus_refuses(tmp_path, prometheus):

@@ -1,6 +1,9 @@
 """Idle allocation, zombie and idle interactive at their boundaries, on hand-made minute frames."""
 from __future__ import annotations
 
+import json
+
+import polars as pl
 import pytest
 
 from pipelines.contracts import PolicyKind
@@ -149,3 +152,40 @@ def test_window_is_thirty_elapsed_minutes_from_a_mid_minute_start_not_thirty_min
     [f] = find(inputs([alloc(started_at=start)], activity("a0", idle(31) + busy(10))), at(41), IDLE)
     assert (f["window_start_at"], f["window_end_at"]) == (start, at(31))
     assert f["gpu_hours"] == pytest.approx(30.5 / 60)
+
+
+def test_idle_policies_evaluated_together_find_what_each_finds_alone():
+    # evaluate finds the three idle policies' windows in one pass (an allocation judged once per distinct
+    # rule: idle-allocation's 0.05 and zombie's 0.02 thresholds differ); each policy alone finds its own
+    from pipelines.policies import idle as policies
+    from pipelines.policies.catalog import load_catalog
+    from pipelines.policies.evaluate import evaluate
+
+    catalog = load_catalog()
+    allocations = [alloc("g0"), alloc("g1", gpu=1), alloc("inf", "j-inf", template="inference"),
+                   alloc("nb", "j-nb", template="interactive"), alloc("quiet", "j-quiet")]
+    minutes = (
+        activity("g0", idle(20) + [0.03] * 110 + busy(3) + idle(40))  # idle at 0.05, busy at zombie's 0.02
+        + activity("g1", idle(150) + [None] * 5 + idle(18))
+        + activity("inf", idle(70) + [None, 0.9] + idle(100))
+        + activity("nb", [0.03] * 70 + busy(1) + idle(100))
+        + activity("quiet", idle(175))
+    )[::-1]  # the minutes in no order
+    data = inputs(allocations, minutes)
+    now = at(173)
+    together = evaluate(data, catalog, now, kinds=policies.IDLE_KINDS)
+    alone = pl.concat([policies.idle_allocation(data, catalog, "idle-allocation", now),
+                       policies.zombie(data, catalog, "zombie", now),
+                       policies.idle_interactive(data, catalog, "idle-interactive", now)])
+    assert set(together["policy"]) == {"idle-allocation", "zombie", "idle-interactive"}
+    assert together["job_id"].n_unique() == 4
+    assert _rounded(together).equals(_rounded(alone.select(together.columns).sort("detected_at", "finding_id")))
+
+
+def _rounded(found: pl.DataFrame) -> pl.DataFrame:
+    """The findings with their means to 12 decimals: Polars' group mean can differ in the 17th digit
+    with the size of the frame it is taken in (the one pass holds more rows than one policy's)."""
+    def evidence(text: str) -> str:
+        return json.dumps(json.loads(text, parse_float=lambda v: round(float(v), 12)))
+    return found.with_columns(pl.col("observed").round(12),
+                              pl.col("evidence").map_elements(evidence, return_dtype=pl.String))

@@ -323,6 +323,7 @@ FLOAT_MATRICES = {
 OTHER_ANSWERS = {
     "malformed points": matrix((GPU0, [[T0, "5"], [T0 + 15], ["soon", "1"]])),
     "a repeated point": matrix((GPU0, [[T0, "5"], [T0, "6"]])),
+    "a repeated point out of order": matrix((GPU0, [[T0, "5"], [T0 + 15, "6"], [T0, "7"]])),
     "a native histogram": json.dumps({"status": "success", "data": {"resultType": "vector", "result": [
         {"metric": GPU0, "value": [T0, "42"]}, {"metric": GPU0, "histogram": [T0, {"count": "3"}]}]}}),
     "warnings": matrix((GPU0, [[T0, "5"]]), warnings=["PromQL warning"]),
