@@ -193,12 +193,18 @@ def matrix_samples(data: bytes, source_file: str, known: MappedSeries | None = N
     fast = _float_matrix(data, known)
     if fast is not None:
         return fast
+    return _parsed(data, source_file, SAMPLE_COLUMNS)
+
+
+def _parsed(data: bytes, source_file: str, columns: dict) -> tuple[pl.DataFrame, Counter]:
+    """parse_query_range's rows (`columns` of them) and its quarantine reasons, counted; AnswerRejected
+    when it rejects the whole answer."""
     result = parse_query_range(data, source_file)
     quarantine = result.quarantine
     if result.records_loaded == 0 and quarantine.height == 1 and quarantine["line_number"][0] is None:
         raise AnswerRejected(quarantine["reason"][0])
-    samples = result.tables["dcgm_samples"].select(list(SAMPLE_COLUMNS)).cast(SAMPLE_COLUMNS)
-    return samples, Counter(quarantine["reason"].to_list())
+    return (result.tables["dcgm_samples"].select(list(columns)).cast(columns),
+            Counter(quarantine["reason"].to_list()))
 
 
 def _float_matrix(data: bytes, known: MappedSeries) -> tuple[pl.DataFrame, Counter] | None:
@@ -284,13 +290,21 @@ def _compact_matrix(data: bytes) -> tuple | None:
     return keys, lambda text: tuple(json.loads(text).items()), counts, times, quoted.str.slice(1, quoted.str.len_bytes() - 2)
 
 
+def _clean_result(doc: dict, result_type: str) -> list | None:
+    """A successful answer's result list when it is of `result_type` and carries no warnings or infos
+    (those go through parse_query_range, which keeps them as notes); None otherwise."""
+    result = doc["data"]["result"]
+    if doc["status"] != "success" or doc["data"]["resultType"] != result_type or doc.get("warnings") \
+            or doc.get("infos") or type(result) is not list:
+        return None
+    return result
+
+
 def _json_matrix(data: bytes) -> tuple | None:
     """A matrix answer of float points decoded as JSON: each series' label set (its key) and points."""
     try:
-        doc = json.loads(data)
-        result = doc["data"]["result"]
-        if doc["status"] != "success" or doc["data"]["resultType"] != "matrix" or doc.get("warnings") \
-                or doc.get("infos") or type(result) is not list:
+        result = _clean_result(json.loads(data), "matrix")
+        if result is None:
             return None
         keys = [tuple(s["metric"].items()) for s in result]
         points = [s["values"] for s in result]
@@ -318,12 +332,7 @@ def vector_series(data: bytes, source_file: str) -> tuple[pl.DataFrame, Counter]
     answer is rejected."""
     read = _json_vector(data)
     if read is None:
-        result = parse_query_range(data, source_file)
-        quarantine = result.quarantine
-        if result.records_loaded == 0 and quarantine.height == 1 and quarantine["line_number"][0] is None:
-            raise AnswerRejected(quarantine["reason"][0])
-        samples = result.tables["dcgm_samples"].select(list(VECTOR_COLUMNS)).cast(VECTOR_COLUMNS)
-        return samples, Counter(quarantine["reason"].to_list())
+        return _parsed(data, source_file, VECTOR_COLUMNS)
     series, labels, texts = read
     rows = (
         _map_series(series, labels).sort("series_index")
@@ -338,10 +347,8 @@ def _json_vector(data: bytes) -> tuple[pl.DataFrame, pl.DataFrame, pl.Series] | 
     """A vector answer of float samples decoded as JSON: its series (index, metric), their labels in
     long form (as _map_series takes them) and the value texts."""
     try:
-        doc = json.loads(data)
-        result = doc["data"]["result"]
-        if doc["status"] != "success" or doc["data"]["resultType"] != "vector" or doc.get("warnings") \
-                or doc.get("infos") or type(result) is not list:
+        result = _clean_result(json.loads(data), "vector")
+        if result is None:
             return None
         if any(len(s) != 2 or type(s["metric"]) is not dict or type(s["value"]) is not list
                or len(s["value"]) != 2 for s in result):
