@@ -60,7 +60,10 @@ def build_readers(config_file: Path, client: AllocatorClient | None, landing: Pa
         out.append(SlurmWork(slurm))
     kubernetes = section("kubernetes", KubernetesConfig, config_file)
     if kubernetes is not None and kubernetes.governance is not None:
-        pods = PrometheusPods(_prometheus(config_file)) if telemetry == "prometheus" else None
+        pods = None
+        if telemetry == "prometheus":  # the telemetry's client: one connection pool per process, not one a tick
+            config = _prometheus(config_file)
+            pods = PrometheusPods(config, client=shared_prometheus_minutes(config).client)
         out.append(KueueWork(kubernetes, landing, pods=pods))
     return out
 

@@ -92,7 +92,7 @@ def test_prometheus_names_the_same_pods_on_each_gpu_as_the_scrape_rounds(tmp_pat
               f'[{{"job_name": "dcgm-exporter", "static_configs": [{{"targets": ["{address}"]}}]}}]}}')
     lookback = dt.timedelta(minutes=5)
     try:
-        exporter.show(BEFORE)
+        exporter.show(BEFORE)  # served from Prometheus' first scrape on
         with running_prometheus(tmp_path, config) as prom:
             reader = PrometheusPods(PrometheusConfig(url=prom, selector='job="dcgm-exporter"', retries=0))
 
@@ -103,30 +103,29 @@ def test_prometheus_names_the_same_pods_on_each_gpu_as_the_scrape_rounds(tmp_pat
                     return len(r.json()["data"]["result"]) == count
                 return check
 
-            wait_for("Prometheus holding the first text", series_now(len(BEFORE)), timeout_s=90, interval_s=0.5)
-            write_round(landing, scraper.scrape_round(utc_naive()))
-            now = utc_naive()
-            before = reader.read(now, lookback)
-            assert held(before) == sorted([
+            def holders_after(lines: list[str]) -> list[tuple]:
+                """Prometheus' and the rounds' holders once Prometheus serves exactly `lines`: equal."""
+                exporter.show(lines)
+                wait_for("Prometheus holding the text's series, the others marked stale", series_now(len(lines)),
+                         timeout_s=90, interval_s=0.5)
+                write_round(landing, scraper.scrape_round(utc_naive()))
+                now = utc_naive()
+                got = reader.read(now, lookback)
+                assert_frame_equal(got, pod_gpus(landing, now + dt.timedelta(seconds=1), lookback))
+                return held(got)
+
+            assert holders_after(BEFORE) == sorted([
                 ("team-a", "train-0", "node-a", 0, None),
                 ("team-b", "infer-1", "node-b", 1, 2),
                 ("team-b", "notebook-a", "node-b", 0, None),
                 ("team-b", "notebook-b", "node-b", 0, None),
             ], key=repr)
-            assert_frame_equal(before, pod_gpus(landing, now + dt.timedelta(seconds=1), lookback))
-
-            exporter.show(AFTER)
-            wait_for("Prometheus marking the ended pods' series stale", series_now(len(AFTER)), timeout_s=30,
-                     interval_s=0.5)
-            write_round(landing, scraper.scrape_round(utc_naive()))
-            now = utc_naive()
-            after = reader.read(now, lookback)
-            assert held(after) == sorted([
+            assert holders_after(AFTER) == sorted([
                 ("team-a", "train-1", "node-a", 1, None),
                 ("team-b", "infer-1", "node-b", 1, 1),
                 ("team-b", "notebook-a", "node-b", 0, None),
             ], key=repr)
-            assert_frame_equal(after, pod_gpus(landing, now + dt.timedelta(seconds=1), lookback))
+            now = utc_naive()
             # a lookback that ends before every sample names no pod, as the rounds' does
             assert reader.read(now - lookback, dt.timedelta(seconds=1)).is_empty()
             reader.close()

@@ -42,6 +42,7 @@ from pipelines.governance.running_kueue import (
     ScrapeRoundPods,
     kueue_running_work,
 )
+from pipelines.governance.telemetry import shared_prometheus_minutes
 from pipelines.governance.tick import governance_tick
 from pipelines.sources.dcgm_text import parse_dcgm_text
 from pipelines.sources.kueue_objects import read_pods, read_workload
@@ -309,6 +310,7 @@ def test_the_factory_reads_kueue_only_where_its_governance_section_names_namespa
     config_file.write_text(prometheus + config_file.read_text())
     [reader] = build_readers(config_file, None, tmp_path, "prometheus")  # the pods' GPUs from where telemetry is
     assert isinstance(reader.pods, PrometheusPods) and reader.pods.config.url == "http://127.0.0.1:9090"
+    assert reader.pods.client is shared_prometheus_minutes(reader.pods.config).client  # one pool, not one a tick
     assert 'timestamp(DCGM_FI_DEV_FB_USED{job="dcgm"})' in reader.pods.query()
     [reader] = build_readers(config_file, None, tmp_path)
     assert isinstance(reader.pods, ScrapeRoundPods)
