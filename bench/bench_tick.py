@@ -578,7 +578,7 @@ def run_one(scenario: str, n_gpus: int, telemetry_source: str, runs: int, profil
                 profiler.disable()
                 for order in ("tottime", "cumulative"):
                     text = io.StringIO()
-                    pstats.Stats(profiler, stream=text).sort_stats(order).print_stats(25)
+                    pstats.Stats(profiler, stream=text).sort_stats(order).print_stats(50)
                     print(f"--- profile of one tick by {order} ---\n" + text.getvalue().split("\n\n", 2)[-1])
             outbox.close()
         finally:

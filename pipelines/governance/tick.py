@@ -203,9 +203,13 @@ class _ReadEngines:
     def __init__(self, outbox: Outbox, engines: set[str]):
         self.outbox = outbox
         self.engines = engines
+        self._open: dict[dt.datetime, list[PlannedAction]] = {}
 
     def open_findings(self, since: dt.datetime) -> list[PlannedAction]:
-        return [p for p in self.outbox.open_findings(since) if p.engine in self.engines]
+        # read once per tick: plan_live and plan both ask, and nothing is recorded in between
+        if since not in self._open:
+            self._open[since] = [p for p in self.outbox.open_findings(since) if p.engine in self.engines]
+        return self._open[since]
 
     def steps(self, finding_id: str) -> list[DeliveredStep]:
         return self.outbox.steps(finding_id)

@@ -118,9 +118,11 @@ def candidate_windows(minutes: pl.DataFrame, params: pl.DataFrame, now: dt.datet
             params = params.with_columns(pl.lit(None, TS).alias(bound))
     row = pl.col("params_row")
     idle_row = pl.when("is_idle").then(row)
+    # only what each minute is judged by travels with the minutes; a row's other columns join its windows
+    per_row = params.select("allocation_id", "min_coverage", "started_at", "ended_at").with_row_index("params_row")
     m = (
         _minutes_by_row(minutes.filter(pl.col("minute_at") < now),
-                        params.select("allocation_id", *IDLE_PARAMS, "started_at", "ended_at"))
+                        params.select("allocation_id", "activity_threshold", "memory_floor_mib", "spike_max_minutes"))
         .with_columns(
             first=(row != row.shift(1)).fill_null(True),
             last_minute_at=pl.when((row != row.shift(-1)).fill_null(True)).then("minute_at").backward_fill(),
@@ -156,8 +158,7 @@ def candidate_windows(minutes: pl.DataFrame, params: pl.DataFrame, now: dt.datet
     windows = (
         m.group_by("run")
         .agg(
-            pl.col("params_row", "allocation_id", "min_coverage", "spike_max_minutes", "last_minute_at", "started_at",
-                   "ended_at").first(),
+            pl.col("params_row", "spike_max_minutes", "last_minute_at").first(),
             window_start_at=pl.col("minute_at").min(),
             run_last_at=pl.col("minute_at").max(),
             telemetry_minutes=pl.len(),
@@ -166,6 +167,7 @@ def candidate_windows(minutes: pl.DataFrame, params: pl.DataFrame, now: dt.datet
             mean_activity=pl.col("activity").mean(),
             peak_fb_used_mib=pl.col("fb_used_mib").max(),
         )
+        .join(per_row, on="params_row")
     )
     return windows.with_columns(
         bucket_minutes=(pl.col("run_last_at") - pl.col("window_start_at")).dt.total_minutes() + 1,
@@ -183,7 +185,7 @@ def candidate_windows(minutes: pl.DataFrame, params: pl.DataFrame, now: dt.datet
 
 
 def _minutes_by_row(minutes: pl.DataFrame, params: pl.DataFrame) -> pl.DataFrame:
-    """The minutes of each row of `params`, with its columns and params_row (its index), in the order of
+    """The minutes of each row of `params`, with its columns (allocation_id aside) and params_row (its index), in the order of
     the rows and then of minute_at: an allocation's minutes repeated for each of its rows, gathered by
     position rather than joined and sorted (a sort of the repeated rows cost more than the rest)."""
     minutes = minutes.sort("allocation_id", "minute_at")
@@ -196,7 +198,7 @@ def _minutes_by_row(minutes: pl.DataFrame, params: pl.DataFrame) -> pl.DataFrame
     index = np.repeat(rows["start"].to_numpy().astype(np.int64) - begins, lengths) + np.arange(lengths.sum())
     return pl.concat([
         minutes.drop("allocation_id")[index],
-        rows.drop("start", "length")[np.repeat(np.arange(rows.height), lengths)],
+        rows.drop("start", "length", "allocation_id")[np.repeat(np.arange(rows.height), lengths)],
     ], how="horizontal")
 
 

@@ -157,6 +157,9 @@ class _Collected:
 # --- shared value parsing -------------------------------------------------------------------
 
 
+_HOSTLIST_MARK = re.compile(r"[\[\],]")
+
+
 def expand_hostlist(text: str) -> list[str]:
     """Expand a Slurm hostlist: `gpu[01-02],cpu7` → gpu01, gpu02, cpu7; `None assigned` → []."""
     text = text.strip()
@@ -164,7 +167,8 @@ def expand_hostlist(text: str) -> list[str]:
         return []
     hosts: list[str] = []
     depth, start = 0, 0
-    for i, char in enumerate(text + ","):
+    for found in _HOSTLIST_MARK.finditer(text + ","):  # only brackets and commas change anything
+        i, char = found.start(), found.group()
         depth += {"[": 1, "]": -1}.get(char, 0)
         if depth < 0 or depth > 1:
             raise RecordError(f"NodeList {text!r} has unbalanced brackets")
