@@ -41,6 +41,7 @@ import duckdb
 from allocator.filemodes import PRIVATE_DIR_MODE, PRIVATE_MODE, copy_file, make_dirs
 from pipelines.build_window import rebuild_window, telemetry_days
 from pipelines.duckdb_limits import writer_limits
+from pipelines.lake.reader import search_config
 from pipelines.paths import MODELS_DIR
 from pipelines.policies.catalog import load_catalog
 from pipelines.policies.idle import idle_rule_rows
@@ -150,11 +151,13 @@ def _project_args(project_dir: Path, dbt_dir: Path, db_path: Path,
 
 def dbt_vars(db_path: Path, home: Path, window: tuple[dt.date, dt.date] | None = None) -> dict:
     """The vars every dbt invocation on a home passes: the database file, DuckDB's limits for the build
-    (models/profiles.yml gives them to duckdb.connect), the idle rule of the policy catalog
+    and the home as its file search path (the lake views' files are relative to it; models/profiles.yml
+    gives both to duckdb.connect), the idle rule of the policy catalog
     (marts.dim_idle_rules: one definition for the warehouse and the live policy) and, for a build, its
     [start, end) days, which the incremental models read as window_start and window_end
     (models/macros/build_window.sql)."""
-    variables = {"warehouse_path": db_path.as_posix(), "duckdb_config": writer_limits(home).config(),
+    variables = {"warehouse_path": db_path.as_posix(),
+                 "duckdb_config": writer_limits(home).config() | search_config(home),
                  "idle_rules": idle_rule_rows(load_catalog())}
     if window is not None:
         variables |= {"window_start": window[0].isoformat(), "window_end": window[1].isoformat()}

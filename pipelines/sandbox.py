@@ -10,8 +10,10 @@ the cases the other misses:
    - opened read-only; `enable_external_access = false`, so no file outside `allowed_directories`
      and `allowed_paths` can be opened, by any function or statement, read or write;
    - `allowed_directories` = exactly the lake folders the views read with read_parquet (for the
-     warehouse, HOME/lake/raw/dcgm_samples/), plus the output folder for the export's internal
-     connection. DuckDB adds the database file, its WAL and its spill folder (`temp_directory`, 3. below)
+     warehouse, HOME/lake/raw/dcgm_samples/; the views name it lake/raw/dcgm_samples/, relative to the
+     home, which `file_search_path` is set to, and DuckDB checks such a name from the working folder,
+     so that folder's lake/raw/dcgm_samples/ is allowed too), plus the output folder for the export's
+     internal connection. DuckDB adds the database file, its WAL and its spill folder (`temp_directory`, 3. below)
      itself. landing/, governance/, the allocator's tokens and everything else stay unreadable;
    - no extensions installed or loaded on demand (`autoinstall/autoload_known_extensions`,
      `allow_community_extensions` off), no persistent secrets, no Python replacement scans;
@@ -68,6 +70,7 @@ from pathlib import Path
 import duckdb
 
 from pipelines.duckdb_limits import MEMORY_LIMIT_ENV
+from pipelines.lake.reader import search_config
 
 # The analysts' limits (issue 26), each overridable by its variable (.env.example).
 TEMP_DIR_ENV = "GPUPOOL_SQL_TEMP_DIR"  # where the per-process spill folders go (default: the system temp folder)
@@ -189,16 +192,27 @@ def _folder(path: Path) -> str:
 
 
 def connect(db_path: str | Path, readable_dirs: Iterable[str | Path] = (), *, memory_limit: str | None = None,
-            writable_dir: str | Path | None = None) -> duckdb.DuckDBPyConnection:
+            writable_dir: str | Path | None = None, home: Path | None = None) -> duckdb.DuckDBPyConnection:
     """A read-only connection to the DuckDB file `db_path` that can open no other file than those under
     `readable_dirs` (the lake folders its views read) and, for internal writers such as the export,
-    `writable_dir`. Raises FileNotFoundError when there is no database file."""
+    `writable_dir`. `home`: the gpupool home, whose views name their lake files relative to it
+    (pipelines/lake/reader.py): it is searched for them, and each readable folder inside it is also
+    allowed by that relative name taken from the working folder, where DuckDB checks a relative path
+    before it searches (tests/lake/test_moved_home.py holds DuckDB to it). Raises FileNotFoundError
+    when there is no database file."""
     db_path = Path(db_path).resolve()
     if not db_path.exists():
         raise FileNotFoundError(f"no warehouse at {db_path}: run `gpupool demo` or `gpupool ingest` first")
-    dirs = sorted({_folder(Path(d)) for d in readable_dirs} | ({_folder(Path(writable_dir))} if writable_dir else set()))
+    folders = {_folder(Path(d)) for d in readable_dirs}
+    relative = set()
+    if home is not None:
+        root = _folder(Path(home))
+        relative = {_folder(Path(d.removeprefix(root))) for d in folders if d.startswith(root) and d != root}
+    dirs = sorted(folders | relative | ({_folder(Path(writable_dir))} if writable_dir else set()))
     spill = spill_folder(db_path)
     config: dict[str, object] = dict(OPEN_CONFIG, temp_directory=str(spill), max_temp_directory_size=temp_limit())
+    if home is not None:
+        config |= search_config(home)
     if memory_limit:
         config["memory_limit"] = memory_limit
     try:

@@ -49,7 +49,7 @@ from pipelines.clock import utc_naive
 from pipelines.contracts import INGEST_LOG_COLUMNS, LAKE_TABLES, all_ddl, contract
 from pipelines.duckdb_limits import MEMORY_LIMIT_ENV, writer_limits
 from pipelines.lake import DeltaStore, LakeError, ReleaseNotFound, ReleaseRegistry, registry_for
-from pipelines.lake.reader import RELEASE_TABLE, view_sql
+from pipelines.lake.reader import RELEASE_TABLE, home_relative, search_config, view_sql
 
 # the readers' (a published release's) limit unless GPUPOOL_DUCKDB_MEMORY_LIMIT says otherwise; writers size theirs
 DEFAULT_MEMORY_LIMIT = "6GB"
@@ -136,7 +136,8 @@ class Warehouse:
             config = {"memory_limit": os.environ.get(MEMORY_LIMIT_ENV, DEFAULT_MEMORY_LIMIT)}
         else:
             config = writer_limits(self.home).config()
-        con = duckdb.connect(str(path), read_only=read_only, config=config)
+        # the lake views name their files relative to the home (pipelines/lake/reader.py)
+        con = duckdb.connect(str(path), read_only=read_only, config=config | search_config(self.home))
         if not read_only:  # DuckDB creates it 0666 less the umask, inside the 0700 folder: make it 0600
             set_mode(path, PRIVATE_MODE)
         return con
@@ -154,6 +155,7 @@ class Warehouse:
             self.lake_dirs(),
             memory_limit=memory_limit or os.environ.get(MEMORY_LIMIT_ENV, DEFAULT_MEMORY_LIMIT),
             writable_dir=writable_dir,
+            home=self.home,
         )
 
     @contextmanager
@@ -249,7 +251,7 @@ class Warehouse:
             copy = self.releases / f".{uuid.uuid4().hex}.tmp"
             copy_file(self.writer_path, copy, READER_MODE)  # 0644 from its creation: nobody else writes a release
         try:
-            con = duckdb.connect(str(copy))
+            con = duckdb.connect(str(copy), config=search_config(self.home))
             try:
                 versions = dict(con.execute("select table_name, version from ops.lake_versions "
                                             "where version is not null").fetchall())
@@ -391,7 +393,9 @@ class Warehouse:
     def refresh_lake_views(self, con: duckdb.DuckDBPyConnection) -> None:
         """Point each lake view at its Delta table's latest version (a list of its Parquet files),
         and record the version in ops.lake_versions: a publish records exactly what the views read.
-        The table's location is recorded too: a home copied elsewhere re-points its views."""
+        The files are named relative to the home (pipelines/lake/reader.py), so a moved home's views,
+        and its releases', read the lake where it is now; the table's location is recorded too (a
+        lake outside the home, on object storage, re-points the views when it moves)."""
         seen = {name: (version, location) for name, version, location
                 in con.execute("select table_name, version, location from ops.lake_versions").fetchall()}
         for name in LAKE_TABLES:
@@ -409,7 +413,7 @@ class Warehouse:
                 )
             else:
                 body = view_sql(self.store.schema(c.table, version), self.store.partition_columns(c.table, version),
-                                self.store.data_files(c.table, version))
+                                home_relative(self.store.data_files(c.table, version), self.home))
             con.execute(f"create or replace view {c.table} as {body}")
             con.execute("insert or replace into ops.lake_versions values (?, ?, ?)", [c.table, version, location])
 

@@ -20,6 +20,8 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
+from pipelines.lake.reader import search_config
+
 # The columns that record when the pipeline ran (an ingest, a build, a check), not what the data
 # says: two builds of the same landing files differ there and nowhere else. A bare name is that
 # column in every relation; "schema.relation.column" is that relation's only (the same name is data
@@ -131,9 +133,10 @@ def compare(a: duckdb.DuckDBPyConnection, b: duckdb.DuckDBPyConnection, home_a: 
 
 
 def compare_homes(before: Path, after: Path, schemas: list[str]) -> tuple[int, list[str]]:
-    """compare() of two homes' warehouses, opened read-only."""
-    with duckdb.connect(str(before / "warehouse.duckdb"), read_only=True) as a, \
-            duckdb.connect(str(after / "warehouse.duckdb"), read_only=True) as b:
+    """compare() of two homes' warehouses, opened read-only (each searching its own home for the lake
+    files its views name)."""
+    with duckdb.connect(str(before / "warehouse.duckdb"), read_only=True, config=search_config(before)) as a, \
+            duckdb.connect(str(after / "warehouse.duckdb"), read_only=True, config=search_config(after)) as b:
         return compare(a, b, before, after, schemas)
 
 

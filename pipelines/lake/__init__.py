@@ -6,7 +6,7 @@ is one atomic commit, so days load in parallel and a kill -9 leaves the last com
 each table to a Delta version, and a published DuckDB file reads that version through a view over
 its Parquet files (pipelines/warehouse.py publishes). Nothing here imports Dagster or the Warehouse.
 """
-from pipelines.lake.reader import release_read, view_sql
+from pipelines.lake.reader import home_relative, release_read, search_config, view_sql
 from pipelines.lake.releases import Release, ReleaseNotFound, ReleaseRegistry, registry_for
 from pipelines.lake.tables import DeltaStore, LakeError, UnreadableByFileList
 
@@ -17,7 +17,9 @@ __all__ = [
     "ReleaseNotFound",
     "ReleaseRegistry",
     "UnreadableByFileList",
+    "home_relative",
     "registry_for",
     "release_read",
+    "search_config",
     "view_sql",
 ]

@@ -7,13 +7,22 @@ lists come from the Delta log at one version, so a release reads exactly the ver
 `duckdb.connect(path)` to a path the process still has open the same database instance (the old
 release); close it, or ATTACH the file, to see a newer one.
 
+A local lake's files are named relative to the home (`home_relative`), and every connection gpupool
+opens searches the home for them (`search_config`, DuckDB's file_search_path): a release reads the
+lake of the home it is opened in, so a home moved, or restored from a backup into another folder,
+reads all its releases, pinned ones included. Another DuckDB client opens a release from the home's
+folder, or sets `file_search_path` to it first. A lake on object storage keeps its URIs.
+
 Delta keeps partition values in its log, not in the files, and its folder names are only a
 convention, so the views read with `hive_partitioning = false` and put each partition column back as
 a typed constant, one `union all` branch per partition value.
 """
 from __future__ import annotations
 
+import dataclasses
+import os
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -41,6 +50,24 @@ def duckdb_types(schema: pa.Schema) -> dict[str, str]:
         return {column: str(dtype) for column, dtype in zip(relation.columns, relation.types, strict=True)}
     finally:
         con.close()
+
+
+def search_config(home: Path) -> dict[str, str]:
+    """The duckdb.connect config under which a home's views find its lake files (`home_relative`)."""
+    folder = str(Path(home).resolve())
+    if "," in folder:  # DuckDB's file_search_path is a comma-separated list of folders
+        raise LakeError(f"the gpupool home {folder} has a comma in its path, which DuckDB cannot search: "
+                        "move it to a folder whose path has none")
+    return {"file_search_path": folder}
+
+
+def home_relative(files: list[DataFile], home: Path) -> list[DataFile]:
+    """The files with local paths under `home` named relative to it (what `view_sql` writes into a
+    release, found through `search_config`); URIs and paths elsewhere stay as they are."""
+    root = Path(home).absolute()  # the store's paths are built on the same home path: no resolve per file
+    return [dataclasses.replace(f, path=Path(os.path.relpath(f.path.absolute(), root)))
+            if isinstance(f.path, Path) and f.path.absolute().is_relative_to(root) else f
+            for f in files]
 
 
 def _file_list(files: list[DataFile]) -> str:

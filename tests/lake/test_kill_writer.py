@@ -17,6 +17,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from pipelines.lake.reader import search_config
 from pipelines.paths import REPO_ROOT
 from pipelines.warehouse import Warehouse
 from tests.conftest import copy_home
@@ -69,7 +70,7 @@ def assert_locks_free(wh: Warehouse) -> None:
 def published_day(wh: Warehouse) -> tuple[int, int, int, int]:
     """(release, samples of DAY, their distinct natural keys, samples the day's last log row loaded)
     in the published warehouse, opened as a data-team client would."""
-    con = duckdb.connect(str(wh.db_path), read_only=True)
+    con = duckdb.connect(str(wh.db_path), read_only=True, config=search_config(wh.home))
     try:
         (release,) = con.execute("select release_id from lake.release").fetchone()
         rows, keys = con.execute(f"select count(*), count(distinct ({', '.join(NATURAL_KEY)})) from raw.dcgm_samples "

@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 from pipelines.build import build
 from pipelines.lake import retention
+from pipelines.lake.reader import search_config
 from pipelines.lake.retention import COMPACTED_MARK, compact_minutes, maintain
 from pipelines.warehouse import ReleaseExpired, Warehouse
 from tests.models.builders import load, rows
@@ -247,7 +248,7 @@ def test_cli_dry_run_changes_nothing(tmp_path: Path, built_empty_home: Path) -> 
     result = CliRunner().invoke(main, ["maintain", "--home", str(home), "--raw-retention-days", "1"])
     assert result.exit_code == 0, result.output
     assert "1 days compacted" in result.output and wh.store.version("raw.dcgm_samples") > version
-    with duckdb.connect(str(wh.db_path), read_only=True) as con:
+    with duckdb.connect(str(wh.db_path), read_only=True, config=search_config(wh.home)) as con:
         assert con.execute("select count(*) from raw.dcgm_samples").fetchone()[0] == ROWS_AFTER
 
 

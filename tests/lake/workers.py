@@ -1,7 +1,7 @@
 """Processes for the warehouse concurrency tests: `python -m tests.lake.workers COMMAND ARGS...`.
 
 - reader HOME OUT STOP: until the file STOP exists, open the published warehouse (a fresh connection
-  per answer, alternately a plain read-only `duckdb.connect`, as a data-team client would, and
+  per answer, alternately a plain read-only `duckdb.connect` searching the home, as a data-team client would, and
   `Warehouse.analyst_connect`) and append one JSON line per answer to OUT: the release it read, the
   rows each invariant returned, its lake versions and telemetry counts, or the error.
 - write HOME BARRIER NAME WRITE...: each WRITE is DAY:ROWS:TAG (DAY an ISO date). Before each, wait
@@ -37,6 +37,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
+from pipelines.lake.reader import search_config
 from pipelines.paths import MODELS_DIR
 from pipelines.warehouse import Warehouse
 
@@ -140,7 +141,7 @@ def reader(home: str, out: str, stop: str) -> None:
             via = "plain" if n % 2 == 0 else "analyst"
             started = time.monotonic()
             try:
-                con = duckdb.connect(str(wh.db_path), read_only=True) if via == "plain" else wh.analyst_connect()
+                con = duckdb.connect(str(wh.db_path), read_only=True, config=search_config(wh.home)) if via == "plain" else wh.analyst_connect()
                 try:
                     record = {"via": via, **answer(con, templates)}
                 finally:

@@ -1,0 +1,80 @@
+"""A home moved to another folder (or restored from a backup elsewhere) reads every kept release, its
+raw telemetry included, and builds on: the releases' lake views name their files relative to the
+home they are opened in (pipelines/lake/reader.py), never by the folder they were written in."""
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from pipelines.build import build
+from pipelines.lake.reader import search_config
+from pipelines.warehouse import Warehouse
+from tests.models.builders import load, series
+
+DAYS = [dt.date(2026, 11, 1) + dt.timedelta(days=n) for n in range(3)]
+ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
+
+
+def load_day(wh: Warehouse, day: dt.date, gpus: int) -> None:
+    start = dt.datetime.combine(day, dt.time(10))
+    load(wh, "dcgm_text", day, dcgm_samples=[
+        row for g in range(gpus) for row in series("h1", g, ACTIVE, start, 30, 0.25 * g, model_name="NVIDIA H100")])
+
+
+def counts(con: duckdb.DuckDBPyConnection) -> tuple[int, int]:
+    """The raw samples (a lake view) and the per-minute mart (a table of the release)."""
+    return (con.execute("select count(*) from raw.dcgm_samples").fetchone()[0],
+            con.execute("select count(*) from marts.fct_gpu_activity").fetchone()[0])
+
+
+def read_every_release(wh: Warehouse) -> dict[int, tuple[int, int]]:
+    out = {}
+    for release in wh.kept_releases():
+        with wh.analyst_connect(release=release) as con:  # the analysts' sandbox, pinned releases' way
+            out[release] = counts(con)
+    return out
+
+
+def test_a_moved_home_reads_every_kept_release_and_builds_on(tmp_path: Path, built_empty_home: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUPOOL_KEEP_RELEASES", "2")
+    monkeypatch.chdir(tmp_path)  # no reader finds the lake through the working folder
+    old_home = tmp_path / "old" / "gpupool"
+    shutil.copytree(built_empty_home, old_home, ignore=shutil.ignore_patterns("last-build", "logs", "target"))
+    wh = Warehouse(old_home)
+    load_day(wh, DAYS[0], gpus=2)
+    build(wh)
+    pinned = wh.current_release()
+    wh.pin_release(pinned, "pack 2026-11")
+    load_day(wh, DAYS[1], gpus=3)
+    build(wh)
+    before = read_every_release(wh)
+    assert before[pinned] == (60, 60) and before[wh.current_release()] == (150, 150)
+    assert len(before) >= 3  # the pinned one, and the newest two
+
+    new_home = tmp_path / "restored" / "elsewhere" / "gpupool"
+    new_home.parent.mkdir(parents=True)
+    shutil.move(old_home, new_home)
+    moved = Warehouse(new_home)
+    assert read_every_release(moved) == before
+    with moved.connect(read_only=True) as con:  # the pipeline's own readers
+        assert counts(con) == before[moved.current_release()]
+    # another DuckDB client: from the home's folder, or with the home as its file search path
+    with duckdb.connect(str(moved.release_path(pinned)), read_only=True, config=search_config(new_home)) as con:
+        assert counts(con) == before[pinned]
+    monkeypatch.chdir(new_home)
+    with duckdb.connect(str(moved.release_path(pinned)), read_only=True) as con:
+        assert counts(con) == before[pinned]
+    monkeypatch.chdir(tmp_path)
+
+    load_day(moved, DAYS[2], gpus=1)  # ingest and build go on in the new folder
+    build(moved)
+    with moved.connect(read_only=True) as con:
+        assert counts(con) == (180, 180)
+    with moved.analyst_connect(release=pinned) as con:
+        assert counts(con) == before[pinned]
+    assert not old_home.exists()
