@@ -19,10 +19,16 @@ reports the round's counts as its skip message, so the tick history shows every 
 The `node_exporter_scrape` sensor does the same for the node_exporter targets of the
 `node_exporter` section: rounds in `landing/node_exporter_parquet/<day>/`, re-ingested by
 `raw_node_exporter_parquet` (it scrapes over HTTP itself: there is no offline resource for it).
+
+The `prometheus_pull` sensor is for a pool whose dcgm-exporters Prometheus already scrapes: every
+`prometheus.pull_interval_s` (default 5 min) it lands what Prometheus holds since its last pull
+(`pull_window`: up to `settle_s` ago) as `gpupool backfill prometheus` does, and requests the ingest
+of each day it touched (`raw_prometheus`). Its cursor keeps where the last pull ended.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from dataclasses import dataclass, replace
 
@@ -32,6 +38,8 @@ from pipelines.assets.ingest import asset_name
 from pipelines.assets.ingest_cursor import JsonCursor, due_ingests, ingest_result
 from pipelines.clock import utc_naive
 from pipelines.config import section
+from pipelines.connectors.prometheus import LANDING_SOURCE as PROMETHEUS_SOURCE
+from pipelines.connectors.prometheus import PrometheusConfig, backfill_prometheus, pull_window
 from pipelines.connectors.scrape import (
     LANDING_SOURCE,
     NODE_EXPORTER,
@@ -48,6 +56,7 @@ from pipelines.resources.warehouse import WarehouseResource
 
 RAW_DCGM_PARQUET = dg.AssetKey(asset_name(LANDING_SOURCE))
 RAW_NODE_EXPORTER_PARQUET = dg.AssetKey(asset_name(NODE_EXPORTER.landing_source))
+RAW_PROMETHEUS = dg.AssetKey(asset_name(PROMETHEUS_SOURCE))
 
 
 @dataclass(frozen=True)
@@ -163,8 +172,56 @@ def build_node_exporter_sensor(
     return _scrape
 
 
+@dataclass(frozen=True)
+class PullCursor(JsonCursor):
+    until: str | None = None  # ISO time (UTC) where the last pull's window ended
+    pulls: int = 0  # pulls that landed something, all days
+    files: int = 0  # files written, all pulls
+    last: str = ""  # the last pull's summary
+
+
+def build_prometheus_pull_sensor(
+    name: str = "prometheus_pull",
+    default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED,
+) -> dg.SensorDefinition:
+    """The Prometheus pull sensor; its interval from the `prometheus` section (read once, here), else
+    5 minutes. The section is re-read each tick: without it the tick skips and says so."""
+    settings = section("prometheus", PrometheusConfig)
+    interval = settings.pull_interval_s if settings is not None else PrometheusConfig.model_fields["pull_interval_s"].default
+
+    @dg.sensor(
+        name=name,
+        minimum_interval_seconds=interval,
+        asset_selection=[RAW_PROMETHEUS],
+        default_status=default_status,
+        description=(
+            f"Lands what Prometheus holds of the DCGM series since the last pull, every {interval} s, into "
+            f"landing/{PROMETHEUS_SOURCE}/<day>/ and ingests each day it touched ({RAW_PROMETHEUS.to_user_string()})."
+        ),
+    )
+    def _pull(context: dg.SensorEvaluationContext, warehouse: WarehouseResource) -> dg.SensorResult:
+        config = section("prometheus", PrometheusConfig)
+        if config is None:
+            return dg.SensorResult(skip_reason="no Prometheus to pull (the prometheus section of gpupool.yml)",
+                                   cursor=context.cursor)
+        cursor = PullCursor.parse(context.cursor)
+        last_end = dt.datetime.fromisoformat(cursor.until) if cursor.until else None
+        window = pull_window(last_end, utc_naive(), config)
+        if window is None:
+            return dg.SensorResult(skip_reason=f"nothing new since {cursor.until}", cursor=context.cursor)
+        report = backfill_prometheus(warehouse.get().landing, *window, config, now=window[1], log=context.log.info)
+        cursor = replace(cursor, until=window[1].isoformat(), pulls=cursor.pulls + bool(report.files_written),
+                         files=cursor.files + report.files_written, last=report.summary())
+        stamp = f"{window[1]:%Y%m%dT%H%M%S}"
+        ingests = [(day.isoformat(), f"{PROMETHEUS_SOURCE}:{day}:{stamp}") for day in report.days]
+        return ingest_result(ingests, name, cursor, report.summary())
+
+    return _pull
+
+
 dcgm_scrape_sensor = build_scrape_sensor()
 node_exporter_scrape_sensor = build_node_exporter_sensor()
+prometheus_pull_sensor = build_prometheus_pull_sensor()
 
 
-defs = dg.Definitions(sensors=[dcgm_scrape_sensor, node_exporter_scrape_sensor])
+defs = dg.Definitions(sensors=[dcgm_scrape_sensor, node_exporter_scrape_sensor, prometheus_pull_sensor])

@@ -92,6 +92,12 @@ class PrometheusConfig(BaseModel):
     # whole lookback: tens of seconds at 10,000 GPUs, near Dagster's 60 s sensor timeout); past it the
     # tick judges nothing and the next one goes on from the minutes kept so far
     fill_budget_s: float = Field(30.0, gt=0)
+    # the prometheus_pull sensor: every pull_interval_s it lands [the last pull's end, now - settle_s)
+    # and requests the ingest of each day it touched; its first pull reaches pull_first_window_s back,
+    # and one pull asks for at most pull_max_window_s (a sensor stopped for long catches up over pulls)
+    pull_interval_s: int = Field(300, ge=15)
+    pull_first_window_s: int = Field(3600, ge=60)
+    pull_max_window_s: int = Field(6 * 3600, ge=60, le=DAY_S)
 
     @field_validator("bearer_token", "username", "password", mode="before")
     @classmethod
@@ -287,6 +293,19 @@ class BackfillReport:
             f"({self.bytes_written / 1e6:.1f} MB, {self.files_replaced} replaced, {self.empty_blocks} empty blocks) "
             f"over {len(self.days)} days"
         )
+
+
+def pull_window(last_end: dt.datetime | None, now: dt.datetime, config: PrometheusConfig
+                ) -> tuple[dt.datetime, dt.datetime] | None:
+    """The window the pull sensor lands at `now` after a pull that ended at `last_end` (None: none yet):
+    [last_end, now - settle_s) cut to whole seconds, at most pull_max_window_s long from its start (the
+    rest is the next pull's); the first reaches pull_first_window_s back. None when nothing is new.
+    The backfill widens a window to whole blocks, so samples Prometheus stored after the last pull
+    inside a block it touched are fetched again with it."""
+    end = (now - dt.timedelta(seconds=config.settle_s)).replace(microsecond=0)
+    start = last_end if last_end is not None else end - dt.timedelta(seconds=config.pull_first_window_s)
+    end = min(end, start + dt.timedelta(seconds=config.pull_max_window_s))
+    return (start, end) if end > start else None
 
 
 def backfill_prometheus(

@@ -23,6 +23,7 @@ from pipelines.connectors.prometheus import (
     choose_step,
     epoch_s,
     plan_blocks,
+    pull_window,
 )
 from tests.connectors.conftest import backfill_and_ingest, send
 
@@ -377,3 +378,35 @@ def test_the_example_config_file_validates(monkeypatch):
     assert prometheus.bearer_token is None and prometheus.selector == 'job="dcgm-exporter"'
     monkeypatch.setenv("PROMETHEUS_TOKEN", "from-the-environment")
     assert section("prometheus", PrometheusConfig, example).bearer_token == "from-the-environment"
+
+
+PULL = PrometheusConfig(url="http://prometheus:9090", settle_s=30, pull_first_window_s=3600, pull_max_window_s=600)
+
+
+@pytest.mark.parametrize(("last_end", "now", "window"), [
+    # the first pull reaches pull_first_window_s back from the settled end, cut to pull_max_window_s
+    (None, dt.datetime(2026, 11, 2, 10, 0, 30, 999_000), (dt.datetime(2026, 11, 2, 9), dt.datetime(2026, 11, 2, 9, 10))),
+    # the next starts where the last ended and stops settle_s before now, in whole seconds
+    (dt.datetime(2026, 11, 2, 9, 58), dt.datetime(2026, 11, 2, 10, 3, 30, 500_000),
+     (dt.datetime(2026, 11, 2, 9, 58), dt.datetime(2026, 11, 2, 10, 3))),
+    # a sensor stopped for long catches up pull_max_window_s at a time
+    (dt.datetime(2026, 11, 1, 23, 55), dt.datetime(2026, 11, 2, 10), (dt.datetime(2026, 11, 1, 23, 55),
+                                                                      dt.datetime(2026, 11, 2, 0, 5))),
+    # nothing settled since the last pull: nothing to ask for
+    (dt.datetime(2026, 11, 2, 10, 3), dt.datetime(2026, 11, 2, 10, 3, 30), None),
+    (dt.datetime(2026, 11, 2, 10, 3), dt.datetime(2026, 11, 2, 10, 3, 10), None),
+])
+def test_each_pull_lands_what_settled_since_the_last_one(last_end, now, window):
+    assert pull_window(last_end, now, PULL) == window
+
+
+def test_pull_windows_chain_without_gap_or_overlap():
+    last, covered = None, []
+    for minute in range(0, 40, 3):
+        got = pull_window(last, dt.datetime(2026, 11, 2, 10, minute, 17), PULL)
+        if got is not None:
+            covered.append(got)
+            last = got[1]
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(covered))
+    assert covered[0][0] == dt.datetime(2026, 11, 2, 8, 59, 47)  # an hour before the first settled end
+    assert covered[-1][1] == dt.datetime(2026, 11, 2, 10, 38, 47)  # caught up: settle_s before the last pull
