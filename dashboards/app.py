@@ -1,4 +1,4 @@
-"""The entry file: language, sign-in and navigation only; each page lives in dashboards/views/
+"""The entry file: language, sign-in, the data's "as of" line and navigation only; each page lives in dashboards/views/
 (not pages/: a folder of that name switches Streamlit to its file-based navigation).
 
     streamlit run dashboards/app.py     (or `gpupool dashboard`)
@@ -9,6 +9,7 @@ import streamlit as st
 
 from dashboards.auth import UsersError, configured_users, current_user, sign_in, sign_out, sso_configured
 from dashboards.i18n import LANGUAGES, lang, t
+from dashboards.ui import data_as_of
 
 st.set_page_config(page_title="gpupool", page_icon=":material/grid_view:", layout="wide")
 
@@ -63,5 +64,6 @@ st.sidebar.caption(f"{t('signed_in_as')} **{user.name}** · "
 if st.sidebar.button(t("sign_out")):
     sign_out()
     st.rerun()
+data_as_of()
 
 navigation.run()

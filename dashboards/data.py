@@ -19,6 +19,7 @@ import datetime as dt
 import json
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
@@ -40,6 +41,25 @@ MEMORY_LIMIT = "2GB"
 # is a query missing its filter or its LIMIT, and it stops with QueryLimitExceeded instead of filling memory.
 MAX_ROWS = 1_000_000
 BATCH_ROWS = 65_536
+
+
+# The data are stale when the latest telemetry the release holds is older than this (GPUPOOL_DASHBOARD_STALE_MIN
+# minutes): the live chain lands and publishes every few minutes, the daily chain once a day.
+STALE_AFTER = dt.timedelta(minutes=int(os.environ.get("GPUPOOL_DASHBOARD_STALE_MIN", "30")))
+
+
+@dataclass(frozen=True)
+class AsOf:
+    """What every page reads: the release, when it was published, and its data's end."""
+
+    release: int
+    published_at: dt.datetime
+    telemetry_at: dt.datetime | None  # the latest minute any GPU reported (metrics.gpu_status); None: none yet
+
+    def stale_by(self, now: dt.datetime) -> dt.timedelta | None:
+        """How old the data are when older than STALE_AFTER (no telemetry at all is stale), else None."""
+        age = now - (self.telemetry_at or self.published_at)
+        return age if self.telemetry_at is None or age > STALE_AFTER else None
 
 
 class WarehouseMissing(RuntimeError):
@@ -112,6 +132,13 @@ def metric(column: str, view_name: str) -> dict | None:
     if rows.is_empty():
         rows = catalog().filter(pl.col("also_in").str.contains(f"metrics.{view_name}.{column}", literal=True))
     return rows.row(0, named=True) if rows.height else None
+
+
+def as_of() -> AsOf:
+    """The release the pages read (lake.release) and the latest telemetry in it (metrics.gpu_status)."""
+    release = query("select release_id, created_at from lake.release").row(0)
+    telemetry_at = query("select max(last_telemetry_at) from metrics.gpu_status").item()
+    return AsOf(release=int(release[0]), published_at=release[1], telemetry_at=telemetry_at)
 
 
 def bounds() -> tuple | None:

@@ -17,6 +17,13 @@ STRINGS: dict[str, dict[str, str]] = {
     "signed_in_as": {"en": "Signed in as", "zh": "当前用户"},
     "sign_in": {"en": "Sign in", "zh": "登录"},
     "sign_out": {"en": "Sign out", "zh": "退出"},
+    "data_as_of": {"en": "Data as of {at} UTC · release {release}, published {published} UTC",
+                   "zh": "数据截至 {at} UTC · 发布版本 {release}，发布于 {published} UTC"},
+    "data_stale": {"en": "The data are {age} old: check the ingest on the Data quality page, and that the "
+                         "pipeline's sensors and schedules run.",
+                   "zh": "数据已滞后 {age}：请在数据质量页检查采集，并确认流水线的传感器和调度在运行。"},
+    "no_telemetry_yet": {"en": "No telemetry in this release yet: the pages show no GPU activity.",
+                         "zh": "此发布版本尚无遥测数据：页面不显示GPU活动。"},
     "sign_in_sso": {"en": "Sign in with single sign-on", "zh": "使用单点登录"},
     "user": {"en": "User", "zh": "用户名"},
     "password": {"en": "Password", "zh": "密码"},

@@ -13,6 +13,7 @@ import streamlit as st
 from dashboards import data
 from dashboards.auth import User, current_user
 from dashboards.i18n import label, lang, t
+from pipelines.clock import utc_naive
 
 
 def page_user() -> User:
@@ -33,6 +34,28 @@ def guarded(draw: Callable[[], None]) -> None:
         st.warning(f"**{t('no_warehouse')}.** {exc}")
     except data.QueryLimitExceeded as exc:
         st.error(str(exc))
+
+
+def data_as_of() -> None:
+    """The sidebar's line on every page: the data's end and the release, and a warning when they are stale."""
+    try:
+        seen = data.as_of()
+    except (data.WarehouseMissing, data.QueryLimitExceeded):
+        return  # the page itself says so
+    end = seen.telemetry_at or seen.published_at
+    st.sidebar.caption(t("data_as_of", at=f"{end:%Y-%m-%d %H:%M}", release=seen.release,
+                         published=f"{seen.published_at:%Y-%m-%d %H:%M}"))
+    stale = seen.stale_by(utc_naive())
+    if stale is not None:
+        st.sidebar.warning(t("data_stale", age=_age(stale)) if seen.telemetry_at else t("no_telemetry_yet"))
+
+
+def _age(age) -> str:
+    """An age in the largest whole unit: 45 min, 7 h, 3 d."""
+    minutes = int(age.total_seconds() // 60)
+    if minutes < 120:
+        return f"{minutes} min"
+    return f"{minutes // 60} h" if minutes < 48 * 60 else f"{minutes // (24 * 60)} d"
 
 
 def empty(frame: pl.DataFrame, why: str | None = None) -> bool:
