@@ -33,7 +33,7 @@ from pipelines.paths import default_home
 from pipelines.sandbox import QueryLimitExceeded, check_read_only, guarded
 from pipelines.warehouse import Warehouse
 
-TTL_S = int(os.environ.get("GPUPOOL_DASHBOARD_TTL_S", "60"))
+TTL_S = int(os.environ.get("GPUPOOL_DASHBOARD_TTL_S", "").strip() or 60)
 # DuckDB's memory for one page's query (it spills beyond, up to GPUPOOL_SQL_TEMP_LIMIT, and stops at
 # GPUPOOL_SQL_TIMEOUT_S: pipelines/sandbox.py).
 MEMORY_LIMIT = "2GB"
@@ -45,7 +45,7 @@ BATCH_ROWS = 65_536
 
 # The data are stale when the latest telemetry the release holds is older than this (GPUPOOL_DASHBOARD_STALE_MIN
 # minutes): the live chain lands and publishes every few minutes, the daily chain once a day.
-STALE_AFTER = dt.timedelta(minutes=int(os.environ.get("GPUPOOL_DASHBOARD_STALE_MIN", "30")))
+STALE_AFTER = dt.timedelta(minutes=int(os.environ.get("GPUPOOL_DASHBOARD_STALE_MIN", "").strip() or 30))
 
 
 @dataclass(frozen=True)
