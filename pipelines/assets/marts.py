@@ -68,9 +68,24 @@ def reads(*relations: str) -> list[dg.AssetKey]:
     return keys
 
 
+# The live chain's rule for every model: rebuild the latest day (today, UTC) once something it reads has
+# been updated (an intraday ingest of the scrape rounds or a Prometheus pull), never while one of those is
+# still being written or a build of it runs. Unlike Dagster's eager(), a source that has not loaded today
+# (a scheduler accounting landed nightly) does not hold the others back. The daily schedule builds yesterday.
+INTRADAY = (
+    dg.AutomationCondition.in_latest_time_window()
+    & dg.AutomationCondition.any_deps_updated().since_last_handled()
+    & ~dg.AutomationCondition.any_deps_in_progress()
+    & ~dg.AutomationCondition.in_progress()
+).with_label("intraday")
+
+
 class GpupoolDbtTranslator(DagsterDbtTranslator):
     """Keys and groups from the warehouse relation; sources, as the deps of models and of tests,
-    replaced by the assets that write them."""
+    replaced by the assets that write them; models rebuilt intraday (INTRADAY) while the live chain runs."""
+
+    def get_automation_condition(self, dbt_resource_props: Mapping[str, Any]) -> dg.AutomationCondition | None:
+        return INTRADAY if dbt_resource_props["resource_type"] == "model" else None
 
     def get_asset_key(self, dbt_resource_props: Mapping[str, Any]) -> dg.AssetKey:
         if dbt_resource_props["resource_type"] == "source":
@@ -187,6 +202,19 @@ models_job = dg.define_asset_job(
 )
 
 
+# The one switch of the live chain's builds (stopped, as every sensor): with it on, Dagster evaluates INTRADAY
+# every minute and runs the models whose inputs an intraday ingest updated, for today.
+live_chain_sensor = dg.AutomationConditionSensorDefinition(
+    "live_chain",
+    target=dg.AssetSelection.assets(dbt_models),
+    default_status=dg.DefaultSensorStatus.STOPPED,
+    minimum_interval_seconds=60,
+    run_tags=models_job.tags,  # the build's writer tag: one build at a time (docs/deploy.md)
+    description="Rebuilds today's models once an intraday ingest (dcgm_scrape, prometheus_pull) updated what they "
+                "read, and publishes a release: the live chain's builds.",
+)
+
+
 models_schedule = daily_schedule(
     models_job, "50 0 * * *", "models_schedule",
     "Builds the models for yesterday (UTC) at 00:50 UTC, once ingest_daily (00:20) is in.")
@@ -197,4 +225,5 @@ defs = dg.Definitions(
     asset_checks=[ingest_accounting_balanced, catalog_matches_models],
     jobs=[models_job],
     schedules=[models_schedule],
+    sensors=[live_chain_sensor],
 )
