@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import itertools
 import json
 import os
 from collections.abc import Callable, Iterator
@@ -95,7 +96,7 @@ def ingest_partition(
     Memory is bounded by SLICE_ROWS, not by the day: parsed records are validated and split by day
     a batch of at least SLICE_ROWS rows at a time (every file's records when the day is smaller),
     and the lake tables' rows are written as each batch's Parquet files, all committed at the end.
-    Sources in SLICED read a large file a slice at a time too."""
+    Sources in SLICED read a large file a slice at a time too (`_take_slices`)."""
     src = source(source_name)
     started_at = utc_naive()
     files = src.files_in(landing_folder(warehouse, source_name, day))
@@ -111,15 +112,8 @@ def ingest_partition(
         slices = SLICED.get(source_name)
         if slices is None:
             load.take(path, src.parse_file(path))
-            continue
-        load.flush()  # a rejected file's slices are dropped by rolling back to here
-        mark = load.mark()
-        try:
-            for result in slices(path):
-                load.take(path, result)
-        except UnreadableSlice:
-            load.rollback(mark)
-            load.take(path, src.parse_file(path))
+        else:
+            _take_slices(load, src, path, slices(path))
     load.flush(final=True)
     quarantine = pl.concat(load.quarantines, how="vertical")
     if src.time_columns:
@@ -167,6 +161,35 @@ SLICE_ROWS = dcgm_parquet.SLICE_ROWS
 SLICED: dict[str, Callable[[Path], Iterator[ParseResult]]] = {
     dcgm_parquet.SOURCE: dcgm_parquet.parse_dcgm_parquet_slices,
 }
+
+
+def _take_slices(load: _DayLoad, src: IngestSource, path: Path, slices: Iterator[ParseResult]) -> None:
+    """A SLICED file's records: a file smaller than SLICE_ROWS is read whole before any of it is taken, so it
+    joins the batch under way (a day of scrape rounds is validated a batch at a time, not a round at a time);
+    a larger one is taken a slice at a time in batches of its own. A file that turns out unreadable part way
+    is parsed whole instead (its records quarantined with the reason), nothing of its slices kept."""
+    read, rows = [], 0
+    try:
+        for result in slices:
+            read.append(result)
+            rows += result.records_read
+            if rows >= SLICE_ROWS:
+                break
+        else:
+            for result in read:
+                load.take(path, result)
+            return
+    except UnreadableSlice:
+        load.take(path, src.parse_file(path))
+        return
+    load.flush()  # a large file: its slices are dropped by rolling back to here
+    mark = load.mark()
+    try:
+        for result in itertools.chain(read, slices):
+            load.take(path, result)
+    except UnreadableSlice:
+        load.rollback(mark)
+        load.take(path, src.parse_file(path))
 
 
 class _DayLoad:

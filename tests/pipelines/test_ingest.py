@@ -119,10 +119,10 @@ def _telemetry_day(folder) -> None:
         }, schema_overrides={"gpu": pl.Int32}).write_parquet(folder / name)
 
 
-@pytest.mark.parametrize("unreadable", [False, True])
+@pytest.mark.parametrize("unreadable", [None, 0, 1])
 def test_a_day_loaded_in_slices_is_the_day_loaded_whole(tmp_path, monkeypatch, unreadable):
-    """Slices (and a file dropped mid-way and parsed whole) change nothing: rows, quarantine, counts,
-    notes and the validation's outcome are those of one pass over the day."""
+    """Slices (and a file found unreadable at its first slice or mid-way, and parsed whole) change nothing:
+    rows, quarantine, counts, notes and the validation's outcome are those of one pass over the day."""
     from pipelines import ingest
     from pipelines.sources import dcgm_parquet
 
@@ -135,7 +135,7 @@ def test_a_day_loaded_in_slices_is_the_day_loaded_whole(tmp_path, monkeypatch, u
 
         def slices(path):
             for i, result in enumerate(dcgm_parquet.parse_dcgm_parquet_slices(path, slice_rows)):
-                if unreadable and path.name == "b.parquet" and i == 1:
+                if path.name == "b.parquet" and i == unreadable:
                     raise dcgm_parquet.UnreadableSlice("a bad page")
                 yield result
 
