@@ -53,7 +53,9 @@ def test_schedules_and_jobs_are_defined():
                                            "maintain_lake"}
     assert len(list(defs.schedules)) == 7
     assert {s.name for s in defs.sensors} == {"dcgm_scrape", "node_exporter_scrape", "slurm_gpu_snapshot", "idle_reclaim",
-                                                "mlflow_pull", "slurm_admin_audit"}
+                                                "mlflow_pull", "slurm_admin_audit", "prometheus_pull", "live_chain"}
+    # nothing lands, builds or acts until an operator turns it on
+    assert {s.name for s in defs.sensors if s.default_status != dg.DefaultSensorStatus.STOPPED} == set()
 
 
 def test_the_daily_ingest_schedule_targets_the_day_that_just_ended():
