@@ -13,7 +13,7 @@ import streamlit as st
 from dashboards import data
 from dashboards.auth import User, current_user
 from dashboards.i18n import label, lang, t
-from pipelines.clock import utc_naive
+from pipelines.clock import duration_text, utc_naive
 
 
 def page_user() -> User:
@@ -47,15 +47,8 @@ def data_as_of() -> None:
                          published=f"{seen.published_at:%Y-%m-%d %H:%M}"))
     stale = seen.stale_by(utc_naive())
     if stale is not None:
-        st.sidebar.warning(t("data_stale", age=_age(stale)) if seen.telemetry_at else t("no_telemetry_yet"))
-
-
-def _age(age) -> str:
-    """An age in the largest whole unit: 45 min, 7 h, 3 d."""
-    minutes = int(age.total_seconds() // 60)
-    if minutes < 120:
-        return f"{minutes} min"
-    return f"{minutes // 60} h" if minutes < 48 * 60 else f"{minutes // (24 * 60)} d"
+        st.sidebar.warning(t("data_stale", age=duration_text(stale.total_seconds())) if seen.telemetry_at
+                           else t("no_telemetry_yet"))
 
 
 def empty(frame: pl.DataFrame, why: str | None = None) -> bool:

@@ -9,3 +9,18 @@ def utc_naive(moment: dt.datetime | None = None) -> dt.datetime:
     """`moment` (default: now) in UTC without its zone; a naive moment is taken to be UTC already."""
     moment = moment or dt.datetime.now(dt.UTC)
     return moment.astimezone(dt.UTC).replace(tzinfo=None) if moment.tzinfo else moment
+
+
+def duration_text(seconds: float) -> str:
+    """'45 s', '15 min', '2 h', '1 h 30 min', '3 d 4 h'."""
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes = seconds // 60
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, rest = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h" + (f" {rest} min" if rest else "")
+    days, hours = divmod(hours, 24)
+    return f"{days} d" + (f" {hours} h" if hours else "")

@@ -13,8 +13,8 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
+from pipelines.clock import duration_text
 from pipelines.policies.model import PlannedAction
-from pipelines.policies.planner import duration_text
 
 LANGUAGES = ("en", "zh")
 

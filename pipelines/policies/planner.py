@@ -38,6 +38,7 @@ from typing import Any, Protocol
 import polars as pl
 
 from allocator.records import rfc3339
+from pipelines.clock import duration_text
 from pipelines.contracts import DecisionStatus, Mode, PolicyKind, StepAction
 from pipelines.policies.model import PlannedAction, RateLimits, Rule, Step, action_key
 
@@ -109,21 +110,6 @@ class ActionHistory(Protocol):
 
 
 # --- words -----------------------------------------------------------------------------------
-
-
-def duration_text(seconds: float) -> str:
-    """'45 s', '15 min', '2 h', '1 h 30 min', '3 d 4 h'."""
-    seconds = round(seconds)
-    if seconds < 60:
-        return f"{seconds} s"
-    minutes = seconds // 60
-    if minutes < 60:
-        return f"{minutes} min"
-    hours, rest = divmod(minutes, 60)
-    if hours < 48:
-        return f"{hours} h" + (f" {rest} min" if rest else "")
-    days, hours = divmod(hours, 24)
-    return f"{days} d" + (f" {hours} h" if hours else "")
 
 
 def _number(value: float) -> str:
