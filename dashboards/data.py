@@ -136,9 +136,9 @@ def metric(column: str, view_name: str) -> dict | None:
 
 def as_of() -> AsOf:
     """The release the pages read (lake.release) and the latest telemetry in it (metrics.gpu_status)."""
-    release = query("select release_id, created_at from lake.release").row(0)
-    telemetry_at = query("select max(last_telemetry_at) from metrics.gpu_status").item()
-    return AsOf(release=int(release[0]), published_at=release[1], telemetry_at=telemetry_at)
+    release, published_at, telemetry_at = query(  # one query: one open of the release per page
+        "select release_id, created_at, (select max(last_telemetry_at) from metrics.gpu_status) from lake.release").row(0)
+    return AsOf(release=int(release), published_at=published_at, telemetry_at=telemetry_at)
 
 
 def bounds() -> tuple | None:
