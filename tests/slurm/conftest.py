@@ -61,6 +61,18 @@ def _cluster_name() -> str | None:
     return None
 
 
+def accounting_diagnosis() -> str:
+    """What explains accounting that does not land: the DBD agent's queue (sdiag) and the tails of
+    slurmctld's and slurmdbd's logs."""
+    agent = [line.strip() for line in slurm("sdiag", check=False).splitlines() if "DBD Agent" in line]
+    tails = []
+    for name in ("slurmctld.log", "slurmdbd.log"):
+        log = STATE / "log" / name
+        lines = log.read_text(errors="replace").splitlines()[-15:] if log.exists() else ["(no log)"]
+        tails.append(f"--- {name}\n" + "\n".join(lines))
+    return "\n".join(["sdiag: " + ("; ".join(agent) or "(no DBD agent line)"), *tails])
+
+
 @dataclass
 class SlurmCluster:
     """Submit jobs to the test cluster and watch them; cancels what it submitted at the end."""
@@ -114,8 +126,10 @@ class SlurmCluster:
         return [dict(zip(keys, line.split("|"), strict=True)) for line in out.splitlines() if line]
 
     def wait_accounted(self, job_id: str, check: Callable[[list[dict]], bool], what: str,
-                       timeout_s: float = 60) -> list[dict]:
-        """Poll sacct: accounting lands a second or two after the fact."""
+                       timeout_s: float = 120) -> list[dict]:
+        """Poll sacct: accounting lands a second or two after the fact, longer when slurmctld's queue
+        to slurmdbd is backed up on a loaded machine. On a timeout the message says what sacct last
+        showed, the DBD agent's queue and the daemons' last log lines, so a CI failure explains itself."""
         rows: list[dict] = []
 
         def landed() -> bool:
@@ -123,7 +137,10 @@ class SlurmCluster:
             rows = self.sacct_rows(job_id)
             return check(rows)
 
-        self.wait_for(f"sacct to show job {job_id} {what} (last seen {rows})", landed, timeout_s)
+        try:
+            self.wait_for(f"sacct to show job {job_id} {what}", landed, timeout_s)
+        except AssertionError as timed_out:
+            raise AssertionError(f"{timed_out}; sacct last showed {rows}\n{accounting_diagnosis()}") from None
         return rows
 
     def cancel(self, *job_ids: str) -> None:
