@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib.util
+import json
 import shutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+import polars as pl
 
 from allocator.sim.simulator import simulate
 from pipelines.build import build
@@ -30,6 +33,9 @@ DAYS = [START + dt.timedelta(days=n) for n in range(3)]
 COMPARED_SCHEMAS = ["marts", "metrics"]
 
 Correction = Callable[[Path], None]  # replaces landing files (under the landing folder given) by corrected ones
+# the sources that land during the day (the live chain's scrape rounds, Prometheus pulls and scheduler
+# increments); the pool snapshot lands once a day
+INTRADAY_SOURCES = ("dcgm_parquet", "node_exporter_parquet", "allocator_events", "allocator_artifacts")
 
 
 def simulate_landing(landing: Path) -> None:
@@ -58,6 +64,19 @@ def ingest(wh: Warehouse, sources: Iterable[str], days: list[dt.date]) -> None:
             ingest_days(wh, name, days, validate=False)
 
 
+def land_until(pristine: Path, landing: Path, cut: dt.datetime) -> None:
+    """The day's landing files of one source as they stood at `cut`: the samples taken and the records
+    stamped before it (the same file names, so the rows name the same landing file)."""
+    for path in pristine.iterdir():
+        if path.suffix == ".parquet":
+            pl.read_parquet(path).filter(pl.col("sampled_at") < cut).write_parquet(landing / path.name)
+        else:
+            lines = path.read_text().splitlines()
+            kept = [line for line in lines
+                    if dt.datetime.fromisoformat(json.loads(line)["ts"]).replace(tzinfo=None) < cut]
+            (landing / path.name).write_text("".join(f"{line}\n" for line in kept))
+
+
 def full_refresh(landing: Path, home: Path, days: list[dt.date]) -> Warehouse:
     """A fresh home with a copy of `landing`, every day of every source loaded, one full refresh."""
     full = Warehouse(home)
@@ -79,16 +98,19 @@ def assert_equal(wh: Warehouse, full: Warehouse) -> None:
 @dataclass(frozen=True)
 class Run:
     """One ingest run (each source's `days` in one call) then a build; `corrections` first replace
-    landing files by corrected ones (the day's re-ingest then loads them)."""
+    landing files by corrected ones (the day's re-ingest then loads them). `until`: an intraday cycle,
+    the intraday sources only, their files as landed by that time of the day; a later run of the day
+    without it lands the whole day again."""
     days: tuple[int, ...]  # 1-based: day 1 is DAYS[0]
     sources: tuple[str, ...] | None = None  # None: every landed source
     skip: tuple[str, ...] = ()  # sources left out of the run
     corrections: tuple[Correction, ...] = ()
+    until: dt.time | None = None
 
 
 def run(*days: int, sources: tuple[str, ...] | None = None, skip: tuple[str, ...] = (),
-        corrections: tuple[Correction, ...] = ()) -> Run:
-    return Run(days, sources, skip, corrections)
+        corrections: tuple[Correction, ...] = (), until: dt.time | None = None) -> Run:
+    return Run(days, sources, skip, corrections, until)
 
 
 class Replays:
@@ -121,8 +143,19 @@ class Replays:
             step = runs[i]
             for correct in step.corrections:
                 correct(wh.landing)
-            ingest(wh, [s for s in step.sources or self.sources if s not in step.skip],
-                   [DAYS[d - 1] for d in step.days])
+            sources = [s for s in step.sources or self.sources if s not in step.skip]
+            days = [DAYS[d - 1] for d in step.days]
+            cut_short = {(s, day) for r in runs[:i] if r.until for s in INTRADAY_SOURCES
+                         for day in (DAYS[d - 1] for d in r.days)}
+            for s, day in ((s, day) for s in sources for day in days):
+                pristine, landing = self.landing / s / day.isoformat(), wh.landing / s / day.isoformat()
+                if step.until and s in INTRADAY_SOURCES:
+                    land_until(pristine, landing, dt.datetime.combine(day, step.until))
+                elif (s, day) in cut_short:
+                    shutil.copytree(pristine, landing, dirs_exist_ok=True)  # the rest of the day landed
+            if step.until:
+                sources = [s for s in sources if s in INTRADAY_SOURCES]
+            ingest(wh, sources, days)
             build(wh)
             if runs[:i + 1] not in self.kept:
                 kept = self.root / f"kept-{len(self.kept)}"

@@ -3,7 +3,8 @@ order the files were loaded in (issue 27). The same three simulated days of a sm
 crossing midnight, host counters, GPU faults, checkpoints: tests/models/replay.py) are loaded in
 several orders, with a build after each ingest run: days in order, reversed, shuffled, a day
 re-ingested after later days were built, a day's sources split around a later day, a correction to an
-earlier day's files, two days in one run. Each ordering ends with every relation of marts and metrics
+earlier day's files, two days in one run, the last day in intraday cycles (its telemetry and scheduler
+records as landed by 08:00, then by 16:00, then the whole day with its pool snapshot: issue 30). Each ordering ends with every relation of marts and metrics
 equal to a full refresh of the final landing files (scripts/compare_metrics.py). Only what the
 relations hold is compared, never how a model was built, so the property holds for any incremental
 strategy. (test_late_data.py replays two more orderings, the issue's own.)"""
@@ -82,6 +83,7 @@ ORDERINGS: dict[str, tuple[Run, ...]] = {
         run(1), run(2, skip=SPLIT_LATE), run(3), run(2, sources=SPLIT_LATE)),
     CORRECTED: (run(1), run(2), run(3), run(1, corrections=(correct_job_ends, correct_host_counter))),
     "day-3-then-days-1-2-in-one-run": (run(3), run(1, 2)),
+    "day-3-in-intraday-cycles": (run(1), run(2), run(3, until=dt.time(8)), run(3, until=dt.time(16)), run(3)),
 }
 
 
@@ -113,6 +115,13 @@ def test_the_landing_files_exercise_what_crosses_days(replays: Replays):
             "the corrected day 1 leaves an attempt running to the end of the data"
         assert corrected.execute(first_rates, midnight).fetchall() != rates, \
             "the corrected counter changes day 2's first host rate"
+    crossing_a_cut = (
+        "select count(*) from marts.fct_allocations where started_at < ? and ended_at between ? and ?")
+    with replays.reference().connect() as con:
+        for cut, later in ((dt.time(8), dt.time(16)), (dt.time(16), dt.time(23, 59))):
+            at, by = dt.datetime.combine(DAYS[2], cut), dt.datetime.combine(DAYS[2], later)
+            assert con.execute(crossing_a_cut, [at, at, by]).fetchone()[0] > 0, \
+                f"allocations running at an intraday cycle ({cut:%H:%M}) end in the next"
 
 
 @pytest.mark.slow
