@@ -83,12 +83,23 @@ def _connect() -> duckdb.DuckDBPyConnection:
 
 
 def query(sql: str, params: tuple = ()) -> pl.DataFrame:
-    """Rows of a read-only query (cached for TTL_S seconds per warehouse, query and parameters)."""
-    return _query(str(db_path()), sql, params)
+    """Rows of a read-only query, cached per release, query and parameters for TTL_S seconds at most:
+    a page opened after a publish reads the new release at once, not after the cache expires."""
+    path = db_path()
+    return _query(str(path), _release_key(path), sql, params)
+
+
+def _release_key(path: Path) -> tuple[int, int] | None:
+    """Which release `path` is: every publish links a new file in its place (pipelines/warehouse.py)."""
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return None  # _connect says so
+    return stat.st_ino, stat.st_mtime_ns
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
-def _query(path: str, sql: str, params: tuple) -> pl.DataFrame:
+def _query(path: str, release: tuple[int, int] | None, sql: str, params: tuple) -> pl.DataFrame:
     check_read_only(sql)  # the pages' SQL is ours; a second line of defence all the same
     con = _connect()
     try:

@@ -31,9 +31,17 @@ from pathlib import Path
 import pytest
 import requests
 
+from allocator.pool import default_pool
+from allocator.sim.scaling import scale_pool
+from allocator.telemetry import render_node_metrics
+from pipelines.build import build
+from pipelines.connectors.scrape import DcgmConfig, Scraper, write_round
+from pipelines.ingest import ingest_partition
 from pipelines.paths import REPO_ROOT
+from pipelines.warehouse import Warehouse
 from tests.components import require_component
 from tests.conftest import copy_home
+from tests.connectors.conftest import LoopbackServer, send
 from tests.dashboards.conftest import APP, PASSWORD, USERS, add_tenant_pack
 
 pytestmark = pytest.mark.slow
@@ -338,3 +346,52 @@ def test_pack_pdf_is_not_served_without_a_session(browser, packs_url, shots):
         page.close()
         context.close()
     assert _served_without_a_session(offered, pdfs["vision"]) == [], "served after the browser closed"
+
+
+def _as_of_line(page) -> str:
+    return page.locator('[data-testid="stSidebar"] [data-testid="stCaptionContainer"]').filter(
+        has_text="Data as of").inner_text()
+
+
+def test_a_round_scraped_while_the_pool_page_is_open_shows_after_one_cycle(context, demo_home, tmp_path, shots):
+    """The live chain's promise, in the browser (issue 30): with the dashboards serving, a dcgm-exporter
+    round of one node is scraped, and after one cycle (the day's ingest, the build, its publish, as the
+    live chain runs them) the Pool page reads the new release: its "as of" line and the GPUs' caption
+    give the round's minute. The server's query cache is keyed by release, not only by time."""
+    home = copy_home(demo_home, tmp_path / "home")
+    wh = Warehouse(home)
+    with wh.connect(read_only=True) as con:
+        end, release = con.execute("select max(last_telemetry_at), (select release_id from lake.release) "
+                                   "from metrics.gpu_status").fetchone()
+    pool = scale_pool(default_pool(), 64)  # the demo's pool (tests/conftest.py small_demo_home)
+    round_at = end + dt.timedelta(minutes=3, seconds=7)
+    body = render_node_metrics(pool, {}, pool.nodes[0].host, round_at).encode()
+    exporter = LoopbackServer(lambda request: send(request, 200, body))
+    try:
+        with serve(home, tmp_path / "streamlit.log") as url:
+            page, problems = _open(context, url, "pool")
+            assert f"Data as of {end:%Y-%m-%d %H:%M} UTC · release {release}," in _as_of_line(page)
+            scraper = Scraper(DcgmConfig(targets=[f"{exporter.url}/metrics"], retries=0))
+            try:
+                scrape = scraper.scrape_round(round_at)
+            finally:
+                scraper.close()
+            assert scrape.samples.height > 0 and scrape.records_quarantined == 0 and scrape.gaps.is_empty()
+            write_round(wh.landing, scrape)
+            ingest_partition(wh, "dcgm_parquet", round_at.date())
+            build(wh)
+            new_release = wh.current_release()
+            assert new_release > release
+            with wh.connect(read_only=True) as con:
+                gpus_as_of = con.execute("select max(as_of_at) from metrics.gpu_status").fetchone()[0]
+            assert gpus_as_of > round_at  # the data's end: the round's minute, and the minute it stands for
+            page.close()
+            page, problems_after = _open(context, url, "pool")  # within the cache's TTL of the first read
+            minute = f"{round_at:%Y-%m-%d %H:%M}"
+            assert f"Data as of {minute} UTC · release {new_release}," in _as_of_line(page)
+            assert page.get_by_text(f"as of {gpus_as_of}").count() > 0  # the GPUs' caption (metrics.gpu_status)
+            assert problems == problems_after == []
+            page.screenshot(path=str(shots[0] / "pool-after-a-cycle.png"))
+            page.close()
+    finally:
+        exporter.stop()
