@@ -18,6 +18,7 @@ import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -29,6 +30,7 @@ from pipelines.lake.reader import RELEASE_TABLE
 from pipelines.warehouse import Warehouse
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 INGEST_SQL = """
     select ingest_source, max(finished_at), max(finished_at) filter (where records_loaded > 0),
@@ -134,25 +136,31 @@ class PipelineCollector(Collector):
         now = self.clock()
         up = GaugeMetricFamily("gpupool_exporter_part_up", "1 when the part could be read at this scrape, else 0.",
                                labels=["part"])
-        # a scrape must answer whatever the home holds: a part that fails is reported and logged, not raised
-        try:
-            ingests, release = read_warehouse(self.warehouse)
-        except Exception as exc:  # noqa: BLE001 - see above
-            log.warning("metrics: cannot read the warehouse of %s: %s", self.warehouse.home, exc)
-            up.add_metric(["warehouse"], 0)
-        else:
-            yield from ingest_families(ingests, now)
-            yield from release_families(release, now)
-            up.add_metric(["warehouse"], 1)
-        try:
-            status = read_status(self.outbox)
-        except Exception as exc:  # noqa: BLE001 - see above
-            log.warning("metrics: cannot read the outbox %s: %s", self.outbox, exc)
-            up.add_metric(["outbox"], 0)
-        else:
+        read = part(up, "warehouse", lambda: read_warehouse(self.warehouse))
+        if read is not None:
+            yield from ingest_families(read[0], now)
+            yield from release_families(read[1], now)
+        status = part(up, "outbox", lambda: read_status(self.outbox))
+        if status is not None:
             yield from outbox_families(status, now)
-            up.add_metric(["outbox"], 1)
         yield up
+
+
+def part(up: GaugeMetricFamily, name: str, read: Callable[[], T]) -> T | None:
+    """`read()`, and whether it worked in `up`; None when it did not. A scrape must answer whatever the
+    home holds, so nothing is raised: a missing file is normal (a new home, reclaim never ran), anything
+    else is logged."""
+    try:
+        value = read()
+    except FileNotFoundError as exc:
+        log.debug("metrics: no %s yet: %s", name, exc)
+    except Exception as exc:  # noqa: BLE001 - see above
+        log.warning("metrics: cannot read the %s: %s", name, exc)
+    else:
+        up.add_metric([name], 1)
+        return value
+    up.add_metric([name], 0)
+    return None
 
 
 def pipeline_registry(warehouse: Warehouse, outbox: Path, clock: Callable[[], dt.datetime] = utc_naive

@@ -373,7 +373,7 @@ class _AuditHandler(http.server.BaseHTTPRequestHandler):
             elif path == "/metrics":
                 self._send(200, generate_latest(self.server.metrics.registry), CONTENT_TYPE_LATEST)
             else:
-                self._answer(404, {"error": f"no such path {self.path}: POST audit EventLists, GET /healthz"})
+                self._answer(404, {"error": f"no such path {self.path}: POST audit EventLists, GET /healthz or /metrics"})
 
     def do_POST(self) -> None:
         with self._measured():

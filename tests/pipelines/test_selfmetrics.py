@@ -110,3 +110,11 @@ def test_an_outbox_without_ticks_yet_reports_its_backlog_only(tmp_path: Path) ->
     assert samples[("gpupool_outbox_queued_actions", ())] == 0
     assert samples[("gpupool_outbox_oldest_queued_age_seconds", ())] == 0
     assert not any(name.startswith("gpupool_reclaim_tick") for name, _ in samples)
+
+
+def test_a_warehouse_that_will_not_open_is_reported_not_raised(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "warehouse.duckdb").write_bytes(b"not a database")
+    samples = scrape(Warehouse(home), tmp_path / "outbox.db", utc_naive())
+    assert samples[("gpupool_exporter_part_up", (("part", "warehouse"),))] == 0
