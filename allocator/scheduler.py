@@ -177,6 +177,14 @@ class Scheduler:
         return sorted((self.jobs[j] for j, t in self._track.items() if self.jobs[j].state == JobState.PENDING),
                       key=lambda job: self._track[job.job_id].seq)
 
+    def queue_depths(self) -> dict[str, tuple[int, int]]:
+        """Per queue: (jobs waiting, jobs running). Reads the live jobs only, not every job ever seen."""
+        counts = {name: [0, 0] for name in self.queues}
+        for job_id in self._track:
+            job = self.jobs[job_id]
+            counts[job.spec.queue][job.state == JobState.RUNNING] += 1
+        return {name: (waiting, running) for name, (waiting, running) in counts.items()}
+
     def drained(self) -> dict[str, dict]:
         """Drained nodes and GPUs (`host` or `host/gpu`) → how they were drained."""
         return {target: dict(info) for target, info in self._drained.items()}

@@ -27,6 +27,7 @@ from allocator.api.settings import Settings, utcnow
 from allocator.api.wire import SafeJSONResponse, http_error, invalid_request
 from allocator.auth import TokenTable, load_tokens
 from allocator.inputs import MAX_BODY_BYTES
+from allocator.metrics import AllocatorMetrics, RequestMetrics
 from allocator.model import PoolConfig
 from allocator.store import Store
 from allocator.telemetry import ActivityProfile
@@ -40,11 +41,13 @@ ROUTERS = (
 
 
 class _AllocatorAPI(FastAPI):
-    """FastAPI with the access log (`allocator.access`) around everything else, so that it sees every
-    answer, the 413 of the body limit included; it names callers from the settings' tokens."""
+    """FastAPI with the request metrics (`allocator.metrics`) and the access log (`allocator.access`)
+    around everything else, so that they see every answer, the 413 of the body limit included; the log
+    names callers from the settings' tokens."""
 
     def build_middleware_stack(self):
-        return AccessLog(super().build_middleware_stack(), self.state.settings.tokens)
+        stack = AccessLog(super().build_middleware_stack(), self.state.settings.tokens)
+        return RequestMetrics(stack, self.state.metrics)
 
 
 def create_app(
@@ -78,6 +81,7 @@ def create_app(
     )
     app.state.store = store
     app.state.settings = settings
+    app.state.metrics = AllocatorMetrics(store)
     for router in ROUTERS:
         app.include_router(router)
     return app

@@ -24,6 +24,7 @@ import json
 import logging
 import sqlite3
 import threading
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -339,6 +340,10 @@ class Store:
         self._db.executescript(_SCHEMA)
         self._check_meta()
         self.engine = self._rebuild()
+        # job events by type over the whole log (the metrics' admissions and preemptions): counted once
+        # here, then by each commit, so that a scrape reads no table
+        self._event_types = Counter(dict(self._db.execute(
+            "select json_extract(record, '$.type'), count(*) from events group by 1").fetchall()))
 
     # -- opening ---------------------------------------------------------------------------------
 
@@ -515,6 +520,7 @@ class Store:
             self.engine = self._rebuild()
             raise
         self._last_seq, self._last_now = seq, now
+        self._event_types.update(r.get("type") for r in events)
         if seq - self._snapshot_seq >= self.snapshot_every:
             self._snapshot(self.engine)
         return seq
@@ -621,6 +627,11 @@ class Store:
 
     def command_count(self) -> int:
         return self._last_seq
+
+    def event_counts(self) -> dict[str, int]:
+        """Job events in the log by type (`admit`, `preempt`, ...), since the store was created."""
+        with self.lock:
+            return dict(self._event_types)
 
     def checkpoint(self) -> None:
         """Snapshot the engine if a command was applied since the last snapshot."""

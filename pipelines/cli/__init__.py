@@ -15,6 +15,7 @@ from pipelines.cli import (
     ingest,
     land,
     maintain,
+    metrics,
     pack,
     reclaim,
     releases,
@@ -32,6 +33,7 @@ def main() -> None:
 for command in (
     demo.demo, demo.simulate, ingest.ingest, ingest.build, ingest.sources, data.sql, data.export,
     data.dictionary, docs.docs, capacity.whatif, capacity.recommend, land.backfill, land.land, land.k8s_audit_webhook,
-    dashboard.dashboard, pack.pack, reclaim.reclaim, releases.releases, maintain.maintain, allocator_group,
+    dashboard.dashboard, pack.pack, reclaim.reclaim, releases.releases, maintain.maintain, metrics.metrics,
+    allocator_group,
 ):
     main.add_command(command)

@@ -17,6 +17,7 @@ nesting deeper than `max_depth`, over `max_item_bytes`, an item that is not JSON
 inside the list) is written as a `RefusedEvent` stand-in with the reason and its start, which
 ingest quarantines; the others of the batch are kept and the batch answered 200. Nothing a client
 sends drops the connection unanswered. Its settings are `kubernetes.audit_webhook` in gpupool.yml.
+`GET /healthz` and `GET /metrics` (counts only: pipelines/connectors/k8s_audit_metrics.py) need no token.
 """
 
 from __future__ import annotations
@@ -32,12 +33,17 @@ import re
 import socket
 import ssl
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
 from pipelines.clock import utc_naive
 from pipelines.connectors.bounded import deeper_than
+from pipelines.connectors.k8s_audit_metrics import WebhookMetrics
 from pipelines.sources.jsonl import RecordError, parse_rfc3339, plausible_time
 from pipelines.sources.k8s_audit import QUARANTINE_SOURCE as AUDIT_SOURCE
 from pipelines.sources.k8s_audit import REFUSED_API_VERSION, REFUSED_KIND, TIME_FIELDS
@@ -338,30 +344,47 @@ class _AuditHandler(http.server.BaseHTTPRequestHandler):
     server: AuditWebhookServer
 
     def _answer(self, status: int, payload: Mapping, headers: Mapping[str, str] | None = None) -> None:
-        body = json.dumps(payload).encode()
+        self._send(status, json.dumps(payload).encode(), "application/json", headers)
+
+    def _send(self, status: int, body: bytes, content_type: str, headers: Mapping[str, str] | None = None) -> None:
+        self.answered = status
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         for name, value in (headers or {}).items():
             self.send_header(name, value)
         self.end_headers()
         self.wfile.write(body)
 
+    @contextmanager
+    def _measured(self) -> Iterator[None]:
+        """Count the request in the server's metrics with its answer's status and its latency."""
+        started, self.answered = time.perf_counter(), None
+        try:
+            yield
+        finally:
+            self.server.metrics.observe(self.command, self.path, self.answered, time.perf_counter() - started)
+
     def do_GET(self) -> None:
-        if self.path.rstrip("/") in ("/healthz", "/readyz"):
-            self._answer(200, {"status": "ok"})
-        else:
-            self._answer(404, {"error": f"no such path {self.path}: POST audit EventLists, GET /healthz"})
+        with self._measured():
+            path = self.path.rstrip("/")
+            if path in ("/healthz", "/readyz"):
+                self._answer(200, {"status": "ok"})
+            elif path == "/metrics":
+                self._send(200, generate_latest(self.server.metrics.registry), CONTENT_TYPE_LATEST)
+            else:
+                self._answer(404, {"error": f"no such path {self.path}: POST audit EventLists, GET /healthz or /metrics"})
 
     def do_POST(self) -> None:
-        try:
-            self._post()
-        except (TimeoutError, ConnectionError):
-            self.close_connection = True  # the client stalled or went away: no one to answer
-        except Exception:  # a bug: still answer, never drop the API server's connection
-            log.exception("audit webhook: failed on a batch")
-            self.close_connection = True
-            self._answer(500, {"error": "the webhook failed on this batch; see its log"})
+        with self._measured():
+            try:
+                self._post()
+            except (TimeoutError, ConnectionError):
+                self.close_connection = True  # the client stalled or went away: no one to answer
+            except Exception:  # a bug: still answer, never drop the API server's connection
+                log.exception("audit webhook: failed on a batch")
+                self.close_connection = True
+                self._answer(500, {"error": "the webhook failed on this batch; see its log"})
 
     def _post(self) -> None:
         server = self.server
@@ -402,6 +425,8 @@ class _AuditHandler(http.server.BaseHTTPRequestHandler):
             log.error("audit webhook: could not write a batch of %d events: %s", len(events), error)
             self._answer(500, {"error": f"could not write the batch: {error}"})
             return
+        server.metrics.events.inc(len(events))
+        server.metrics.refused.inc(len(written.refused))
         if written.refused:
             index, reason = written.refused[0]
             log.warning(
@@ -469,6 +494,7 @@ class AuditWebhookServer(http.server.ThreadingHTTPServer):
         self.token = token
         self.max_body_bytes = max_body_bytes
         self.max_items = max_items
+        self.metrics = WebhookMetrics()
         if token is None:
             log.warning("audit webhook WITHOUT authentication: any client that reaches it may POST events")
         if certfile:

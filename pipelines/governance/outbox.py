@@ -87,7 +87,45 @@ _SCHEMA = (
         seq integer primary key autoincrement, day text not null, line text not null,
         written integer not null default 0)""",
     "create index if not exists log_lines_unwritten on log_lines (written)",
+    # the ticks' outcome, one row (`record_tick`): what the metrics exporter reads (pipelines/selfmetrics.py)
+    """create table if not exists ticks (
+        id integer primary key check (id = 1), runs integer not null, failures integer not null,
+        consecutive_failures integer not null, last_at text not null, last_ok_at text,
+        last_duration_s real not null, last_problem text)""",
 )
+# A drain is in force from its applied step until the same finding's undrain is applied.
+_ACCEPTED = (Outcome.APPLIED.value, Outcome.ALREADY_DONE.value)
+DRAINS_IN_FORCE_SQL = f"""
+    select case when instr(d.job_id, '/') > 0 then 'gpu' else 'node' end as target_kind,
+           count(distinct d.job_id)
+    from decisions d
+    where d.action = 'drain' and d.status = 'answered' and d.outcome in {_ACCEPTED}
+      and not exists (select 1 from decisions u where u.finding_id = d.finding_id and u.action = 'undrain'
+                      and u.status = 'answered' and u.outcome in {_ACCEPTED})
+    group by 1"""
+
+
+@dataclass(frozen=True)
+class TickRecord:
+    """The ticks' outcome so far (`Outbox.record_tick`); counts since the outbox was made."""
+
+    runs: int
+    failures: int  # ticks with a problem: an engine unreadable, an action undeliverable, ...
+    consecutive_failures: int  # of the latest ticks; 0 after a clean one
+    last_at: dt.datetime
+    last_ok_at: dt.datetime | None
+    last_duration_s: float
+    last_problem: str | None
+
+
+@dataclass(frozen=True)
+class OutboxStatus:
+    """What the outbox holds now, for the metrics exporter (`read_status`)."""
+
+    queued: int  # actions recorded and not yet answered
+    oldest_queued_at: dt.datetime | None
+    drains_in_force: dict[str, int]  # target kind (node, gpu) -> targets drained and not undrained
+    tick: TickRecord | None  # None before the first tick
 
 
 @dataclass(frozen=True)
@@ -450,6 +488,20 @@ class Outbox:
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
+    # -- the ticks -------------------------------------------------------------------------------
+
+    def record_tick(self, at: dt.datetime, duration_s: float, problems: list[str]) -> None:
+        """Count one tick and keep its outcome; a tick with problems is a failure."""
+        failed = int(bool(problems))
+        self._transaction(lambda: self._db.execute(
+            "insert into ticks values (1, 1, ?, ?, ?, ?, ?, ?) on conflict (id) do update set "
+            "runs = runs + 1, failures = failures + excluded.failures, "
+            "consecutive_failures = case when excluded.failures > 0 then consecutive_failures + 1 else 0 end, "
+            "last_at = excluded.last_at, last_ok_at = coalesce(excluded.last_ok_at, last_ok_at), "
+            "last_duration_s = excluded.last_duration_s, last_problem = excluded.last_problem",
+            [failed, failed, _iso(at), None if failed else _iso(at), duration_s,
+             problems[0][:500] if problems else None]))
+
     # -- reading ----------------------------------------------------------------------------------
 
     def rows(self) -> list[dict]:
@@ -458,3 +510,25 @@ class Outbox:
             cursor = self._db.execute("select * from decisions order by decided_at, idempotency_key")
             names = [d[0] for d in cursor.description]
             return [dict(zip(names, r, strict=True)) for r in cursor.fetchall()]
+
+
+def read_status(path: Path) -> OutboxStatus:
+    """The outbox's backlog, drains in force and ticks, read-only (FileNotFoundError if there is none)."""
+    if not Path(path).exists():
+        raise FileNotFoundError(f"no outbox at {path}")
+    db = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True, timeout=5)
+    try:
+        queued, oldest = db.execute("select count(*), min(decided_at) from decisions where status = ?",
+                                    [DecisionStatus.QUEUED.value]).fetchone()
+        drains = dict(db.execute(DRAINS_IN_FORCE_SQL).fetchall())
+        # an outbox no tick has opened since the ticks were recorded has no such table yet
+        ticked = db.execute("select 1 from sqlite_master where type = 'table' and name = 'ticks'").fetchone()
+        tick = ticked and db.execute("select runs, failures, consecutive_failures, last_at, last_ok_at, "
+                                     "last_duration_s, last_problem from ticks").fetchone()
+    finally:
+        db.close()
+    if tick:
+        runs, failures, consecutive, last_at, last_ok_at, duration_s, problem = tick
+        tick = TickRecord(runs, failures, consecutive, _time(last_at), last_ok_at and _time(last_ok_at), duration_s,
+                          problem)
+    return OutboxStatus(queued, oldest and _time(oldest), drains, tick or None)

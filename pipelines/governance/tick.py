@@ -24,7 +24,9 @@ A tick, at `now` (UTC, naive):
    engine has ended (its next step is dropped, never sent);
 6. records the decisions in the outbox, delivers what is due (a remind step the engine accepted is
    also sent to the job's owner by email or chat, with `reminders`: pipelines/notify/), and flushes
-   the decision log.
+   the decision log;
+7. counts itself in the outbox (`Outbox.record_tick`: when, how long, a failure if anything went
+   wrong), which the metrics exporter reads (pipelines/selfmetrics.py).
 
 When an engine cannot be read (the allocator down, a refused token, squeue failing), nothing is
 planned for its jobs: an empty list of running jobs would otherwise read as "every job ended"; its
@@ -311,6 +313,7 @@ def governance_tick(
     report.delivery = outbox.deliver(enforcers, now, reminders=reminders)
     report.log_lines = outbox.flush_log()
     report.duration_s = time.perf_counter() - started
+    outbox.record_tick(now, report.duration_s, [*report.errors, *report.delivery.errors])
     return report
 
 

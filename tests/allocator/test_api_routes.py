@@ -17,6 +17,7 @@ TOKENS = {"admin-token-0123456789abcdef": {"role": "admin", "name": "alice"}}
 
 EXPECTED = {
     ("GET", "/healthz"),
+    ("GET", "/metrics"),
     # jobs
     ("POST", "/v1/jobs"),
     ("GET", "/v1/jobs"),

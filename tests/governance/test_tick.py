@@ -12,7 +12,7 @@ from pipelines.assets.reclaim import idle_reclaim_sensor, record_day
 from pipelines.connectors.allocator import AllocatorClient
 from pipelines.contracts import FINDINGS_TABLE, Mode
 from pipelines.governance.factory import build_enforcers
-from pipelines.governance.outbox import Outbox
+from pipelines.governance.outbox import Outbox, read_status
 from pipelines.governance.tick import governance_tick, recent_progress
 from pipelines.policies.catalog import default_lookback, load_catalog
 from pipelines.resources.governance import GovernanceResource
@@ -61,6 +61,10 @@ def test_a_tick_against_the_live_allocator_and_one_it_cannot_reach(allocator, tm
         assert down.running_jobs is None and not down.ok
         assert "allocator unreadable" in down.summary() and "nothing planned this tick" in down.summary()
         assert job["job_id"]
+        # both ticks counted for the metrics exporter: the second one as a failure, with its problem
+        tick = read_status(tmp_path / "outbox.db").tick
+        assert (tick.runs, tick.failures, tick.consecutive_failures) == (2, 1, 1)
+        assert tick.last_at == tick.last_ok_at == T0 and "pull events" in tick.last_problem
     finally:
         outbox.close()
 
