@@ -46,6 +46,7 @@ def pack(home: Path | None, month: str, lang: str, as_of: int | None, tenant: st
     kept under <home>/packs/YYYY-MM/<version>/ and listed in the warehouse's ops.review_packs with the
     release it read, which stays kept (docs/pack.md)."""
     from pipelines.pack.build import build_pack
+    from pipelines.pack.figures import NoDataForMonth
 
     try:
         first = dt.datetime.strptime(month, "%Y-%m").date()
@@ -61,5 +62,5 @@ def pack(home: Path | None, month: str, lang: str, as_of: int | None, tenant: st
             out = build_pack(wh, first, lang, as_of=as_of, on_step=step, tenant=each)
             step(f"review pack {month}{f' for {each}' if each else ''} ({lang}) in {out}")
             click.echo(f"  {out / 'pack.html'}\n  {out / 'pack.pdf'}")
-    except (FileNotFoundError, ReleaseExpired) as err:
+    except (FileNotFoundError, ReleaseExpired, NoDataForMonth) as err:
         raise click.ClickException(str(err)) from None

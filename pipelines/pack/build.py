@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pipelines.lake import release_read
 from pipelines.pack import store
-from pipelines.pack.figures import POOL, collect
+from pipelines.pack.figures import POOL, collect, refuse_month_without_data
 from pipelines.pack.render import render
 from pipelines.warehouse import Warehouse
 
@@ -19,7 +19,7 @@ def build_pack(warehouse: Warehouse, month: dt.date, lang: str = "en", as_of: in
     pool's, or `tenant`'s pack for its team lead); returns its folder, recorded in ops.review_packs with
     the release it read. `as_of`: read that kept release instead of the latest (raises ReleaseExpired
     when it is no longer kept). The release read is pinned, so that `as_of` finds it again and rebuilds
-    the same figures."""
+    the same figures. Raises NoDataForMonth when the release holds no day of the month."""
     from pipelines.pack.questions import pool_answers
     from pipelines.pack.tenant import TENANT, tenant_answers
 
@@ -28,6 +28,7 @@ def build_pack(warehouse: Warehouse, month: dt.date, lang: str = "en", as_of: in
     con = warehouse.analyst_connect(release=as_of)  # read-only, no file but the release and its lake
     try:
         release_id = release_read(con)
+        refuse_month_without_data(con, month.replace(day=1))  # nothing pinned, nothing written
         # pinned before the figures are read: publishes during the collect must not expire it
         warehouse.pin_release(release_id, f"pack {month:%Y-%m}" + (f" {tenant}" if tenant else ""))
         on_step(f"reading release {release_id} (pinned: `gpupool pack --month {month:%Y-%m} --as-of {release_id}` "

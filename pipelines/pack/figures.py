@@ -70,6 +70,22 @@ def previous_month(month: dt.date) -> dt.date:
     return (month.replace(day=1) - dt.timedelta(days=1)).replace(day=1)
 
 
+class NoDataForMonth(ValueError):
+    """The release holds no day of the month: a pack of it would report zeros as findings."""
+
+
+def refuse_month_without_data(con: duckdb.DuckDBPyConnection, month: dt.date) -> None:
+    """Raise NoDataForMonth unless some day of `month` has pool data (metrics.pool_daily), naming the
+    days the release does hold."""
+    days, first, last = con.execute(
+        "select count(distinct day) filter (where day >= ? and day < ?), min(day), max(day) from metrics.pool_daily",
+        [month, next_month(month)]).fetchone()
+    if not days:
+        held = f"its data run from {first} to {last}" if first else "it holds no data yet"
+        raise NoDataForMonth(f"no data for {month:%Y-%m} in release {release_read(con)}: {held}. Ingest and build "
+                             f"that month first (gpupool ingest, gpupool build), or choose a month it holds.")
+
+
 def _pm(key: str, part: str, metric: str, column: str) -> Figure:
     """A figure that is a column of the month's row of metrics.pack_month."""
     return Figure(key, part, metric, "pack_month", f"select {column} from metrics.pack_month where month = ?", True,

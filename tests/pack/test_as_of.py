@@ -147,3 +147,15 @@ def test_releases_lists_the_kept_ones_and_publishes_by_hand(home: Path) -> None:
 
     done = _releases(home, "--publish")
     assert done.exit_code == 0 and f"nothing changed since release {published}" in done.stdout
+
+
+def test_a_month_without_data_is_refused_and_pins_nothing(home: Path):
+    """`gpupool pack` of a month the release holds no day of (issue 32): a non-zero exit that names the
+    days it does hold, no pack folder, no ops.review_packs row, no release pinned."""
+    done = CliRunner().invoke(pack_command, ["--month", "2026-09", "--home", str(home), "--all-tenants"])
+    assert done.exit_code == 1, _said(done)
+    assert "no data for 2026-09 in release" in done.output and "its data run from 2026-11-01 to 2026-11-03" in done.output
+    assert not (home / "packs").exists() or not any((home / "packs").rglob("pack.html"))
+    assert list((home / "releases").glob("*.pin")) == []
+    with duckdb.connect(str(home / "warehouse.duckdb"), read_only=True) as con:
+        assert con.execute("select count(*) from ops.review_packs").fetchone()[0] == 0
