@@ -173,7 +173,7 @@ def _q4(figs: Figures) -> Answer:
     causes = figs.tables["failures_by_cause"]
     total = causes.filter(pl.col("cause") == "all")["failures"].sum()
     unknown = causes.filter(pl.col("cause") == "unknown")["failures"].sum()
-    known = 100.0 if not total else 100 * (total - unknown) / total
+    known = 100 * (total - unknown) / total if total else None  # of no failure, no share: never "100 %"
     waits = figs.tables["wait_causes"]
     if waits.height:
         top = waits.row(0, named=True)
@@ -182,6 +182,10 @@ def _q4(figs: Figures) -> Answer:
         wait_zh = f"最主要的等待原因是{cause['zh']}（占等待GPU小时的 {top['cause_share_pct']:.0f}%）"
     else:
         wait_en, wait_zh = "no job waited", "没有作业等待"
+    if known is None:
+        return Answer("q4", Q["q4"], {"en": f"No attempt failed in the month: no cause to find; {wait_en}.",
+                                      "zh": f"本月没有失败的作业尝试，无需查明原因；{wait_zh}。"},
+                      "on_track", "failures_by_cause", None, ("failures_by_cause", "wait_causes"))
     return Answer("q4", Q["q4"], {
         "en": f"{known:.0f}% of the month's {total:,} failures have a known cause; {wait_en}.",
         "zh": f"本月 {total:,} 次失败中 {known:.0f}% 原因明确；{wait_zh}。"},

@@ -5,11 +5,12 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from pipelines.capacity.store import Recommendation, write_month
 from pipelines.pack import questions as q
-from pipelines.pack.figures import collect
+from pipelines.pack.figures import Figures, collect
 from pipelines.warehouse import Warehouse
 from tests.conftest import copy_home
 
@@ -40,6 +41,15 @@ def test_prediction_and_advice_statuses():
     assert q.prediction_status(q.PREDICTION_WATCH_PCT + 1) == "act"
     assert q.advice_status(0, None) == q.advice_status(3, None) == "watch"
     assert q.advice_status(3, True) == "on_track" and q.advice_status(3, False) == "act"
+
+
+def test_no_failure_is_no_share_of_known_causes_not_100_percent():
+    figs = Figures(month=MONTH, catalog_version="test", release_id=1, tables={
+        "failures_by_cause": pl.DataFrame({"cause": ["all"], "failures": [0]}),
+        "wait_causes": pl.DataFrame(schema={"cause": pl.String, "cause_share_pct": pl.Float64})})
+    answer = q._q4(figs)
+    assert answer.value is None and "%" not in answer.answer["en"] and "%" not in answer.answer["zh"]
+    assert answer.answer["en"].startswith("No attempt failed in the month")
 
 
 # advised_demo_home (tests/conftest.py): the small demo with November's advice recorded (no what-if), and
