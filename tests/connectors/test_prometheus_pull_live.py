@@ -26,9 +26,9 @@ from tests.governance.test_prometheus_telemetry_live import Exporter
 
 pytestmark = pytest.mark.slow
 
-STEP_S = 5  # the bodies' spacing, and the scrape interval the pulls' step follows
-BODIES = 28  # from a minute before the test to 75 s after its start
-PAST = 16  # the bodies Prometheus holds before the first pull (those due by then, or nearly)
+STEP_S = 2  # the bodies' spacing, and the scrape interval the pulls' step follows
+BODIES = 28  # from 14 s before the test to 40 s after its start
+PAST = 8  # the bodies due when the test starts; Prometheus holds every due one before the first pull
 
 
 class DueExporter(Exporter):
@@ -67,8 +67,8 @@ def framebuffer(wh: Warehouse) -> list[tuple[dt.datetime, float]]:
 
 @pytest.mark.usefixtures("prometheus_binary")  # skipped (failed in CI) where Prometheus is not installed
 def test_pulls_chain_and_land_every_served_sample_once(tmp_path, monkeypatch):
-    # bodies every STEP_S from a minute ago, the last ones still to come
-    t0 = utc_naive().replace(microsecond=417_000) - dt.timedelta(seconds=60)
+    # bodies every STEP_S from PAST steps ago, the last ones still to come
+    t0 = utc_naive().replace(microsecond=417_000) - dt.timedelta(seconds=STEP_S * (PAST - 1))
     stamps = [t0 + dt.timedelta(seconds=STEP_S * k) for k in range(BODIES)]
     exporter = DueExporter(stamps)
     config = tmp_path / "gpupool.yml"
@@ -86,7 +86,12 @@ def test_pulls_chain_and_land_every_served_sample_once(tmp_path, monkeypatch):
                 counts = [len(s["values"]) for s in r.json()["data"]["result"]]
                 return len(counts) == 9 and min(counts) >= bodies
 
-            wait_for("Prometheus holding the past bodies", lambda: stored(PAST), timeout_s=90, interval_s=0.5)
+            def caught_up() -> bool:
+                """Prometheus holds every body due a step ago (its 1 s scrapes catch up on the past ones)."""
+                due = sum(1 for t in stamps if t <= utc_naive() - dt.timedelta(seconds=STEP_S))
+                return due >= PAST and stored(due)
+
+            wait_for("Prometheus holding the past bodies", caught_up, timeout_s=90, interval_s=0.5)
             config.write_text(f"prometheus:\n  url: {prom}\n  selector: 'job=\"dcgm-exporter\"'\n  retries: 0\n"
                               f"  settle_s: 5\n  pull_first_window_s: 900\n  scrape_interval_s: {STEP_S}\n")
             wh = Warehouse(home)
