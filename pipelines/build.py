@@ -27,6 +27,7 @@ definition): the fingerprint kept in <home>/dbt/state/.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import os
 import shutil
@@ -38,13 +39,14 @@ from typing import TYPE_CHECKING
 
 import duckdb
 
-from allocator.filemodes import PRIVATE_DIR_MODE, PRIVATE_MODE, copy_file, make_dirs
+from allocator.filemodes import PRIVATE_DIR_MODE, PRIVATE_MODE, copy_file, make_dirs, write_atomic
 from pipelines.build_window import rebuild_window, telemetry_days
 from pipelines.duckdb_limits import writer_limits
 from pipelines.lake.reader import search_config
 from pipelines.paths import MODELS_DIR
 from pipelines.policies.catalog import load_catalog
 from pipelines.policies.idle import idle_rule_rows
+from pipelines.site import SEED_NAME, site_gpu_models
 from pipelines.sources.registry import SOURCES
 from pipelines.warehouse import Warehouse
 
@@ -58,6 +60,7 @@ Step = Callable[[str], None]
 _MANIFESTS: dict[Path, tuple[int, Manifest]] = {}  # project -> (its latest file change, manifest)
 _LAST_BUILD = "last-build"  # under <home>/dbt/: its mtime is when the last successful build started
 _STATE = "state"  # under <home>/dbt/: the fingerprint of the project the last successful build built
+_SITE_PROJECT = "project"  # under <home>/dbt/: the project with the site's GPU models table (site_project)
 
 
 class BuildError(RuntimeError):
@@ -86,7 +89,10 @@ def build(
     copy = staging / warehouse.writer_path.name  # same file name: dbt-duckdb names the database after it
     changed = latest_change(project_dir)
     manifest = _manifest(project_dir, dbt_dir, copy, changed)
-    fingerprint = _fingerprint(project_dir, changed)
+    gpu_models = site_gpu_models()
+    # a site table's change re-seeds and rebuilds everything priced by it; without one the
+    # fingerprint stays what it always was (no full refresh on upgrading to this)
+    fingerprint = _fingerprint(project_dir, changed) + (_digest_line(gpu_models) if gpu_models else "")
     with warehouse.writer_lock():
         with warehouse.connect(read_only=False) as con:
             warehouse.ensure_schema(con)
@@ -96,9 +102,10 @@ def build(
         shutil.rmtree(staging, ignore_errors=True)
         make_dirs(staging, PRIVATE_DIR_MODE)
         copy_file(warehouse.writer_path, copy, PRIVATE_MODE)  # it becomes the writers' file: 0600 from the start
+        run_dir = site_project(project_dir, dbt_dir / _SITE_PROJECT, gpu_models) if gpu_models else project_dir
         args = [
             "build", "--resource-type", "seed", "--resource-type", "model",
-            *_project_args(project_dir, dbt_dir, copy, window),
+            *_project_args(run_dir, dbt_dir, copy, window),
         ]
         if full_refresh:
             args.append("--full-refresh")
@@ -128,6 +135,27 @@ def build(
                    r.execution_time)
         for r in result.result.results
     ]
+
+
+def site_project(project_dir: Path, folder: Path, gpu_models: str) -> Path:
+    """The project dbt runs in when the site has its own GPU models table: `folder` links to every file
+    of `project_dir` but that seed, which it holds (dbt reads a seed's rows from the project it runs in;
+    the models, macros and manifest stay the packaged ones, and the installed tree is never written)."""
+    shutil.rmtree(folder, ignore_errors=True)
+    make_dirs(folder / "seeds", PRIVATE_DIR_MODE)
+    for entry in project_dir.iterdir():
+        if entry.name not in ("seeds", "target", "logs"):
+            (folder / entry.name).symlink_to(entry)
+    seed = f"{SEED_NAME}.csv"
+    for entry in (project_dir / "seeds").iterdir():
+        if entry.name != seed:
+            (folder / "seeds" / entry.name).symlink_to(entry)
+    write_atomic(folder / "seeds" / seed, gpu_models, PRIVATE_MODE)
+    return folder
+
+
+def _digest_line(gpu_models: str) -> str:
+    return f"site {SEED_NAME} {hashlib.sha256(gpu_models.encode()).hexdigest()}\n"
 
 
 def _relation(node) -> str:
