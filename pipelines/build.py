@@ -81,15 +81,16 @@ def build(
     project_dir: Path = MODELS_DIR,
 ) -> list[ModelBuild]:
     """Build seeds and models into the warehouse; `on_step` gets one line per model as it finishes.
-    Raises BuildError naming the model when one fails (the warehouse is then left as it was)."""
+    Raises BuildError naming the model when one fails (the warehouse is then left as it was), ConfigError
+    when the site's GPU models table (pipelines/site.py) is bad."""
     project_dir = Path(project_dir).resolve()
     dbt_dir = warehouse.home / "dbt"
     staging = dbt_dir / "build"
     started = time.time()
     copy = staging / warehouse.writer_path.name  # same file name: dbt-duckdb names the database after it
     changed = latest_change(project_dir)
+    gpu_models = site_gpu_models()  # first: a bad site file fails before the parse
     manifest = _manifest(project_dir, dbt_dir, copy, changed)
-    gpu_models = site_gpu_models()
     # a site table's change re-seeds and rebuilds everything priced by it; without one the
     # fingerprint stays what it always was (no full refresh on upgrading to this)
     fingerprint = _fingerprint(project_dir, changed) + (_digest_line(gpu_models) if gpu_models else "")
