@@ -26,6 +26,7 @@ definition): the fingerprint kept in <home>/dbt/state/.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
 import json
@@ -103,7 +104,10 @@ def build(
         shutil.rmtree(staging, ignore_errors=True)
         make_dirs(staging, PRIVATE_DIR_MODE)
         copy_file(warehouse.writer_path, copy, PRIVATE_MODE)  # it becomes the writers' file: 0600 from the start
-        run_dir = site_project(project_dir, dbt_dir / _SITE_PROJECT, gpu_models) if gpu_models else project_dir
+        run_dir = project_dir
+        if gpu_models:
+            run_dir = site_project(project_dir, dbt_dir / _SITE_PROJECT, gpu_models)
+            manifest = _seeded_from(manifest, run_dir)
         args = [
             "build", "--resource-type", "seed", "--resource-type", "model",
             *_project_args(run_dir, dbt_dir, copy, window),
@@ -153,6 +157,15 @@ def site_project(project_dir: Path, folder: Path, gpu_models: str) -> Path:
             (folder / "seeds" / entry.name).symlink_to(entry)
     write_atomic(folder / "seeds" / seed, gpu_models, PRIVATE_MODE)
     return folder
+
+
+def _seeded_from(manifest: Manifest, project: Path) -> Manifest:
+    """`manifest` with the GPU models seed read from `project`: dbt-duckdb loads a seed's rows from its
+    node's root_path, not from the project dbt runs in. The cached manifest is left as it is."""
+    nodes = {uid: dataclasses.replace(node, root_path=str(project))
+             if node.resource_type == "seed" and node.name == SEED_NAME else node
+             for uid, node in manifest.nodes.items()}
+    return dataclasses.replace(manifest, nodes=nodes)
 
 
 def _digest_line(gpu_models: str) -> str:
