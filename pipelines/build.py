@@ -61,7 +61,6 @@ Step = Callable[[str], None]
 _MANIFESTS: dict[Path, tuple[int, Manifest]] = {}  # project -> (its latest file change, manifest)
 _LAST_BUILD = "last-build"  # under <home>/dbt/: its mtime is when the last successful build started
 _STATE = "state"  # under <home>/dbt/: the fingerprint of the project the last successful build built
-_SITE_PROJECT = "project"  # under <home>/dbt/: the project with the site's GPU models table (site_project)
 
 
 class BuildError(RuntimeError):
@@ -106,7 +105,7 @@ def build(
         copy_file(warehouse.writer_path, copy, PRIVATE_MODE)  # it becomes the writers' file: 0600 from the start
         run_dir = project_dir
         if gpu_models:
-            run_dir = site_project(project_dir, dbt_dir / _SITE_PROJECT, gpu_models)
+            run_dir = site_project(project_dir, site_project_dir(warehouse.home), gpu_models)
             manifest = _seeded_from(manifest, run_dir)
         args = [
             "build", "--resource-type", "seed", "--resource-type", "model",
@@ -140,6 +139,11 @@ def build(
                    r.execution_time)
         for r in result.result.results
     ]
+
+
+def site_project_dir(home: Path) -> Path:
+    """Where a home's builds keep the project with the site's GPU models table (site_project)."""
+    return home / "dbt" / "project"
 
 
 def site_project(project_dir: Path, folder: Path, gpu_models: str) -> Path:

@@ -199,3 +199,21 @@ def test_capacity_rules_come_from_the_site_file_gpupool_yml_names(tmp_path: Path
     rules.write_text("add_nodes: [\n")
     with pytest.raises(RulesError, match=f"^{rules}: not valid YAML"):
         load_rules()
+
+
+@pytest.mark.slow  # dbt parses the site's copy of the project
+def test_the_dagster_build_seeds_the_sites_prices_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import dagster as dg
+
+    from pipelines.assets.marts import dbt_models
+    from pipelines.resources.dbt import dbt_resource
+    from pipelines.resources.warehouse import WarehouseResource
+
+    config, home = tmp_path / "gpupool.yml", tmp_path / "home"
+    config.write_text("gpu_models:\n  prices: {H100: 9.5}\n")
+    monkeypatch.setenv("GPUPOOL_CONFIG", str(config))
+    result = dg.materialize([dbt_models], selection=[dg.AssetKey(["seeds", "gpu_models"])], partition_key="2026-11-01",
+                            resources={"dbt": dbt_resource(), "warehouse": WarehouseResource(home=str(home))})
+    assert result.success
+    [price] = query(home, "select price_per_gpu_hour from seeds.gpu_models where gpu_model = 'H100'")
+    assert price["price_per_gpu_hour"] == 9.5
