@@ -22,7 +22,9 @@ An incremental build runs every table and incremental model; views and seeds are
 view reads its tables when queried). The build is a full refresh, re-creating everything, when asked
 (--full-refresh), on the first build, without telemetry, when a model or seed is missing, or when the
 project or dbt changed since the last successful build (a changed model's rows were built by its old
-definition): the fingerprint kept in <home>/dbt/state/.
+definition): the fingerprint kept in <home>/dbt/state/. A site's own GPU models table (gpupool.yml's
+`gpu_models`, pipelines/site.py) is seeded from a copy of the project in <home>/dbt/project/ that holds
+it; a change of that table is a change of the project.
 """
 from __future__ import annotations
 
@@ -149,7 +151,7 @@ def site_project_dir(home: Path) -> Path:
 def site_project(project_dir: Path, folder: Path, gpu_models: str) -> Path:
     """The project dbt runs in when the site has its own GPU models table: `folder` links to every file
     of `project_dir` but that seed, which it holds (dbt reads a seed's rows from the project it runs in;
-    the models, macros and manifest stay the packaged ones, and the installed tree is never written)."""
+    the models and macros stay the packaged ones, and the installed tree is never written)."""
     shutil.rmtree(folder, ignore_errors=True)
     make_dirs(folder / "seeds", PRIVATE_DIR_MODE)
     for entry in project_dir.iterdir():

@@ -217,3 +217,8 @@ def test_the_dagster_build_seeds_the_sites_prices_too(tmp_path: Path, monkeypatc
     assert result.success
     [price] = query(home, "select price_per_gpu_hour from seeds.gpu_models where gpu_model = 'H100'")
     assert price["price_per_gpu_hour"] == 9.5
+
+
+def test_the_dictionary_rewrites_the_committed_files_only_when_asked_and_alone(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["dictionary", "--in-tree", "--out", str(tmp_path / "d.md")])
+    assert result.exit_code == 2 and "--in-tree rewrites the committed files" in result.output
