@@ -127,13 +127,13 @@ def test_a_site_config_outside_the_repository_reaches_the_next_build_and_tick_an
 
 
 def test_the_sql_hint_of_the_demo_runs_from_any_folder(built_empty_home: Path) -> None:
-    sql, dagster = next_steps(built_empty_home).strip().removeprefix("Next: ").split("\n")
+    sql, dagster = (line.split(": ", 1)[1] for line in next_steps(built_empty_home).strip().splitlines())
     argv = shlex.split(sql)
     assert argv[:4] == ["gpupool", "sql", "--home", str(built_empty_home.resolve())]
     result = CliRunner().invoke(main, argv[1:])
     assert result.exit_code == 0, result.output
     # Dagster loads the code location by module from any folder: tests/pipelines/test_definitions.py
-    assert shlex.split(dagster.split("(")[0])[1:] == [
+    assert shlex.split(dagster.split("(")[0]) == [
         f"GPUPOOL_HOME={built_empty_home.resolve()}", "dagster", "dev", "-m", CODE_LOCATION]
 
 

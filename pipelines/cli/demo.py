@@ -79,7 +79,7 @@ def next_steps(home: Path) -> str:
     location by module)."""
     quoted = shlex.quote(str(home.resolve()))
     return (f"\nNext: gpupool sql --home {quoted} \"select * from metrics.pool_daily\"\n"
-            f"  or  GPUPOOL_HOME={quoted} dagster dev -m {CODE_LOCATION}   (the assets, on http://localhost:3000)")
+            f"The assets in Dagster: GPUPOOL_HOME={quoted} dagster dev -m {CODE_LOCATION}   (http://localhost:3000)")
 
 
 def _demo_month(wh: Warehouse, days: int, gpus: int | None, seed: int, first: dt.date, policies: bool,
