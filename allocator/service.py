@@ -22,6 +22,7 @@ from fastapi.routing import APIRoute, iter_route_contexts
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from allocator.access import AccessLog
+from allocator.api.docs_page import add_docs_page
 from allocator.api.routes import admin, artifacts, events, health, jobs, nodes, queues
 from allocator.api.settings import Settings, utcnow
 from allocator.api.wire import SafeJSONResponse, http_error, invalid_request
@@ -74,6 +75,8 @@ def create_app(
     app = _AllocatorAPI(
         title="gpupool allocator",
         version="1",
+        docs_url=None,  # Swagger UI and ReDoc load from a public CDN: add_docs_page serves an offline page
+        redoc_url=None,
         lifespan=_lifespan,
         max_body_size=MAX_BODY_BYTES,  # 413 beyond, before the body is parsed
         default_response_class=SafeJSONResponse,
@@ -84,6 +87,7 @@ def create_app(
     app.state.metrics = AllocatorMetrics(store)
     for router in ROUTERS:
         app.include_router(router)
+    add_docs_page(app)
     return app
 
 

@@ -22,11 +22,15 @@ An incremental build runs every table and incremental model; views and seeds are
 view reads its tables when queried). The build is a full refresh, re-creating everything, when asked
 (--full-refresh), on the first build, without telemetry, when a model or seed is missing, or when the
 project or dbt changed since the last successful build (a changed model's rows were built by its old
-definition): the fingerprint kept in <home>/dbt/state/.
+definition): the fingerprint kept in <home>/dbt/state/. A site's own GPU models table (gpupool.yml's
+`gpu_models`, pipelines/site.py) is seeded from a copy of the project in <home>/dbt/project/ that holds
+it; a change of that table is a change of the project.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import hashlib
 import json
 import os
 import shutil
@@ -38,13 +42,14 @@ from typing import TYPE_CHECKING
 
 import duckdb
 
-from allocator.filemodes import PRIVATE_DIR_MODE, PRIVATE_MODE, copy_file, make_dirs
+from allocator.filemodes import PRIVATE_DIR_MODE, PRIVATE_MODE, copy_file, make_dirs, write_atomic
 from pipelines.build_window import rebuild_window, telemetry_days
 from pipelines.duckdb_limits import writer_limits
 from pipelines.lake.reader import search_config
 from pipelines.paths import MODELS_DIR
 from pipelines.policies.catalog import load_catalog
 from pipelines.policies.idle import idle_rule_rows
+from pipelines.site import SEED_NAME, site_gpu_models
 from pipelines.sources.registry import SOURCES
 from pipelines.warehouse import Warehouse
 
@@ -78,15 +83,19 @@ def build(
     project_dir: Path = MODELS_DIR,
 ) -> list[ModelBuild]:
     """Build seeds and models into the warehouse; `on_step` gets one line per model as it finishes.
-    Raises BuildError naming the model when one fails (the warehouse is then left as it was)."""
+    Raises BuildError naming the model when one fails (the warehouse is then left as it was), ConfigError
+    when the site's GPU models table (pipelines/site.py) is bad."""
     project_dir = Path(project_dir).resolve()
     dbt_dir = warehouse.home / "dbt"
     staging = dbt_dir / "build"
     started = time.time()
     copy = staging / warehouse.writer_path.name  # same file name: dbt-duckdb names the database after it
     changed = latest_change(project_dir)
+    gpu_models = site_gpu_models()  # first: a bad site file fails before the parse
     manifest = _manifest(project_dir, dbt_dir, copy, changed)
-    fingerprint = _fingerprint(project_dir, changed)
+    # a site table's change re-seeds and rebuilds everything priced by it; without one the
+    # fingerprint stays what it always was (no full refresh on upgrading to this)
+    fingerprint = _fingerprint(project_dir, changed) + (_digest_line(gpu_models) if gpu_models else "")
     with warehouse.writer_lock():
         with warehouse.connect(read_only=False) as con:
             warehouse.ensure_schema(con)
@@ -96,9 +105,13 @@ def build(
         shutil.rmtree(staging, ignore_errors=True)
         make_dirs(staging, PRIVATE_DIR_MODE)
         copy_file(warehouse.writer_path, copy, PRIVATE_MODE)  # it becomes the writers' file: 0600 from the start
+        run_dir = project_dir
+        if gpu_models:
+            run_dir = site_project(project_dir, site_project_dir(warehouse.home), gpu_models)
+            manifest = _seeded_from(manifest, run_dir)
         args = [
             "build", "--resource-type", "seed", "--resource-type", "model",
-            *_project_args(project_dir, dbt_dir, copy, window),
+            *_project_args(run_dir, dbt_dir, copy, window),
         ]
         if full_refresh:
             args.append("--full-refresh")
@@ -128,6 +141,41 @@ def build(
                    r.execution_time)
         for r in result.result.results
     ]
+
+
+def site_project_dir(home: Path) -> Path:
+    """Where a home's builds keep the project with the site's GPU models table (site_project)."""
+    return home / "dbt" / "project"
+
+
+def site_project(project_dir: Path, folder: Path, gpu_models: str) -> Path:
+    """The project dbt runs in when the site has its own GPU models table: `folder` links to every file
+    of `project_dir` but that seed, which it holds (dbt reads a seed's rows from the project it runs in;
+    the models and macros stay the packaged ones, and the installed tree is never written)."""
+    shutil.rmtree(folder, ignore_errors=True)
+    make_dirs(folder / "seeds", PRIVATE_DIR_MODE)
+    for entry in project_dir.iterdir():
+        if entry.name not in ("seeds", "target", "logs"):
+            (folder / entry.name).symlink_to(entry)
+    seed = f"{SEED_NAME}.csv"
+    for entry in (project_dir / "seeds").iterdir():
+        if entry.name != seed:
+            (folder / "seeds" / entry.name).symlink_to(entry)
+    write_atomic(folder / "seeds" / seed, gpu_models, PRIVATE_MODE)
+    return folder
+
+
+def _seeded_from(manifest: Manifest, project: Path) -> Manifest:
+    """`manifest` with the GPU models seed read from `project`: dbt-duckdb loads a seed's rows from its
+    node's root_path, not from the project dbt runs in. The cached manifest is left as it is."""
+    nodes = {uid: dataclasses.replace(node, root_path=str(project))
+             if node.resource_type == "seed" and node.name == SEED_NAME else node
+             for uid, node in manifest.nodes.items()}
+    return dataclasses.replace(manifest, nodes=nodes)
+
+
+def _digest_line(gpu_models: str) -> str:
+    return f"site {SEED_NAME} {hashlib.sha256(gpu_models.encode()).hexdigest()}\n"
 
 
 def _relation(node) -> str:

@@ -1,9 +1,10 @@
-"""Connector configuration: one YAML file, secrets only from the environment.
+"""The site's configuration (connectors, engines, and the site's own prices, rules and policies; see
+docs/configuration.md): one YAML file, secrets only from the environment.
 
-The file is `$GPUPOOL_CONFIG`, else `./gpupool.yml`; with neither, every connector is off and
-the pipeline reads only the landing zone. A value may be written `${NAME}` (or
-`${NAME:-default}`) to take it from the environment: that is the only way secrets get in, and a
-literal that looks like a secret is not refused but should never be committed (see
+The file is `gpupool --config FILE`'s, else `$GPUPOOL_CONFIG`, else `./gpupool.yml`; with none, every
+connector is off, the packaged data applies and the pipeline reads only the landing zone. A value may
+be written `${NAME}` (or `${NAME:-default}`) to take it from the environment: that is the only way
+secrets get in, and a literal that looks like a secret is not refused but should never be committed (see
 `gpupool.example.yml`). Each connector module defines the pydantic model of its own section and
 reads it with `section(name, Model)`.
 """
@@ -31,6 +32,17 @@ def config_path(config_file: str | Path | None = None) -> Path:
     """The configuration file: `config_file` when given (a resource's setting), else $GPUPOOL_CONFIG,
     else ./gpupool.yml."""
     return Path(config_file) if config_file else Path(os.environ.get("GPUPOOL_CONFIG", "gpupool.yml"))
+
+
+def use_config(config_file: Path | None) -> Path | None:
+    """Make `config_file` (else the file `config_path` finds, when it exists) the configuration of this
+    process and of every process it starts (dbt, Dagster, Streamlit): $GPUPOOL_CONFIG set to its absolute
+    path, since a child may run in another folder. Returns that path, or None when there is no file."""
+    path = Path(config_file) if config_file else config_path()
+    if not path.is_file():
+        return None
+    os.environ["GPUPOOL_CONFIG"] = str(path.resolve())
+    return path.resolve()
 
 
 def config_relative(path: Path | None, config_file: str | Path | None = None) -> Path | None:

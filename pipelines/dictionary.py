@@ -300,9 +300,9 @@ def snapshot_problems(committed: dict, current: dict) -> list[str]:
     if changes and committed.get("catalog_version") == current["catalog_version"]:
         return [(f"the metrics views changed but the catalog version is still {current['catalog_version']}: "
                 "bump `version` in models/catalog/version.yml (and say why in its header), then run "
-                "`gpupool dictionary` to regenerate models/metrics_schema.json"), *changes]
+                "`gpupool dictionary --in-tree` to regenerate models/metrics_schema.json"), *changes]
     return [(f"models/metrics_schema.json is for catalog {committed.get('catalog_version')}, the catalog is "
-            f"{current['catalog_version']}: run `gpupool dictionary` to regenerate it"), *changes]
+            f"{current['catalog_version']}: run `gpupool dictionary --in-tree` to regenerate it"), *changes]
 
 
 # -- the catalog's dbt docs blocks -----------------------------------------------------------------

@@ -21,6 +21,8 @@ from pipelines.build_checks import (
     load_exemptions,
     unbalanced_ingests,
 )
+from pipelines.config import ConfigError
+from pipelines.policies.catalog import CatalogError
 from pipelines.resources.warehouse import WarehouseResource
 from pipelines.warehouse import Warehouse
 
@@ -196,7 +198,7 @@ def build_models(warehouse: Warehouse, full_refresh: bool = False,
 def _build_and_check(warehouse: Warehouse, full_refresh: bool, on_step: Callable[[str], None]) -> list[ModelBuild]:
     try:
         builds = build(warehouse, full_refresh=full_refresh, on_step=on_step)
-    except BuildError as err:
+    except (BuildError, ConfigError, CatalogError) as err:  # the site's files too: the cause, not a traceback
         raise StepFailed(str(err), traceback.format_exc()) from None
     problem = load_exemptions(warehouse)
     if problem:

@@ -20,6 +20,7 @@ import datetime as dt
 import json
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
@@ -27,7 +28,7 @@ from dagster_dbt import DagsterDbtTranslator, DbtCliResource, dbt_assets
 from pydantic import Field
 
 from pipelines.assets.ingest import asset_name
-from pipelines.build import dbt_vars
+from pipelines.build import dbt_vars, site_project, site_project_dir
 from pipelines.build_checks import (
     BUILD_ASSET,
     CATALOG_MATCHES,
@@ -41,6 +42,7 @@ from pipelines.partitions import daily_partitions
 from pipelines.resources.dbt import prepared_project
 from pipelines.resources.warehouse import WarehouseResource
 from pipelines.schedules import daily_schedule
+from pipelines.site import site_gpu_models
 from pipelines.sources.registry import SOURCES
 
 
@@ -143,7 +145,12 @@ def dbt_models(context: dg.AssetExecutionContext, config: BuildConfig, dbt: DbtC
             "--vars", json.dumps(dbt_vars(wh.writer_path, wh.home, (start, end)))]
     if config.full_refresh:
         args.append("--full-refresh")
+    gpu_models = site_gpu_models()
     with wh.writer_lock():  # dbt's target folder stays in the home, so the next run parses partially
+        if gpu_models:  # the site's GPU models table: dbt parses and runs a copy of the project holding it
+            # (dagster-dbt runs in the assets' project: the flag overrides the DBT_PROJECT_DIR it sets)
+            project = site_project(Path(dbt_project.project_dir), site_project_dir(wh.home), gpu_models)
+            args += ["--project-dir", str(project)]
         yield from dbt.cli(args, context=context, target_path=wh.home / "dbt" / "dagster").stream()
     wh.publish_unless_deferred("build", f"dagster run {context.run_id}")
     problem = load_exemptions(wh)

@@ -32,8 +32,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import duckdb
+import yaml
+from pydantic import BaseModel, ConfigDict
 
 from pipelines.capacity.store import Recommendation
+from pipelines.config import config_relative, section
 from pipelines.paths import REPO_ROOT
 from pipelines.yamlfile import load_yaml
 
@@ -45,12 +48,32 @@ RULES_PATH = REPO_ROOT / "models" / "capacity" / "rules.yml"
 
 
 class RulesError(ValueError):
-    """models/capacity/rules.yml is missing a rule or a threshold."""
+    """The capacity rules file is missing, unreadable, or lacks a rule or a threshold."""
+
+
+class CapacityConfig(BaseModel):
+    """The `capacity` section of gpupool.yml."""
+
+    model_config = ConfigDict(extra="forbid")
+    rules: Path | None = None
+
+
+def rules_path() -> Path:
+    """The rules in force: gpupool.yml's capacity.rules (relative to its folder), else the packaged file."""
+    cfg = section("capacity", CapacityConfig)
+    return config_relative(cfg.rules) if cfg is not None and cfg.rules is not None else RULES_PATH
 
 
 def load_rules(path: Path | None = None) -> dict:
-    path = Path(path or RULES_PATH)
-    rules = load_yaml(path.read_text())
+    path = Path(path or rules_path())
+    try:
+        rules = load_yaml(path.read_text())
+    except OSError as err:
+        raise RulesError(f"{path}: cannot read the capacity rules: {err.strerror}") from None
+    except yaml.YAMLError as err:
+        raise RulesError(f"{path}: not valid YAML: {err}") from None
+    if not isinstance(rules, dict):
+        raise RulesError(f"{path}: expected a mapping of rules at the top level")
     needed = ("version", "add_nodes", "remove_nodes", "resplit_mig", "move_quota", "move_to_backfill",
               "change_queue_limit", "smallest_change")
     missing = [k for k in needed if k not in (rules or {})]

@@ -2,6 +2,9 @@
 module per command group."""
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
 import click
 
 from allocator.cli import allocator as allocator_group
@@ -20,14 +23,41 @@ from pipelines.cli import (
     reclaim,
     releases,
 )
+from pipelines.config import use_config
+from pipelines.paths import MODELS_DIR
+from pipelines.yamlfile import load_yaml
+
+
+def version_text() -> str:
+    """The package's version, the metric catalog's and the dbt project's: the catalog and the models can
+    change between packages, and a site reports all three."""
+    try:
+        package = version("gpupool")
+    except PackageNotFoundError:
+        package = "unknown (not installed)"
+    catalog = load_yaml((MODELS_DIR / "catalog" / "version.yml").read_text())["version"]
+    dbt_project = load_yaml((MODELS_DIR / "dbt_project.yml").read_text())["version"]
+    return f"gpupool {package}\nmetric catalog {catalog}\ndbt project {dbt_project}"
+
+
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(version_text())
+        ctx.exit()
 
 
 @click.group()
-def main() -> None:
+@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="The site's configuration (docs/configuration.md). Default: $GPUPOOL_CONFIG, else ./gpupool.yml")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+              help="Print the versions of gpupool, its metric catalog and its dbt project, and exit.")
+def main(config_file: Path | None) -> None:
     """gpupool: operations and governance for a shared GPU pool."""
     # before anything is written: what libraries create (delta-rs' log, dbt's logs, DuckDB's spill) is
     # then never writable by group or others, whatever umask started it (allocator/filemodes.py)
     restrict_umask()
+    # one file for this command and every process it starts (dbt, Dagster, Streamlit), wherever they run
+    use_config(config_file)
 
 
 for command in (

@@ -70,7 +70,9 @@ def recommend(home: Path | None, month: str | None, whatif_top: int) -> None:
     the top ones replayed through the allocator with the change, and the smallest sufficient change
     searched for those that add nodes or move quota (the curve explored is printed). Written to
     governance.capacity_recommendations and listed by metrics.capacity_recommendations (docs/capacity.md)."""
+    from pipelines.capacity.recommend import RulesError
     from pipelines.capacity.run import recommend_month
+    from pipelines.config import ConfigError
 
     wh = warehouse(home)
     if month is None:
@@ -84,11 +86,14 @@ def recommend(home: Path | None, month: str | None, whatif_top: int) -> None:
             first = dt.datetime.strptime(month, "%Y-%m").date()
         except ValueError:
             raise click.ClickException(f"--month {month!r}: expected YYYY-MM, e.g. 2026-11") from None
-    outcome = recommend_month(wh, first, whatif_top=whatif_top, on_step=step)
+    try:
+        outcome = recommend_month(wh, first, whatif_top=whatif_top, on_step=step)
+    except (RulesError, ConfigError) as err:  # the site's rules file, or gpupool.yml naming it
+        raise click.ClickException(str(err)) from None
     click.echo(click.style(f"\nCapacity recommendations for {first:%Y-%m} (rules {outcome.rules_version}, "
                            f"warehouse release {outcome.release_id}, pinned)", bold=True))
     if not outcome.recommendations:
-        click.echo("  none: no rule found enough evidence this month (thresholds in models/capacity/rules.yml)")
+        click.echo("  none: no rule found enough evidence this month (thresholds in the capacity rules, docs/configuration.md)")
     for rank, rec in enumerate(outcome.recommendations, start=1):
         click.echo(f"  {rank}. [{rec.kind}, {rec.confidence} confidence {rec.confidence_score:.2f}] {rec.recommendation}")
         if rec.whatif:

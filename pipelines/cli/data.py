@@ -14,6 +14,7 @@ import click
 import duckdb
 import polars as pl
 
+from allocator.filemodes import make_dirs
 from pipelines.cli.common import HOME_OPTION, ExitError, step, warehouse
 
 if TYPE_CHECKING:
@@ -212,24 +213,30 @@ def _exit_on_signals() -> Iterator[list[int]]:
 @click.command()
 @click.option("--check", is_flag=True,
               help="Write nothing; exit non-zero with a diff summary when the committed files are stale.")
+@click.option("--in-tree", is_flag=True,
+              help="In a source checkout: rewrite the committed files (docs/data-dictionary.md, "
+                   "models/metrics/_catalog_docs.md, models/metrics_schema.json), to commit them.")
 @click.option("--home", type=click.Path(path_type=Path), default=None,
-              help="Take column types from this built warehouse (needs --out: the committed file is from the yml only).")
+              help="Write to HOME/docs/data-dictionary.md, with the column types of HOME's built warehouse.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write the dictionary here instead of docs/data-dictionary.md.")
-def dictionary(check: bool, home: Path | None, out: Path | None) -> None:
-    """Generate the data dictionary (docs/data-dictionary.md), the metrics views' column snapshot
-    (models/metrics_schema.json) and the catalog's dbt docs blocks (models/metrics/_catalog_docs.md)
-    from the catalog, the models' dbt properties and the contracts; fail where a metrics view's
-    properties do not link the metrics the catalog places in it."""
+              help="Write the dictionary here. Default: HOME/docs/data-dictionary.md ($GPUPOOL_HOME or ./.gpupool).")
+def dictionary(check: bool, in_tree: bool, home: Path | None, out: Path | None) -> None:
+    """Generate the data dictionary from the catalog, the models' dbt properties and the contracts into
+    the home (or --out), never into the installed package; fail where a metrics view's properties do not
+    link the metrics the catalog places in it. --in-tree regenerates the committed files in a checkout:
+    docs/data-dictionary.md, the metrics views' column snapshot (models/metrics_schema.json) and the
+    catalog's dbt docs blocks (models/metrics/_catalog_docs.md)."""
     import json
 
     from pipelines import dictionary as dd
     from pipelines.catalog import CatalogError, catalog_link_problems, load_catalog, load_model_docs
 
+    if in_tree and (check or home or out):
+        raise click.UsageError("--in-tree rewrites the committed files: it takes none of --check, --home, --out")
     try:
         catalog = load_catalog()
         catalog_docs = dd.render_catalog_docs(catalog)
-        if not check and (not dd.CATALOG_DOCS_PATH.exists() or dd.CATALOG_DOCS_PATH.read_text() != catalog_docs):
+        if in_tree and (not dd.CATALOG_DOCS_PATH.exists() or dd.CATALOG_DOCS_PATH.read_text() != catalog_docs):
             dd.CATALOG_DOCS_PATH.write_text(catalog_docs)  # first: the properties' doc() refer to its blocks
             step(f"wrote {dd.CATALOG_DOCS_PATH}")
         outputs = dd.generate()
@@ -251,26 +258,28 @@ def dictionary(check: bool, home: Path | None, out: Path | None) -> None:
                 stale.append(dd.diff_summary(text, generated, path.relative_to(dd.REPO_ROOT).as_posix()
                                              if path.is_relative_to(dd.REPO_ROOT) else str(path)))
         if stale:
-            raise click.ClickException("\n".join(stale) + "\nRun `gpupool dictionary` and commit the result.")
+            raise click.ClickException("\n".join(stale) + "\nRun `gpupool dictionary --in-tree` and commit the result.")
         click.echo("docs/data-dictionary.md, models/metrics/_catalog_docs.md and models/metrics_schema.json are "
                    f"current (catalog {current['catalog_version']})")
         return
-    if home is not None:
-        if out is None:
-            raise click.UsageError("--home needs --out: docs/data-dictionary.md is generated from the yml only")
-        with warehouse(home).analyst_connect() as con:
-            text = dd.render(types=dd.warehouse_types(con))
-        out.write_text(text)
-        step(f"wrote {out} (types from {warehouse(home).db_path})")
-    else:
+    if in_tree:
         if problems and committed.get("catalog_version") == current["catalog_version"]:
             raise click.ClickException("\n  ".join(problems))
-        target = out or dd.DICTIONARY_PATH
-        target.write_text(outputs.dictionary)
-        step(f"wrote {target}")
+        dd.DICTIONARY_PATH.write_text(outputs.dictionary)
+        step(f"wrote {dd.DICTIONARY_PATH}")
         if problems:
             dd.SNAPSHOT_PATH.write_text(outputs.snapshot)
             step(f"wrote {dd.SNAPSHOT_PATH} (catalog {current['catalog_version']})")
+    else:
+        wh = warehouse(home)
+        target = out or wh.home / "docs" / "data-dictionary.md"
+        text = outputs.dictionary
+        if home is not None:
+            with wh.analyst_connect() as con:
+                text = dd.render(types=dd.warehouse_types(con))
+        make_dirs(target.parent)
+        target.write_text(text)
+        step(f"wrote {target}" + (f" (types from {wh.db_path})" if home is not None else ""))
     if linked:
         raise click.ClickException(linked)
 

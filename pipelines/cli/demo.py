@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import shlex
 import shutil
 import threading
 import time
@@ -67,9 +68,18 @@ def demo(home: Path | None, days: int, gpus: int | None, start: str, seed: int, 
             print_policy_comparison(wh, off)
     click.echo("")
     click.echo(meter.table(time.monotonic() - began))
-    click.echo(
-        "\nNext: `gpupool sql \"select * from metrics.pool_daily\"`, or `dagster dev` to see the assets."
-    )
+    click.echo(next_steps(wh.home))
+
+
+CODE_LOCATION = "pipelines.definitions"  # Dagster loads it by module: no pyproject.toml needed where it runs
+
+
+def next_steps(home: Path) -> str:
+    """The demo's closing hints: commands that run from any folder (the home named, Dagster's code
+    location by module)."""
+    quoted = shlex.quote(str(home.resolve()))
+    return (f"\nNext: gpupool sql --home {quoted} \"select * from metrics.pool_daily\"\n"
+            f"The assets in Dagster: GPUPOOL_HOME={quoted} dagster dev -m {CODE_LOCATION}   (http://localhost:3000)")
 
 
 def _demo_month(wh: Warehouse, days: int, gpus: int | None, seed: int, first: dt.date, policies: bool,

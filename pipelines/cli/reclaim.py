@@ -13,7 +13,7 @@ from pipelines.cli.common import HOME_OPTION, ExitError, warehouse
 @click.command()
 @HOME_OPTION
 @click.option("--config", "config_file", type=click.Path(path_type=Path), default=None,
-              help="The connector configuration. Default: $GPUPOOL_CONFIG, else ./gpupool.yml")
+              help="The configuration. Default: gpupool --config FILE, else $GPUPOOL_CONFIG, else ./gpupool.yml")
 @click.option("--dry-run", is_flag=True,
               help="List every running job of the configured engines with its idle evidence and what each "
                    "policy would do now; record, send and change nothing.")
