@@ -17,7 +17,7 @@ case "$role" in
     exec gpupool allocator serve --db "$db" --host 0.0.0.0 --port 8080 "$@" ;;
   webhook) exec gpupool k8s-audit-webhook --host 0.0.0.0 --port 8765 "$@" ;;
   dashboards) exec gpupool dashboard --host 0.0.0.0 --port 8501 "$@" ;;
-  metrics) exec gpupool metrics serve --port 9464 "$@" ;;
+  metrics) exec gpupool metrics serve --host 0.0.0.0 --port 9464 "$@" ;;
   help)
     echo "roles: webserver daemon code-server allocator webhook dashboards metrics; or any command (gpupool ...)"
     exec gpupool --help ;;
