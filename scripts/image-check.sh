@@ -18,6 +18,7 @@ in_image sh -c 'gpupool --version 2>/dev/null || { echo "(no --version yet: gpup
 
 echo "▸ gpupool demo --days 1 --gpus 16"
 SECONDS=0
+# shellcheck disable=SC2016  # expanded in the image
 in_image sh -c 'home=$(mktemp -d) && cd "$home" && GPUPOOL_HOME="$home" gpupool demo --days 1 --gpus 16'
 echo "  demo: ${SECONDS} s"
 
