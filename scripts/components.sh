@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install the real components the tests run against: MLflow (pip, its own venv), and the Debian
-# packages of Prometheus, node_exporter and Chromium here,
+# packages of Prometheus, node_exporter, Chromium, docker-compose, buildah and mmdebstrap here,
 # Slurm and its accounting database through scripts/slurm-up.sh, PostgreSQL (the release catalog's
 # many-machine mode) through scripts/postgres-up.sh: the tests call those two to start their servers,
 # and they install their packages when missing.
@@ -55,4 +55,15 @@ if [ "${#pack_packages[@]}" -gt 0 ]; then
   echo "▸ installing ${pack_packages[*]} (Debian packages)"
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${pack_packages[@]}" >/dev/null
+fi
+# the deployment: docker-compose validates deploy/compose.yaml (tests/deploy/); buildah and mmdebstrap
+# build the image from Debian's packages (scripts/image-build.sh, run by hand: too slow for the suite)
+deploy_packages=()
+for package in docker-compose buildah mmdebstrap; do
+  dpkg -s "$package" >/dev/null 2>&1 || deploy_packages+=("$package")
+done
+if [ "${#deploy_packages[@]}" -gt 0 ]; then
+  echo "▸ installing ${deploy_packages[*]} (Debian packages)"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${deploy_packages[@]}" >/dev/null
 fi
