@@ -79,7 +79,7 @@ def refuse_month_without_data(con: duckdb.DuckDBPyConnection, month: dt.date) ->
     days the release does hold."""
     days, first, last = con.execute(
         "select count(distinct day) filter (where day >= ? and day < ?), min(day), max(day) from metrics.pool_daily",
-        [month, next_month(month)]).fetchone()
+        [month, next_month(month)]).fetchall()[0]
     if not days:
         held = f"its data run from {first} to {last}" if first else "it holds no data yet"
         raise NoDataForMonth(f"no data for {month:%Y-%m} in release {release_read(con)}: {held}. Ingest and build "
