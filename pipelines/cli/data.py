@@ -14,7 +14,7 @@ import click
 import duckdb
 import polars as pl
 
-from pipelines.cli.common import HOME_OPTION, ExitError, step, warehouse
+from pipelines.cli.common import EXIT_SIGNAL_BASE, HOME_OPTION, ExitError, step, warehouse
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -86,7 +86,7 @@ def _run_query(wh: Warehouse, query: str, statements: list[str], fmt: str, limit
                 _stream(result, fmt, limit)
     except Exception as err:  # noqa: BLE001 - every failure becomes a message, no traceback
         if received:  # DuckDB reports the signal handler's exit as its own error
-            raise ExitError(f"stopped by {signal.Signals(received[0]).name}", 128 + received[0]) from None
+            raise ExitError(f"stopped by {signal.Signals(received[0]).name}", EXIT_SIGNAL_BASE + received[0]) from None
         raise _query_error(err, fmt) from None
     finally:
         con.close()
@@ -192,7 +192,7 @@ def _exit_on_signals() -> Iterator[list[int]]:
 
     def stop(signum: int, _frame: object) -> None:
         received.append(signum)
-        raise SystemExit(128 + signum)
+        raise SystemExit(EXIT_SIGNAL_BASE + signum)
 
     if threading.current_thread() is not threading.main_thread():
         yield received
@@ -203,7 +203,7 @@ def _exit_on_signals() -> Iterator[list[int]]:
     except SystemExit:
         if not received:
             raise
-        raise ExitError(f"stopped by {signal.Signals(received[0]).name}", 128 + received[0]) from None
+        raise ExitError(f"stopped by {signal.Signals(received[0]).name}", EXIT_SIGNAL_BASE + received[0]) from None
     finally:
         for sig, handler in saved.items():
             signal.signal(sig, handler)
