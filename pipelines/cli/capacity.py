@@ -14,7 +14,7 @@ from pipelines.cli.common import HOME_OPTION, day_progress, step, warehouse
 @click.command()
 @HOME_OPTION
 @click.option("--month", default=None, help="Month to replay, YYYY-MM. Default: the month of the latest submission.")
-@click.option("--days", default=None, type=int, help="Replay only the month's first N days.")
+@click.option("--days", default=None, type=click.IntRange(min=1), help="Replay only the month's first N days.")
 @click.option("--add-nodes", "add_nodes", multiple=True, metavar="MODEL=N",
               help="Add N nodes of a GPU model (copies of one of its nodes); negative removes. Repeatable.")
 @click.option("--quota", "quotas", multiple=True, metavar="QUEUE:MODEL=N",
@@ -30,7 +30,7 @@ def whatif(home: Path | None, month: str | None, days: int | None, add_nodes: tu
            policies: bool | None) -> None:
     """Replay a month's demand from the warehouse through the allocator, as observed and with a change;
     print wait p50/p95, utilisation and idle GPU-hours next to the observed month (docs/whatif.md)."""
-    from pipelines.capacity.replay import Change
+    from pipelines.capacity.replay import Change, ChangeRejected
     from pipelines.capacity.replay import whatif as run_whatif
 
     try:
@@ -52,6 +52,8 @@ def whatif(home: Path | None, month: str | None, days: int | None, add_nodes: tu
         try:
             result = run_whatif(wh.home, change, month=month, days=days, policies=policies, on_step=step,
                                 on_progress=progress)
+        except ChangeRejected as error:
+            raise click.UsageError(str(error)) from None
         except ValueError as error:
             raise click.ClickException(str(error)) from None
     click.echo(f"\n{result.month_start:%Y-%m-%d}, {result.days} days, replayed in {time.monotonic() - began:.0f} s\n")
