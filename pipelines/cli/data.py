@@ -292,6 +292,8 @@ def export(home: Path | None, out: Path | None, views: str | None, first: str | 
         bounds = [dt.date.fromisoformat(d) if d else None for d in (first, last)]
     except ValueError as err:
         raise click.UsageError(f"--from/--to: {err}") from None
+    if None not in bounds and bounds[0] > bounds[1]:
+        raise click.UsageError(f"--from {first} is after --to {last}")
     target = out or wh.home / "exports"
     try:
         written = export_views(wh, target, [v.strip() for v in views.split(",") if v.strip()] if views else None,

@@ -1,6 +1,7 @@
-"""`gpupool whatif` checks every option against the month's pool before any replay: an unknown GPU model,
-queue or too many nodes removed is a usage error (exit 2) naming what the pool has, and nothing is replayed
-(issue 33). The warehouse is stood in for: the demand is a one-node H100 pool, the replay a tripwire."""
+"""`gpupool whatif` checks every option against the month's pool before any replay, `recommend` its month
+against the months loaded: an unknown GPU model, queue or month, or too many nodes removed, is a usage error
+(exit 2) naming what there is, and nothing is replayed (issue 33). The warehouse is stood in for: the demand
+is a one-node H100 pool, the replay a tripwire."""
 from __future__ import annotations
 
 import datetime as dt
@@ -11,7 +12,7 @@ from click.testing import CliRunner
 
 from allocator.model import GpuSpec, NodeSpec, PoolConfig, QueueSpec
 from allocator.sim.workload import Workload
-from pipelines.capacity import replay
+from pipelines.capacity import replay, run
 from pipelines.capacity.demand import Demand
 from pipelines.cli import main
 from pipelines.cli.common import EXIT_USAGE
@@ -57,3 +58,21 @@ def test_whatif_rejects_an_option_the_pool_cannot_take_before_any_replay(home, r
     assert replays == []
     assert result.exit_code == EXIT_USAGE, result.output
     assert names in result.output
+
+
+@pytest.fixture
+def november_home(tmp_path, monkeypatch, replays):
+    """A warehouse holding days of November 2026 only; recommending must not start."""
+    wh = Warehouse(tmp_path / "gpupool")
+    wh.db_path.parent.mkdir(parents=True)
+    with duckdb.connect(str(wh.db_path)) as con:
+        con.execute("create schema metrics; create table metrics.pool_daily as select date '2026-11-02' as day")
+    monkeypatch.setattr(run, "recommend_month", lambda *args, **_kwargs: replays.append(args))
+    return wh.home
+
+
+def test_recommend_refuses_a_month_without_data_naming_the_months_loaded(november_home, replays):
+    result = CliRunner().invoke(main, ["recommend", "--home", str(november_home), "--month", "2026-10"])
+    assert replays == []
+    assert result.exit_code == EXIT_USAGE, result.output
+    assert "months loaded: 2026-11" in result.output
