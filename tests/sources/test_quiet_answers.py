@@ -15,6 +15,7 @@ from pipelines.checks import day_problems
 from pipelines.ingest import ingest_partition, landing_folder
 from pipelines.sources.dcgm_text import parse_dcgm_text
 from pipelines.sources.kueue import parse_kueue_workloads
+from pipelines.sources.node_exporter import parse_node_exporter_text
 from pipelines.sources.prometheus import parse_query_range
 from pipelines.sources.slurm_sacct import parse_sacct_json, parse_sacct_parsable2
 from pipelines.sources.slurm_sacctmgr import parse_sacctmgr_transactions
@@ -54,7 +55,8 @@ def test_header_only_sacctmgr_is_a_quiet_answer(real_data):
     (parse_kueue_workloads, b'{"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "WorkloadList", "items": []}'),
     (parse_query_range, b'{"status": "success", "data": {"resultType": "matrix", "result": []}}'),
     (parse_dcgm_text, b"# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization.\n# TYPE DCGM_FI_DEV_GPU_UTIL gauge\n"),
-], ids=["squeue", "kueue", "prometheus", "dcgm_text"])
+    (parse_node_exporter_text, b"# HELP node_load1 1m load average.\n# TYPE node_load1 gauge\n"),
+], ids=["squeue", "kueue", "prometheus", "dcgm_text", "node_exporter"])
 def test_an_empty_list_or_a_scrape_without_samples_is_a_quiet_answer(parse, data):
     parsed = parse(data, "answer")
     assert parsed.empty_answer and parsed.records_read == 0
@@ -72,8 +74,10 @@ def test_an_empty_list_or_a_scrape_without_samples_is_a_quiet_answer(parse, data
     (parse_kueue_workloads, b'{"kind": "WorkloadList"}'),
     (parse_query_range, b'{"status": "error", "errorType": "bad_data", "error": "parse error"}'),
     (parse_dcgm_text, b"<html>login</html>\n"),
+    (parse_node_exporter_text, b"<html>login</html>\n"),
 ], ids=["sacct-html", "sacct-bad-header", "sacct-json-error", "sacct-json-no-jobs-key", "sacct-json-garbage",
-        "sacctmgr-garbage", "squeue-jobs-not-a-list", "kueue-no-items", "prometheus-error", "dcgm-html"])
+        "sacctmgr-garbage", "squeue-jobs-not-a-list", "kueue-no-items", "prometheus-error", "dcgm-html",
+        "node-exporter-html"])
 def test_unreadable_or_failed_answers_are_not_quiet(parse, data):
     assert not parse(data, "answer").empty_answer
 
