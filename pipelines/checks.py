@@ -4,7 +4,8 @@ The ingest runs each raw table's GX suite on the parsed batch and moves failing 
 ops.quarantine, so a few bad records never reach the marts. What must stop the pipeline is a
 bad *batch*: a format change, a broken exporter, a sacct shape we do not know. The check fails
 when more than MAX_REJECTED_SHARE of a day's records were quarantined (parse or validation), or
-when a day's non-empty files yielded nothing at all (an empty file is a quiet day, noted as such). It blocks downstream materialisation for the tables
+when a day's non-empty files yielded nothing at all (an empty file, or a well-formed answer without a
+record such as a header-only sacct, is a quiet day, noted as such). It blocks downstream materialisation for the tables
 whose corruption would poison every mart (telemetry, job events) and warns for the others.
 
 Where a tenant controls the records (`IngestSource.tenant_field`: MLflow runs' tags), the share is

@@ -12,7 +12,8 @@ loaded. In a run over several days, records that fall on a later day of the run 
 it. Quarantined records and ops.ingest_log stay with the day being ingested.
 
 Empty files (no bytes, or only white space) are not parsed: they count as read with no record,
-with the note "empty file", the same in every source.
+with the note "empty file", the same in every source. A well-formed answer that holds no record
+(`ParseResult.empty_answer`: a header-only sacct, "Nothing found") counts as an empty file too.
 
 `record_scrape_gaps` appends a scrape round's gaps to ops.scrape_gaps (the scraper lands samples
 only; its callers record the gaps).
@@ -212,6 +213,7 @@ class _DayLoad:
 
     def take(self, path: Path, result: ParseResult) -> None:
         """A parse result of `path` (a file, or a slice of one): counted now, validated with its batch."""
+        self.files_empty += int(result.empty_answer)  # a well-formed answer without a record counts as an empty file
         self.records_read += result.records_read
         self.records_loaded += result.records_loaded
         self.parse_quarantined += result.quarantine.height

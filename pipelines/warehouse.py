@@ -76,7 +76,7 @@ class IngestReport:
     rows_by_table: dict[str, int]
     # what the parsers said about the input ("19 step rows ignored", "empty file"), each prefixed by its file
     notes: list[str] = field(default_factory=list)
-    files_empty: int = 0
+    files_empty: int = 0  # empty files and well-formed answers without a record (ParseResult.empty_answer)
     # per table: the Great Expectations suite's outcome on the parsed batch (before quarantine)
     validation: dict[str, dict] = field(default_factory=dict)
     # sources whose records a tenant controls (IngestSource.tenant_field): tenant -> [read, quarantined];

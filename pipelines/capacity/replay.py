@@ -93,6 +93,11 @@ class Change:
 # --- the changed pool and policies ---------------------------------------------------------------
 
 
+class ChangeRejected(ValueError):
+    """A change that does not fit the month's pool (a GPU model or queue it has not, more nodes removed than
+    it has); the message names what the pool has."""
+
+
 def changed_pool(pool: PoolConfig, change: Change) -> PoolConfig:
     """The pool with nodes added (copies of an existing whole-GPU node of the model, numbered on) or removed
     (the last ones of the model) and queue quotas set. Removing capacity below the quotas scales that
@@ -434,6 +439,10 @@ def whatif(
         seen = observed(con, demand.start, demand.days)
     finally:
         con.close()
+    try:  # every option checked against the month's pool now, not after the baseline's minutes of replay
+        changed_pool(demand.pool, change)
+    except ValueError as error:
+        raise ChangeRejected(str(error)) from None
     on = demand.governed if policies is None else policies
     step(f"{len(demand.workload.jobs):,} jobs from {demand.start:%Y-%m-%d}, {demand.days} days; "
          f"replaying with the idle-reclaim policies {'on' if on else 'off'}")

@@ -5,16 +5,20 @@ import datetime as dt
 import time
 from contextlib import ExitStack
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from pipelines.cli.common import HOME_OPTION, day_progress, step, warehouse
 
+if TYPE_CHECKING:
+    import duckdb
+
 
 @click.command()
 @HOME_OPTION
 @click.option("--month", default=None, help="Month to replay, YYYY-MM. Default: the month of the latest submission.")
-@click.option("--days", default=None, type=int, help="Replay only the month's first N days.")
+@click.option("--days", default=None, type=click.IntRange(min=1), help="Replay only the month's first N days.")
 @click.option("--add-nodes", "add_nodes", multiple=True, metavar="MODEL=N",
               help="Add N nodes of a GPU model (copies of one of its nodes); negative removes. Repeatable.")
 @click.option("--quota", "quotas", multiple=True, metavar="QUEUE:MODEL=N",
@@ -30,7 +34,7 @@ def whatif(home: Path | None, month: str | None, days: int | None, add_nodes: tu
            policies: bool | None) -> None:
     """Replay a month's demand from the warehouse through the allocator, as observed and with a change;
     print wait p50/p95, utilisation and idle GPU-hours next to the observed month (docs/whatif.md)."""
-    from pipelines.capacity.replay import Change
+    from pipelines.capacity.replay import Change, ChangeRejected
     from pipelines.capacity.replay import whatif as run_whatif
 
     try:
@@ -52,6 +56,8 @@ def whatif(home: Path | None, month: str | None, days: int | None, add_nodes: tu
         try:
             result = run_whatif(wh.home, change, month=month, days=days, policies=policies, on_step=step,
                                 on_progress=progress)
+        except ChangeRejected as error:
+            raise click.UsageError(str(error)) from None
         except ValueError as error:
             raise click.ClickException(str(error)) from None
     click.echo(f"\n{result.month_start:%Y-%m-%d}, {result.days} days, replayed in {time.monotonic() - began:.0f} s\n")
@@ -61,7 +67,7 @@ def whatif(home: Path | None, month: str | None, days: int | None, add_nodes: tu
 @click.command()
 @HOME_OPTION
 @click.option("--month", default=None, help="Month of data, YYYY-MM (default: the last month loaded).")
-@click.option("--whatif-top", default=1, show_default=True,
+@click.option("--whatif-top", default=1, show_default=True, type=click.IntRange(min=0),
               help="Test this many of the top recommendations with the what-if replay (0: none); for advice "
                    "that adds nodes or moves quota, search the smallest sufficient change (a few replays, "
                    "side by side: ~2 min each with the policies on).")
@@ -75,17 +81,23 @@ def recommend(home: Path | None, month: str | None, whatif_top: int) -> None:
     from pipelines.config import ConfigError
 
     wh = warehouse(home)
-    if month is None:
-        with wh.connect(read_only=True) as con:
-            last = con.execute("select max(day) from metrics.pool_daily").fetchone()[0]
-        if last is None:
-            raise click.ClickException("no data in the warehouse: run `gpupool demo` or ingest a month first")
-        first = last.replace(day=1)
-    else:
+    first = None
+    if month is not None:
         try:
             first = dt.datetime.strptime(month, "%Y-%m").date()
         except ValueError:
-            raise click.ClickException(f"--month {month!r}: expected YYYY-MM, e.g. 2026-11") from None
+            raise click.BadParameter(f"{month!r}: expected YYYY-MM, e.g. 2026-11", param_hint="--month") from None
+    if not wh.db_path.exists():
+        raise click.ClickException(f"{wh.db_path}: no warehouse; run `gpupool demo` or ingest a month first")
+    with wh.connect(read_only=True) as con:
+        loaded = loaded_months(con)
+    if not loaded:
+        raise click.ClickException("no data in the warehouse: run `gpupool demo` or ingest a month first")
+    if first is None:
+        first = loaded[-1]
+    elif first not in loaded:  # before the rules run and any replay, and before an empty month is recorded
+        raise click.BadParameter(f"{month}: no day of it loaded; months loaded: "
+                                 f"{', '.join(f'{m:%Y-%m}' for m in loaded)}", param_hint="--month")
     try:
         outcome = recommend_month(wh, first, whatif_top=whatif_top, on_step=step)
     except (RulesError, ConfigError) as err:  # the site's rules file, or gpupool.yml naming it
@@ -108,6 +120,12 @@ def recommend(home: Path | None, month: str | None, whatif_top: int) -> None:
                 click.echo(f"     {line}")
     click.echo("\nStored in governance.capacity_recommendations; "
                "`gpupool sql \"select * from metrics.capacity_recommendations\"`.")
+
+
+def loaded_months(con: duckdb.DuckDBPyConnection) -> list[dt.date]:
+    """The first days of the months metrics.pool_daily has a day of, in order."""
+    rows = con.execute("select distinct date_trunc('month', day)::date from metrics.pool_daily order by 1").fetchall()
+    return [row[0] for row in rows]
 
 
 def curve_lines(search: dict, model: str) -> list[str]:

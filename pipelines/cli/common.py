@@ -28,12 +28,14 @@ def step(message: str) -> None:
     click.echo(click.style("▸ ", fg="cyan") + message)
 
 
-# Exit codes of ingest, build and land (docs/operators.md, "Exit codes"), for cron and CI.
+# Every command's exit codes (docs/operators.md, "Exit codes", kept true by tests/test_cli_exit_codes.py), for
+# cron and CI. Every command may exit 0, 1 (a click.ClickException) and 2 (click's usage errors).
 EXIT_OK = 0
 EXIT_FAILED = 1  # a step failed: the message carries the cause (a failing model and DuckDB's words, ...)
 EXIT_USAGE = 2  # bad arguments (click's own code): a malformed or out-of-range --date, an unknown source
 EXIT_BLOCKED = 3  # the batch was loaded but failed its blocking data-quality check; models not rebuilt
 EXIT_NOTHING_READ = 4  # no file the source reads: nothing was ingested
+EXIT_SIGNAL_BASE = 128  # stopped by signal N (SIGTERM, SIGHUP, SIGINT) part way: 128 + N, as a shell reports it
 
 
 class ExitError(click.ClickException):

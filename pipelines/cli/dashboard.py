@@ -1,7 +1,10 @@
 """`gpupool dashboard`: serve the Streamlit dashboards on the warehouse, read-only."""
 from __future__ import annotations
 
+import signal
+import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import click
@@ -21,7 +24,6 @@ def dashboard(home: Path | None, port: int, host: str) -> None:
     import json
     import os
     import secrets
-    import subprocess
 
     from dashboards import auth
     from dashboards.auth import UsersError, configured_users, hash_password
@@ -46,9 +48,31 @@ def dashboard(home: Path | None, port: int, host: str) -> None:
                "--server.port", str(port), "--server.address", host, "--browser.gatherUsageStats", "false",
                "--client.toolbarMode", "minimal"]
     step(f"dashboards on http://{host}:{port}/ reading {wh.db_path} (Ctrl-C stops)")
-    try:
-        code = subprocess.run(command, env=env, check=False).returncode
-    except KeyboardInterrupt:
-        code = 0
+    code = serve_until_stopped(command, env)
     if code:
         raise click.ClickException(f"streamlit exited with status {code}")
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def serve_until_stopped(command: Sequence[str], env: dict[str, str]) -> int:
+    """Run the server until it exits; its exit status, 0 when it stopped because this process was asked to.
+
+    SIGTERM and SIGINT are passed on to it and its exit awaited, so a supervisor's stop ends the server too
+    instead of leaving it serving. It runs in a process group of its own so that Ctrl-C in a terminal
+    reaches it once, through here, not twice."""
+    child = subprocess.Popen(command, env=env, process_group=0)
+    asked: list[int] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        asked.append(signum)
+        child.send_signal(signum)
+
+    saved = {sig: signal.signal(sig, forward) for sig in STOP_SIGNALS}
+    try:
+        code = child.wait()
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+    return 0 if asked else code

@@ -15,7 +15,7 @@ import duckdb
 import polars as pl
 
 from allocator.filemodes import make_dirs
-from pipelines.cli.common import HOME_OPTION, ExitError, step, warehouse
+from pipelines.cli.common import EXIT_SIGNAL_BASE, HOME_OPTION, ExitError, step, warehouse
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -87,7 +87,7 @@ def _run_query(wh: Warehouse, query: str, statements: list[str], fmt: str, limit
                 _stream(result, fmt, limit)
     except Exception as err:  # noqa: BLE001 - every failure becomes a message, no traceback
         if received:  # DuckDB reports the signal handler's exit as its own error
-            raise ExitError(f"stopped by {signal.Signals(received[0]).name}", 128 + received[0]) from None
+            raise ExitError(f"stopped by {signal.Signals(received[0]).name}", EXIT_SIGNAL_BASE + received[0]) from None
         raise _query_error(err, fmt) from None
     finally:
         con.close()
@@ -193,7 +193,7 @@ def _exit_on_signals() -> Iterator[list[int]]:
 
     def stop(signum: int, _frame: object) -> None:
         received.append(signum)
-        raise SystemExit(128 + signum)
+        raise SystemExit(EXIT_SIGNAL_BASE + signum)
 
     if threading.current_thread() is not threading.main_thread():
         yield received
@@ -204,7 +204,7 @@ def _exit_on_signals() -> Iterator[list[int]]:
     except SystemExit:
         if not received:
             raise
-        raise ExitError(f"stopped by {signal.Signals(received[0]).name}", 128 + received[0]) from None
+        raise ExitError(f"stopped by {signal.Signals(received[0]).name}", EXIT_SIGNAL_BASE + received[0]) from None
     finally:
         for sig, handler in saved.items():
             signal.signal(sig, handler)
@@ -301,6 +301,8 @@ def export(home: Path | None, out: Path | None, views: str | None, first: str | 
         bounds = [dt.date.fromisoformat(d) if d else None for d in (first, last)]
     except ValueError as err:
         raise click.UsageError(f"--from/--to: {err}") from None
+    if None not in bounds and bounds[0] > bounds[1]:
+        raise click.UsageError(f"--from {first} is after --to {last}")
     target = out or wh.home / "exports"
     try:
         written = export_views(wh, target, [v.strip() for v in views.split(",") if v.strip()] if views else None,

@@ -4,8 +4,10 @@ warehouse."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import click
@@ -40,12 +42,27 @@ def docs(home: Path | None, out: Path | None, static: bool) -> None:
         "--no-use-colors", "--no-send-anonymous-usage-stats", "--no-version-check",
         *(["--static"] if static else []),
     ]
-    step(f"dbt docs generate into {out}")
+    step(f"dbt docs generate into {out}" + (" with static_index.html" if static else ""))
     with wh.writer_lock():
-        result = subprocess.run(args, cwd=MODELS_DIR, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise click.ClickException(f"dbt docs generate failed:\n{(result.stdout + result.stderr)[-4000:]}")
+        code, said = run_showing_progress(args)
+    if code != 0:
+        raise click.ClickException(f"dbt docs generate failed:\n{said[-4000:]}")
     step(f"wrote {out}/index.html with manifest.json and catalog.json")
     click.echo(f"  serve it:  python -m http.server 8080 --directory {out}   then open http://localhost:8080")
     if static:
         click.echo(f"  or open {out}/static_index.html in a browser (no server needed)")
+
+
+_DBT_CLOCK = re.compile(r"^\d\d:\d\d:\d\d\s+")  # dbt starts each log line with the time of day
+
+
+def run_showing_progress(args: Sequence[str]) -> tuple[int, str]:
+    """Run dbt, echoing each line it prints as it comes (the catalog of a large warehouse takes half a
+    minute: the operator sees where it is); its exit status and everything it printed."""
+    said = []
+    with subprocess.Popen(args, cwd=MODELS_DIR, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+        for line in proc.stdout:
+            said.append(line)
+            if line.strip():
+                click.echo(f"    dbt: {_DBT_CLOCK.sub('', line.rstrip())}")
+    return proc.returncode, "".join(said)

@@ -27,7 +27,7 @@ def maintain(home: Path | None, raw_retention_days: int | None, dry_run: bool) -
     wh = warehouse(home)
     try:
         report = run_maintenance(wh, raw_retention_days=raw_retention_days, dry_run=dry_run,
-                                 on_step=lambda m: step(("would compact " if dry_run else "compacted ") + m))
+                                 on_step=step)
     except RetentionError as err:
         raise click.BadParameter(str(err), param_hint="--raw-retention-days or the environment") from None
     except LakeError as err:

@@ -50,6 +50,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pipelines.config import section
 from pipelines.connectors.bounded import Budget, NotJson, SourceAnswerError, loads_bounded
 from pipelines.connectors.http import HttpStatusError, RetryPolicy, new_session, with_retries
+from pipelines.sources.slurm_sacct import NOTHING_FOUND
 from pipelines.sources.slurm_squeue import SOURCE as SQUEUE_SOURCE
 
 SECTION = "slurm"
@@ -65,7 +66,6 @@ SACCT_FIELDS = (
 )
 OFFLINE_FILES = {"sacct.txt": TEXT_SOURCE, "sacct.json": JSON_SOURCE, "slurmrestd.json": JSON_SOURCE,
                  TRANSACTIONS_FILE: TRANSACTIONS_SOURCE}
-NOTHING_FOUND = 9003  # slurmrestd's error number for a query that matched no job
 MAX_RESTD_BODY_MIB = 1024.0  # a day of a large cluster's accounting is hundreds of MB of JSON
 
 

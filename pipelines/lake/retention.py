@@ -399,10 +399,13 @@ def maintain(wh: Warehouse, raw_retention_days: int | None = None, dry_run: bool
 
     kept_before = wh.kept_releases()
     compacted = []
+    on_step(f"finding raw telemetry before {before} to compact to the per-minute grain")
     for day in days_to_compact(wh, before):
         done = compact_day(wh, day, dry_run)
-        on_step(f"{day}: {done.rows_before:,} -> {done.rows_after:,} rows")
+        on_step(f"{'would compact' if dry_run else 'compacted'} {day}: {done.rows_before:,} -> {done.rows_after:,} rows")
         compacted.append(done)
+    if not dry_run:
+        on_step("merging the lake's small files")
     small_files = {} if dry_run else {
         name: int(wh.store.compact(name).get("numFilesRemoved", 0)) for name in wh.store.tables()}
     release = None
@@ -420,5 +423,6 @@ def maintain(wh: Warehouse, raw_retention_days: int | None = None, dry_run: bool
         wh.expire_releases()
         expired = sorted(set(kept_before) - set(wh.kept_releases()))  # the publish above expires some too
         keep = None
+    on_step(f"finding lake files no kept release reads, replaced over {vacuum_hours} h ago, to delete")
     vacuumed = vacuum(wh, vacuum_hours, keep, dry_run)
     return MaintenanceReport(dry_run, before, compacted, small_files, release, unpinned, expired, vacuumed)

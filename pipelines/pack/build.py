@@ -33,11 +33,13 @@ def build_pack(warehouse: Warehouse, month: dt.date, lang: str = "en", as_of: in
         warehouse.pin_release(release_id, f"pack {month:%Y-%m}" + (f" {tenant}" if tenant else ""))
         on_step(f"reading release {release_id} (pinned: `gpupool pack --month {month:%Y-%m} --as-of {release_id}` "
                 "rebuilds these figures)")
+        on_step(f"collecting the figures of {month:%Y-%m}" + (f" for {tenant}" if tenant else ""))
         figs = collect(con, month, spec, tenant)
         figs.answers, figs.decisions = summarise(con, figs)
     finally:
         con.close()
     out = store.new_version_dir(warehouse.home, figs.month, lang, tenant)
+    on_step(f"rendering charts, appendix, HTML and PDF into {out}")
     render(figs, out, lang)
     home = warehouse.home
     store.record_pack(warehouse, store.PackRecord(

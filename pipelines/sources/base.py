@@ -33,6 +33,10 @@ class ParseResult:
     # per table, a boolean mask over its rows: True where the row's time is not its own (a DCGM line
     # without a timestamp, given the scrape time); the ingest puts those rows in the day it loads
     untimed: dict[str, pl.Series] = field(default_factory=dict)
+    # the input is a well-formed answer that holds no record (a header-only sacct, slurmrestd's "Nothing
+    # found", an empty `jobs` or `items` list): a quiet day, which the blocking check does not count against
+    # the batch as it does a non-empty file nothing could be read from (pipelines/checks.py)
+    empty_answer: bool = False
 
     @property
     def records_quarantined(self) -> int:
@@ -74,4 +78,4 @@ def split_by_reason(rows: pl.DataFrame, source: str, source_file: str, table: st
         bad.drop("reason", "line_number").select(pl.struct(pl.all()).struct.json_encode())[:, 0],
     ) if bad.height else empty_quarantine()
     return ParseResult(tables={table: good}, quarantine=quarantine, records_read=rows.height,
-                       records_loaded=good.height)
+                       records_loaded=good.height, empty_answer=rows.height == 0)

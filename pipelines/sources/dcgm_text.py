@@ -135,7 +135,9 @@ def samples_result(
     records_read: int,
     notes: list[str] | None = None,
 ) -> ParseResult:
-    """Expand each loaded sample's series attributes (by rank) and package the parse result."""
+    """Expand each loaded sample's series attributes (by rank) and package the parse result. No record read
+    (only comments, or a query that matched no series) is a well-formed answer without one: a quiet scrape;
+    a line that is not a sample is a record, quarantined."""
     attributes = series.filter(pl.col("rank").is_not_null()).unique("rank").sort("rank")
     samples = attributes.select(pl.all().gather(good.get_column("rank"))).with_columns(
         good.select("value", "sampled_at"), source=pl.lit(source), source_file=pl.lit(source_file)
@@ -149,6 +151,7 @@ def samples_result(
         records_loaded=good.height,
         notes=notes or [],
         untimed={"dcgm_samples": good.get_column("no_timestamp")} if "no_timestamp" in good.columns else {},
+        empty_answer=records_read == 0,
     )
 
 

@@ -435,6 +435,7 @@ def parse_kueue_workloads(
                 0,
                 0,
                 ["a PodList: read with the folder's WorkloadLists for the nodes, not records of its own"],
+                empty_answer=True,
             )
         items = _items(doc)
     except RecordError as error:
@@ -468,7 +469,8 @@ def parse_kueue_workloads(
         )
     if pod_problems:
         notes.append(f"{len(pod_problems)} pods could not be read: {'; '.join(pod_problems[:3])}")
-    return _result(events, placements, rejects, source_file, len(items), len(items) - len(rejects), notes)
+    return _result(events, placements, rejects, source_file, len(items), len(items) - len(rejects), notes,
+                   empty_answer=not items)  # an empty WorkloadList: no Workload that day
 
 
 def _result(
@@ -479,6 +481,8 @@ def _result(
     read: int,
     loaded: int,
     notes: list[str],
+    *,
+    empty_answer: bool = False,
 ) -> ParseResult:
     event_cols = Columns(pl.Schema({**_EVENT_SCHEMA, "_exact": pl.Boolean, "_order": pl.Int32}))
     for row in events:
@@ -519,6 +523,7 @@ def _result(
         records_read=read,
         records_loaded=loaded,
         notes=notes,
+        empty_answer=empty_answer,
     )
 
 

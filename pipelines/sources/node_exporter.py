@@ -151,6 +151,7 @@ def _parse(source: bytes | Path, source_file: str, host: str | None, scraped_at:
         records_loaded=good.height,
         notes=notes,
         untimed={TABLE: good.get_column("no_timestamp")},
+        empty_answer=rows.height == 0,  # comments only: a scrape without samples (a line not a sample is a record)
     )
 
 

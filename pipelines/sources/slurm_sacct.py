@@ -73,6 +73,8 @@ SOURCE = "slurm"
 TEXT_SOURCE = "slurm_sacct_parsable2"
 JSON_SOURCE = "slurm_sacct_json"
 REQUIRED_FIELDS = ("JobID", "State", "Submit", "Start", "End")
+NOTHING_FOUND = 9003  # Slurm's error number for a query that matched no job (sacct --json, slurmrestd)
+NO_JOBS_NOTE = "no job in the answer: a quiet day"
 UNSET = frozenset({"", "Unknown", "None", "none", "(null)"})
 REQUEUE_STATES = ("REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED")
 # sacct's Reason is "the last reason a job was blocked from running" (sacct(1)), kept after the job
@@ -383,7 +385,7 @@ def _events_and_gpus(attempts: pl.DataFrame, source_file: str) -> tuple[pl.DataF
     return contract("job_events").conform(events), contract("job_gpus").conform(gpus), hostless
 
 
-def _result(collected: _Collected, source: str, source_file: str) -> ParseResult:
+def _result(collected: _Collected, source: str, source_file: str, *, empty_answer: bool = False) -> ParseResult:
     attempts = collected.attempts.frame()
     events, gpus, hostless = _events_and_gpus(attempts, source_file)
     notes = list(collected.notes)
@@ -397,6 +399,7 @@ def _result(collected: _Collected, source: str, source_file: str) -> ParseResult
         records_read=collected.read,
         records_loaded=attempts.height,
         notes=notes,
+        empty_answer=empty_answer,
     )
 
 
@@ -548,7 +551,10 @@ def parse_sacct_parsable2(data: bytes | str, source_file: str, cluster: str = "s
             collected.rejects.add(number, str(error), line)
     if steps:
         collected.notes.append(f"{steps} step rows ignored (steps are not jobs)")
-    return _result(collected, TEXT_SOURCE, source_file)
+    quiet = collected.read == 0  # the header (and maybe step rows), no job row: sacct's answer for no job
+    if quiet:
+        collected.notes.append(NO_JOBS_NOTE)
+    return _result(collected, TEXT_SOURCE, source_file, empty_answer=quiet)
 
 
 # --- sacct --json ---------------------------------------------------------------------------
@@ -724,10 +730,15 @@ def parse_sacct_json(data: bytes | str, source_file: str) -> ParseResult:
     slurm = meta.get("slurm") or meta.get("Slurm") or {}
     cluster = slurm.get("cluster") if isinstance(slurm, dict) else None
     default_cluster = cluster if isinstance(cluster, str) and cluster else SOURCE  # a cluster name, or none
+    failed = False  # an error other than "Nothing found": an empty `jobs` is then no answer, not a quiet day
     for kind in ("errors", "warnings"):
         reported = doc.get(kind) or []
         for item in reported if isinstance(reported, list) else [reported]:
             collected.notes.append(f"sacct reported {kind[:-1]}: {compact_json(item)[:300]}")
+            failed |= kind == "errors" and not (isinstance(item, dict) and item.get("error_number") == NOTHING_FOUND)
+    if not jobs and not failed:
+        collected.notes.append(NO_JOBS_NOTE)
+        return _result(collected, JSON_SOURCE, source_file, empty_answer=True)
     collected.read = len(jobs)
     for index, job in enumerate(jobs, start=1):
         try:

@@ -259,6 +259,7 @@ def parse_sacctmgr_transactions(data: bytes | str, source_file: str) -> ParseRes
     read = len(rejects)
     audits = Columns(contract("audit_events").schema)
     notes: list[str] = []
+    quiet = False
     if lines:
         names, has_header = _columns(lines[0][1])
         rows = lines[1:] if has_header else lines
@@ -285,6 +286,10 @@ def parse_sacctmgr_transactions(data: bytes | str, source_file: str) -> ParseRes
                 audits.append(**_row(get, audit_id, associations), source_file=source_file, line_number=number)
             except RecordError as error:
                 rejects.add(number, str(error), line)
+        # the header line alone: sacctmgr's answer for a day without a transaction
+        quiet = has_header and not rows and not missing and not read
+        if quiet:
+            notes.append("no transaction in the answer: a quiet day")
     elif not read:
         notes.append("empty file")
     frame: pl.DataFrame = audits.frame()
@@ -294,4 +299,5 @@ def parse_sacctmgr_transactions(data: bytes | str, source_file: str) -> ParseRes
         records_read=read,
         records_loaded=frame.height,
         notes=notes,
+        empty_answer=quiet,
     )

@@ -214,11 +214,12 @@ def parse_squeue_job_gpus(data: bytes | str, source_file: str) -> ParseResult:
         notes.append(f"{not_running} jobs not running: no placement")
     if unindexed:
         notes.append(f"{unindexed} MIG-typed GPUs have no GPU index (their gres IDX counts MIG devices)")
-    return _placement_result(rows, rejects, read, loaded, notes, source_file)
+    # squeue's answer with no running job (none queued, or all pending): well-formed, nothing placed
+    return _placement_result(rows, rejects, read, loaded, notes, source_file, empty_answer=read == 0)
 
 
 def _placement_result(rows: Columns, rejects: Rejects, read: int, loaded: int, notes: list[str],
-                      source_file: str) -> ParseResult:
+                      source_file: str, *, empty_answer: bool = False) -> ParseResult:
     frame = rows.frame().with_columns(source=pl.lit("slurm"), source_file=pl.lit(source_file))
     return ParseResult(
         tables={"job_gpus": contract("job_gpus").conform(frame)},
@@ -226,4 +227,5 @@ def _placement_result(rows: Columns, rejects: Rejects, read: int, loaded: int, n
         records_read=read,
         records_loaded=loaded,
         notes=notes,
+        empty_answer=empty_answer,
     )
