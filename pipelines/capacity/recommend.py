@@ -54,8 +54,8 @@ class RulesError(ValueError):
 def load_rules(path: Path | None = None) -> dict:
     path = Path(path or RULES_PATH)
     rules = load_yaml(path.read_text())
-    needed = ("version", "add_nodes", "remove_nodes", "resplit_mig", "move_quota", "move_to_backfill",
-              "change_queue_limit", "smallest_change")
+    needed = ("version", "min_weeks_for_high_confidence", "add_nodes", "remove_nodes", "resplit_mig", "move_quota",
+              "move_to_backfill", "change_queue_limit", "smallest_change")
     missing = [k for k in needed if k not in (rules or {})]
     if missing:
         raise RulesError(f"{path}: missing {', '.join(missing)}; every rule needs its thresholds (see docs/capacity.md)")
