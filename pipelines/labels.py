@@ -69,6 +69,7 @@ COLUMN_LABELS: dict[str, dict[str, str]] = {
     "impact_gpu_hours": {"en": "GPU-hours addressed", "zh": "涉及GPU小时"},
     "smallest_sufficient_change": {"en": "Smallest sufficient change (what-if)", "zh": "最小足够变更（模拟）"},
     "whatif_confirms": {"en": "What-if confirms", "zh": "模拟验证通过"},
+    "whatif_within_tolerance": {"en": "What-if baseline within tolerance", "zh": "模拟基线在容差内"},
     "physical_gpus_previous_month": {"en": "Physical GPUs last month", "zh": "上月物理GPU数"},
     "predicted_baseline_wait_p95_s": {"en": "Predicted wait p95 without the change",
                                       "zh": "预测P95等待（不变更）"},

@@ -12,12 +12,15 @@ Rules (docs/capacity.md explains each with the default month's figures):
 - move_quota: a starved tenant paired with a donor whose quota of the same model sat idle.
 - move_to_backfill: experiments holding quota in a quota-holding queue while others waited on quota.
 - change_queue_limit: a queue whose waits are mostly "policy", or whose jobs end at its run-time cap.
-Confidence (0..1): the share of the month's weeks the evidence shows up in, the trend's direction
-and, for the advice the what-if replays, whether the replay confirms the effect.
+Confidence (0..1): how steadily the evidence shows up (the share of the days with data it shows up in,
+or of the whole weeks), the trend's direction, weighed by how much data there is (weeks of data = days
+with data / 7: thin evidence weighs less and is never "high"); for the advice the what-if replays,
+whether the replay confirms the effect, and whether its baseline reproduced the observed month.
 
 The what-if of an advice that adds nodes or moves quota also searches the smallest sufficient
 change (`smallest_change`): smaller sizes replayed side by side, the curve of what each achieves
-kept with the advice; "sufficient" is data (rules.yml `smallest_change`).
+kept with the advice; "sufficient" is data (rules.yml `smallest_change`). Advice whose smallest
+sufficient size is below the advised one names it first and the full change beside it.
 """
 from __future__ import annotations
 
@@ -35,7 +38,7 @@ import duckdb
 import yaml
 from pydantic import BaseModel, ConfigDict
 
-from pipelines.capacity.store import Recommendation
+from pipelines.capacity.store import HIGH_CONFIDENCE_FROM, Recommendation
 from pipelines.config import config_relative, section
 from pipelines.paths import REPO_ROOT
 from pipelines.yamlfile import load_yaml
@@ -74,8 +77,8 @@ def load_rules(path: Path | None = None) -> dict:
         raise RulesError(f"{path}: not valid YAML: {err}") from None
     if not isinstance(rules, dict):
         raise RulesError(f"{path}: expected a mapping of rules at the top level")
-    needed = ("version", "add_nodes", "remove_nodes", "resplit_mig", "move_quota", "move_to_backfill",
-              "change_queue_limit", "smallest_change")
+    needed = ("version", "min_weeks_for_high_confidence", "add_nodes", "remove_nodes", "resplit_mig", "move_quota",
+              "move_to_backfill", "change_queue_limit", "smallest_change")
     missing = [k for k in needed if k not in (rules or {})]
     if missing:
         raise RulesError(f"{path}: missing {', '.join(missing)}; every rule needs its thresholds (see docs/capacity.md)")
@@ -94,28 +97,69 @@ def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) 
     return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
 
-def _weeks_share(con, first: dt.date, following: dt.date, cause: str, field: str, value: str) -> tuple[int, int]:
-    """(weeks of the month with this cause's waits for the field's value, weeks with data)."""
-    row = con.execute(
-        f"""select count(distinct case when cause = ? and {field} = ? and waited_gpu_hours > 0
-                                   then date_trunc('week', day) end),
-                   count(distinct date_trunc('week', day))
-            from metrics.wait_causes where day >= ? and day < ?""",
-        [cause, value, first, following]).fetchone()
-    return int(row[0] or 0), int(row[1] or 0)
+def _days_with_data(con, first: dt.date, following: dt.date) -> int:
+    """Days of the month the pool's daily figures hold (metrics.pool_daily): the extent of every rule's evidence."""
+    return int(con.execute("select count(distinct day) from metrics.pool_daily where day >= ? and day < ?",
+                           [first, following]).fetchone()[0] or 0)
 
 
-def _confidence(weeks_seen: int, weeks: int, rules: dict, *, trend_agrees: bool | None = None) -> float:
-    """Half from how steadily the evidence shows up across the weeks, a fifth from the trend."""
-    steady = weeks_seen / weeks if weeks else 0.0
-    score = 0.3 + 0.4 * steady
-    if weeks_seen >= rules.get("min_weeks_for_high_confidence", 3):
+def _days_seen(con, first: dt.date, following: dt.date, cause: str, field: str, value: str) -> int:
+    """Days of the month with this cause's waits for the field's value (metrics.wait_causes)."""
+    return int(con.execute(
+        f"""select count(distinct day) from metrics.wait_causes
+            where cause = ? and {field} = ? and waited_gpu_hours > 0 and day >= ? and day < ?""",
+        [cause, value, first, following]).fetchone()[0] or 0)
+
+
+# The score of a pattern with no steady evidence: what thin data shrinks every score toward.
+NO_PATTERN_SCORE = 0.3
+# The most any advice earns: a replay of the past is never certainty about the future.
+MAX_CONFIDENCE = 0.95
+# Below the rules' min_weeks_for_high_confidence weeks of data, advice is at most medium, a confirming
+# replay included: a pattern seen on a few days may be those days' (a release, a deadline).
+THIN_EVIDENCE_CEILING = HIGH_CONFIDENCE_FROM - 0.05
+# What the what-if's verdict adds (confirms) or takes away (contradicts)...
+WHATIF_CONFIRMS = 0.15
+WHATIF_CONTRADICTS = 0.2
+# ...and what a baseline replay that misses the observed month beyond tolerance takes away instead: the
+# replay does not reproduce the month it replays, so its verdict on the change is not evidence either way.
+WHATIF_OFF_BASELINE = 0.2
+
+
+def _confidence(steady: float, weeks_seen: float, rules: dict, *, trend_agrees: bool | None = None) -> float:
+    """The pattern's score, before weighing by the weeks of data: up to 0.4 from how steadily the evidence
+    shows up (the share of days, or of whole weeks, it shows up in), 0.1 more once it was seen over the
+    rules' min_weeks_for_high_confidence weeks, +/- 0.15 from the trend."""
+    score = NO_PATTERN_SCORE + 0.4 * steady
+    if weeks_seen >= rules["min_weeks_for_high_confidence"]:
         score += 0.1
     if trend_agrees is True:
         score += 0.15
     elif trend_agrees is False:
         score -= 0.15
-    return max(0.0, min(score, 0.95))
+    return score
+
+
+def weighed(score: float, weeks_of_data: float, rules: dict) -> float:
+    """A score weighed by the evidence's extent: with fewer than the rules' min_weeks_for_high_confidence
+    weeks of data it is shrunk toward NO_PATTERN_SCORE in proportion (3 days of a pattern weigh a seventh of
+    3 weeks of it; thin data never raises a score) and capped under "high"."""
+    need = rules["min_weeks_for_high_confidence"]
+    shrunk = NO_PATTERN_SCORE + (score - NO_PATTERN_SCORE) * min(weeks_of_data / need, 1.0)
+    return max(0.0, min(score, shrunk, ceiling(weeks_of_data, rules)))
+
+
+def ceiling(weeks_of_data: float, rules: dict) -> float:
+    """The most confidence this many weeks of data allow."""
+    return MAX_CONFIDENCE if weeks_of_data >= rules["min_weeks_for_high_confidence"] else THIN_EVIDENCE_CEILING
+
+
+def on_evidence(rec: Recommendation, days_with_data: int, days_in_month: int, rules: dict) -> Recommendation:
+    """The advice with its confidence weighed by the month's days with data, which its evidence records."""
+    weeks = days_with_data / 7
+    evidence = {**rec.evidence, "days_with_data": days_with_data, "days_in_month": days_in_month,
+                "weeks_of_data": round(weeks, 2)}
+    return replace(rec, confidence_score=weighed(rec.confidence_score, weeks, rules), evidence=evidence)
 
 
 # -- the rules ---------------------------------------------------------------------------------
@@ -151,6 +195,7 @@ def add_nodes(con, first: dt.date, following: dt.date, rules: dict) -> list[Reco
         from headroom h join waits w using (gpu_model) left join gaps g using (gpu_model)
         left join nodes n using (gpu_model) left join trend t using (gpu_model)
         order by w.capacity_bound_gpu_hours desc""", [first, following, first, following])
+    days = _days_with_data(con, first, following)
     for m in models:
         share = m["capacity_bound_gpu_hours"] / m["capacity_gpu_hours"] if m["capacity_gpu_hours"] else 0.0
         p95_share = m["p95_allocated_gpus"] / m["capacity_gpus"] if m["capacity_gpus"] else 0.0
@@ -159,7 +204,7 @@ def add_nodes(con, first: dt.date, following: dt.date, rules: dict) -> list[Reco
         per_node = m["gpus_per_node"] or 8
         short = m["short_gpus_avg_day"] or m["capacity_bound_gpu_hours"] / max(_hours(first, following), 1)
         nodes = max(1, min(r["max_nodes"], math.ceil(short / per_node)))
-        seen, weeks = _weeks_share(con, first, following, "capacity_bound", "gpu_model", m["gpu_model"])
+        seen = _days_seen(con, first, following, "capacity_bound", "gpu_model", m["gpu_model"])
         model = m["gpu_model"]
         out.append(Recommendation(
             kind="add_nodes", target=model, gpu_model=model, wait_cause="capacity_bound",
@@ -171,14 +216,14 @@ def add_nodes(con, first: dt.date, following: dt.date, rules: dict) -> list[Reco
             recommendation_zh=(f"增加 {nodes} 台 {model} 节点（{nodes * per_node} 块 GPU）：因没有空闲的 {model}，作业共等待了 "
                                f"{m['capacity_bound_gpu_hours']:,.0f} GPU 小时（占其容量的 {share:.1%}），每小时 p95 占用 "
                                f"{m['p95_allocated_gpus']:.0f}/{m['capacity_gpus']:.0f} 块，平均每天缺 {short:.1f} 块。"),
-            confidence_score=_confidence(seen, weeks, rules,
+            confidence_score=_confidence(seen / days if days else 0.0, seen / 7, rules,
                                          trend_agrees=None if m["demand_slope"] is None else m["demand_slope"] >= 0),
             impact_gpu_hours=float(m["capacity_bound_gpu_hours"]),
             evidence={"capacity_bound_gpu_hours": m["capacity_bound_gpu_hours"], "capacity_bound_share": share,
                       "capacity_gpus": m["capacity_gpus"], "p95_allocated_gpus": m["p95_allocated_gpus"],
                       "peak_allocated_gpus": m["peak_allocated_gpus"], "short_gpus_avg_day": short,
                       "short_gpus_max_day": m["short_gpus_max_day"], "gpus_per_node": per_node,
-                      "weeks_with_waits": seen, "weeks": weeks, "demand_slope_gpu_hours_per_week": m["demand_slope"],
+                      "days_with_waits": seen, "demand_slope_gpu_hours_per_week": m["demand_slope"],
                       "views": ["metrics.wait_causes", "metrics.spec_gaps", "metrics.capacity_headroom",
                                 "metrics.capacity_trend", "metrics.gpu_inventory"]},
         ))
@@ -217,6 +262,8 @@ def remove_nodes(con, first: dt.date, following: dt.date, rules: dict) -> list[R
                                 as fitting from metrics.capacity_headroom
                               where window_kind = 'week' and queue = 'all' and gpu_model = ? and is_complete_week""",
                       [r["headroom_gpus_above_peak"], nodes * per_node, model])[0]
+        # steadiness over whole weeks: a week's peak is the figure that must fit, not a day's
+        fitting, complete = int(weeks["fitting"] or 0), int(weeks["weeks"] or 0)
         idle_hours = nodes * per_node * _hours(first, following)
         out.append(Recommendation(
             kind="remove_nodes", target=model, gpu_model=model, quantity=nodes, unit="nodes",
@@ -226,12 +273,12 @@ def remove_nodes(con, first: dt.date, following: dt.date, rules: dict) -> list[R
             recommendation_zh=(f"减少或出借 {nodes} 台 {model} 节点：最忙的一小时只占用 {m['peak_allocated_gpus']:.0f}/"
                                f"{m['capacity_gpus']:.0f} 块，且没有作业因缺少 {model} 而等待；峰值之上仍保留 "
                                f"{r['headroom_gpus_above_peak']} 块余量。"),
-            confidence_score=_confidence(int(weeks["fitting"] or 0), int(weeks["weeks"] or 0), rules,
+            confidence_score=_confidence(fitting / complete if complete else 0.0, fitting, rules,
                                          trend_agrees=None if m["p95_slope"] is None else m["p95_slope"] <= 0),
             impact_gpu_hours=float(idle_hours),
             evidence={"capacity_gpus": m["capacity_gpus"], "peak_allocated_gpus": m["peak_allocated_gpus"],
                       "p95_allocated_gpus": m["p95_allocated_gpus"], "capacity_bound_share": share,
-                      "gpus_per_node": per_node, "weeks_fitting": weeks["fitting"], "weeks": weeks["weeks"],
+                      "gpus_per_node": per_node, "complete_weeks_fitting": fitting, "complete_weeks": complete,
                       "p95_slope_gpus_per_week": m["p95_slope"],
                       "views": ["metrics.capacity_headroom", "metrics.wait_causes", "metrics.capacity_trend"]},
         ))
@@ -418,18 +465,35 @@ def _hours(first: dt.date, following: dt.date) -> float:
 
 
 def recommend(con: duckdb.DuckDBPyConnection, month: dt.date, rules: dict | None = None) -> list[Recommendation]:
-    """Every rule over the month, most GPU-hours addressed first."""
+    """Every rule over the month, its confidence weighed by the month's days with data, most GPU-hours
+    addressed first."""
     rules = rules or load_rules()
     first, following = month_bounds(month)
-    found = [rec for rule in RULES for rec in rule(con, first, following, rules)]
+    days = _days_with_data(con, first, following)
+    found = [on_evidence(rec, days, (following - first).days, rules)
+             for rule in RULES for rec in rule(con, first, following, rules)]
     return sorted(found, key=lambda rec: (-rec.impact_gpu_hours, rec.kind, rec.target))
 
 
-def with_whatif(rec: Recommendation, result: dict) -> Recommendation:
-    """The replay's predicted effect attached; confidence up when it confirms the advice, down when not."""
+def with_whatif(rec: Recommendation, result: dict, rules: dict) -> Recommendation:
+    """The replay's predicted effect attached; confidence up when it confirms the advice, down when not, and
+    down, with the reason in the advice's text, when its baseline missed the observed month beyond tolerance.
+    Never above what the advice's weeks of data allow (its evidence's `weeks_of_data`; none recorded: none)."""
     confirms = result.get("confirms")
-    score = rec.confidence_score + (0.15 if confirms else -0.2 if confirms is False else 0.0)
-    return replace(rec, whatif=result, confidence_score=max(0.0, min(score, 0.95)))
+    text, text_zh = rec.recommendation, rec.recommendation_zh
+    if result.get("baseline_within_tolerance") is False:
+        delta = -WHATIF_OFF_BASELINE
+        wait = result["wait_p95_min"]
+        text += (f" Confidence lowered: the what-if's baseline replay missed the observed month beyond tolerance "
+                 f"(pool wait p95 {wait['observed']:,.0f} min observed, {wait['baseline']:,.0f} min replayed), so "
+                 "its prediction is not relied on.")
+        text_zh += (f"置信度已下调：模拟的基线回放与实际月份的偏差超出容差（资源池 P95 等待实际 {wait['observed']:,.0f} 分钟，"
+                    f"回放 {wait['baseline']:,.0f} 分钟），其预测不作依据。")
+    else:
+        delta = WHATIF_CONFIRMS if confirms else -WHATIF_CONTRADICTS if confirms is False else 0.0
+    # the replay's verdict is added, not weighed again: the score is already weighed by the same weeks
+    score = max(0.0, min(rec.confidence_score + delta, ceiling(rec.evidence.get("weeks_of_data", 0.0), rules)))
+    return replace(rec, whatif=result, confidence_score=score, recommendation=text, recommendation_zh=text_zh)
 
 
 # -- the what-if of a recommendation -------------------------------------------------------------
@@ -660,5 +724,36 @@ def smallest_change(home: Path | str, rec: Recommendation, sizes: Mapping[int, C
     summary = search_summary(rec, found, sizes, rules)
     on_step(f"smallest sufficient change: {summary['smallest_change'] or 'none (the advised change is not enough)'}; "
             f"{summary['replays']} replays in {time.monotonic() - began:.0f} s")
-    return with_whatif(rec, {**whatif_summary(rec, result), "smallest_change": summary["smallest_change"],
-                             "search": summary})
+    return with_whatif(smallest_first(rec, summary), {**whatif_summary(rec, result),
+                                                      "smallest_change": summary["smallest_change"], "search": summary},
+                       rules)
+
+
+def _sized_text(rec: Recommendation, n: int) -> tuple[str, str]:
+    """The advice's action at size n, in English and Chinese (add_nodes and move_quota: what the search sizes)."""
+    model = rec.gpu_model
+    if rec.kind == "add_nodes":
+        gpus = n * rec.evidence.get("gpus_per_node", 8)
+        return (f"Add {n} node{'s' if n > 1 else ''} of {model} ({gpus} GPUs)", f"增加 {n} 台 {model} 节点（{gpus} 块 GPU）")
+    donor = rec.target.split("->")[0]
+    return (f"Move {n} {model} GPU{'s' if n > 1 else ''} of quota from {donor} to {rec.tenant}",
+            f"将 {donor} 的 {n} 块 {model} 配额调给 {rec.tenant}")
+
+
+def smallest_first(rec: Recommendation, summary: dict) -> Recommendation:
+    """The advice naming the smallest sufficient change first and the full change beside it, with the replayed
+    waits of both (from the search's curve); as it was when the advised size is the smallest or none is."""
+    n, advised = summary["smallest_sufficient"], summary["advised"]
+    if n is None or n >= advised:
+        return rec
+    wait = {p["size"]: p[summary["decided_by"]] for p in summary["curve"]}
+    model = rec.gpu_model or "pool"
+    en, zh = _sized_text(rec, n)
+    return replace(
+        rec,
+        recommendation=(f"{en} first: the smallest change the what-if replay found sufficient ({model} wait p95 "
+                        f"{wait[0]:,.0f} -> {wait[n]:,.0f} min; {wait[advised]:,.0f} min with the full change). "
+                        f"Full change: {rec.recommendation}"),
+        recommendation_zh=(f"先{zh}：模拟回放表明这是足够的最小变更（{model} P95 等待 {wait[0]:,.0f} -> "
+                           f"{wait[n]:,.0f} 分钟；完整变更为 {wait[advised]:,.0f} 分钟）。完整变更：{rec.recommendation_zh}"),
+    )

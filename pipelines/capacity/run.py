@@ -57,7 +57,7 @@ def recommend_month(wh: Warehouse, month: dt.date, *, whatif_top: int = 1,
             found[i] = smallest_change(wh.home, rec, sizes[i], month=f"{month:%Y-%m}", rules=rules, on_step=on_step)
         else:
             result = whatif(wh.home, change, month=f"{month:%Y-%m}", on_step=on_step)
-            found[i] = with_whatif(rec, whatif_summary(rec, result))
+            found[i] = with_whatif(rec, whatif_summary(rec, result), rules)
         replayed += 1
     with wh.writer() as con:
         write_month(con, month, found, rules["version"], utc_naive(),

@@ -12,6 +12,11 @@ import duckdb
 
 from pipelines.contracts import RECOMMENDATIONS_DDL, RECOMMENDATIONS_TABLE, TABLES
 
+# Confidence scores from which advice is "high" and "medium" (below: "low"); pipelines/capacity/recommend.py
+# keeps advice on thin evidence under HIGH_CONFIDENCE_FROM.
+HIGH_CONFIDENCE_FROM = 0.7
+MEDIUM_CONFIDENCE_FROM = 0.4
+
 
 @dataclass(frozen=True)
 class Recommendation:
@@ -36,7 +41,8 @@ class Recommendation:
 
     @property
     def confidence(self) -> str:
-        return "high" if self.confidence_score >= 0.7 else "medium" if self.confidence_score >= 0.4 else "low"
+        return ("high" if self.confidence_score >= HIGH_CONFIDENCE_FROM
+                else "medium" if self.confidence_score >= MEDIUM_CONFIDENCE_FROM else "low")
 
     def recommendation_id(self, month: dt.date) -> str:
         return f"{month:%Y-%m}:{self.kind}:{self.target}"

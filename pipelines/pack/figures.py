@@ -370,6 +370,7 @@ TABLES: tuple[Table, ...] = (
     Table("capacity_recommendations", "improvements", "capacity_recommendations",
           "select rank, kind, gpu_model, quantity, unit, recommendation, recommendation_zh, confidence, "
           "impact_gpu_hours, try_cast(whatif_json ->> '$.confirms' as boolean) as whatif_confirms, "
+          "try_cast(whatif_json ->> '$.baseline_within_tolerance' as boolean) as whatif_within_tolerance, "
           "whatif_json ->> '$.search.smallest_change' as smallest_sufficient_change "
           "from metrics.capacity_recommendations where period_month = ? order by rank",
           ("capacity_recommendations",), monthly=True,

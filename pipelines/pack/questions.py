@@ -71,9 +71,10 @@ def prediction_status(error_pct: float | None) -> str:
     return banded(error_pct, PREDICTION_ON_TRACK_PCT, PREDICTION_WATCH_PCT, higher_is_better=False)
 
 
-def advice_status(rows: int, confirms: bool | None) -> str:
-    """Q5: the top advice confirmed by its what-if replay rests on data; contradicted by it, it does not."""
-    if rows == 0 or confirms is None:
+def advice_status(rows: int, confirms: bool | None, within_tolerance: bool | None = None) -> str:
+    """Q5: the top advice confirmed by its what-if replay rests on data; contradicted by it, it does not. A
+    replay whose baseline missed the observed month beyond tolerance does neither: a watch."""
+    if rows == 0 or confirms is None or within_tolerance is False:
         return "watch"
     return "on_track" if confirms else "act"
 
@@ -204,16 +205,19 @@ def _q5(figs: Figures) -> Answer:
                   f"（月度调度会自动执行）再决定扩容。"}, "watch", "capacity_recommendations", 0.0,
             ("capacity_recommendations",))
     top = recs.row(0, named=True)
-    confirms = top["whatif_confirms"]
+    confirms, within = top["whatif_confirms"], top["whatif_within_tolerance"]
     check_en = {True: "its what-if replay confirms it", False: "its what-if replay does not confirm it"}.get(
         confirms, "no what-if replay was run for it")
     check_zh = {True: "模拟回放验证了该建议", False: "模拟回放未能验证该建议"}.get(confirms, "尚未对其做模拟回放")
+    if confirms is not None and within is False:
+        check_en = "its what-if replay is not relied on: the replay's baseline missed the observed month beyond tolerance"
+        check_zh = "其模拟回放不作依据：回放基线与实际月份的偏差超出容差"
     return Answer("q5", Q["q5"], {
         "en": f"{recs.height} pieces of advice this month; the top one ({_kind(top['kind'], 'en')}, {top['confidence']} "
               f"confidence, {top['impact_gpu_hours']:,.0f} GPU-hours addressed): {check_en}.",
         "zh": f"本月共 {recs.height} 条建议；首要建议（{_kind(top['kind'], 'zh')}，置信度{CONFIDENCE_ZH.get(top['confidence'], top['confidence'])}，"
               f"涉及 {top['impact_gpu_hours']:,.0f} GPU小时）：{check_zh}。"},
-        advice_status(recs.height, confirms), "capacity_recommendations", float(recs.height),
+        advice_status(recs.height, confirms, within), "capacity_recommendations", float(recs.height),
         ("capacity_recommendations",))
 
 
@@ -223,15 +227,13 @@ MAX_ADVICE_DECISIONS = 4
 
 def decisions(figs: Figures) -> list[Decision]:
     """This month's capacity advice of medium or high confidence (approve +N nodes, move quota, change a
-    queue limit) and the policies still in shadow mode (enforce them or not)."""
+    queue limit) and the policies still in shadow mode (enforce them or not). The advice is asked for as
+    recorded: where the what-if search found a smaller change sufficient, the record names it first and the
+    full change beside it (pipelines/capacity/recommend.py `smallest_first`), so the smallest is asked for."""
     out = []
     recs = figs.tables["capacity_recommendations"].filter(pl.col("confidence") != "low")
     for r in recs.head(MAX_ADVICE_DECISIONS).iter_rows(named=True):
-        smallest = r["smallest_sufficient_change"]
-        out.append(Decision({"en": f"Approve: {r['recommendation']}" + (
-                                 f" The what-if search found {smallest} sufficient." if smallest else ""),
-                             "zh": f"批准：{r['recommendation_zh']}" + (
-                                 f" 模拟搜索表明 {smallest} 即已足够。" if smallest else "")},
+        out.append(Decision({"en": f"Approve: {r['recommendation']}", "zh": f"批准：{r['recommendation_zh']}"},
                             "capacity_recommendations", ("capacity_recommendations",)))
     shadow = (figs.tables["governance_findings"].filter(pl.col("mode") == "shadow")
               .group_by("policy").agg(pl.col("actions").sum(), pl.col("recovered_gpu_hours").sum()).sort("policy"))

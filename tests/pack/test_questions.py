@@ -8,6 +8,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from pipelines.capacity.recommend import load_rules, smallest_first, with_whatif
 from pipelines.capacity.store import Recommendation, write_month
 from pipelines.pack import questions as q
 from pipelines.pack.figures import Figures, collect
@@ -129,3 +130,47 @@ def test_q1_compares_last_months_prediction_with_this_month(advised_demo_home, t
     assert answers["q1"].value == pytest.approx(error)
     assert answers["q1"].status == q.prediction_status(error)
     assert f"{predicted_min:,.0f} min" in answers["q1"].answer["en"]
+
+
+def _searched_advice(within_tolerance: bool) -> Recommendation:
+    """+8 H100 nodes advised, +3 found sufficient by the what-if search, as `gpupool recommend` records it."""
+    rules = load_rules()
+    rec = Recommendation(kind="add_nodes", target="H100", recommendation="Add 8 nodes of H100 (64 GPUs): work waited.",
+                         recommendation_zh="增加 8 台 H100 节点（64 块 GPU）：作业等待。", quantity=8, unit="nodes",
+                         confidence_score=0.6, impact_gpu_hours=100.0, gpu_model="H100",
+                         evidence={"gpus_per_node": 8, "weeks_of_data": 4.0})
+    search = {"smallest_sufficient": 3, "advised": 8, "smallest_change": "+3 H100 nodes",
+              "decided_by": "wait_p95_H100_min",
+              "curve": [{"size": n, "wait_p95_H100_min": w} for n, w in ((0, 600.0), (3, 50.0), (8, 10.0))]}
+    return with_whatif(smallest_first(rec, search), {
+        "change": "+8 H100 nodes", "confirms": True, "baseline_within_tolerance": within_tolerance,
+        "wait_p95_min": {"observed": 100.0, "baseline": 101.0, "changed": 40.0},
+        "smallest_change": "+3 H100 nodes", "search": search}, rules)
+
+
+def test_the_decision_asks_for_the_smallest_sufficient_change_the_search_found(advised_demo_home, tmp_path):
+    home = copy_home(advised_demo_home, tmp_path / "gpupool")
+    with Warehouse(home).writer() as con:
+        write_month(con, MONTH, [_searched_advice(within_tolerance=True)], "test", dt.datetime(2026, 12, 1))
+    figs, answers, decisions, con = _page1(home)
+    con.close()
+    advice = [d for d in decisions if d.evidence == "capacity_recommendations"]
+    assert len(advice) == 1
+    en, zh = advice[0].text["en"], advice[0].text["zh"]
+    assert en.startswith("Approve: Add 3 nodes of H100 (24 GPUs) first") and "Full change: Add 8 nodes" in en
+    assert en.index("3 nodes") < en.index("8 nodes")
+    assert zh.startswith("批准：先增加 3 台 H100 节点") and "完整变更：增加 8 台" in zh
+    assert figs.tables["capacity_recommendations"]["smallest_sufficient_change"][0] == "+3 H100 nodes"
+    assert answers["q5"].status == "on_track"
+
+
+def test_q5_does_not_rely_on_a_replay_whose_baseline_missed_the_month():
+    rec = _searched_advice(within_tolerance=False)
+    row = {"kind": rec.kind, "confidence": rec.confidence, "impact_gpu_hours": rec.impact_gpu_hours,
+           "whatif_confirms": True, "whatif_within_tolerance": False}
+    figs = Figures(month=MONTH, catalog_version="test", release_id=1,
+                   tables={"capacity_recommendations": pl.DataFrame([row])})
+    q5 = q._q5(figs)
+    assert q5.status == "watch" and q.advice_status(1, True, False) == "watch"
+    assert "beyond tolerance" in q5.answer["en"] and "超出容差" in q5.answer["zh"]
+    assert rec.confidence != "high" and "Confidence lowered" in rec.recommendation
