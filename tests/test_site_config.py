@@ -20,11 +20,12 @@ from click.testing import CliRunner
 from pipelines.capacity.recommend import RULES_PATH, RulesError, load_rules, rules_path
 from pipelines.cli import main
 from pipelines.cli.demo import CODE_LOCATION, next_steps
+from pipelines.clock import utc_naive
 from pipelines.config import ConfigError, use_config
 from pipelines.governance.live import SAMPLE_SCHEMA, SCRAPE_SOURCE
 from pipelines.paths import MODELS_DIR, REPO_ROOT
 from pipelines.site import PACKAGED_GPU_MODELS, read_gpu_models, site_gpu_models
-from tests.governance.test_running_work import GR, SQUEUE
+from tests.governance.test_running_work import GR, squeue_started_before
 
 INSTALLED = ("pipelines", "models", "allocator", "dashboards", "docs")
 PREPARED = ("models/target", "models/logs")  # the dbt manifest prepared at set-up (scripts/setup.sh)
@@ -70,7 +71,7 @@ def site_files(folder: Path) -> Path:
     packaged = (MODELS_DIR / "policies" / "policies.yml").read_text()
     assert "activity_threshold: 0.05 " in packaged
     (folder / "policies.yml").write_text(packaged.replace("activity_threshold: 0.05 ", "activity_threshold: 0.95 ", 1))
-    squeue = executable(folder, "squeue", f"cat {SQUEUE}")
+    squeue = executable(folder, "squeue", f"cat {squeue_started_before(utc_naive(), folder)}")
     scontrol = executable(folder, "scontrol", f'echo "$@" >> {folder / "scontrol.log"}')
     config = folder / "gpupool.yml"
     config.write_text(
@@ -83,10 +84,10 @@ def site_files(folder: Path) -> Path:
 def land_recent_rounds(home: Path, now: dt.datetime) -> None:
     """The last 40 minutes of scrape rounds: Slurm job 74's GPUs (localhost 0-2) at 0.9 activity, the
     others idle."""
-    folder = home / "landing" / SCRAPE_SOURCE / now.date().isoformat()
-    folder.mkdir(parents=True)
     for m in range(1, 40):
         t = now - dt.timedelta(minutes=m)
+        folder = home / "landing" / SCRAPE_SOURCE / t.date().isoformat()  # a round lands in its own day
+        folder.mkdir(parents=True, exist_ok=True)
         rows = [(t, "localhost", gpu, None, GR, 0.9 if gpu < 3 else 0.0) for gpu in range(8)]
         pl.DataFrame(rows, schema=SAMPLE_SCHEMA, orient="row").write_parquet(folder / f"scrape-{t:%H%M%S}-r{m}.parquet")
 
@@ -116,9 +117,10 @@ def test_a_site_config_outside_the_repository_reaches_the_next_build_and_tick_an
     land_recent_rounds(home, dt.datetime.now(dt.UTC).replace(tzinfo=None))
     ticked = gpupool("--config", str(config), "reclaim", "--home", str(home), cwd=elsewhere)
     assert ticked.returncode == 0, ticked.stdout + ticked.stderr
-    reminded = (tmp_path / "site" / "scontrol.log").read_text()
-    assert "JobId=73 " in reminded  # idle under any threshold
-    assert "JobId=74 " in reminded  # busy at 0.9: idle only under the site's 0.95
+    reminded = {line.split()[1]: line for line in (tmp_path / "site" / "scontrol.log").read_text().splitlines()}
+    assert "policy idle-allocation" in reminded["JobId=73"]  # idle under any threshold
+    # busy at 0.9: idle only under the site's 0.95
+    assert "threshold 95%" in reminded["JobId=74"] and "policy idle-allocation" in reminded["JobId=74"]
 
     wrote = gpupool("dictionary", "--home", str(home), cwd=elsewhere)
     assert wrote.returncode == 0, wrote.stdout + wrote.stderr

@@ -22,12 +22,12 @@ from tests.governance.conftest import GRACE_S, Recorder
 from tests.governance.test_running_work import (
     GR,
     SCOPE,
-    SQUEUE,
     Allocator,
     Squeue,
     idle_catalog,
     land_rounds,
     recorded,
+    squeue_started_before,
 )
 
 NOW = dt.datetime(2026, 12, 3, 8, 0)
@@ -107,14 +107,14 @@ def test_after_a_tick_the_dry_run_says_what_follows_and_when(tmp_path):
 
 def test_the_command_reads_slurm_through_squeue_and_says_so_when_no_engine_is_named(tmp_path):
     home, now = tmp_path / "home", dt.datetime.now(dt.UTC).replace(tzinfo=None)
-    folder = home / "landing" / SCRAPE_SOURCE / now.date().isoformat()
-    folder.mkdir(parents=True)
     for m in range(1, 40):  # the last 40 minutes: job 73's GPUs (localhost 3, 4) idle, 74's busy
         t = now - dt.timedelta(minutes=m)
+        folder = home / "landing" / SCRAPE_SOURCE / t.date().isoformat()  # a round lands in its own day
+        folder.mkdir(parents=True, exist_ok=True)
         rows = [(t, "localhost", gpu, None, GR, 0.9 if gpu < 3 else 0.0) for gpu in range(8)]
         pl.DataFrame(rows, schema=SAMPLE_SCHEMA, orient="row").write_parquet(folder / f"scrape-{t:%H%M%S}-r{m}.parquet")
     squeue = tmp_path / "squeue"
-    squeue.write_text(f"#!/bin/sh\ncat {SQUEUE}\n")
+    squeue.write_text(f"#!/bin/sh\ncat {squeue_started_before(now, tmp_path)}\n")
     squeue.chmod(0o755)
     config = tmp_path / "gpupool.yml"
     config.write_text(f"slurm:\n  squeue: {squeue}\n  governance:\n    partitions: [batch, urgent]\n"

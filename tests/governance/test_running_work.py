@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -28,6 +29,21 @@ from tests.conftest import REAL_DATA
 from tests.governance.conftest import Recorder, catalog
 
 SQUEUE = REAL_DATA / "slurm" / "squeue_json_slurm_22_5_8_gpupool_cluster.json"
+
+
+def squeue_started_before(now: dt.datetime, folder: Path, ago: dt.timedelta = dt.timedelta(minutes=40)) -> Path:
+    """SQUEUE with its times moved so that its first job started `ago` before `now`, written in `folder`:
+    for tests on the real clock, whose jobs must run well inside their limits whatever the day (the
+    recorded jobs ran past them a day after the recording)."""
+    doc = json.loads(SQUEUE.read_text())
+    shift = int((now - ago).replace(tzinfo=dt.UTC).timestamp()) - doc["jobs"][0]["start_time"]
+    for job in doc["jobs"]:
+        for key, value in job.items():
+            if key.endswith("_time") and key != "time_limit" and isinstance(value, int) and value > 0:
+                job[key] = value + shift
+    moved = folder / SQUEUE.name
+    moved.write_text(json.dumps(doc))
+    return moved
 SCOPE = SlurmGovernance(partitions=["batch", "urgent"], template_by_partition={"urgent": "interactive"})
 GR = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 
