@@ -45,6 +45,7 @@ import duckdb
 from allocator.filemodes import PRIVATE_DIR_MODE, PRIVATE_MODE, copy_file, make_dirs, write_atomic
 from pipelines.build_window import rebuild_window, telemetry_days
 from pipelines.duckdb_limits import writer_limits
+from pipelines.lake.mart_files import settle_modes
 from pipelines.lake.reader import search_config
 from pipelines.paths import MODELS_DIR
 from pipelines.policies.catalog import load_catalog
@@ -128,6 +129,7 @@ def build(
             finally:
                 _close_dbt_connection()
             _raise_on_failure(result, dbt_dir)
+            settle_modes(warehouse.home)
             os.replace(copy, warehouse.writer_path)
         finally:
             shutil.rmtree(staging, ignore_errors=True)

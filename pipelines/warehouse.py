@@ -49,6 +49,7 @@ from pipelines.clock import utc_naive
 from pipelines.contracts import INGEST_LOG_COLUMNS, LAKE_TABLES, all_ddl, contract
 from pipelines.duckdb_limits import MEMORY_LIMIT_ENV, writer_limits
 from pipelines.lake import DeltaStore, LakeError, ReleaseNotFound, ReleaseRegistry, registry_for
+from pipelines.lake.mart_files import marts_dir
 from pipelines.lake.reader import RELEASE_TABLE, home_relative, search_config, view_sql
 
 # the readers' (a published release's) limit unless GPUPOOL_DUCKDB_MEMORY_LIMIT says otherwise; writers size theirs
@@ -115,7 +116,7 @@ class Warehouse:
 
     def lake_dirs(self) -> list[Path]:
         """The folders the published views read Parquet files from (the analysts' sandbox allows them)."""
-        return [self.store.path(self.lake_table(name)) for name in LAKE_TABLES]
+        return [*(self.store.path(self.lake_table(name)) for name in LAKE_TABLES), marts_dir(self.home)]
 
     # -- connections -------------------------------------------------------------------------
     def connect(self, read_only: bool = True) -> duckdb.DuckDBPyConnection:
@@ -169,6 +170,19 @@ class Warehouse:
                 yield
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
+
+    @contextmanager
+    def quiet(self) -> Iterator[None]:
+        """No publish and no writer in flight (the publish lock, then the writers', as a publish takes
+        them): for deleting files only a build or a publish could start reading."""
+        make_dirs(self.home)
+        with open(self._publish_lock_path, "a", opener=opener(PRIVATE_MODE)) as publish_lock:
+            fcntl.flock(publish_lock, fcntl.LOCK_EX)
+            try:
+                with self.writer_lock():
+                    yield
+            finally:
+                fcntl.flock(publish_lock, fcntl.LOCK_UN)
 
     @contextmanager
     def partition_lock(self, *partitions: tuple[str, dt.date]) -> Iterator[None]:
@@ -376,6 +390,7 @@ class Warehouse:
 
     # -- schema ------------------------------------------------------------------------------
     def ensure_schema(self, con: duckdb.DuckDBPyConnection) -> None:
+        make_dirs(marts_dir(self.home), READER_DIR_MODE)  # the per-minute marts' day files (models/macros/day_files.sql)
         # One transaction: each statement committed on its own flushes the WAL, several times slower
         # (bench/README.md, "Figures the code's choices rest on").
         con.execute("begin transaction")

@@ -38,6 +38,7 @@ from pipelines.build_checks import (
     unbalanced_ingests,
 )
 from pipelines.build_window import rebuild_window
+from pipelines.lake.mart_files import settle_modes
 from pipelines.partitions import daily_partitions
 from pipelines.resources.dbt import prepared_project
 from pipelines.resources.warehouse import WarehouseResource
@@ -152,6 +153,7 @@ def dbt_models(context: dg.AssetExecutionContext, config: BuildConfig, dbt: DbtC
             project = site_project(Path(dbt_project.project_dir), site_project_dir(wh.home), gpu_models)
             args += ["--project-dir", str(project)]
         yield from dbt.cli(args, context=context, target_path=wh.home / "dbt" / "dagster").stream()
+        settle_modes(wh.home)
     wh.publish_unless_deferred("build", f"dagster run {context.run_id}")
     problem = load_exemptions(wh)
     if problem:

@@ -41,6 +41,7 @@ from allocator.filemodes import READER_MODE, write_atomic
 from pipelines.clock import utc_naive
 from pipelines.duckdb_limits import writer_limits
 from pipelines.lake import LakeError
+from pipelines.lake.mart_files import Swept, sweep
 from pipelines.warehouse import LAKE_DAY_COLUMN, Warehouse
 
 RAW_RETENTION_ENV = "GPUPOOL_RAW_RETENTION_DAYS"
@@ -355,6 +356,7 @@ class MaintenanceReport:
     unpinned: list[Unpinned] = field(default_factory=list)
     expired: list[int] = field(default_factory=list)
     vacuumed: dict[str, Vacuumed] = field(default_factory=dict)
+    swept: Swept = Swept(0, 0)  # per-minute mart files deleted (pipelines/lake/mart_files.py)
 
     def lines(self) -> list[str]:
         would = "would be " if self.dry_run else ""
@@ -381,6 +383,7 @@ class MaintenanceReport:
         out.append(f"releases {would}expired: " + (", ".join(map(str, self.expired)) or "none"))
         for table, v in self.vacuumed.items():
             out.append(f"{table}: {v.files} files {would}vacuumed, {v.bytes:,} bytes")
+        out.append(f"per-minute marts: {self.swept.files} unread files {would}deleted, {self.swept.bytes:,} bytes")
         return out
 
 
@@ -425,4 +428,10 @@ def maintain(wh: Warehouse, raw_retention_days: int | None = None, dry_run: bool
         keep = None
     on_step(f"finding lake files no kept release reads, replaced over {vacuum_hours} h ago, to delete")
     vacuumed = vacuum(wh, vacuum_hours, keep, dry_run)
-    return MaintenanceReport(dry_run, before, compacted, small_files, release, unpinned, expired, vacuumed)
+    on_step(f"finding per-minute mart files no kept release reads, unread over {vacuum_hours} h, to delete")
+    with nullcontext() if dry_run else wh.quiet():
+        kept = [r for r in wh.kept_releases() if r not in expired] if dry_run else wh.kept_releases()
+        listing = [wh.writer_path] if wh.writer_path.exists() else []
+        swept = sweep(wh.home, listing + [wh.release_path(r) for r in kept], vacuum_hours, now, dry_run)
+    return MaintenanceReport(dry_run, before, compacted, small_files, release, unpinned, expired, vacuumed,
+                             swept)

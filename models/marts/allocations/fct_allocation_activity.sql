@@ -4,7 +4,8 @@
 -- (the minute it began, sampled before it began, belongs to whoever held the GPU then).
 -- Built one UTC day at a time (microbatch on day): segments and activity are both cut at midnight.
 {{ config(materialized='incremental', incremental_strategy='microbatch', event_time='day',
-          batch_size='day', begin='2026-01-01', lookback=0, concurrent_batches=false) }}
+          batch_size='day', begin='2026-01-01', lookback=0, concurrent_batches=false,
+          day_files='day') }}
 with segments as (
   select * from {{ ref('fct_allocation_segments') }} where gpu is not null
 ),

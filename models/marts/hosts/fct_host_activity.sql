@@ -13,7 +13,8 @@
 -- Built one UTC day at a time (microbatch on minute_at). The input is read unfiltered and cut here,
 -- max_gap_minutes before the day: the day's first rate needs the day before's last sample.
 {{ config(materialized='incremental', incremental_strategy='microbatch', event_time='minute_at',
-          batch_size='day', begin='2026-01-01', lookback=0, concurrent_batches=false) }}
+          batch_size='day', begin='2026-01-01', lookback=0, concurrent_batches=false,
+          day_files='activity_date') }}
 {%- set max_gap_minutes = 5 %}
 {%- set batch = model.batch if model.batch else none %}
 with samples as (

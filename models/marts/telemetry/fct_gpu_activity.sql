@@ -2,7 +2,8 @@
 -- Built one UTC day at a time (microbatch on sampled_at): a minute never spans two days, so each
 -- day aggregates alone, in memory.
 {{ config(materialized='incremental', incremental_strategy='microbatch', event_time='minute_at',
-          batch_size='day', begin='2026-01-01', lookback=0, concurrent_batches=false) }}
+          batch_size='day', begin='2026-01-01', lookback=0, concurrent_batches=false,
+          day_files='activity_date') }}
 with samples as (
   select
     host,
