@@ -74,7 +74,7 @@
   {%- endfor -%}
   {% call statement('forget_day') -%}
     delete from ops.mart_files where table_name = '{{ this.schema }}.{{ this.identifier }}'
-      and (day = date '{{ day }}' or day is null)
+      and (day = date '{{ day }}'{{ ' or day is null' if written }})
   {%- endcall %}
   {%- do gpupool_register_files(this, written) -%}
 
