@@ -356,7 +356,7 @@ class MaintenanceReport:
     unpinned: list[Unpinned] = field(default_factory=list)
     expired: list[int] = field(default_factory=list)
     vacuumed: dict[str, Vacuumed] = field(default_factory=dict)
-    swept: Swept = Swept(0, 0)  # per-minute mart files deleted (pipelines/lake/mart_files.py)
+    swept: Swept = field(default_factory=lambda: Swept(0, 0))  # per-minute mart files deleted (pipelines/lake/mart_files.py)
 
     def lines(self) -> list[str]:
         would = "would be " if self.dry_run else ""
