@@ -148,3 +148,18 @@ def one(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) ->
     found = rows(con, sql, params)
     assert len(found) == 1, f"expected one row, got {len(found)}: {found}"
     return found[0]
+
+
+def mark_day_files(warehouse: Warehouse, mart: str, day: dt.date, replace: str) -> None:
+    """Rewrite, in place, the day files a per-minute mart's view reads for `day` (models/macros/day_files.sql)
+    with `replace` (a DuckDB `* replace (...)` list, e.g. "0.0 as activity"): a mark that only a build
+    rebuilding that day removes, as an UPDATE marks the rows of a table."""
+    with warehouse.writer() as con:
+        paths = [p for (p,) in con.execute("select path from ops.mart_files where table_name = ? and day = ?",
+                                           [mart, day]).fetchall()]
+        assert paths, f"{mart} lists no file for {day}"
+        for path in paths:
+            target = warehouse.home / path
+            con.execute(f"copy (select * replace ({replace}) from read_parquet('{target}')) "
+                        f"to '{target}.tmp' (format parquet)")
+            Path(f"{target}.tmp").replace(target)

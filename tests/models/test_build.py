@@ -14,7 +14,7 @@ from pipelines.catalog import load_catalog
 from pipelines.paths import MODELS_DIR
 from pipelines.warehouse import Warehouse
 from tests.conftest import copy_home
-from tests.models.builders import DAY1, at, gpu, load, one, series
+from tests.models.builders import DAY1, at, gpu, load, mark_day_files, one, series
 
 pytestmark = pytest.mark.slow  # dbt builds of never-built homes, a changed project's parse
 
@@ -75,8 +75,7 @@ def _activity(warehouse: Warehouse) -> dict[dt.date, float]:
 def test_an_incremental_build_rebuilds_the_changed_days_and_a_full_refresh_all(tmp_path, two_days_built):
     warehouse = Warehouse(copy_home(two_days_built[0], tmp_path / "gpupool"))
     assert _activity(warehouse) == {DAY1: pytest.approx(5.0), DAY2: pytest.approx(5.0)}
-    with warehouse.writer() as con:  # a mark on day 2's rows: only a rebuild of day 2 removes it
-        con.execute("update marts.fct_gpu_activity set activity = 0 where cast(minute_at as date) = ?", [DAY2])
+    mark_day_files(warehouse, "marts.fct_gpu_activity", DAY2, "0.0 as activity")  # only a rebuild of day 2 removes it
 
     load(warehouse, dcgm_samples=series("a100-01", 0, GR, at("10:00"), 10, 0.25))  # day 1 again, new values
     build(warehouse)
@@ -97,8 +96,7 @@ def _built(warehouse: Warehouse, **kwargs) -> set[str]:
 
 def _mark_day1(warehouse: Warehouse) -> None:
     """Zero day 1's activity: only a build that rebuilds day 1 brings it back."""
-    with warehouse.writer() as con:
-        con.execute("update marts.fct_gpu_activity set activity = 0 where cast(minute_at as date) = ?", [DAY1])
+    mark_day_files(warehouse, "marts.fct_gpu_activity", DAY1, "0.0 as activity")
 
 
 def test_an_incremental_build_runs_the_tables_a_changed_project_everything_and_a_failed_model_keeps_the_warehouse(

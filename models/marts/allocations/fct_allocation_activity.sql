@@ -3,6 +3,7 @@
 -- or after its start and before its end: a minute is its own when every sample of the minute is
 -- (the minute it began, sampled before it began, belongs to whoever held the GPU then).
 -- Built one UTC day at a time (microbatch on day): segments and activity are both cut at midnight.
+-- Kept as day files beside the warehouse (day_files, models/macros/day_files.sql).
 {{ config(materialized='incremental', incremental_strategy='microbatch', event_time='day',
           batch_size='day', begin='2026-01-01', lookback=0, concurrent_batches=false,
           day_files='day') }}

@@ -12,6 +12,7 @@
 -- the same. Devices: see network_devices and disk_devices below.
 -- Built one UTC day at a time (microbatch on minute_at). The input is read unfiltered and cut here,
 -- max_gap_minutes before the day: the day's first rate needs the day before's last sample.
+-- Kept as day files beside the warehouse (day_files, models/macros/day_files.sql).
 {{ config(materialized='incremental', incremental_strategy='microbatch', event_time='minute_at',
           batch_size='day', begin='2026-01-01', lookback=0, concurrent_batches=false,
           day_files='activity_date') }}

@@ -1,6 +1,7 @@
 -- one row per GPU (or MIG instance) per minute; everything else reads activity from here.
 -- Built one UTC day at a time (microbatch on sampled_at): a minute never spans two days, so each
--- day aggregates alone, in memory.
+-- day aggregates alone, in memory. Kept as day files beside the warehouse (day_files: a view over
+-- them, models/macros/day_files.sql): a publish copies their list, not the history.
 {{ config(materialized='incremental', incremental_strategy='microbatch', event_time='minute_at',
           batch_size='day', begin='2026-01-01', lookback=0, concurrent_batches=false,
           day_files='activity_date') }}
