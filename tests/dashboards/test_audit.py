@@ -8,6 +8,7 @@ from pathlib import Path
 import duckdb
 
 from dashboards.i18n import STRINGS
+from pipelines.lake.reader import search_config
 from tests.dashboards.conftest import errors, signed_in
 
 
@@ -16,7 +17,7 @@ def records(at):
 
 
 def count(home: Path, where: str = "true") -> int:
-    con = duckdb.connect(str(home / "warehouse.duckdb"), read_only=True)
+    con = duckdb.connect(str(home / "warehouse.duckdb"), read_only=True, config=search_config(home))
     try:
         return con.execute(f"select count(*) from metrics.audit_events where {where}").fetchone()[0]
     finally:

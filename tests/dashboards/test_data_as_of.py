@@ -9,6 +9,7 @@ import pytest
 
 from dashboards import data
 from dashboards.data import AsOf
+from pipelines.lake.reader import search_config
 from tests.dashboards.conftest import errors, signed_in
 
 NOW = dt.datetime(2026, 12, 3, 12, 0)
@@ -26,7 +27,7 @@ def test_stale_past_the_limit(telemetry_at, stale):
 
 
 def published(home) -> tuple[int, dt.datetime]:
-    with duckdb.connect(str(home / "warehouse.duckdb"), read_only=True) as con:
+    with duckdb.connect(str(home / "warehouse.duckdb"), read_only=True, config=search_config(home)) as con:
         (release,) = con.execute("select release_id from lake.release").fetchone()
         (end,) = con.execute("select max(last_telemetry_at) from metrics.gpu_status").fetchone()
     return release, end

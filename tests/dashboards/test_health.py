@@ -8,6 +8,7 @@ import pytest
 import streamlit as st
 
 from dashboards.i18n import STRINGS
+from pipelines.lake.reader import search_config
 from tests.dashboards.conftest import errors, frames, signed_in
 
 
@@ -28,7 +29,7 @@ def test_operator(dashboard_env):
     assert STRINGS["cause_all"]["en"] in shown and STRINGS["cause_user_code"]["en"] in shown
     assert not shown & {"user_code", "out_of_memory", "all"}  # words, never the view's keys
     # the pool's row equals the view's rows summed (counts) and its definition (rates) over the tenants
-    con = duckdb.connect(str(dashboard_env / "warehouse.duckdb"), read_only=True)
+    con = duckdb.connect(str(dashboard_env / "warehouse.duckdb"), read_only=True, config=search_config(dashboard_env))
     try:
         attempts, failures, lost, not_user = con.execute(
             "select sum(attempts), sum(failures), sum(gpu_hours_lost), "

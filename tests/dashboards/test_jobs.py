@@ -9,6 +9,7 @@ import pytest
 import streamlit as st
 
 from dashboards.i18n import STRINGS
+from pipelines.lake.reader import search_config
 from tests.dashboards.conftest import errors, frames, signed_in, tenants_shown
 
 
@@ -28,7 +29,7 @@ def test_operator(dashboard_env):
 
 
 def _one(home, sql: str):
-    con = duckdb.connect(str(home / "warehouse.duckdb"), read_only=True)
+    con = duckdb.connect(str(home / "warehouse.duckdb"), read_only=True, config=search_config(home))
     try:
         return con.execute(sql).fetchone()
     finally:

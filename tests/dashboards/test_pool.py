@@ -6,6 +6,7 @@ import duckdb
 import pytest
 
 from dashboards.i18n import STRINGS
+from pipelines.lake.reader import search_config
 from tests.dashboards.conftest import errors, frames, signed_in
 
 STAGES = ["project_owned", "shared_queues", "elastic_sharing", "resource_operations"]
@@ -22,7 +23,7 @@ INPUTS = {
 
 @pytest.fixture(scope="module")
 def scorecard(demo_home):
-    con = duckdb.connect(str(demo_home / "warehouse.duckdb"), read_only=True)
+    con = duckdb.connect(str(demo_home / "warehouse.duckdb"), read_only=True, config=search_config(demo_home))
     try:
         # one row per month and stage: the demo's latest month
         cursor = con.execute("select * from metrics.pooling_scorecard "

@@ -11,6 +11,7 @@ import duckdb
 import pytest
 
 from dashboards.i18n import STRINGS
+from pipelines.lake.reader import search_config
 from tests.dashboards.conftest import errors, signed_in
 
 
@@ -75,7 +76,7 @@ def test_filters_in_the_url_and_chinese(dashboard_env, fresh_cache):
     at = signed_in("ops", "quality", lang="zh", **{"from": "2026-11-02", "to": "2026-11-02"})
     assert errors(at) == []
     assert at.title[0].value == STRINGS["page_quality"]["zh"]
-    con = duckdb.connect(str(dashboard_env / "warehouse.duckdb"), read_only=True)
+    con = duckdb.connect(str(dashboard_env / "warehouse.duckdb"), read_only=True, config=search_config(dashboard_env))
     try:
         expected = con.execute("select sum(records_loaded) from metrics.ingest_daily where day = '2026-11-02'").fetchone()[0]
     finally:

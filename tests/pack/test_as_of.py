@@ -17,6 +17,7 @@ from polars.testing import assert_frame_equal
 
 from pipelines.cli.pack import pack as pack_command
 from pipelines.cli.releases import releases as releases_command
+from pipelines.lake.reader import search_config
 from pipelines.pack.figures import TABLES
 from pipelines.warehouse import Warehouse
 from tests.conftest import copy_home
@@ -42,7 +43,7 @@ def _pack(home: Path, *extra: str) -> tuple[dict, Path, str]:
     point here, and pdf_not_rendered applies); its ops.review_packs row, its folder and what it printed."""
     done = CliRunner().invoke(pack_command, ["--month", MONTH, "--home", str(home), *extra])
     assert done.exit_code == 0, _said(done)
-    con = duckdb.connect(str(home / "warehouse.duckdb"), read_only=True)
+    con = duckdb.connect(str(home / "warehouse.duckdb"), read_only=True, config=search_config(home))
     try:
         row = con.sql("select * from ops.review_packs order by built_at desc, version desc limit 1").pl().to_dicts()[0]
     finally:
@@ -157,5 +158,5 @@ def test_a_month_without_data_is_refused_and_pins_nothing(home: Path):
     assert "no data for 2026-09 in release" in done.output and "its data run from 2026-11-01 to 2026-11-03" in done.output
     assert not (home / "packs").exists() or not any((home / "packs").rglob("pack.html"))
     assert list((home / "releases").glob("*.pin")) == []
-    with duckdb.connect(str(home / "warehouse.duckdb"), read_only=True) as con:
+    with duckdb.connect(str(home / "warehouse.duckdb"), read_only=True, config=search_config(home)) as con:
         assert con.execute("select count(*) from ops.review_packs").fetchone()[0] == 0

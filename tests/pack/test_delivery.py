@@ -20,6 +20,7 @@ from aiosmtpd.smtp import AuthResult
 
 from pipelines.assets.pack import review_pack
 from pipelines.config import ConfigError
+from pipelines.lake.reader import search_config
 from pipelines.pack.build import build_pack
 from pipelines.pack.deliver import PASSWORD_ENV, DeliveryConfig, DeliveryError, deliver, delivery_config
 from pipelines.pack.tenant import tenants_of_month
@@ -191,7 +192,7 @@ def test_the_asset_builds_every_pack_and_mails_only_when_configured(wh, packs, s
     result = dg.materialize([review_pack], resources=resources, partition_key=MONTH.isoformat())
     assert result.asset_materializations_for_node("review_pack")[0].metadata["mails_sent"].value == 2
     assert sorted(r[0] for r, _ in inbox.messages) == sorted([POOL_TO[0], "a-lead@example.org"])
-    with duckdb.connect(str(wh.home / "warehouse.duckdb"), read_only=True) as con:  # published
+    with duckdb.connect(str(wh.home / "warehouse.duckdb"), read_only=True, config=search_config(wh.home)) as con:  # published
         assert con.execute("select count(*) from ops.pack_deliveries").fetchone()[0] == 2
 
 

@@ -14,6 +14,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from pipelines.catalog import load_catalog
+from pipelines.lake.reader import search_config
 from pipelines.pack.figures import FIGURES, TABLES, figure_value, previous_month, table_frame
 from tests.components import require_component
 
@@ -23,7 +24,7 @@ MONTH = dt.date(2026, 11, 1)
 
 def _packs(home: Path) -> list[dict]:
     """The month's packs as ops.review_packs lists them, oldest first."""
-    con = duckdb.connect(str(home / "warehouse.duckdb"), read_only=True)
+    con = duckdb.connect(str(home / "warehouse.duckdb"), read_only=True, config=search_config(home))
     try:
         return con.sql("select * from ops.review_packs where month = ? order by built_at, version",
                        params=[MONTH]).pl().to_dicts()
@@ -35,7 +36,7 @@ def test_every_number_equals_its_metrics_query(packed_demo_home):
     out = (packed_demo_home / _packs(packed_demo_home)[0]["html_path"]).parent
     stored = json.loads((out / "figures.json").read_text())
     assert stored["catalog_version"] == load_catalog().version
-    con = duckdb.connect(str(packed_demo_home / "warehouse.duckdb"), read_only=True)
+    con = duckdb.connect(str(packed_demo_home / "warehouse.duckdb"), read_only=True, config=search_config(packed_demo_home))
     try:
         for f in FIGURES:
             assert f.sql.startswith("select") and "metrics." in f.sql
@@ -85,7 +86,7 @@ def test_failures_by_cause_and_hosts(packed_demo_home):
     out = (packed_demo_home / _packs(packed_demo_home)[0]["html_path"]).parent
     causes = pl.read_parquet(out / "appendix" / "failures_by_cause.parquet")
     hosts = pl.read_parquet(out / "appendix" / "hosts.parquet")
-    con = duckdb.connect(str(packed_demo_home / "warehouse.duckdb"), read_only=True)
+    con = duckdb.connect(str(packed_demo_home / "warehouse.duckdb"), read_only=True, config=search_config(packed_demo_home))
     try:
         rows = con.sql("select * from metrics.failure_causes where month = ? and tenant <> 'all'", params=[MONTH]).pl()
         host_count = con.execute("select count(distinct host) from metrics.host_daily").fetchone()[0]
@@ -112,7 +113,7 @@ def test_checkpoints_and_artifact_status(packed_demo_home):
     lost = pl.read_parquet(out / "appendix" / "work_lost_by_cause.parquet")
     breaches = pl.read_parquet(out / "appendix" / "checkpoint_policy_breaches.parquet")
     stored = json.loads((out / "figures.json").read_text())["figures"]
-    con = duckdb.connect(str(packed_demo_home / "warehouse.duckdb"), read_only=True)
+    con = duckdb.connect(str(packed_demo_home / "warehouse.duckdb"), read_only=True, config=search_config(packed_demo_home))
     try:
         artifacts = con.sql("select * from metrics.artifact_status where month = ?", params=[MONTH]).pl()
         work = con.sql("select * from metrics.work_lost where month = ?", params=[MONTH]).pl()

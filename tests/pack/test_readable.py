@@ -11,6 +11,7 @@ import pytest
 from markupsafe import escape
 
 from pipelines.catalog import load_catalog
+from pipelines.lake.reader import search_config
 from pipelines.pack.figures import POOL, collect
 from pipelines.pack.labels import column_label
 from pipelines.pack.questions import pool_answers
@@ -58,7 +59,7 @@ def test_values_read_as_units():
 def test_html_reads_as_a_document(collected, packed_twice_demo_home, lang):
     """The pool's packs that `gpupool pack` rendered in both languages (built once per test run)."""
     pool, _ = collected
-    con = duckdb.connect(str(packed_twice_demo_home / "warehouse.duckdb"), read_only=True)
+    con = duckdb.connect(str(packed_twice_demo_home / "warehouse.duckdb"), read_only=True, config=search_config(packed_twice_demo_home))
     try:
         ((html_path,),) = con.execute("select html_path from ops.review_packs where tenant is null and lang = ?",
                                       [lang]).fetchall()

@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from polars.testing import assert_frame_equal
 
 from pipelines.cli.pack import pack as pack_command
+from pipelines.lake.reader import search_config
 from pipelines.pack.answers import STATUSES
 from pipelines.pack.figures import collect, figure_value, previous_month, table_frame
 from pipelines.pack.store import safe_name
@@ -35,7 +36,7 @@ def _gpupool(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 
 
 def _packs(home: Path) -> list[dict]:
-    con = duckdb.connect(str(home / "warehouse.duckdb"), read_only=True)
+    con = duckdb.connect(str(home / "warehouse.duckdb"), read_only=True, config=search_config(home))
     try:
         return con.sql("select * from ops.review_packs order by built_at, version").pl().to_dicts()
     finally:
@@ -66,7 +67,7 @@ def test_tenant_pack_numbers_equal_their_queries(tenant_home):
     assert out.parent == tenant_home / "packs" / "2026-11" / "tenants" / TENANT_NAME
     stored = json.loads((out / "figures.json").read_text())
     assert stored["kind"] == "tenant" and stored["tenant"] == TENANT_NAME
-    con = duckdb.connect(str(tenant_home / "warehouse.duckdb"), read_only=True)
+    con = duckdb.connect(str(tenant_home / "warehouse.duckdb"), read_only=True, config=search_config(tenant_home))
     try:
         for f in TENANT_FIGURES:
             assert stored["figures"][f.key]["value"] == pytest.approx(figure_value(con, f, MONTH, TENANT_NAME)), f.key
@@ -87,7 +88,7 @@ def test_tenant_pack_numbers_equal_their_queries(tenant_home):
 
 
 def test_page_one_answers_carry_their_figures(tenant_home):
-    con = duckdb.connect(str(tenant_home / "warehouse.duckdb"), read_only=True)
+    con = duckdb.connect(str(tenant_home / "warehouse.duckdb"), read_only=True, config=search_config(tenant_home))
     try:
         figs = collect(con, MONTH, TENANT, TENANT_NAME)
         answers, decisions = tenant_answers(con, figs)
@@ -118,7 +119,7 @@ def test_unknown_tenant_is_refused_and_nothing_recorded(tenant_home):
     assert "no-such-team" in run.stderr and "vision" in run.stderr  # names the tenants it knows
     assert _packs(tenant_home) == before
     assert not (tenant_home / "packs" / "2026-11" / "tenants" / "no-such-team").exists()
-    con = duckdb.connect(str(tenant_home / "warehouse.duckdb"), read_only=True)
+    con = duckdb.connect(str(tenant_home / "warehouse.duckdb"), read_only=True, config=search_config(tenant_home))
     try:
         assert TENANT_NAME in tenants_of_month(con, MONTH)
     finally:
@@ -143,7 +144,7 @@ def test_all_tenants_builds_the_pool_and_every_tenant(tmp_path, small_demo_home,
     assert refused.exit_code == 2 and "choose one" in refused.stderr
     done = CliRunner().invoke(pack_command, ["--month", "2026-11", "--all-tenants", "--home", str(home)])
     assert done.exit_code == 0, done.output + "".join(traceback.format_exception(*done.exc_info))
-    con = duckdb.connect(str(home / "warehouse.duckdb"), read_only=True)
+    con = duckdb.connect(str(home / "warehouse.duckdb"), read_only=True, config=search_config(home))
     try:
         tenants = tenants_of_month(con, MONTH)
     finally:
@@ -155,7 +156,7 @@ def test_all_tenants_builds_the_pool_and_every_tenant(tmp_path, small_demo_home,
 def test_tenant_wait_p95_is_over_the_tenants_jobs_of_the_month(tenant_home):
     """metrics.tenant_month's wait p95 is the percentile over the tenant's jobs that first started in the
     month, whatever their queue: recomputed here from the jobs, not from the queues' percentiles."""
-    con = duckdb.connect(str(tenant_home / "warehouse.duckdb"), read_only=True)
+    con = duckdb.connect(str(tenant_home / "warehouse.duckdb"), read_only=True, config=search_config(tenant_home))
     try:
         view = con.execute("select queue_wait_p95_s, jobs_started from metrics.tenant_month where month = ? and tenant = ?",
                            [MONTH, TENANT_NAME]).fetchone()

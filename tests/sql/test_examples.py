@@ -8,6 +8,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from pipelines.lake.reader import search_config
 from pipelines.paths import MODELS_DIR, REPO_ROOT
 from pipelines.warehouse import Warehouse
 
@@ -47,7 +48,7 @@ def test_example_header_and_views(path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_example_runs_on_the_demo(path: Path, demo_home: Path) -> None:
-    con = duckdb.connect(str(Warehouse(demo_home).db_path), read_only=True)
+    con = duckdb.connect(str(Warehouse(demo_home).db_path), read_only=True, config=search_config(demo_home))
     try:
         rel = con.sql(path.read_text())
         columns = rel.columns

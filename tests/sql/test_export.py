@@ -8,6 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from pipelines.cli import main
+from pipelines.lake.reader import search_config
 from pipelines.warehouse import Warehouse
 
 pytestmark = pytest.mark.slow
@@ -21,7 +22,7 @@ def test_export_every_view_and_read_it_back(demo_home: Path, tmp_path: Path) -> 
     out = tmp_path / "export"
     result = CliRunner().invoke(main, ["export", "--home", str(demo_home), "--out", str(out)])
     assert result.exit_code == 0, result.output
-    con = duckdb.connect(str(Warehouse(demo_home).db_path), read_only=True)
+    con = duckdb.connect(str(Warehouse(demo_home).db_path), read_only=True, config=search_config(demo_home))
     try:
         views = {r[0]: r[1] for r in con.sql(
             "select table_name, bool_or(column_name = 'day') from information_schema.columns "
@@ -56,14 +57,14 @@ def test_export_some_views_for_some_days_replaces_the_previous_export(demo_home:
     out = tmp_path / "export"
     args = ["export", "--home", str(demo_home), "--out", str(out), "--views", "pool_daily,cost_attribution"]
     assert CliRunner().invoke(main, args).exit_code == 0
-    con = duckdb.connect(str(Warehouse(demo_home).db_path), read_only=True)
+    con = duckdb.connect(str(Warehouse(demo_home).db_path), read_only=True, config=search_config(demo_home))
     last = con.sql("select max(day) from metrics.pool_daily").fetchall()[0][0]
     con.close()  # one process may not hold the file with two configurations
     result = CliRunner().invoke(main, [*args, "--from", last.isoformat(), "--to", last.isoformat()])
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in out.iterdir()) == ["cost_attribution", "pool_daily"]
     assert [p.name for p in (out / "pool_daily").iterdir()] == [f"day={last.isoformat()}"]
-    con = duckdb.connect(str(Warehouse(demo_home).db_path), read_only=True)
+    con = duckdb.connect(str(Warehouse(demo_home).db_path), read_only=True, config=search_config(demo_home))
     try:
         got = _count(con, f"select count(*) from read_parquet('{out}/pool_daily/*/*.parquet', hive_partitioning = true)")
         assert got == _count(con, f"select count(*) from metrics.pool_daily where day = date '{last.isoformat()}'")

@@ -8,6 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from pipelines.cli import main
+from pipelines.lake.reader import search_config
 from pipelines.warehouse import Warehouse
 
 WRITES = (
@@ -29,7 +30,7 @@ def test_gpupool_sql_refuses_writes(demo_home: Path, statement: str) -> None:
 
 @pytest.mark.parametrize("statement", WRITES)
 def test_duckdb_read_only_refuses_writes(demo_home: Path, statement: str) -> None:
-    con = duckdb.connect(str(Warehouse(demo_home).db_path), read_only=True)
+    con = duckdb.connect(str(Warehouse(demo_home).db_path), read_only=True, config=search_config(demo_home))
     try:
         with pytest.raises(duckdb.Error, match="(?i)read-only"):
             con.execute(statement)
@@ -47,7 +48,7 @@ def test_attached_read_only_refuses_writes_and_reads(demo_home: Path) -> None:
 
 
 def test_nothing_changed(demo_home: Path) -> None:
-    con = duckdb.connect(str(Warehouse(demo_home).db_path), read_only=True)
+    con = duckdb.connect(str(Warehouse(demo_home).db_path), read_only=True, config=search_config(demo_home))
     try:
         assert con.sql("select catalog_version from metrics.catalog_version").fetchall()[0][0] != "9.9.9"
         tables = {r[0] for r in con.sql("select table_name from information_schema.tables "

@@ -13,6 +13,7 @@ import pytest
 
 from pipelines import dictionary as dd
 from pipelines.catalog import load_catalog
+from pipelines.lake.reader import search_config
 from pipelines.warehouse import Warehouse
 
 
@@ -44,7 +45,7 @@ def test_a_bumped_version_with_an_old_snapshot_says_to_regenerate() -> None:
 
 @pytest.mark.slow
 def test_built_views_have_exactly_the_documented_columns(demo_home: Path) -> None:
-    con = duckdb.connect(str(Warehouse(demo_home).db_path), read_only=True)
+    con = duckdb.connect(str(Warehouse(demo_home).db_path), read_only=True, config=search_config(demo_home))
     try:
         rows = con.sql(
             "select table_name, column_name from information_schema.columns where table_schema = 'metrics' "
