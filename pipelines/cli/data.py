@@ -9,6 +9,7 @@ import click
 import duckdb
 
 from allocator.filemodes import make_dirs
+from pipelines.cli import render
 from pipelines.cli.common import HOME_OPTION, step, warehouse
 
 
@@ -111,8 +112,10 @@ def export(home: Path | None, out: Path | None, views: str | None, first: str | 
                                *bounds)
     except (FileNotFoundError, ValueError, duckdb.Error) as err:
         raise click.ClickException(str(err)) from None
-    for e in written:
-        where = f"{e.path}/day=*/part-0.parquet ({e.days} days)" if e.days else f"{e.path}/part-0.parquet"
-        click.echo(f"  metrics.{e.view:<28} {e.rows:>9,} rows  {where}")
+    click.echo(render.rows(
+        ["view", "rows", "written to"],
+        [(f"metrics.{e.view}", e.rows,
+          f"{e.path}/day=*/part-0.parquet ({e.days} days)" if e.days else f"{e.path}/part-0.parquet") for e in written],
+        wrap=True, indent=2))
     step(f"wrote {len(written)} views under {target}; read them with "
           f"read_parquet('{target}/<view>/**/*.parquet', hive_partitioning = true)")

@@ -31,7 +31,7 @@ from rich.table import Table
 from rich.text import Text
 
 NULL = "–"  # how a NULL reads in a table (markdown too); never "None"
-MAX_TEXT = 48  # a text column is never wider than this: longer values end in an ellipsis
+MAX_TEXT = 60  # a text column is never wider than this: longer values end in an ellipsis
 MIN_TEXT = 8  # nor narrower than this (or its widest value), so that what is shown can be read
 MIN_HEADER = 20  # a header is cut only past this width (then with an ellipsis)
 GAP = 3  # characters between two columns (rich's padding and the box's separator)
@@ -43,7 +43,7 @@ SUFFIX_UNITS = (("_pct", "percent"), ("_seconds", "seconds"), ("_s", "seconds"),
                 ("_usd", "usd"), ("_bytes_per_s", "bytes per second"), ("_bytes", "bytes"), ("_mib", "mib"),
                 ("_gib", "gib"), ("_hours", "hours"), ("_kwh", "kwh"))
 # integer columns that are names rather than amounts: no thousands separator
-_ID_NAMES = ("id", "year", "pid", "port", "gpu", "rank", "index")
+_ID_NAMES = ("id", "year", "pid", "port", "gpu", "rank", "index", "release")
 
 
 def terminal_width() -> int:
@@ -226,16 +226,16 @@ def _cut(text: str, width: int) -> str:
 
 # -- the table ----------------------------------------------------------------------------------------
 def fit(headers: Sequence[str], columns: Sequence[Sequence[str | None]], cuttable: Sequence[bool],
-        width: int) -> list[int]:
+        width: int, wrap: bool = False) -> list[int]:
     """Each shown column's width: the first columns that fit at a readable width (a column that can be cut:
     MIN_TEXT or its widest value; others: their widest value, header included), the room left shared
-    out to the columns that want more, up to MAX_TEXT for text."""
+    out to the columns that want more, up to MAX_TEXT for text (any width when text wraps)."""
     natural, floor = [], []
     for header, values, cut in zip(headers, columns, cuttable, strict=True):
         widest = max((cell_len(v) for v in values if v is not None), default=0)
         widest = max(widest, cell_len(NULL) if any(v is None for v in values) else 0)
         if cut:
-            natural.append(max(min(widest, MAX_TEXT), min(cell_len(header), MAX_TEXT), 1))
+            natural.append(max(widest if wrap else min(widest, MAX_TEXT), min(cell_len(header), MAX_TEXT), 1))
             floor.append(min(natural[-1], max(MIN_TEXT, min(cell_len(header), MIN_HEADER))))
         else:
             natural.append(max(widest, min(cell_len(header), MAX_TEXT), 1))
@@ -254,7 +254,7 @@ def fit(headers: Sequence[str], columns: Sequence[Sequence[str | None]], cuttabl
         wanting = [k for k, i in enumerate(shown) if widths[k] < natural[i]]
         if not wanting:
             break
-        share = max(1, spare // len(wanting))
+        share = spare if wrap else max(1, spare // len(wanting))  # wrapping: the first columns first
         for k in wanting:
             give = min(share, natural[shown[k]] - widths[k], spare)
             widths[k] += give
@@ -265,25 +265,28 @@ def fit(headers: Sequence[str], columns: Sequence[Sequence[str | None]], cuttabl
 
 
 def table(frame: pl.DataFrame, *, units: Mapping[str, str] | None = None, width: int | None = None,
-          footer: str | None = None, color: bool = False, header_rule: bool = True, indent: int = 0) -> str:
+          footer: str | None = None, color: bool = False, header_rule: bool = True, indent: int = 0,
+          wrap: bool = False, headers: Sequence[str] | None = None) -> str:
     """The frame as a table that fits `width` (default: terminal_width()), with `footer` under it and, when
     columns were left out, a line naming them. `color`: ANSI styles (bold header, dim NULL), for a terminal.
-    `header_rule`: a line under the header; `indent`: spaces before each line."""
+    `header_rule`: a line under the header; `indent`: spaces before each line; `wrap`: text wraps onto
+    more lines instead of being cut (a command's listing); `headers`: shown instead of the column names."""
     width = (width or terminal_width()) - indent
-    headers = frame.columns
+    headers = list(headers) if headers is not None else frame.columns
     values = cells(frame, units)
     cuttable = [not (s.dtype.is_numeric() or s.dtype.is_temporal() or s.dtype == pl.Boolean)
                 for s in frame.get_columns()]
-    widths = fit(headers, values, cuttable, width) if headers else []
+    widths = fit(headers, values, cuttable, width, wrap) if headers else []
     shown = len(widths)
     grid = Table(box=box.SIMPLE_HEAD if header_rule else None, show_edge=False, pad_edge=False,
                  header_style="bold" if color else "", show_header=True)
     for i, w in enumerate(widths):
-        grid.add_column(_cut(headers[i], w), width=w, no_wrap=True,
+        grid.add_column(_cut(headers[i], w), width=w, no_wrap=not (wrap and cuttable[i]),
                         justify="right" if _right(frame.dtypes[i]) else "left")
     for r in range(frame.height):
         grid.add_row(*(Text(NULL, style="dim" if color else "") if values[i][r] is None
-                       else Text(_cut(values[i][r], widths[i])) for i in range(shown)))  # type: ignore[arg-type]
+                       else Text(values[i][r] if wrap and cuttable[i] else _cut(values[i][r], widths[i]))  # type: ignore[arg-type]
+                       for i in range(shown)))
     lines = []
     if headers:
         console = Console(file=io.StringIO(), width=width, color_system="standard" if color else None,
@@ -303,9 +306,12 @@ def table(frame: pl.DataFrame, *, units: Mapping[str, str] | None = None, width:
 
 def rows(headers: Sequence[str], records: Sequence[Sequence[object]], **options: object) -> str:
     """`table()` of plain rows (a command's own listing): each column's type is taken from its values."""
-    frame = pl.DataFrame([list(r) for r in records], schema=list(headers), orient="row", strict=False) \
-        if records else pl.DataFrame({h: [] for h in headers}, schema={h: pl.String for h in headers})
-    return table(frame, **options)  # type: ignore[arg-type]
+    names = [f"c{i}" for i in range(len(headers))]  # headers may repeat or be empty
+    frame = pl.DataFrame([list(r) for r in records], schema=names, orient="row", strict=False) \
+        if records else pl.DataFrame(schema={name: pl.String for name in names})
+    units = options.pop("units", None) or {}
+    by_name = {names[headers.index(h)]: u for h, u in units.items() if h in headers}  # type: ignore[union-attr]
+    return table(frame, headers=headers, units={n: by_name.get(n, "") for n in names}, **options)  # type: ignore[arg-type]
 
 
 # -- markdown -----------------------------------------------------------------------------------------

@@ -241,6 +241,8 @@ def _query_error(err: Exception, fmt: str) -> click.ClickException:
         return click.ClickException(f"query stopped: {err}")
     if isinstance(err, QueryRefused):
         return click.ClickException(str(err))
+    if isinstance(err, duckdb.InterruptException) or (isinstance(err, RuntimeError) and "interrupted" in str(err).lower()):
+        return click.ClickException("cancelled")  # Ctrl-C at the prompt (DuckDB's words vary by where it stopped)
     if isinstance(err, duckdb.PermissionException):
         return click.ClickException(f"query failed: {err} (`gpupool sql` opens no file but the warehouse and "
                                     "the lake its views read)")
