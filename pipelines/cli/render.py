@@ -34,7 +34,7 @@ NULL = "–"  # how a NULL reads in a table (markdown too); never "None"
 MAX_TEXT = 60  # a text column is never wider than this: longer values end in an ellipsis
 MIN_TEXT = 8  # nor narrower than this (or its widest value), so that what is shown can be read
 MIN_HEADER = 20  # a header is cut only past this width (then with an ellipsis)
-GAP = 3  # characters between two columns (rich's padding and the box's separator)
+GAP = 3  # characters between two columns (rich's padding and the box's separator); 2 without a box
 ELLIPSIS = "…"
 
 # The unit a column's name says, for columns that carry no catalog metric (the models' naming rules:
@@ -226,7 +226,7 @@ def _cut(text: str, width: int) -> str:
 
 # -- the table ----------------------------------------------------------------------------------------
 def fit(headers: Sequence[str], columns: Sequence[Sequence[str | None]], cuttable: Sequence[bool],
-        width: int, wrap: bool = False) -> list[int]:
+        width: int, wrap: bool = False, gap: int = GAP) -> list[int]:
     """Each shown column's width: the first columns that fit at a readable width (a column that can be cut:
     MIN_TEXT or its widest value; others: their widest value, header included), the room left shared
     out to the columns that want more, up to MAX_TEXT for text (any width when text wraps)."""
@@ -243,7 +243,7 @@ def fit(headers: Sequence[str], columns: Sequence[Sequence[str | None]], cuttabl
     shown: list[int] = []
     used = 0
     for i, w in enumerate(floor):
-        need = w + (GAP if shown else 0)
+        need = w + (gap if shown else 0)
         if shown and used + need > width:
             break
         shown.append(i)
@@ -266,23 +266,26 @@ def fit(headers: Sequence[str], columns: Sequence[Sequence[str | None]], cuttabl
 
 def table(frame: pl.DataFrame, *, units: Mapping[str, str] | None = None, width: int | None = None,
           footer: str | None = None, color: bool = False, header_rule: bool = True, indent: int = 0,
-          wrap: bool = False, headers: Sequence[str] | None = None) -> str:
+          wrap: bool = False, headers: Sequence[str] | None = None, justify: str | None = None,
+          hidden_hint: str | None = None) -> str:
     """The frame as a table that fits `width` (default: terminal_width()), with `footer` under it and, when
     columns were left out, a line naming them. `color`: ANSI styles (bold header, dim NULL), for a terminal.
     `header_rule`: a line under the header; `indent`: spaces before each line; `wrap`: text wraps onto
-    more lines instead of being cut (a command's listing); `headers`: shown instead of the column names."""
+    more lines instead of being cut (a command's listing); `headers`: shown instead of the column names;
+    `justify`: "right" or "left" for every column (default: numbers right, the rest left); `hidden_hint`: a
+    line under the names of the columns left out, saying how to see them."""
     width = (width or terminal_width()) - indent
     headers = list(headers) if headers is not None else frame.columns
     values = cells(frame, units)
     cuttable = [not (s.dtype.is_numeric() or s.dtype.is_temporal() or s.dtype == pl.Boolean)
                 for s in frame.get_columns()]
-    widths = fit(headers, values, cuttable, width, wrap) if headers else []
+    widths = fit(headers, values, cuttable, width, wrap, GAP if header_rule else 2) if headers else []
     shown = len(widths)
     grid = Table(box=box.SIMPLE_HEAD if header_rule else None, show_edge=False, pad_edge=False,
                  header_style="bold" if color else "", show_header=True)
     for i, w in enumerate(widths):
         grid.add_column(_cut(headers[i], w), width=w, no_wrap=not (wrap and cuttable[i]),
-                        justify="right" if _right(frame.dtypes[i]) else "left")
+                        justify=justify or ("right" if _right(frame.dtypes[i]) else "left"))  # type: ignore[arg-type]
     for r in range(frame.height):
         grid.add_row(*(Text(NULL, style="dim" if color else "") if values[i][r] is None
                        else Text(values[i][r] if wrap and cuttable[i] else _cut(values[i][r], widths[i]))  # type: ignore[arg-type]
@@ -298,7 +301,8 @@ def table(frame: pl.DataFrame, *, units: Mapping[str, str] | None = None, width:
         hidden = headers[shown:]
         lines.append(_cut(f"{len(hidden)} more column{'s' if len(hidden) > 1 else ''} not shown: "
                           f"{', '.join(hidden)}", width))
-        lines.append(_cut("(COLUMNS=250 shows more; or select fewer columns, or --format csv)", width))
+        if hidden_hint:
+            lines.append(_cut(hidden_hint, width))
     if footer:
         lines.append(footer)
     return "\n".join(lines)
