@@ -26,7 +26,7 @@ from functools import lru_cache
 import polars as pl
 from rich import box
 from rich.cells import cell_len
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
@@ -216,6 +216,12 @@ def _right(dtype: pl.DataType) -> bool:
     return dtype.is_numeric()
 
 
+def _justify(justify: str | Sequence[str] | None, i: int, dtype: pl.DataType) -> JustifyMethod:
+    if justify is None:
+        return "right" if _right(dtype) else "left"
+    return (justify if isinstance(justify, str) else justify[i])  # type: ignore[return-value]
+
+
 def _cut(text: str, width: int) -> str:
     if cell_len(text) <= width:
         return text
@@ -266,13 +272,14 @@ def fit(headers: Sequence[str], columns: Sequence[Sequence[str | None]], cuttabl
 
 def table(frame: pl.DataFrame, *, units: Mapping[str, str] | None = None, width: int | None = None,
           footer: str | None = None, color: bool = False, header_rule: bool = True, indent: int = 0,
-          wrap: bool = False, headers: Sequence[str] | None = None, justify: str | None = None,
+          wrap: bool = False, headers: Sequence[str] | None = None, justify: str | Sequence[str] | None = None,
           hidden_hint: str | None = None) -> str:
     """The frame as a table that fits `width` (default: terminal_width()), with `footer` under it and, when
     columns were left out, a line naming them. `color`: ANSI styles (bold header, dim NULL), for a terminal.
     `header_rule`: a line under the header; `indent`: spaces before each line; `wrap`: text wraps onto
     more lines instead of being cut (a command's listing); `headers`: shown instead of the column names;
-    `justify`: "right" or "left" for every column (default: numbers right, the rest left); `hidden_hint`: a
+    `justify`: "right" or "left" for every column, or one per column (default: numbers right, the rest
+    left); `hidden_hint`: a
     line under the names of the columns left out, saying how to see them."""
     width = (width or terminal_width()) - indent
     headers = list(headers) if headers is not None else frame.columns
@@ -285,7 +292,7 @@ def table(frame: pl.DataFrame, *, units: Mapping[str, str] | None = None, width:
                  header_style="bold" if color else "", show_header=True)
     for i, w in enumerate(widths):
         grid.add_column(_cut(headers[i], w), width=w, no_wrap=not (wrap and cuttable[i]),
-                        justify=justify or ("right" if _right(frame.dtypes[i]) else "left"))  # type: ignore[arg-type]
+                        justify=_justify(justify, i, frame.dtypes[i]))
     for r in range(frame.height):
         grid.add_row(*(Text(NULL, style="dim" if color else "") if values[i][r] is None
                        else Text(values[i][r] if wrap and cuttable[i] else _cut(values[i][r], widths[i]))  # type: ignore[arg-type]
