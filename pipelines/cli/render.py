@@ -33,7 +33,7 @@ from rich.text import Text
 NULL = "–"  # how a NULL reads in a table (markdown too); never "None"
 MAX_TEXT = 60  # a text column is never wider than this: longer values end in an ellipsis
 MIN_TEXT = 8  # nor narrower than this (or its widest value), so that what is shown can be read
-MIN_HEADER = 20  # a header is cut only past this width (then with an ellipsis)
+MIN_HEADER = 32  # a header is cut only past this width (then with an ellipsis); with wrap, it wraps
 GAP = 3  # characters between two columns (rich's padding and the box's separator); 2 without a box
 ELLIPSIS = "…"
 
@@ -193,9 +193,8 @@ def _number_formatter(series: pl.Series, unit: str) -> Callable[[object], str]:
             return size(float(n) * 2**20)
         if unit == "gib":
             return size(float(n) * 2**30)
-        if isinstance(n, float):  # GPU-hours, hours, GPUs, kWh, counts: one decimal, none for a whole count
-            return f"{n:,.0f}" if integral or (n.is_integer() and unit not in ("gpu_hours", "hours", "kwh")) \
-                else f"{n:,.1f}"
+        if isinstance(n, float):  # GPU-hours, hours, GPUs, kWh, counts: one decimal
+            return f"{n:,.1f}"
         return f"{n:,}"
 
     if not unit or unit == "flag":
@@ -240,12 +239,15 @@ def fit(headers: Sequence[str], columns: Sequence[Sequence[str | None]], cuttabl
     for header, values, cut in zip(headers, columns, cuttable, strict=True):
         widest = max((cell_len(v) for v in values if v is not None), default=0)
         widest = max(widest, cell_len(NULL) if any(v is None for v in values) else 0)
+        # a header needs its width, or with wrap its longest word (it wraps onto more lines)
+        head = max((cell_len(w) for w in header.split()), default=0) if wrap else min(cell_len(header), MIN_HEADER)
         if cut:
             natural.append(max(widest if wrap else min(widest, MAX_TEXT), min(cell_len(header), MAX_TEXT), 1))
-            floor.append(min(natural[-1], max(MIN_TEXT, min(cell_len(header), MIN_HEADER))))
+            words = max((cell_len(w) for v in values if v is not None for w in v.split()), default=0)
+            floor.append(min(natural[-1], max(head, min(words, MIN_TEXT)) if wrap else max(MIN_TEXT, head)))
         else:
             natural.append(max(widest, min(cell_len(header), MAX_TEXT), 1))
-            floor.append(max(widest, min(cell_len(header), MIN_HEADER), 1))
+            floor.append(max(widest, head, 1))
     shown: list[int] = []
     used = 0
     for i, w in enumerate(floor):
@@ -291,27 +293,28 @@ def table(frame: pl.DataFrame, *, units: Mapping[str, str] | None = None, width:
     grid = Table(box=box.SIMPLE_HEAD if header_rule else None, show_edge=False, pad_edge=False,
                  header_style="bold" if color else "", show_header=True)
     for i, w in enumerate(widths):
-        grid.add_column(_cut(headers[i], w), width=w, no_wrap=not (wrap and cuttable[i]),
+        grid.add_column(headers[i] if wrap else _cut(headers[i], w), width=w, no_wrap=not wrap,
+                        overflow="fold" if wrap else "ellipsis",
                         justify=_justify(justify, i, frame.dtypes[i]))
     for r in range(frame.height):
         grid.add_row(*(Text(NULL, style="dim" if color else "") if values[i][r] is None
                        else Text(values[i][r] if wrap and cuttable[i] else _cut(values[i][r], widths[i]))  # type: ignore[arg-type]
                        for i in range(shown)))
     lines = []
+    pad = " " * indent
     if headers:
         console = Console(file=io.StringIO(), width=width, color_system="standard" if color else None,
                           force_terminal=color, markup=False, emoji=False, highlight=False, legacy_windows=False)
         console.print(grid)
-        pad = " " * indent
         lines = [pad + line.rstrip() for line in console.file.getvalue().splitlines()]  # type: ignore[attr-defined]
     if shown < len(headers):
         hidden = headers[shown:]
-        lines.append(_cut(f"{len(hidden)} more column{'s' if len(hidden) > 1 else ''} not shown: "
-                          f"{', '.join(hidden)}", width))
+        lines.append(pad + _cut(f"{len(hidden)} more column{'s' if len(hidden) > 1 else ''} not shown: "
+                                f"{', '.join(hidden)}", width))
         if hidden_hint:
-            lines.append(_cut(hidden_hint, width))
+            lines.append(pad + _cut(hidden_hint, width))
     if footer:
-        lines.append(footer)
+        lines.append(pad + footer)
     return "\n".join(lines)
 
 
