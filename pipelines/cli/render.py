@@ -19,6 +19,7 @@ import io
 import json
 import math
 import shutil
+import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from functools import lru_cache
@@ -277,7 +278,8 @@ def table(frame: pl.DataFrame, *, units: Mapping[str, str] | None = None, width:
           wrap: bool = False, headers: Sequence[str] | None = None, justify: str | Sequence[str] | None = None,
           hidden_hint: str | None = None) -> str:
     """The frame as a table that fits `width` (default: terminal_width()), with `footer` under it and, when
-    columns were left out, a line naming them. `color`: ANSI styles (bold header, dim NULL), for a terminal.
+    columns were left out, a line naming them. `color`: ANSI styles (bold header, dim NULL and footer), for a
+    terminal.
     `header_rule`: a line under the header; `indent`: spaces before each line; `wrap`: text wraps onto
     more lines instead of being cut (a command's listing); `headers`: shown instead of the column names;
     `justify`: "right" or "left" for every column, or one per column (default: numbers right, the rest
@@ -309,12 +311,11 @@ def table(frame: pl.DataFrame, *, units: Mapping[str, str] | None = None, width:
         lines = [pad + line.rstrip() for line in console.file.getvalue().splitlines()]  # type: ignore[attr-defined]
     if shown < len(headers):
         hidden = headers[shown:]
-        lines.append(pad + _cut(f"{len(hidden)} more column{'s' if len(hidden) > 1 else ''} not shown: "
-                                f"{', '.join(hidden)}", width))
-        if hidden_hint:
-            lines.append(pad + _cut(hidden_hint, width))
-    if footer:
-        lines.append(pad + footer)
+        note = f"{len(hidden)} more column{'s' if len(hidden) > 1 else ''} not shown: {', '.join(hidden)}"
+        for text in (note, hidden_hint or ""):
+            lines.extend(pad + line for line in textwrap.wrap(text, width, break_on_hyphens=False))
+    for line in textwrap.wrap(footer or "", width, break_on_hyphens=False):
+        lines.append(pad + (f"\x1b[2m{line}\x1b[0m" if color else line))  # dim on a terminal
     return "\n".join(lines)
 
 

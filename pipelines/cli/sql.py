@@ -216,7 +216,7 @@ def _run_query(reader: Reader, query: str, statements: list[str], fmt: str, limi
         if more:
             shown = f"the first {shown} (--limit N prints more, --format csv streams every row)"
         footer = f"{shown} · {reader.about()} · {seconds:.2f} s"
-        text = render.table(frame, footer=click.style(footer, dim=True) if color else footer, color=color,
+        text = render.table(frame, footer=footer, color=color,
                             hidden_hint="(a wider terminal shows more, e.g. COLUMNS=250; or select fewer columns, "
                                         "or --format csv)")
         click.echo(text, file=out, color=color)
