@@ -314,7 +314,8 @@ def table(frame: pl.DataFrame, *, units: Mapping[str, str] | None = None, width:
         note = f"{len(hidden)} more column{'s' if len(hidden) > 1 else ''} not shown: {', '.join(hidden)}"
         for text in (note, hidden_hint or ""):
             lines.extend(pad + line for line in textwrap.wrap(text, width, break_on_hyphens=False))
-    for line in textwrap.wrap(footer or "", width, break_on_hyphens=False):
+    for line in (wrapped for part in (footer or "").splitlines()
+                 for wrapped in textwrap.wrap(part, width, break_on_hyphens=False)):
         lines.append(pad + (f"\x1b[2m{line}\x1b[0m" if color else line))  # dim on a terminal
     return "\n".join(lines)
 

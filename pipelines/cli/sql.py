@@ -213,9 +213,9 @@ def _run_query(reader: Reader, query: str, statements: list[str], fmt: str, limi
                 click.echo(f"(the first {rows:,} rows; --limit N prints more)", err=True)
             return
         shown = f"{frame.height:,} row{'' if frame.height == 1 else 's'}"
+        footer = f"{'the first ' if more else ''}{shown} · {reader.about()} · {seconds:.2f} s"
         if more:
-            shown = f"the first {shown} (--limit N prints more, --format csv streams every row)"
-        footer = f"{shown} · {reader.about()} · {seconds:.2f} s"
+            footer = f"(--limit N prints more rows, --format csv streams them all)\n{footer}"
         text = render.table(frame, footer=footer, color=color,
                             hidden_hint="(a wider terminal shows more, e.g. COLUMNS=250; or select fewer columns, "
                                         "or --format csv)")

@@ -134,7 +134,8 @@ def test_columns_set_the_width(home: Path) -> None:
 
 def test_more_rows_than_the_limit_say_so(home: Path) -> None:
     result = sql(home, "--format", "table", "--limit", "2", QUERY)
-    assert "the first 2 rows (--limit N prints more" in result.stdout, result.stdout
+    assert "--limit N prints more rows" in result.stdout and "\nthe first 2 rows · release" in result.stdout, \
+        result.stdout
 
 
 def test_render_units_and_widths() -> None:
