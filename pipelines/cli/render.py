@@ -153,7 +153,7 @@ def formatter(series: pl.Series, unit: str | None = None) -> Callable[[object], 
 
 def _timestamp(v: object) -> str:
     assert isinstance(v, dt.datetime)
-    return v.isoformat(sep=" ", timespec="seconds" if v.microsecond == 0 else "milliseconds")
+    return v.isoformat(sep=" ", timespec="seconds")  # to the second: csv and json keep the fractions
 
 
 def _text(v: object) -> str:

@@ -380,7 +380,7 @@ def repl(reader: Reader, read_line: Callable[[str], str], fmt: str = "table", li
     timeout = sandbox.timeout_s() if timeout is None else timeout
     received = [] if received is None else received
     color = _terminal(fmt)
-    click.echo(f"gpupool sql · {reader.about()} of {reader.wh.home} · read-only. "
+    click.echo(f"gpupool sql · {reader.about()} of {reader.wh.home} · read-only\n"
                "End statements with ';'. .help for help, .quit or Ctrl-D to leave.")
     failed = 0
     buffer: list[str] = []
