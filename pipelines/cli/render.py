@@ -164,17 +164,13 @@ def _number_formatter(series: pl.Series, unit: str) -> Callable[[object], str]:
     integral = series.dtype.is_integer() or (series.dtype == pl.Decimal and getattr(series.dtype, "scale", 1) == 0)
     if series.dtype == pl.Decimal and not integral:  # the decimals a column needs are those of its floats
         series = series.cast(pl.Float64)
-    places = 1 if unit else _decimals(series)
+    places = _decimals(series)
 
-    def plain(v: object) -> str:
+    def plain(v: object) -> str:  # no unit: the decimals the column needs, thousands separators but in ids
         n = _number(v, integral)
         if isinstance(n, float):
-            if not math.isfinite(n):
-                return str(n)
-            return f"{n:,.{places}f}" if not (unit and n.is_integer() and integral) else f"{n:,.0f}"
-        if _is_id(series.name) and not unit:
-            return str(n)
-        return f"{n:,}"
+            return f"{n:,.{places}f}" if math.isfinite(n) else str(n)
+        return str(n) if _is_id(series.name) else f"{n:,}"
 
     def by_unit(v: object) -> str:
         n = _number(v, integral)
