@@ -132,6 +132,15 @@ def test_columns_set_the_width(home: Path) -> None:
     assert max(map(len, wide.splitlines())) > 100 >= max(map(len, narrow.splitlines()))
 
 
+def test_a_pipe_closed_early_is_not_an_error(home: Path) -> None:
+    """`gpupool sql ... | head -1`: the reader had enough; no traceback, exit 0."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(f"{sys.executable} -m pipelines.cli sql --home {home} 'select i from range(2000000) t(i)' "
+                          "| head -1", check=False, shell=True, env=env, capture_output=True, text=True, timeout=120,
+                          executable="/bin/bash")
+    assert done.stdout == "i\n" and "Traceback" not in done.stderr and "Broken pipe" not in done.stderr, done.stderr
+
+
 def test_more_rows_than_the_limit_say_so(home: Path) -> None:
     result = sql(home, "--format", "table", "--limit", "2", QUERY)
     assert "--limit N prints more rows" in result.stdout and "\nthe first 2 rows · release" in result.stdout, \
