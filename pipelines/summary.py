@@ -86,18 +86,19 @@ def read_summary(wh: Warehouse) -> dict[str, list[tuple]]:
 
 
 def print_summary(wh: Warehouse) -> None:
+    from pipelines.cli.render import rows as table
+
     r = read_summary(wh)
     if not r["pool"]:
         click.echo("No data in the warehouse yet.")
         return
     pool = r["pool"]
     click.echo(click.style(f"Pool {pool[0][9]} .. {pool[0][10]}", bold=True))
-    click.echo(f"  {'model':<6} {'GPUs':>5} {'capacity h':>11} {'allocated h':>12} {'active h':>10} "
-               f"{'idle h':>8} {'alloc rate':>10} {'util alloc':>10} {'pool util':>9}")
-    for row in pool:
-        model, gpus, cap, alloc, active, idle_h, rate, util, pool_util = row[:9]
-        click.echo(f"  {model:<6} {_fmt(gpus):>5} {_fmt(cap):>11} {_fmt(alloc):>12} {_fmt(active):>10} "
-                   f"{_fmt(idle_h):>8} {_fmt(rate, '%'):>10} {_fmt(util, '%'):>10} {_fmt(pool_util, '%'):>9}")
+    click.echo(table(
+        ["model", "GPUs", "capacity h", "allocated h", "active h", "idle h", "alloc rate", "util alloc", "pool util"],
+        [(model, _fmt(gpus), _fmt(cap), _fmt(alloc), _fmt(active), _fmt(idle_h), _fmt(rate, "%"), _fmt(util, "%"),
+          _fmt(pool_util, "%")) for model, gpus, cap, alloc, active, idle_h, rate, util, pool_util, *_ in pool],
+        header_rule=False, justify=("left", *["right"] * 8), indent=2, wrap=True))
     hosts = r["hosts"][0]
     if hosts[0]:
         click.echo(f"  hosts (node_exporter): {hosts[0]:,}, CPU busy mean {_fmt(hosts[1], '%')}, "
@@ -184,10 +185,13 @@ def policy_comparison(with_policies: Warehouse, without: Warehouse) -> list[tupl
 
 
 def print_policy_comparison(with_policies: Warehouse, without: Warehouse) -> None:
+    from pipelines.cli.render import rows as table
+
     click.echo(click.style("Idle-reclaim policies on vs off (the same simulated month)", bold=True))
-    click.echo(f"  {'':<22} {'policies on':>12} {'off':>12} {'change':>12}")
+    rows = []
     for name, on, off, unit in policy_comparison(with_policies, without):
         change = None if on is None or off is None else on - off
         sign = "+" if change is not None and change > 0 else ""
-        click.echo(f"  {name:<22} {_fmt(on, unit):>12} {_fmt(off, unit):>12} "
-                   f"{(sign + _fmt(change, unit)) if change is not None else 'n/a':>12}")
+        rows.append((name, _fmt(on, unit), _fmt(off, unit), (sign + _fmt(change, unit)) if change is not None else "n/a"))
+    click.echo(table(["", "policies on", "off", "change"], rows, header_rule=False,
+                     justify=("left", "right", "right", "right"), indent=2, wrap=True))

@@ -22,6 +22,7 @@ from pipelines.cli import (
     pack,
     reclaim,
     releases,
+    sql,
 )
 from pipelines.config import use_config
 from pipelines.paths import MODELS_DIR
@@ -61,7 +62,7 @@ def main(config_file: Path | None) -> None:
 
 
 for command in (
-    demo.demo, demo.simulate, ingest.ingest, ingest.build, ingest.sources, data.sql, data.export,
+    demo.demo, demo.simulate, ingest.ingest, ingest.build, ingest.sources, sql.sql, data.export,
     data.dictionary, docs.docs, capacity.whatif, capacity.recommend, land.backfill, land.land, land.k8s_audit_webhook,
     dashboard.dashboard, pack.pack, reclaim.reclaim, releases.releases, maintain.maintain, metrics.metrics,
     allocator_group,

@@ -135,11 +135,12 @@ def curve_lines(search: dict, model: str) -> list[str]:
     head = (f"smallest sufficient change: {found} (sufficient: {model} wait p95 at most "
             f"{rule['target_wait_p95_minutes']:g} min, or at least {rule['min_share_of_full_effect']:.0%} of the cut "
             f"of the advised +{search['advised']} {search['unit']}; {search['replays']} replays, {search['replay_seconds']:,.0f} s of replay)")
-    rows = [(search["unit"], f"{model} wait p95", "wait p95", "pool utilisation", "share of cut", "sufficient")]
-    for p in search["curve"]:
-        rows.append(("0 (baseline)" if p["size"] == 0 else f"+{p['size']}", f"{p[search['decided_by']]:,.0f} min",
-                     f"{p['wait_p95_min']:,.0f} min", f"{p['pool_utilisation_pct']:.1f}%",
-                     f"{p['share_of_full_effect']:.0%}", "yes" if p["sufficient"] else "no"))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    table = ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
-    return [head, *table]
+    from pipelines.cli import render
+
+    headers = [search["unit"], f"{model} wait p95", "wait p95", "utilisation", "cut share", "sufficient"]
+    rows = [("0 (baseline)" if p["size"] == 0 else f"+{p['size']}", f"{p[search['decided_by']]:,.0f} min",
+             f"{p['wait_p95_min']:,.0f} min", f"{p['pool_utilisation_pct']:.1f}%",
+             f"{p['share_of_full_effect']:.0%}", "yes" if p["sufficient"] else "no") for p in search["curve"]]
+    table = render.rows(headers, rows, header_rule=False, wrap=True, justify="right",
+                        width=render.terminal_width() - 5)  # the caller indents it by 5
+    return [head, *table.splitlines()]

@@ -1,213 +1,16 @@
-"""`gpupool sql`, `export` and `dictionary`: read the warehouse, export its views, document its columns."""
+"""`gpupool export` and `dictionary`: export the warehouse's views, document its columns (`gpupool sql` is in
+pipelines/cli/sql.py)."""
 from __future__ import annotations
 
 import datetime as dt
-import signal
-import sys
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 import duckdb
-import polars as pl
 
 from allocator.filemodes import make_dirs
-from pipelines.cli.common import EXIT_SIGNAL_BASE, HOME_OPTION, ExitError, step, warehouse
-
-if TYPE_CHECKING:
-    import pyarrow as pa
-
-    from pipelines.warehouse import Warehouse
-
-# Rows `gpupool sql` prints in table format unless --limit says otherwise; csv and json stream every row,
-# STREAM_BATCH_ROWS at a time, so that neither the command nor DuckDB ever holds the whole result.
-TABLE_ROWS = 200
-STREAM_BATCH_ROWS = 50_000
-
-
-@click.command()
-@click.argument("query")
-@HOME_OPTION
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
-@click.option("--limit", type=click.IntRange(min=1), default=None,
-              help=f"Rows to fetch and print. Default: {TABLE_ROWS} in table format, every row in csv and json "
-                   "(streamed).")
-def sql(query: str, home: Path | None, fmt: str, limit: int | None) -> None:
-    """Run a read-only SQL QUERY against the warehouse (DuckDB dialect).
-
-    Only queries run (SELECT, WITH, FROM, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN), on a connection that
-    can read the warehouse and the lake its views read, and no other file (pipelines/sandbox.py).
-    Rows are fetched as they are printed, never more than --limit; a query stops at
-    GPUPOOL_SQL_TIMEOUT_S seconds, GPUPOOL_DUCKDB_MEMORY_LIMIT of memory and GPUPOOL_SQL_TEMP_LIMIT of
-    temporary disk, with a message naming the limit."""
-    from pipelines import sandbox
-
-    wh = warehouse(home)
-    try:
-        statements = sandbox.check_read_only(query)
-        timeout = sandbox.timeout_s()
-    except (sandbox.QueryRefused, ValueError) as err:
-        raise click.ClickException(str(err)) from None
-    except duckdb.Error as err:
-        raise click.ClickException(f"query failed: {err}") from None
-    with _exit_on_signals() as received:  # from before the spill folder exists: a stop then removes it
-        frame, more, rows = _run_query(wh, query, statements, fmt, limit, timeout, received)
-    if fmt != "table":
-        return
-    with pl.Config(tbl_rows=rows, tbl_cols=-1, fmt_str_lengths=60, tbl_width_chars=200):
-        click.echo(frame)
-    if more:
-        click.echo(f"(the first {rows:,} rows; --limit N fetches more, --format csv streams them all)")
-
-
-def _run_query(wh: Warehouse, query: str, statements: list[str], fmt: str, limit: int | None, timeout: float,
-               received: list[int]) -> tuple[pl.DataFrame | None, bool, int]:
-    """Run the query on the analysts' connection: (the first rows, whether there are more, how many) in table
-    format; the rows streamed to stdout otherwise. Every failure becomes a message."""
-    from pipelines import sandbox
-
-    try:
-        con = wh.analyst_connect()
-    except (FileNotFoundError, ValueError, RuntimeError) as err:
-        raise click.ClickException(str(err)) from None
-    except duckdb.Error as err:
-        raise click.ClickException(f"cannot open {wh.db_path}: {err}") from None
-    frame, more, rows = None, False, limit or TABLE_ROWS
-    try:
-        with sandbox.guarded(con, timeout):
-            for statement in statements[:-1]:
-                con.execute(statement).abort()  # earlier queries start (their errors raise), unread: the last prints
-            result = con.sql(statements[-1] if len(statements) > 1 else query)
-            if fmt == "table":
-                frame, more = _first_rows(result, rows)
-            else:
-                _stream(result, fmt, limit)
-    except Exception as err:  # noqa: BLE001 - every failure becomes a message, no traceback
-        if received:  # DuckDB reports the signal handler's exit as its own error
-            raise ExitError(f"stopped by {signal.Signals(received[0]).name}", EXIT_SIGNAL_BASE + received[0]) from None
-        raise _query_error(err, fmt) from None
-    finally:
-        con.close()
-    return frame, more, rows
-
-
-def _query_error(err: Exception, fmt: str) -> click.ClickException:
-    """A failed query's error as a message (exit 1)."""
-    from pipelines.sandbox import QueryLimitExceeded
-
-    if isinstance(err, click.ClickException):
-        return err
-    if isinstance(err, QueryLimitExceeded):
-        return click.ClickException(f"query stopped: {err}")
-    if isinstance(err, duckdb.PermissionException):
-        return click.ClickException(f"query failed: {err} (`gpupool sql` opens no file but the warehouse and "
-                                    "the lake its views read)")
-    if isinstance(err, duckdb.Error):
-        return click.ClickException(f"query failed: {err}")
-    if isinstance(err, pl.exceptions.PolarsError):  # e.g. nested columns in CSV
-        return click.ClickException(f"cannot write the result as {fmt}: {err} (try --format json)")
-    # e.g. a DuckDB type Polars cannot hold: say so
-    return click.ClickException(f"query failed: cannot show the result ({type(err).__name__}: {err})")
-
-
-def _batches(reader: pa.RecordBatchReader, limit: int | None) -> Iterator[pl.DataFrame]:
-    """The reader's batches as frames, fetched one at a time, `limit` rows in all; a repeated column name gets a
-    suffix (`job_id`, `job_id_1`), as DuckDB's own Polars output does."""
-    names = _unique(reader.schema.names)
-    left = limit
-    try:
-        for batch in reader:
-            if left is not None:
-                batch = batch.slice(0, left)
-                left -= batch.num_rows
-            yield pl.from_arrow(batch.rename_columns(names))
-            if left is not None and left <= 0:
-                return
-    finally:
-        reader.close()
-
-
-def _unique(names: list[str]) -> list[str]:
-    seen: set[str] = set()
-    out = []
-    for name in names:
-        candidate, n = name, 0
-        while candidate in seen:
-            n += 1
-            candidate = f"{name}_{n}"
-        seen.add(candidate)
-        out.append(candidate)
-    return out
-
-
-def _reader(result: duckdb.DuckDBPyRelation | None, rows_per_batch: int) -> pa.RecordBatchReader:
-    """A streaming reader of the relation's rows (DuckDB runs the query as batches are read)."""
-    if result is None:  # not a query: no rows
-        import pyarrow as pa
-
-        return pa.RecordBatchReader.from_batches(pa.schema([]), [])
-    return result.to_arrow_reader(rows_per_batch)
-
-
-def _empty(reader: pa.RecordBatchReader) -> pl.DataFrame:
-    return pl.from_arrow(reader.schema.empty_table().rename_columns(_unique(reader.schema.names)))
-
-
-def _first_rows(result: duckdb.DuckDBPyRelation | None, rows: int) -> tuple[pl.DataFrame, bool]:
-    """The first `rows` rows of the result (one more is fetched, to know whether there are more)."""
-    reader = _reader(result, rows + 1)
-    frames = list(_batches(reader, rows + 1))
-    frame = pl.concat(frames, how="vertical_relaxed") if frames else _empty(reader)
-    return frame.head(rows), frame.height > rows
-
-
-def _stream(result: duckdb.DuckDBPyRelation | None, fmt: str, limit: int | None) -> None:
-    """Write the result to stdout as CSV or a JSON array, batch by batch, `limit` rows at most."""
-    reader = _reader(result, STREAM_BATCH_ROWS if limit is None else min(limit, STREAM_BATCH_ROWS))
-    out = sys.stdout
-    first = True
-    if fmt == "json":
-        out.write("[")
-    for frame in _batches(reader, limit):
-        if fmt == "csv":
-            out.write(frame.write_csv(include_header=first))
-            first = False
-        elif frame.height:
-            out.write(("" if first else ",") + frame.write_json()[1:-1])
-            first = False
-    if fmt == "csv" and first:
-        out.write(_empty(reader).write_csv())
-    if fmt == "json":
-        out.write("]\n")
-
-
-@contextmanager
-def _exit_on_signals() -> Iterator[list[int]]:
-    """SIGTERM, SIGHUP and SIGINT end the command as an exit with status 128 + the signal, not a kill: DuckDB
-    stops the query, and the sandbox's spill folder is removed at exit. Yields the signals received (DuckDB
-    turns the handler's exception into its own error, which the caller then recognises as the stop)."""
-    received: list[int] = []
-
-    def stop(signum: int, _frame: object) -> None:
-        received.append(signum)
-        raise SystemExit(EXIT_SIGNAL_BASE + signum)
-
-    if threading.current_thread() is not threading.main_thread():
-        yield received
-        return
-    saved = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
-    try:
-        yield received
-    except SystemExit:
-        if not received:
-            raise
-        raise ExitError(f"stopped by {signal.Signals(received[0]).name}", EXIT_SIGNAL_BASE + received[0]) from None
-    finally:
-        for sig, handler in saved.items():
-            signal.signal(sig, handler)
+from pipelines.cli import render
+from pipelines.cli.common import HOME_OPTION, step, warehouse
 
 
 @click.command()
@@ -309,8 +112,10 @@ def export(home: Path | None, out: Path | None, views: str | None, first: str | 
                                *bounds)
     except (FileNotFoundError, ValueError, duckdb.Error) as err:
         raise click.ClickException(str(err)) from None
-    for e in written:
-        where = f"{e.path}/day=*/part-0.parquet ({e.days} days)" if e.days else f"{e.path}/part-0.parquet"
-        click.echo(f"  metrics.{e.view:<28} {e.rows:>9,} rows  {where}")
+    click.echo(render.rows(
+        ["view", "rows", "written to"],
+        [(f"metrics.{e.view}", e.rows,
+          f"{e.path}/day=*/part-0.parquet ({e.days} days)" if e.days else f"{e.path}/part-0.parquet") for e in written],
+        wrap=True, indent=2))
     step(f"wrote {len(written)} views under {target}; read them with "
           f"read_parquet('{target}/<view>/**/*.parquet', hive_partitioning = true)")

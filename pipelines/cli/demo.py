@@ -169,13 +169,13 @@ class PhaseMeter:
         """phase | wall | peak memory, one line each, and the whole run (its peak: the largest phase's)."""
         peaks = [p for _, _, p in self.rows if p is not None]
         rows = [*self.rows, ("total", total_s, max(peaks) if peaks else None)]
-        width = max(len(name) for name, _, _ in rows)
-        lines = ["Time and peak memory (this process and its children) of each phase:",
-                 f"  {'phase':<{width}}  {'wall':>9}  {'peak memory':>11}"]
-        for name, wall, peak in rows:
-            memory = "unknown" if peak is None else f"{peak / 2**20:,.0f} MiB"
-            lines.append(f"  {name:<{width}}  {wall:>7.1f} s  {memory:>11}")
-        return "\n".join(lines)
+        from pipelines.cli import render
+
+        table = render.rows(["phase", "wall", "peak memory"],
+                            [(name, f"{wall:.1f} s", "unknown" if peak is None else f"{peak / 2**20:,.0f} MiB")
+                             for name, wall, peak in rows],
+                            header_rule=False, justify=("left", "right", "right"), indent=2)
+        return f"Time and peak memory (this process and its children) of each phase:\n{table}"
 
 
 def _reset_peak() -> bool:

@@ -177,5 +177,7 @@ def build(home: Path | None, full_refresh: bool, verbose: bool) -> None:
 @click.command("sources")
 def sources() -> None:
     """List the ingest sources and the files each reads."""
-    for src in SOURCES.values():
-        click.echo(f"{src.name:<18} {', '.join(src.patterns):<28} {src.description}")
+    from pipelines.cli import render
+
+    click.echo(render.rows(["source", "reads", "what"],
+                           [(src.name, ", ".join(src.patterns), src.description) for src in SOURCES.values()], wrap=True))

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from pipelines.cli import render
 from pipelines.cli.common import HOME_OPTION, step, warehouse
 from pipelines.lake import LakeError, ReleaseNotFound
 from pipelines.warehouse import Warehouse
@@ -40,10 +41,6 @@ def kept_releases(wh: Warehouse) -> list[KeptRelease]:
     return out
 
 
-def _size(n: int) -> str:
-    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
-
-
 @click.command()
 @HOME_OPTION
 @click.option("--publish", is_flag=True,
@@ -70,9 +67,9 @@ def releases(home: Path | None, publish: bool, note: str | None) -> None:
         raise click.ClickException(str(err)) from None
     if not kept:
         raise click.ClickException(f"no release kept in {wh.releases}: run `gpupool demo` or `gpupool ingest` first")
-    click.echo(f"{'':2}{'release':>8}  {'created (UTC)':19}  {'kind':8}  {'size':>9}  note; pinned by")
-    for r in kept:
-        said = "; ".join(x for x in (r.note, *(f"pinned: {p}" for p in r.pinned_by)) if x)
-        click.echo(f"{'*' if r.is_current else '':2}{r.release_id:>8}  {r.created_at:19}  {r.kind:8}  "
-                   f"{_size(r.size_bytes):>9}  {said}")
-    click.echo("* what readers get now. `gpupool pack --month YYYY-MM --as-of RELEASE` builds a pack from one.")
+    click.echo(render.rows(
+        ["", "release", "created (UTC)", "kind", "size", "note; pinned by"],
+        [("*" if r.is_current else "", r.release_id, r.created_at, r.kind, r.size_bytes,
+          "; ".join(x for x in (r.note, *(f"pinned: {p}" for p in r.pinned_by)) if x)) for r in kept],
+        footer="* what readers get now. `gpupool pack --month YYYY-MM --as-of RELEASE` builds a pack from one.",
+        units={"size": "bytes"}, wrap=True))

@@ -228,7 +228,7 @@ def test_limit_fetches_only_its_rows_with_bounded_memory(home: Path, spill_base:
         lines = text.splitlines()
         assert len(lines) == 6 and lines[0].startswith("source,job_id,") and "job_id_1" in lines[0], lines[:2]
     else:
-        assert "shape: (5, " in text and "the first 5 rows" in text
+        assert "the first 5 rows" in text and "· release " in text  # the table's footer
 
 
 def test_csv_without_limit_streams_every_row(home: Path, spill_base: Path) -> None:
