@@ -56,6 +56,7 @@ from pipelines.lake.reader import RELEASE_TABLE, home_relative, search_config, v
 DEFAULT_MEMORY_LIMIT = "6GB"
 SCHEMAS = ("raw", "seeds", "staging", "marts", "metrics", "ops", "governance")
 LAKE_DAY_COLUMN = "partition_date"
+RELATIVE_MARK = ".relative"  # in releases/: every kept release names its lake files relative to the home
 # Releases kept besides the pinned ones; older ones are deleted when a newer one is published.
 DEFAULT_KEEP_RELEASES = 3
 # Homes whose publishing is deferred to the end of a batch (depth per home, this process only).
@@ -249,6 +250,7 @@ class Warehouse:
                 fcntl.flock(publish_lock, fcntl.LOCK_UN)
 
     def _publish(self, kind: str, note: str | None) -> int | None:
+        self._mend_releases()
         stamp_path = self.releases / "latest.json"  # the release published last, and the writers' file it copied
         # a publisher killed mid-way leaves its copy or link; under the publish lock nobody else uses them
         for leftover in [*self.releases.glob(".*.tmp"), *self.home.glob(".warehouse.duckdb.*.tmp")]:
@@ -288,6 +290,54 @@ class Warehouse:
         write_atomic(stamp_path, json.dumps({"release_id": release_id, "stamp": stamp}), READER_MODE)
         self.expire_releases()
         return release_id
+
+    def _mend_releases(self) -> None:
+        """Releases published before the lake's files were named relative to the home name them by the
+        folder the home was in then: moved, the home could not read them. On the first publish after
+        the upgrade (under the publish lock), each such kept release gets its lake views re-created
+        with relative names, on a copy renamed over it (a reader keeps the file it has open), and
+        RELATIVE_MARK records that every kept release is mended."""
+        mark = self.releases / RELATIVE_MARK
+        if mark.exists() or not self.releases.exists():
+            return
+        current = self.current_release()
+        for release_id in self.kept_releases():
+            path = self.release_path(release_id)
+            with duckdb.connect(str(path), read_only=True) as con:
+                locations = con.execute("select location from ops.lake_versions where location like '/%'").fetchall()
+                views = con.execute("select sql from duckdb_views() where not internal and schema_name = 'raw'"
+                                    ).fetchall()
+            # where the home was: a table's recorded folder less the table's place in a home
+            prefixes = {location.removesuffix(str(self.store.path(table).relative_to(self.home))) for table, location
+                        in ((self._table_of(loc), loc) for (loc,) in locations) if table}
+            statements = [sql for (sql,) in views if any(f"'{prefix}" in sql for prefix in prefixes)]
+            if not statements:
+                continue
+            copy = self.releases / f".{uuid.uuid4().hex}.tmp"
+            try:
+                copy_file(path, copy, READER_MODE)
+                with duckdb.connect(str(copy), config=search_config(self.home)) as con:  # a view binds its files
+                    for sql in statements:
+                        for prefix in prefixes:
+                            sql = sql.replace(f"'{prefix}", "'")
+                        con.execute(sql.replace("CREATE VIEW", "CREATE OR REPLACE VIEW", 1))
+                    con.execute("checkpoint")
+                os.replace(copy, path)
+            finally:
+                copy.unlink(missing_ok=True)
+            if release_id == current:
+                link = self.home / f".warehouse.duckdb.{uuid.uuid4().hex}.tmp"
+                os.link(path, link)
+                os.replace(link, self.db_path)
+        write_atomic(mark, "every kept release names its lake files relative to the home\n", READER_MODE)
+
+    def _table_of(self, location: str) -> str | None:
+        """The lake table whose folder, in some home, `location` is (None: not one of ours)."""
+        for name in LAKE_TABLES:
+            table = self.lake_table(name)
+            if location.endswith("/" + str(self.store.path(table).relative_to(self.home))):
+                return table
+        return None
 
     def release_path(self, release_id: int, must_exist: bool = True) -> Path:
         path = self.releases / f"{int(release_id)}.duckdb"

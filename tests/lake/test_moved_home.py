@@ -9,10 +9,12 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from click.testing import CliRunner
 
 from pipelines.build import build
+from pipelines.cli import main
 from pipelines.lake.reader import search_config
-from pipelines.warehouse import Warehouse
+from pipelines.warehouse import RELATIVE_MARK, Warehouse
 from tests.models.builders import load, series
 
 DAYS = [dt.date(2026, 11, 1) + dt.timedelta(days=n) for n in range(3)]
@@ -26,7 +28,7 @@ def load_day(wh: Warehouse, day: dt.date, gpus: int) -> None:
 
 
 def counts(con: duckdb.DuckDBPyConnection) -> tuple[int, int]:
-    """The raw samples (a lake view) and the per-minute mart (a table of the release)."""
+    """The raw samples (a lake view) and the per-minute mart (day files the release lists)."""
     return (con.execute("select count(*) from raw.dcgm_samples").fetchone()[0],
             con.execute("select count(*) from marts.fct_gpu_activity").fetchone()[0])
 
@@ -78,3 +80,44 @@ def test_a_moved_home_reads_every_kept_release_and_builds_on(tmp_path: Path, bui
     with moved.analyst_connect(release=pinned) as con:
         assert counts(con) == before[pinned]
     assert not old_home.exists()
+
+
+def absolute_as_before(wh: Warehouse, release: int) -> None:
+    """Make a release's lake views name their files by absolute path, as gpupool did before it named
+    them relative to the home."""
+    path = wh.release_path(release)
+    path.chmod(0o600)
+    with duckdb.connect(str(path), config=search_config(wh.home)) as con:
+        for (sql,) in con.execute("select sql from duckdb_views() where not internal and schema_name = 'raw'").fetchall():
+            con.execute(sql.replace("CREATE VIEW", "CREATE OR REPLACE VIEW", 1).replace("'lake/", f"'{wh.home}/lake/"))
+    path.chmod(0o644)
+
+
+def test_releases_published_with_absolute_paths_are_mended_by_the_next_publish_of_the_moved_home(
+        tmp_path: Path, built_empty_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    old_home = tmp_path / "old" / "gpupool"
+    shutil.copytree(built_empty_home, old_home, ignore=shutil.ignore_patterns("last-build", "logs", "target"))
+    wh = Warehouse(old_home)
+    load_day(wh, DAYS[0], gpus=2)
+    build(wh)
+    pinned = wh.current_release()
+    wh.pin_release(pinned, "pack 2026-11")
+    before = read_every_release(wh)
+    for release in wh.kept_releases():
+        absolute_as_before(wh, release)
+    (wh.releases / RELATIVE_MARK).unlink()  # as a home from before the mend has none
+    assert read_every_release(wh) == before
+
+    new_home = tmp_path / "restored" / "gpupool"
+    new_home.parent.mkdir(parents=True)
+    shutil.move(old_home, new_home)
+    moved = Warehouse(new_home)
+    with pytest.raises(duckdb.Error, match="old/gpupool/lake"):
+        read_every_release(moved)
+    result = CliRunner().invoke(main, ["releases", "--publish", "--home", str(new_home)])
+    assert result.exit_code == 0, result.output
+    assert (moved.releases / RELATIVE_MARK).exists()
+    assert {r: c for r, c in read_every_release(moved).items() if r in before} == before
+    with moved.connect(read_only=True) as con:  # warehouse.duckdb follows its release's mend
+        assert counts(con) == before[max(before)]
