@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import duckdb
 import polars as pl
 
+from pipelines.coverage import Coverage, read_coverage
 from pipelines.lake import release_read
 
 PARTS = ("resources", "tasks", "governance", "improvements", "scorecard")
@@ -426,6 +427,8 @@ class Figures:
     catalog: dict[str, dict] = field(default_factory=dict)  # every catalog metric: column labels, glossary
     answers: list = field(default_factory=list)  # page 1: pipelines.pack.answers.Answer
     decisions: list = field(default_factory=list)  # page 1: pipelines.pack.answers.Decision
+    # the month's days with data per kind of source (pipelines/coverage.py); None: not read (a test's figures)
+    coverage: Coverage | None = None
 
 
 def _frame(con: duckdb.DuckDBPyConnection, sql: str, params: list) -> pl.DataFrame:
@@ -464,7 +467,8 @@ def collect(con: duckdb.DuckDBPyConnection, month: dt.date, spec: PackSpec = POO
         raise ValueError(f"a {spec.kind} pack {'needs' if tenant is None else 'takes no'} tenant")
     month = month.replace(day=1)
     version = con.sql("select catalog_version from metrics.catalog_version").fetchall()[0][0]
-    out = Figures(month=month, catalog_version=version, release_id=release_read(con), spec=spec, tenant=tenant)
+    out = Figures(month=month, catalog_version=version, release_id=release_read(con), spec=spec, tenant=tenant,
+                  coverage=read_coverage(con, month, next_month(month)))
     prev = previous_month(month)
     pack_month = ({m: _pack_month_row(con, m) for m in (month, prev)}
                   if any(f.pack_month_column for f in spec.figures) else {})

@@ -8,7 +8,7 @@ from __future__ import annotations
 import duckdb
 import polars as pl
 
-from pipelines.pack.answers import Answer, Decision
+from pipelines.pack.answers import Answer, Decision, on_coverage
 from pipelines.pack.figures import DAYS, Figures, next_month, previous_month
 
 # Q1: how far this month's observed pool wait p95 may be from the what-if's prediction. A replay of last
@@ -247,5 +247,7 @@ def decisions(figs: Figures) -> list[Decision]:
 
 
 def pool_answers(con: duckdb.DuckDBPyConnection, figs: Figures) -> tuple[list[Answer], list[Decision]]:
-    """(answers, decisions) of the pool's pack: the five questions, then the decisions requested."""
-    return [_q1(figs), _q2(con, figs), _q3(figs), _q4(figs), _q5(figs)], decisions(figs)
+    """(answers, decisions) of the pool's pack: the five questions, then the decisions requested. On a partial
+    month each answer says so and no status is better than "watch" (answers.on_coverage)."""
+    answers = [_q1(figs), _q2(con, figs), _q3(figs), _q4(figs), _q5(figs)]
+    return on_coverage(answers, figs.coverage), decisions(figs)
