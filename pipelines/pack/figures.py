@@ -21,7 +21,10 @@ from pipelines.lake import release_read
 PARTS = ("resources", "tasks", "governance", "improvements", "scorecard")
 
 DAYS = "day >= ? and day < ?"
-OTHER_REASONS = "other reasons"  # the rest of a top-N table, summed
+OTHER_REASONS = "OTHER"  # the rest of a top-N table of failure reasons, summed (a final_state key of its own)
+# the allocator's English notes appended to a failure's reason (allocator/scheduler.py)
+_BUDGET_NOTE = r"\s*\(retry budget of \d+ used\)$"
+_CAP_NOTE = r"^run time cap of \d+ s reached$"
 
 
 @dataclass(frozen=True)
@@ -261,15 +264,27 @@ TABLES: tuple[Table, ...] = (
           "where month = ? order by template = 'all', template",
           ("run_time_p50", "run_time_p95", "finished_jobs"), monthly=True,
           title={"en": "Run times by template", "zh": "按模板的运行时长"}),
-    # the 14 commonest reasons and the rest summed: a month has a hundred (every run-time cap is its own)
+    # the 14 commonest reasons and the rest summed: a month has a hundred (every run-time cap is its own). A
+    # reason is the scheduler's category of the failure (final_state, a key with its labels in
+    # pipelines/labels.py) and the program's own message as logged; the allocator's notes on it ("(retry
+    # budget of N used)", "run time cap of N s reached") are not shown as text: the first is counted
+    # (failed_jobs_retries_exhausted), the second is what the TIMEOUT state says
     Table("failure_reasons", "tasks", "failure_reasons",
-          f"with reasons as (select failure_reason, sum(failed_jobs) as failed_jobs, "
-          f"sum(allocated_gpu_hours) as allocated_gpu_hours from metrics.failure_reasons where {DAYS} group by failure_reason), "
-          f"ranked as (select *, row_number() over (order by failed_jobs desc, failure_reason) as n from reasons) "
-          f"select if(n <= 14, failure_reason, '{OTHER_REASONS}') as failure_reason, sum(failed_jobs) as failed_jobs, "
+          f"with parsed as (select final_state, failed_jobs, allocated_gpu_hours, "
+          f"coalesce(regexp_replace(regexp_replace(failure_reason, '{_BUDGET_NOTE}', ''), '{_CAP_NOTE}', ''), '') "
+          f"as failure_message, coalesce(regexp_matches(failure_reason, '{_BUDGET_NOTE}'), false) as retries_exhausted "
+          f"from metrics.failure_reasons where {DAYS}), "
+          f"reasons as (select final_state, failure_message, sum(failed_jobs) as failed_jobs, "
+          f"coalesce(sum(failed_jobs) filter (where retries_exhausted), 0) as failed_jobs_retries_exhausted, "
+          f"sum(allocated_gpu_hours) as allocated_gpu_hours from parsed group by all), "
+          f"ranked as (select *, row_number() over (order by failed_jobs desc, final_state, failure_message) as n "
+          f"from reasons) "
+          f"select if(n <= 14, final_state, '{OTHER_REASONS}') as final_state, "
+          f"if(n <= 14, failure_message, '') as failure_message, sum(failed_jobs) as failed_jobs, "
+          f"sum(failed_jobs_retries_exhausted) as failed_jobs_retries_exhausted, "
           f"sum(allocated_gpu_hours) as allocated_gpu_hours from ranked group by all "
-          f"order by min(n) > 14, failed_jobs desc, failure_reason",
-          ("failures_by_reason",), chart=("failure_reason", "failed_jobs", "bar"),
+          f"order by min(n) > 14, failed_jobs desc, final_state, failure_message",
+          ("failures_by_reason",), chart=("final_state", "failed_jobs", "bar"),
           title={"en": "Failed jobs by reason", "zh": "按原因的失败作业"}),
     # the month's pending time by its first applicable cause; the share is the catalog's over the month's sums
     Table("wait_causes", "tasks", "wait_causes",
@@ -372,7 +387,11 @@ TABLES: tuple[Table, ...] = (
           "select rank, kind, gpu_model, quantity, unit, recommendation, recommendation_zh, confidence, "
           "impact_gpu_hours, try_cast(whatif_json ->> '$.confirms' as boolean) as whatif_confirms, "
           "try_cast(whatif_json ->> '$.baseline_within_tolerance' as boolean) as whatif_within_tolerance, "
-          "whatif_json ->> '$.search.smallest_change' as smallest_sufficient_change "
+          "whatif_json ->> '$.search.smallest_change' as smallest_sufficient_change, "
+          # the same change in Chinese, from the search's size and unit (the stored text is English)
+          "case when whatif_json ->> '$.search.smallest_sufficient' is not null then '+' || "
+          "(whatif_json ->> '$.search.smallest_sufficient') || ' ' || coalesce(gpu_model, '') || "
+          "if(kind = 'add_nodes', ' 台节点', ' 块GPU配额') end as smallest_sufficient_change_zh "
           "from metrics.capacity_recommendations where period_month = ? order by rank",
           ("capacity_recommendations",), monthly=True,
           title={"en": "Capacity advice of the month", "zh": "本月容量建议"}),

@@ -12,6 +12,7 @@ import polars as pl
 import vl_convert as vlc
 
 from pipelines.pack.figures import Figures
+from pipelines.labels import VALUE_LABELS
 from pipelines.pack.labels import column_label
 
 TEXT = {
@@ -178,6 +179,13 @@ def _chart(frame, x: str, y: str | tuple[str, ...], mark: str, labels: dict[str,
     path.write_bytes(vlc.vegalite_to_png(chart.to_json(), scale=2))
 
 
+def labelled(frame: pl.DataFrame, lang: str) -> pl.DataFrame:
+    """The frame with its category keys (pipelines/labels.py VALUE_LABELS) replaced by their labels."""
+    return frame.with_columns(
+        pl.col(c).replace({k: v[lang] for k, v in VALUE_LABELS[c].items()})
+        for c, dtype in frame.schema.items() if c in VALUE_LABELS and dtype == pl.String)
+
+
 def _shown(columns: list[str], lang: str) -> list[str]:
     """The columns a table shows: of a text given in both languages (`x` and `x_zh`), the pack's one."""
     return [c for c in columns if not (lang == "en" and c.endswith("_zh") and c[:-3] in columns)
@@ -238,6 +246,7 @@ def render(figs: Figures, out: Path, lang: str = "en") -> dict[str, Path]:
         frame.write_csv(out / "appendix" / f"{tb.key}.csv")
         frame.write_parquet(out / "appendix" / f"{tb.key}.parquet")
         labels = {c: column_label(tb.view, c, lang, figs.catalog) for c in frame.columns}
+        frame = labelled(frame, lang)  # the keys' words in the pack's language; the appendix keeps the keys
         titles[tb.key] = tb.title[lang] if tb.title else tb.key
         chart = None
         if tb.chart and frame.height:
