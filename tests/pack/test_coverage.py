@@ -4,6 +4,7 @@ than "watch" on it; capacity advice carries it in its evidence."""
 from __future__ import annotations
 
 import datetime as dt
+import html
 import json
 import re
 from pathlib import Path
@@ -83,9 +84,9 @@ def _read(path: Path) -> str:
     return path.read_text(encoding="utf-8")
 
 
-def _page1_text(html: str) -> str:
+def _page1_text(doc: str) -> str:
     """Page 1 of the pack as text: from the title to the contents (the first part's heading)."""
-    page = html[html.index("<h1>"):html.index('<h2 class="toc"')]
+    page = doc[doc.index("<h1>"):doc.index('<h2 class="toc"')]
     return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", page))
 
 
@@ -97,8 +98,8 @@ def test_a_three_day_month_is_marked_partial_on_page_1_and_capped_at_watch(advis
     for lang, phrase, prefix in (("en", "3 of 30 days with data", "Partial month, 3 of 30 days with data: "),
                                  ("zh", "30天中3天有数据", "数据不完整（30天中3天有数据）：")):
         out = build_pack(Warehouse(home), MONTH, lang)
-        html = _read(out / "pack.html")
-        page1 = _page1_text(html)
+        page = _read(out / "pack.html")
+        page1 = _page1_text(page)
         assert ("Partial month: 3 of 30 days with data" if lang == "en" else "数据不完整：30天中3天有数据") in page1
         assert page1.count(phrase) >= 1 + 5  # the coverage line and each of the five answers
         stored = json.loads(_read(out / "figures.json"))
@@ -108,10 +109,10 @@ def test_a_three_day_month_is_marked_partial_on_page_1_and_capped_at_watch(advis
         assert len(stored["answers"]) == 5
         for a in stored["answers"]:
             assert a["status"] in ("watch", "act") and a["answer"].startswith(prefix)
-        assert 'class="badge on_track"' not in html
+        assert 'class="badge on_track"' not in page
         # each part's headline figures say what they cover
         covers = "These figures cover 3 of 30 days with data." if lang == "en" else "以下数字覆盖30天中3天有数据。"
-        assert html.count(covers) == 3  # resources, tasks, governance: the parts with headline figures
+        assert page.count(covers) == 3  # resources, tasks, governance: the parts with headline figures
 
 
 def test_on_coverage_leaves_a_complete_month_alone():
@@ -155,25 +156,19 @@ def _names(out: Path) -> set[str]:
     return found
 
 
-def _section(html: str, key: str) -> str:
-    start = html.index(f'<h3 id="{key}">')
-    ends = [i for i in (html.find("<h3 ", start + 1), html.find("<h2", start + 1)) if i > 0]
-    return html[start:min(ends)]
+def _section(doc: str, key: str) -> str:
+    start = doc.index(f'<h3 id="{key}">')
+    ends = [i for i in (doc.find("<h3 ", start + 1), doc.find("<h2", start + 1)) if i > 0]
+    return doc[start:min(ends)]
 
 
-def _english_runs(html: str, names: set[str]) -> list[str]:
-    text = re.sub(r'<p class="fn">.*?</p>', " ", html, flags=re.S)  # sources: metrics views and appendix files
-    text = re.sub(r"<[^>]+>", " ", text)
+def _english_runs(doc: str, names: set[str]) -> list[str]:
+    text = re.sub(r'<p class="fn">.*?</p>', " ", doc, flags=re.S)  # sources: metrics views and appendix files
+    text = html.unescape(re.sub(r"<[^>]+>", " ", text))
     text = re.sub(r"`[^`]*`", " ", text)  # commands to run
     for name in sorted(names, key=len, reverse=True):
-        text = text.replace(name, " ").replace(html_escape(name), " ")
+        text = text.replace(name, " ")
     return ENGLISH_RUN.findall(text)
-
-
-def html_escape(text: str) -> str:
-    import html
-
-    return html.escape(text)
 
 
 @pytest.mark.usefixtures("pdf_not_rendered")
@@ -183,16 +178,16 @@ def test_the_chinese_pack_is_chinese_but_for_names(advised_demo_home, tmp_path):
     keys (causes, final states, advice kinds, units, confidence) read in Chinese; the appendix keeps them."""
     home = copy_home(advised_demo_home, tmp_path / "gpupool")
     out = build_pack(Warehouse(home), MONTH, "zh")
-    html = _read(out / "pack.html")
+    page = _read(out / "pack.html")
     names = _names(out)
-    page1 = html[html.index("<h1>"):html.index('<h2 class="toc"')]
+    page1 = page[page.index("<h1>"):page.index('<h2 class="toc"')]
     assert _english_runs(page1, names) == []
     for key in CHINESE_SECTIONS:
-        assert _english_runs(_section(html, key), names) == [], key
-    failures = _section(html, "failures_by_cause") + _section(html, "failure_reasons")
+        assert _english_runs(_section(page, key), names) == [], key
+    failures = _section(page, "failures_by_cause") + _section(page, "failure_reasons")
     assert "用户代码" in failures and "user_code" not in failures and "异常退出" in failures
-    assert "retry budget" not in html and "run time cap" not in html
-    advice = _section(html, "capacity_recommendations")
+    assert "retry budget" not in page and "run time cap" not in page
+    advice = _section(page, "capacity_recommendations")
     assert "增加节点" in advice and "add_nodes" not in advice and "quota GPUs" not in advice
     import polars as pl
 
