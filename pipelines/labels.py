@@ -70,6 +70,10 @@ COLUMN_LABELS: dict[str, dict[str, str]] = {
     "smallest_sufficient_change": {"en": "Smallest sufficient change (what-if)", "zh": "最小足够变更（模拟，英文）"},
     "smallest_sufficient_change_zh": {"en": "Smallest sufficient change (what-if, Chinese)", "zh": "最小足够变更（模拟）"},
     "final_state": {"en": "Final state", "zh": "最终状态"},
+    "review_verdict": {"en": "Verdict on this month's demand", "zh": "按本月需求的评判"},
+    "review_applied": {"en": "Applied", "zh": "已执行"},
+    "replayed_wait_p95_with_change_s": {"en": "Replayed wait p95 with the advice", "zh": "回放P95等待（按建议）"},
+    "replayed_wait_p95_without_change_s": {"en": "Replayed wait p95 without the advice", "zh": "回放P95等待（不按建议）"},
     "failure_message": {"en": "Error message (as logged)", "zh": "报错信息（原文）"},
     "failed_jobs_retries_exhausted": {"en": "Of which retries exhausted", "zh": "其中重试次数已用尽"},
     "whatif_confirms": {"en": "What-if confirms", "zh": "模拟验证通过"},
@@ -197,6 +201,11 @@ VALUE_LABELS: dict[str, dict[str, dict[str, str]]] = {
                     "BOOT_FAIL": {"en": "Boot failure", "zh": "启动失败"},
                     "DEADLINE": {"en": "Deadline passed", "zh": "超过截止时间"},
                     "OTHER": {"en": "Other reasons", "zh": "其他原因"}},
+    # the fair judge of last month's advice (pipelines/capacity/review.py VERDICTS)
+    "review_verdict": {"credited": {"en": "Credited", "zh": "建议有效"},
+                       "would_have_helped": {"en": "Would have helped", "zh": "未执行但本会有效"},
+                       "not_credited": {"en": "Did not help", "zh": "建议无效"},
+                       "not_relied_on": {"en": "Replay not relied on", "zh": "回放不作依据"}},
     # the pooling scorecard (models/metrics/pooling_scorecard.sql)
     "stage": {"project_owned": {"en": "Project-owned", "zh": "项目独占"},
               "shared_queues": {"en": "Shared queues", "zh": "共享队列"},

@@ -18,6 +18,7 @@ from pipelines.capacity.recommend import (
     whatif_summary,
     with_whatif,
 )
+from pipelines.capacity.review import review_previous
 from pipelines.capacity.store import Recommendation, write_month
 from pipelines.clock import utc_naive
 from pipelines.coverage import Coverage, read_coverage
@@ -33,6 +34,7 @@ class MonthOutcome:
     rules_version: str
     release_id: int  # the warehouse release the advice was computed from (pinned)
     coverage: Coverage | None = None  # the month's days with data per kind of source (pipelines/coverage.py)
+    review: dict | None = None  # the verdict on the previous month's top advice (pipelines/capacity/review.py)
 
 
 def recommend_month(wh: Warehouse, month: dt.date, *, whatif_top: int = 1,
@@ -66,4 +68,6 @@ def recommend_month(wh: Warehouse, month: dt.date, *, whatif_top: int = 1,
     with wh.writer() as con:
         write_month(con, month, found, rules["version"], utc_naive(),
                     release_id=release_id)
-    return MonthOutcome(month, found, replayed, rules["version"], release_id, coverage)
+    # the fair judge of last month's advice replays this month's demand twice: only when replays are asked for
+    review = review_previous(wh.home, month, on_step=on_step) if whatif_top > 0 else None
+    return MonthOutcome(month, found, replayed, rules["version"], release_id, coverage, review)

@@ -121,7 +121,13 @@ advice as (
   select a.rank, a.kind, a.gpu_model, a.target, a.quantity, a.unit, a.confidence,
     try_cast(a.whatif_json ->> '$.wait_p95_min.baseline' as double) * 60 as predicted_baseline_wait_p95_s,
     try_cast(a.whatif_json ->> '$.wait_p95_min.changed' as double) * 60 as predicted_wait_p95_s,
-    try_cast(a.whatif_json ->> '$.pool_utilisation_pct.changed' as double) as predicted_pool_utilisation_pct
+    try_cast(a.whatif_json ->> '$.pool_utilisation_pct.changed' as double) as predicted_pool_utilisation_pct,
+    -- the fair judge (pipelines/capacity/review.py): this month's demand replayed with and without the advice
+    a.whatif_json ->> '$.review.verdict' as review_verdict,
+    try_cast(a.whatif_json ->> '$.review.applied' as boolean) as review_applied,
+    try_cast(a.whatif_json ->> '$.review.key_wait_p95_min.with_change' as double) * 60 as replayed_wait_p95_with_change_s,
+    try_cast(a.whatif_json ->> '$.review.key_wait_p95_min.without_change' as double) * 60
+      as replayed_wait_p95_without_change_s
   from metrics.capacity_recommendations a, m where a.period_month = m.month - interval 1 month
 ),
 gpus as (
@@ -136,7 +142,8 @@ observed as (
 )
 select a.rank, a.kind, a.target, a.quantity, a.unit, a.confidence, g.physical_gpus_previous_month, g.physical_gpus,
   a.predicted_baseline_wait_p95_s, a.predicted_wait_p95_s, o.queue_wait_p95_s,
-  a.predicted_pool_utilisation_pct, o.pool_utilisation_pct
+  a.predicted_pool_utilisation_pct, o.pool_utilisation_pct, a.gpu_model, a.review_verdict, a.review_applied,
+  a.replayed_wait_p95_with_change_s, a.replayed_wait_p95_without_change_s
 from advice a left join gpus g using (gpu_model) left join observed o on true
 order by a.rank"""
 
