@@ -45,10 +45,11 @@ def _next(month: dt.date) -> dt.date:
 
 def top_advice(con: duckdb.DuckDBPyConnection, month: dt.date) -> Recommendation | None:
     """The previous month's rank-1 advice, when the replay can express it (REVIEWED_KINDS)."""
-    row = con.execute(
+    rows = con.execute(
         "select kind, target, recommendation, recommendation_zh, quantity, unit, confidence_score, impact_gpu_hours, "
         "evidence_json, gpu_model, tenant, queue from metrics.capacity_recommendations "
-        "where period_month = ? and rank = 1", [_previous(month)]).fetchone()
+        "where period_month = ? and rank = 1", [_previous(month)]).fetchall()
+    row = rows[0] if rows else None
     if row is None or row[0] not in REVIEWED_KINDS:
         return None
     return Recommendation(kind=row[0], target=row[1], recommendation=row[2], recommendation_zh=row[3],
@@ -63,7 +64,7 @@ def was_applied(con: duckdb.DuckDBPyConnection, rec: Recommendation, month: dt.d
         was, now = con.execute(
             "select max(physical_gpus) filter (where day < ?), max(physical_gpus) filter (where day >= ?) "
             "from metrics.pool_daily where gpu_model = ? and day >= ? and day < ?",
-            [month, month, rec.gpu_model, before, after]).fetchone()
+            [month, month, rec.gpu_model, before, after]).fetchall()[0]
         if was is None or now is None:
             return None
         return now > was if rec.kind == "add_nodes" else now < was
@@ -144,8 +145,8 @@ def review_previous(home: Path | str, month: dt.date, *,
     review = judge(rec, applied, result)
     with wh.writer() as con:
         stored = con.execute("select whatif_json from governance.capacity_recommendations "
-                             "where period_month = ? and rank = 1", [_previous(month)]).fetchone()
-        whatif_json = json.loads((stored[0] if stored else None) or "{}")
+                             "where period_month = ? and rank = 1", [_previous(month)]).fetchall()
+        whatif_json = json.loads((stored[0][0] if stored else None) or "{}")
         con.execute("update governance.capacity_recommendations set whatif_json = ? where period_month = ? and rank = 1",
                     [json.dumps({**whatif_json, "review": review}, sort_keys=True, default=str), _previous(month)])
     on_step(f"verdict on {_previous(month):%Y-%m}'s advice: {review['verdict']}")

@@ -101,7 +101,7 @@ def test_review_replays_this_months_demand_and_records_the_verdict(advised_demo_
     assert review["verdict"] in ("credited", "would_have_helped", "not_credited", "not_relied_on")
     with Warehouse(home).connect(read_only=True) as con:
         stored = json.loads(con.execute("select whatif_json from metrics.capacity_recommendations "
-                                        "where period_month = ?", [OCTOBER]).fetchone()[0])
+                                        "where period_month = ?", [OCTOBER]).fetchall()[0][0])
         from pipelines.pack.figures import TABLES, table_frame
 
         outcome = table_frame(con, next(t for t in TABLES if t.key == "advice_outcome"), NOVEMBER)
