@@ -69,10 +69,10 @@ def was_applied(con: duckdb.DuckDBPyConnection, rec: Recommendation, month: dt.d
             return None
         return now > was if rec.kind == "add_nodes" else now < was
     donor = rec.target.split("->")[0]
-    rows = dict(((t, m >= month), q) for t, m, q in con.execute(
+    rows = {(t, m >= month): q for t, m, q in con.execute(
         "select tenant, date_trunc('month', day)::date, max(quota_gpus) from metrics.tenant_quota "
         "where gpu_model = ? and tenant in (?, ?) and day >= ? and day < ? group by all",
-        [rec.gpu_model, donor, rec.tenant, before, after]).fetchall())
+        [rec.gpu_model, donor, rec.tenant, before, after]).fetchall()}
     keys = [(donor, False), (donor, True), (rec.tenant, False), (rec.tenant, True)]
     if any(rows.get(k) is None for k in keys):
         return None

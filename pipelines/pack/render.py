@@ -11,8 +11,8 @@ import jinja2
 import polars as pl
 import vl_convert as vlc
 
-from pipelines.pack.figures import Figures
 from pipelines.labels import VALUE_LABELS
+from pipelines.pack.figures import Figures
 from pipelines.pack.labels import column_label
 
 TEXT = {

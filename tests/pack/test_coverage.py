@@ -163,7 +163,7 @@ def _section(doc: str, key: str) -> str:
 
 
 def _english_runs(doc: str, names: set[str]) -> list[str]:
-    text = re.sub(r'<p class="fn">.*?</p>', " ", doc, flags=re.S)  # sources: metrics views and appendix files
+    text = re.sub(r'<p class="fn">.*?</p>', " ", doc, flags=re.DOTALL)  # sources: metrics views and appendix files
     text = html.unescape(re.sub(r"<[^>]+>", " ", text))
     text = re.sub(r"`[^`]*`", " ", text)  # commands to run
     for name in sorted(names, key=len, reverse=True):
