@@ -108,3 +108,26 @@ def test_review_replays_this_months_demand_and_records_the_verdict(advised_demo_
     assert stored["review"] == review and stored["confirms"] is True  # the advice's own what-if is kept
     assert outcome["review_verdict"][0] == review["verdict"]
     assert outcome["replayed_wait_p95_with_change_s"][0] == pytest.approx(review["key_wait_p95_min"]["with_change"] * 60)
+
+
+def test_a_quota_move_is_seen_applied_in_the_two_tenants_quotas():
+    import duckdb
+
+    rec = Recommendation(kind="move_quota", target="nlp->research:H100", recommendation="Move 2", recommendation_zh="调 2",
+                         quantity=2, unit="quota GPUs", confidence_score=0.5, impact_gpu_hours=10.0, evidence={},
+                         gpu_model="H100", tenant="research")
+    con = duckdb.connect()
+    con.execute("create schema metrics")
+    con.execute("create table metrics.tenant_quota (day date, tenant varchar, gpu_model varchar, quota_gpus double)")
+    con.execute("create table metrics.queue_rules (queue varchar, tenant varchar, gpu_model varchar, quota_gpus double)")
+    con.executemany("insert into metrics.tenant_quota values (?, ?, 'H100', ?)", [
+        ("2026-10-15", "nlp", 8), ("2026-10-15", "research", 4), ("2026-11-15", "nlp", 6), ("2026-11-15", "research", 6)])
+    con.executemany("insert into metrics.queue_rules values (?, ?, 'H100', ?)",
+                    [("nlp-train", "nlp", 6), ("research-train", "research", 6)])
+    assert was_applied(con, rec, NOVEMBER) is True
+    # applied: the other world gives the GPUs back
+    assert other_world(con, rec, applied=True) == Change(quotas={("nlp-train", "H100"): 8, ("research-train", "H100"): 4})
+    con.execute("update metrics.tenant_quota set quota_gpus = 4 where tenant = 'research' and day = '2026-11-15'")
+    assert was_applied(con, rec, NOVEMBER) is False
+    con.execute("delete from metrics.tenant_quota where tenant = 'nlp' and day = '2026-10-15'")
+    assert was_applied(con, rec, NOVEMBER) is None  # a month without the donor's quota: cannot be seen
