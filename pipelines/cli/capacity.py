@@ -122,6 +122,14 @@ def recommend(home: Path | None, month: str | None, whatif_top: int) -> None:
         if rec.whatif and rec.whatif.get("search"):
             for line in curve_lines(rec.whatif["search"], rec.gpu_model or "pool"):
                 click.echo(f"     {line}")
+    if outcome.review is not None:
+        r = outcome.review
+        key = r["key_wait_p95_min"]
+        applied = {True: "applied", False: "not applied"}.get(r["applied"], "not visible in the pool")
+        click.echo(f"\n  Last month's top advice ({applied}) judged on this month's demand: {r['verdict']} "
+                   f"({r['decided_by'].removeprefix('wait_p95_').removesuffix('_min')} wait p95 "
+                   f"{key['with_change']:,.0f} min with it, {key['without_change']:,.0f} min without; "
+                   f"other world replayed: {r['other_world']})")
     click.echo("\nStored in governance.capacity_recommendations; "
                "`gpupool sql \"select * from metrics.capacity_recommendations\"`.")
 
