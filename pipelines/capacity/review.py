@@ -122,10 +122,12 @@ def judge(rec: Recommendation, applied: bool | None, result) -> dict:
     }
 
 
-def review_previous(home: Path | str, month: dt.date, *,
+def review_previous(home: Path | str, month: dt.date, *, parallel: bool = True,
                     on_step: Callable[[str], None] = lambda _m: None) -> dict | None:
     """Judge the previous month's top advice on `month`'s demand (module doc) and record the verdict in its
-    whatif_json; returns the review, or None when there is no such advice or the replay cannot express it."""
+    whatif_json; returns the review, or None when there is no such advice or the replay cannot express it.
+    `parallel`: the two replays side by side (replay.whatif forks a process: not from a process whose other
+    threads may hold locks, such as a long test session)."""
     from pipelines.capacity.replay import whatif
     from pipelines.warehouse import Warehouse
 
@@ -141,7 +143,7 @@ def review_previous(home: Path | str, month: dt.date, *,
     on_step(f"judging {_previous(month):%Y-%m}'s top advice ({rec.kind} {rec.target}, "
             f"{ {True: 'applied', False: 'not applied'}.get(applied, 'not visible') }) on {month:%Y-%m}'s demand: "
             f"replaying the month as it was and with {change.describe()}")
-    result = whatif(wh.home, change, month=f"{month:%Y-%m}", on_step=on_step)
+    result = whatif(wh.home, change, month=f"{month:%Y-%m}", parallel=parallel, on_step=on_step)
     review = judge(rec, applied, result)
     with wh.writer() as con:
         stored = con.execute("select whatif_json from governance.capacity_recommendations "

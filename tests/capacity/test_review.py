@@ -96,7 +96,7 @@ def test_review_replays_this_months_demand_and_records_the_verdict(advised_demo_
     with Warehouse(home).connect(read_only=True) as con:
         rec = top_advice(con, NOVEMBER)
         assert rec is not None and rec.kind == "add_nodes" and was_applied(con, rec, NOVEMBER) is None
-    review = review_previous(home, NOVEMBER)
+    review = review_previous(home, NOVEMBER, parallel=False)  # no fork from the test session's threads
     assert review is not None and review["applied"] is None and review["other_world"] == "+1 H100 node"
     assert review["verdict"] in ("credited", "would_have_helped", "not_credited", "not_relied_on")
     with Warehouse(home).connect(read_only=True) as con:
