@@ -67,7 +67,15 @@ COLUMN_LABELS: dict[str, dict[str, str]] = {
     "recommendation_zh": {"en": "Advice (Chinese)", "zh": "建议"},
     "confidence": {"en": "Confidence", "zh": "置信度"},
     "impact_gpu_hours": {"en": "GPU-hours addressed", "zh": "涉及GPU小时"},
-    "smallest_sufficient_change": {"en": "Smallest sufficient change (what-if)", "zh": "最小足够变更（模拟）"},
+    "smallest_sufficient_change": {"en": "Smallest sufficient change (what-if)", "zh": "最小足够变更（模拟，英文）"},
+    "smallest_sufficient_change_zh": {"en": "Smallest sufficient change (what-if, Chinese)", "zh": "最小足够变更（模拟）"},
+    "final_state": {"en": "Final state", "zh": "最终状态"},
+    "review_verdict": {"en": "Verdict on this month's demand", "zh": "按本月需求的评判"},
+    "review_applied": {"en": "Applied", "zh": "已执行"},
+    "replayed_wait_p95_with_change_s": {"en": "Replayed wait p95 with the advice", "zh": "回放P95等待（按建议）"},
+    "replayed_wait_p95_without_change_s": {"en": "Replayed wait p95 without the advice", "zh": "回放P95等待（不按建议）"},
+    "failure_message": {"en": "Error message (as logged)", "zh": "报错信息（原文）"},
+    "failed_jobs_retries_exhausted": {"en": "Of which retries exhausted", "zh": "其中重试次数已用尽"},
     "whatif_confirms": {"en": "What-if confirms", "zh": "模拟验证通过"},
     "whatif_within_tolerance": {"en": "What-if baseline within tolerance", "zh": "模拟基线在容差内"},
     "physical_gpus_previous_month": {"en": "Physical GPUs last month", "zh": "上月物理GPU数"},
@@ -93,3 +101,123 @@ COLUMN_LABELS: dict[str, dict[str, str]] = {
     "disk_read_mb_per_s_mean": {"en": "Disk read, mean (MB/s)", "zh": "磁盘读均值（MB/s）"},
     "disk_written_mb_per_s_mean": {"en": "Disk written, mean (MB/s)", "zh": "磁盘写均值（MB/s）"},
 }
+
+# The words of the packs' category columns: column -> the key stored in the warehouse -> its label. A
+# table shows the label (pipelines/pack/render.py), its appendix keeps the key; a value not listed here is
+# a name (a tenant, a queue, a GPU model, a policy) and is shown as it is. The causes are
+# marts.fct_attempt_outcomes' and marts.fct_wait_causes', the statuses the models' accepted values.
+_CAUSES = {
+    "all": {"en": "All", "zh": "全部"},
+    "completed": {"en": "Completed", "zh": "完成"},
+    "cancelled": {"en": "Cancelled", "zh": "取消"},
+    "hardware": {"en": "Hardware fault", "zh": "硬件故障"},
+    "host_down": {"en": "Host down", "zh": "主机宕机"},
+    "preempted": {"en": "Preempted", "zh": "被抢占"},
+    "reclaimed": {"en": "Reclaimed by policy", "zh": "被策略回收"},
+    "capped": {"en": "Capped by policy", "zh": "被策略限时"},
+    "time_limit": {"en": "Time limit", "zh": "超出时限"},
+    "out_of_memory": {"en": "Out of memory", "zh": "内存不足"},
+    "user_code": {"en": "User code", "zh": "用户代码"},
+    "unknown": {"en": "Unknown", "zh": "未知"},
+    # waits
+    "capacity_bound": {"en": "No free GPU of the kind asked", "zh": "所需型号无空闲GPU"},
+    "fragmentation": {"en": "Fragmentation", "zh": "碎片化"},
+    "quota_bound": {"en": "Queue quota", "zh": "队列配额已满"},
+    "policy": {"en": "Queue policy", "zh": "队列策略"},
+}
+_OUTCOMES = {
+    "applied": {"en": "Applied", "zh": "已执行"},
+    "shadow": {"en": "Shadow (not sent)", "zh": "影子模式（未发送）"},
+    "dropped": {"en": "Dropped", "zh": "已放弃"},
+    "recommended": {"en": "Recommended", "zh": "已建议"},
+    "exempt": {"en": "Exempt", "zh": "豁免"},
+    "rate_limited": {"en": "Rate-limited", "zh": "被限流"},
+    "queued": {"en": "Queued", "zh": "排队中"},
+    "failed": {"en": "Failed", "zh": "失败"},
+    "refused": {"en": "Refused", "zh": "被拒绝"},
+    "proposed": {"en": "Proposed", "zh": "已提议"},
+    "already_done": {"en": "Already done", "zh": "此前已完成"},
+    "pending": {"en": "Pending", "zh": "待处理"},
+    # the tenant pack's outcome of an action on a job
+    "released after the reminder": {"en": "Released after the reminder", "zh": "提醒后已释放"},
+    "not released": {"en": "Not released", "zh": "未释放"},
+    "resubmitted within 1 h": {"en": "Resubmitted within 1 h", "zh": "1小时内重新提交"},
+    "GPUs freed": {"en": "GPUs freed", "zh": "GPU已释放"},
+}
+_ACTIONS = {
+    "remind": {"en": "Remind", "zh": "提醒"}, "reclaim": {"en": "Reclaim", "zh": "回收"},
+    "preempt": {"en": "Preempt", "zh": "抢占"}, "cap_runtime": {"en": "Cap run time", "zh": "限制运行时间"},
+    "quota_change": {"en": "Quota change proposal", "zh": "配额调整提议"},
+    "quota_proposal": {"en": "Quota change proposal", "zh": "配额调整提议"},
+    "drain": {"en": "Drain", "zh": "摘除"}, "undrain": {"en": "Undrain", "zh": "恢复"},
+}
+_TEMPLATES = {
+    "training": {"en": "Training", "zh": "训练"}, "inference": {"en": "Inference", "zh": "推理"},
+    "experiment": {"en": "Experiment", "zh": "实验"}, "interactive": {"en": "Interactive", "zh": "交互式"},
+    "none": {"en": "No template", "zh": "无模板"}, "all": {"en": "All", "zh": "全部"},
+}
+VALUE_LABELS: dict[str, dict[str, dict[str, str]]] = {
+    "cause": _CAUSES,
+    "artifact_status": {"registered": {"en": "Registered model", "zh": "已注册模型"},
+                        "logged_only": {"en": "Logged artifact only", "zh": "仅记录产物"},
+                        "none": {"en": "No artifact", "zh": "无产物"}},
+    # capacity advice (pipelines/capacity/recommend.py)
+    "kind": {"add_nodes": {"en": "Add nodes", "zh": "增加节点"}, "remove_nodes": {"en": "Remove nodes", "zh": "减少节点"},
+             "resplit_mig": {"en": "Re-split MIG", "zh": "重新划分MIG"}, "move_quota": {"en": "Move quota", "zh": "调整配额"},
+             "move_to_backfill": {"en": "Move to backfill", "zh": "转为回填"},
+             "change_queue_limit": {"en": "Change a queue limit", "zh": "调整队列限制"}},
+    "unit": {"nodes": {"en": "nodes", "zh": "台节点"}, "quota GPUs": {"en": "quota GPUs", "zh": "块GPU配额"},
+             "GPUs": {"en": "GPUs", "zh": "块GPU"}, "jobs": {"en": "jobs", "zh": "个作业"},
+             "GPU-hours": {"en": "GPU-hours", "zh": "GPU小时"}, "hours": {"en": "hours", "zh": "小时"}},
+    "confidence": {"high": {"en": "high", "zh": "高"}, "medium": {"en": "medium", "zh": "中"},
+                   "low": {"en": "low", "zh": "低"}},
+    # governance
+    "mode": {"shadow": {"en": "Shadow", "zh": "影子模式"}, "enforce": {"en": "Enforce", "zh": "强制执行"}},
+    "outcome": _OUTCOMES,
+    "decision": _OUTCOMES,
+    "action": _ACTIONS,
+    "action_kind": _ACTIONS,
+    "target_kind": {"gpu": {"en": "GPU", "zh": "GPU"}, "node": {"en": "Node", "zh": "节点"}},
+    "actor_role": {"admin": {"en": "Administrator", "zh": "管理员"}, "system": {"en": "System", "zh": "系统"},
+                   "governance_bot": {"en": "Governance bot", "zh": "治理机器人"},
+                   "user": {"en": "User", "zh": "用户"}, "operator": {"en": "Operator", "zh": "运维人员"}},
+    "category": {"permission_change": {"en": "Permission change", "zh": "权限变更"},
+                 "quota_change": {"en": "Quota change", "zh": "配额变更"}, "approval": {"en": "Approval", "zh": "审批"},
+                 "enforcement": {"en": "Enforcement", "zh": "执行动作"},
+                 "queue_change": {"en": "Queue change", "zh": "队列变更"},
+                 "other_change": {"en": "Other change", "zh": "其他变更"}, "read": {"en": "Read", "zh": "读取"},
+                 "other": {"en": "Other", "zh": "其他"}},
+    "source": {"allocator": {"en": "Allocator", "zh": "分配器"}, "slurm": {"en": "Slurm", "zh": "Slurm"},
+               "k8s": {"en": "Kubernetes", "zh": "Kubernetes"}, "kueue": {"en": "Kueue", "zh": "Kueue"}},
+    # jobs
+    "template": _TEMPLATES,
+    "share_mode": {"whole": {"en": "Whole GPU", "zh": "整卡"}, "mig": {"en": "MIG slice", "zh": "MIG切片"},
+                   "timeslice": {"en": "Time-sliced", "zh": "时间片共享"}},
+    # a failed job's final state: the scheduler's category of the failure
+    "final_state": {"FAILED": {"en": "Failed (non-zero exit)", "zh": "异常退出"},
+                    "TIMEOUT": {"en": "Time limit reached", "zh": "达到运行时间上限"},
+                    "OUT_OF_MEMORY": {"en": "Out of memory", "zh": "内存不足"},
+                    "NODE_FAIL": {"en": "Node failure", "zh": "节点故障"},
+                    "BOOT_FAIL": {"en": "Boot failure", "zh": "启动失败"},
+                    "DEADLINE": {"en": "Deadline passed", "zh": "超过截止时间"},
+                    "OTHER": {"en": "Other reasons", "zh": "其他原因"}},
+    # the fair judge of last month's advice (pipelines/capacity/review.py VERDICTS)
+    "review_verdict": {"credited": {"en": "Credited", "zh": "建议有效"},
+                       "would_have_helped": {"en": "Would have helped", "zh": "未执行但本会有效"},
+                       "not_credited": {"en": "Did not help", "zh": "建议无效"},
+                       "not_relied_on": {"en": "Replay not relied on", "zh": "回放不作依据"}},
+    # the pooling scorecard (models/metrics/pooling_scorecard.sql)
+    "stage": {"project_owned": {"en": "Project-owned", "zh": "项目独占"},
+              "shared_queues": {"en": "Shared queues", "zh": "共享队列"},
+              "elastic_sharing": {"en": "Elastic sharing", "zh": "弹性共享"},
+              "resource_operations": {"en": "Resource operations", "zh": "资源运营"}},
+    "criterion": {"visibility": {"en": "Visibility", "zh": "资源可见"}, "clear rules": {"en": "Clear rules", "zh": "规则清晰"},
+                  "higher utilisation": {"en": "Higher utilisation", "zh": "利用率提升"},
+                  "decisions from data": {"en": "Decisions from data", "zh": "数据驱动决策"}},
+}
+
+
+def value_label(column: str, value: object, lang: str) -> object:
+    """The label of a category key in a pack table's column (VALUE_LABELS); any other value as it is."""
+    words = VALUE_LABELS.get(column, {}).get(value) if isinstance(value, str) else None
+    return value if words is None else words[lang]

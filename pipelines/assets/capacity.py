@@ -49,6 +49,10 @@ def capacity_recommendations(context: dg.AssetExecutionContext, config: Capacity
         "recommendations": len(outcome.recommendations),
         "replayed": outcome.replayed,
         "rules_version": outcome.rules_version,
+        # the month's days with data per kind of source: advice on a partial month rests on those days only
+        "coverage": dg.MetadataValue.json(outcome.coverage.as_dict() if outcome.coverage else {}),
+        # the verdict on last month's top advice, replayed on this month's demand (pipelines/capacity/review.py)
+        "previous_advice_verdict": (outcome.review or {}).get("verdict", "none"),
         "list": dg.MetadataValue.md(table),
     })
 

@@ -154,11 +154,13 @@ def ceiling(weeks_of_data: float, rules: dict) -> float:
     return MAX_CONFIDENCE if weeks_of_data >= rules["min_weeks_for_high_confidence"] else THIN_EVIDENCE_CEILING
 
 
-def on_evidence(rec: Recommendation, days_with_data: int, days_in_month: int, rules: dict) -> Recommendation:
-    """The advice with its confidence weighed by the month's days with data, which its evidence records."""
+def on_evidence(rec: Recommendation, days_with_data: int, days_in_month: int, rules: dict,
+                coverage: dict | None = None) -> Recommendation:
+    """The advice with its confidence weighed by the month's days with data, which its evidence records, with
+    the month's coverage per kind of source (pipelines.coverage.Coverage.as_dict) when given."""
     weeks = days_with_data / 7
     evidence = {**rec.evidence, "days_with_data": days_with_data, "days_in_month": days_in_month,
-                "weeks_of_data": round(weeks, 2)}
+                "weeks_of_data": round(weeks, 2), **({} if coverage is None else {"coverage": coverage})}
     return replace(rec, confidence_score=weighed(rec.confidence_score, weeks, rules), evidence=evidence)
 
 
@@ -466,11 +468,14 @@ def _hours(first: dt.date, following: dt.date) -> float:
 
 def recommend(con: duckdb.DuckDBPyConnection, month: dt.date, rules: dict | None = None) -> list[Recommendation]:
     """Every rule over the month, its confidence weighed by the month's days with data, most GPU-hours
-    addressed first."""
+    addressed first; each carries the month's coverage per kind of source in its evidence."""
+    from pipelines.coverage import read_coverage
+
     rules = rules or load_rules()
     first, following = month_bounds(month)
     days = _days_with_data(con, first, following)
-    found = [on_evidence(rec, days, (following - first).days, rules)
+    coverage = read_coverage(con, first, following).as_dict()
+    found = [on_evidence(rec, days, (following - first).days, rules, coverage)
              for rule in RULES for rec in rule(con, first, following, rules)]
     return sorted(found, key=lambda rec: (-rec.impact_gpu_hours, rec.kind, rec.target))
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from pipelines.capacity.recommend import (
     load_rules,
+    month_bounds,
     recommend,
     smallest_change,
     whatif_change,
@@ -17,8 +18,10 @@ from pipelines.capacity.recommend import (
     whatif_summary,
     with_whatif,
 )
+from pipelines.capacity.review import review_previous
 from pipelines.capacity.store import Recommendation, write_month
 from pipelines.clock import utc_naive
+from pipelines.coverage import Coverage, read_coverage
 from pipelines.lake import release_read
 from pipelines.warehouse import Warehouse
 
@@ -30,6 +33,8 @@ class MonthOutcome:
     replayed: int
     rules_version: str
     release_id: int  # the warehouse release the advice was computed from (pinned)
+    coverage: Coverage | None = None  # the month's days with data per kind of source (pipelines/coverage.py)
+    review: dict | None = None  # the verdict on the previous month's top advice (pipelines/capacity/review.py)
 
 
 def recommend_month(wh: Warehouse, month: dt.date, *, whatif_top: int = 1,
@@ -43,6 +48,7 @@ def recommend_month(wh: Warehouse, month: dt.date, *, whatif_top: int = 1,
         # pinned before the views are read: publishes meanwhile must not expire it
         wh.pin_release(release_id, f"recommendation {month:%Y-%m}")
         found = recommend(con, month, rules)
+        coverage = read_coverage(con, *month_bounds(month))
         changes = [whatif_change(con, rec) for rec in found]
         sizes = [whatif_sizes(con, rec) for rec in found]
     on_step(f"{len(found)} recommendations for {month:%Y-%m} from release {release_id}")
@@ -62,4 +68,6 @@ def recommend_month(wh: Warehouse, month: dt.date, *, whatif_top: int = 1,
     with wh.writer() as con:
         write_month(con, month, found, rules["version"], utc_naive(),
                     release_id=release_id)
-    return MonthOutcome(month, found, replayed, rules["version"], release_id)
+    # the fair judge of last month's advice replays this month's demand twice: only when replays are asked for
+    review = review_previous(wh.home, month, on_step=on_step) if whatif_top > 0 else None
+    return MonthOutcome(month, found, replayed, rules["version"], release_id, coverage, review)

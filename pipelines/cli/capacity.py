@@ -14,6 +14,8 @@ from pipelines.cli.common import HOME_OPTION, day_progress, step, warehouse
 if TYPE_CHECKING:
     import duckdb
 
+    from pipelines.coverage import Coverage
+
 
 @click.command()
 @HOME_OPTION
@@ -104,6 +106,8 @@ def recommend(home: Path | None, month: str | None, whatif_top: int) -> None:
         raise click.ClickException(str(err)) from None
     click.echo(click.style(f"\nCapacity recommendations for {first:%Y-%m} (rules {outcome.rules_version}, "
                            f"warehouse release {outcome.release_id}, pinned)", bold=True))
+    if outcome.coverage is not None:
+        click.echo(coverage_line(outcome.coverage))
     if not outcome.recommendations:
         click.echo("  none: no rule found enough evidence this month (thresholds in the capacity rules, docs/configuration.md)")
     for rank, rec in enumerate(outcome.recommendations, start=1):
@@ -118,8 +122,25 @@ def recommend(home: Path | None, month: str | None, whatif_top: int) -> None:
         if rec.whatif and rec.whatif.get("search"):
             for line in curve_lines(rec.whatif["search"], rec.gpu_model or "pool"):
                 click.echo(f"     {line}")
+    if outcome.review is not None:
+        r = outcome.review
+        key = r["key_wait_p95_min"]
+        applied = {True: "applied", False: "not applied"}.get(r["applied"], "not visible in the pool")
+        click.echo(f"\n  Last month's top advice ({applied}) judged on this month's demand: {r['verdict']} "
+                   f"({r['decided_by'].removeprefix('wait_p95_').removesuffix('_min')} wait p95 "
+                   f"{key['with_change']:,.0f} min with it, {key['without_change']:,.0f} min without; "
+                   f"other world replayed: {r['other_world']})")
     click.echo("\nStored in governance.capacity_recommendations; "
                "`gpupool sql \"select * from metrics.capacity_recommendations\"`.")
+
+
+def coverage_line(coverage: Coverage) -> str:
+    """The month's coverage as `recommend` prints it: partial or complete, "N of M days", each kind's days."""
+    kinds = ", ".join(f"{k.label['en']} {k.days_with_data}/{coverage.days_in_period}" if k.collected
+                      else f"{k.label['en']} not collected" for k in coverage.kinds if k.collected or k.required)
+    said = (f"partial month, {coverage.phrase('en')}: the advice rests on those days only" if coverage.partial
+            else f"complete month, {coverage.phrase('en')}")
+    return f"  Coverage: {said} ({kinds})"
 
 
 def loaded_months(con: duckdb.DuckDBPyConnection) -> list[dt.date]:

@@ -15,12 +15,16 @@ from dataclasses import dataclass, field
 import duckdb
 import polars as pl
 
+from pipelines.coverage import Coverage, read_coverage
 from pipelines.lake import release_read
 
 PARTS = ("resources", "tasks", "governance", "improvements", "scorecard")
 
 DAYS = "day >= ? and day < ?"
-OTHER_REASONS = "other reasons"  # the rest of a top-N table, summed
+OTHER_REASONS = "OTHER"  # the rest of a top-N table of failure reasons, summed (a final_state key of its own)
+# the allocator's English notes appended to a failure's reason (allocator/scheduler.py)
+_BUDGET_NOTE = r"\s*\(retry budget of \d+ used\)$"
+_CAP_NOTE = r"^run time cap of \d+ s reached$"
 
 
 @dataclass(frozen=True)
@@ -117,7 +121,13 @@ advice as (
   select a.rank, a.kind, a.gpu_model, a.target, a.quantity, a.unit, a.confidence,
     try_cast(a.whatif_json ->> '$.wait_p95_min.baseline' as double) * 60 as predicted_baseline_wait_p95_s,
     try_cast(a.whatif_json ->> '$.wait_p95_min.changed' as double) * 60 as predicted_wait_p95_s,
-    try_cast(a.whatif_json ->> '$.pool_utilisation_pct.changed' as double) as predicted_pool_utilisation_pct
+    try_cast(a.whatif_json ->> '$.pool_utilisation_pct.changed' as double) as predicted_pool_utilisation_pct,
+    -- the fair judge (pipelines/capacity/review.py): this month's demand replayed with and without the advice
+    a.whatif_json ->> '$.review.verdict' as review_verdict,
+    try_cast(a.whatif_json ->> '$.review.applied' as boolean) as review_applied,
+    try_cast(a.whatif_json ->> '$.review.key_wait_p95_min.with_change' as double) * 60 as replayed_wait_p95_with_change_s,
+    try_cast(a.whatif_json ->> '$.review.key_wait_p95_min.without_change' as double) * 60
+      as replayed_wait_p95_without_change_s
   from metrics.capacity_recommendations a, m where a.period_month = m.month - interval 1 month
 ),
 gpus as (
@@ -132,7 +142,8 @@ observed as (
 )
 select a.rank, a.kind, a.target, a.quantity, a.unit, a.confidence, g.physical_gpus_previous_month, g.physical_gpus,
   a.predicted_baseline_wait_p95_s, a.predicted_wait_p95_s, o.queue_wait_p95_s,
-  a.predicted_pool_utilisation_pct, o.pool_utilisation_pct
+  a.predicted_pool_utilisation_pct, o.pool_utilisation_pct, a.gpu_model, a.review_verdict, a.review_applied,
+  a.replayed_wait_p95_with_change_s, a.replayed_wait_p95_without_change_s
 from advice a left join gpus g using (gpu_model) left join observed o on true
 order by a.rank"""
 
@@ -260,15 +271,27 @@ TABLES: tuple[Table, ...] = (
           "where month = ? order by template = 'all', template",
           ("run_time_p50", "run_time_p95", "finished_jobs"), monthly=True,
           title={"en": "Run times by template", "zh": "按模板的运行时长"}),
-    # the 14 commonest reasons and the rest summed: a month has a hundred (every run-time cap is its own)
+    # the 14 commonest reasons and the rest summed: a month has a hundred (every run-time cap is its own). A
+    # reason is the scheduler's category of the failure (final_state, a key with its labels in
+    # pipelines/labels.py) and the program's own message as logged; the allocator's notes on it ("(retry
+    # budget of N used)", "run time cap of N s reached") are not shown as text: the first is counted
+    # (failed_jobs_retries_exhausted), the second is what the TIMEOUT state says
     Table("failure_reasons", "tasks", "failure_reasons",
-          f"with reasons as (select failure_reason, sum(failed_jobs) as failed_jobs, "
-          f"sum(allocated_gpu_hours) as allocated_gpu_hours from metrics.failure_reasons where {DAYS} group by failure_reason), "
-          f"ranked as (select *, row_number() over (order by failed_jobs desc, failure_reason) as n from reasons) "
-          f"select if(n <= 14, failure_reason, '{OTHER_REASONS}') as failure_reason, sum(failed_jobs) as failed_jobs, "
+          f"with parsed as (select final_state, failed_jobs, allocated_gpu_hours, "
+          f"coalesce(regexp_replace(regexp_replace(failure_reason, '{_BUDGET_NOTE}', ''), '{_CAP_NOTE}', ''), '') "
+          f"as failure_message, coalesce(regexp_matches(failure_reason, '{_BUDGET_NOTE}'), false) as retries_exhausted "
+          f"from metrics.failure_reasons where {DAYS}), "
+          f"reasons as (select final_state, failure_message, sum(failed_jobs) as failed_jobs, "
+          f"coalesce(sum(failed_jobs) filter (where retries_exhausted), 0) as failed_jobs_retries_exhausted, "
+          f"sum(allocated_gpu_hours) as allocated_gpu_hours from parsed group by all), "
+          f"ranked as (select *, row_number() over (order by failed_jobs desc, final_state, failure_message) as n "
+          f"from reasons) "
+          f"select if(n <= 14, final_state, '{OTHER_REASONS}') as final_state, "
+          f"if(n <= 14, failure_message, '') as failure_message, sum(failed_jobs) as failed_jobs, "
+          f"sum(failed_jobs_retries_exhausted) as failed_jobs_retries_exhausted, "
           f"sum(allocated_gpu_hours) as allocated_gpu_hours from ranked group by all "
-          f"order by min(n) > 14, failed_jobs desc, failure_reason",
-          ("failures_by_reason",), chart=("failure_reason", "failed_jobs", "bar"),
+          f"order by min(n) > 14, failed_jobs desc, final_state, failure_message",
+          ("failures_by_reason",), chart=("final_state", "failed_jobs", "bar"),
           title={"en": "Failed jobs by reason", "zh": "按原因的失败作业"}),
     # the month's pending time by its first applicable cause; the share is the catalog's over the month's sums
     Table("wait_causes", "tasks", "wait_causes",
@@ -371,7 +394,11 @@ TABLES: tuple[Table, ...] = (
           "select rank, kind, gpu_model, quantity, unit, recommendation, recommendation_zh, confidence, "
           "impact_gpu_hours, try_cast(whatif_json ->> '$.confirms' as boolean) as whatif_confirms, "
           "try_cast(whatif_json ->> '$.baseline_within_tolerance' as boolean) as whatif_within_tolerance, "
-          "whatif_json ->> '$.search.smallest_change' as smallest_sufficient_change "
+          "whatif_json ->> '$.search.smallest_change' as smallest_sufficient_change, "
+          # the same change in Chinese, from the search's size and unit (the stored text is English)
+          "case when whatif_json ->> '$.search.smallest_sufficient' is not null then '+' || "
+          "(whatif_json ->> '$.search.smallest_sufficient') || ' ' || coalesce(gpu_model, '') || "
+          "if(kind = 'add_nodes', ' 台节点', ' 块GPU配额') end as smallest_sufficient_change_zh "
           "from metrics.capacity_recommendations where period_month = ? order by rank",
           ("capacity_recommendations",), monthly=True,
           title={"en": "Capacity advice of the month", "zh": "本月容量建议"}),
@@ -426,6 +453,8 @@ class Figures:
     catalog: dict[str, dict] = field(default_factory=dict)  # every catalog metric: column labels, glossary
     answers: list = field(default_factory=list)  # page 1: pipelines.pack.answers.Answer
     decisions: list = field(default_factory=list)  # page 1: pipelines.pack.answers.Decision
+    # the month's days with data per kind of source (pipelines/coverage.py); None: not read (a test's figures)
+    coverage: Coverage | None = None
 
 
 def _frame(con: duckdb.DuckDBPyConnection, sql: str, params: list) -> pl.DataFrame:
@@ -464,7 +493,8 @@ def collect(con: duckdb.DuckDBPyConnection, month: dt.date, spec: PackSpec = POO
         raise ValueError(f"a {spec.kind} pack {'needs' if tenant is None else 'takes no'} tenant")
     month = month.replace(day=1)
     version = con.sql("select catalog_version from metrics.catalog_version").fetchall()[0][0]
-    out = Figures(month=month, catalog_version=version, release_id=release_read(con), spec=spec, tenant=tenant)
+    out = Figures(month=month, catalog_version=version, release_id=release_read(con), spec=spec, tenant=tenant,
+                  coverage=read_coverage(con, month, next_month(month)))
     prev = previous_month(month)
     pack_month = ({m: _pack_month_row(con, m) for m in (month, prev)}
                   if any(f.pack_month_column for f in spec.figures) else {})

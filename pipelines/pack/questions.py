@@ -8,7 +8,7 @@ from __future__ import annotations
 import duckdb
 import polars as pl
 
-from pipelines.pack.answers import Answer, Decision
+from pipelines.pack.answers import Answer, Decision, on_coverage
 from pipelines.pack.figures import DAYS, Figures, next_month, previous_month
 
 # Q1: how far this month's observed pool wait p95 may be from the what-if's prediction. A replay of last
@@ -50,6 +50,19 @@ KINDS = {
     "resplit_mig": {"en": "re-split MIG", "zh": "重新划分MIG"}, "move_quota": {"en": "move quota", "zh": "调整配额"},
     "move_to_backfill": {"en": "move to backfill", "zh": "转为回填"},
     "change_queue_limit": {"en": "change a queue limit", "zh": "调整队列限制"},
+}
+
+
+# Q1 with the fair judge (pipelines/capacity/review.py): this month's demand replayed with and without last
+# month's advice. Credited is on track; advice that would have helped but was not taken, or a replay that
+# did not reproduce the month, is a watch; advice that did not help on this month's demand is an act.
+REVIEW_STATUS = {"credited": "on_track", "would_have_helped": "watch", "not_credited": "act", "not_relied_on": "watch"}
+REVIEW_SAID = {
+    "credited": {"en": "the advice is credited", "zh": "建议有效"},
+    "would_have_helped": {"en": "it was not taken, and it would have helped", "zh": "建议未执行，但执行了本会有效"},
+    "not_credited": {"en": "it did not help on this month's demand", "zh": "按本月需求它并无帮助"},
+    "not_relied_on": {"en": "the replay is not relied on: it missed the observed month beyond tolerance",
+                      "zh": "回放与实际月份的偏差超出容差，不作依据"},
 }
 
 
@@ -108,6 +121,8 @@ def _q1(figs: Figures) -> Answer:
         100 * abs(observed - predicted) / predicted
     done_en = {True: "applied", False: "not applied"}.get(applied, "not visible in the GPU counts")
     done_zh = {True: "已执行", False: "未执行"}.get(applied, "无法从GPU数量判断是否执行")
+    if top.get("review_verdict") in REVIEW_STATUS:
+        return _q1_reviewed(top)
     if error is None:
         en = (f"Last month's top advice ({_kind(top['kind'], 'en')}: {top['target']}, {done_en}) has no what-if prediction to "
               f"compare; run `gpupool recommend --month {prev} --whatif-top 1` so next month can check it.")
@@ -124,6 +139,23 @@ def _q1(figs: Figures) -> Answer:
         zh = (f"上月首要建议（{_kind(top['kind'], 'zh')}：{top['target']}，{done_zh}）预测资源池P95等待为 {predicted / 60:,.0f} 分钟；"
               f"本月实际为 {observed / 60:,.0f} 分钟{demand_zh}，偏差 {error:.0f}%。")
     return Answer("q1", Q["q1"], {"en": en, "zh": zh}, prediction_status(error), "advice_outcome", error,
+                  ("advice_outcome",))
+
+
+def _q1_reviewed(top: dict) -> Answer:
+    """Q1 by the fair judge: this month's demand replayed with and without last month's top advice."""
+    verdict, applied = top["review_verdict"], top["review_applied"]
+    done_en = {True: "applied", False: "not applied"}.get(applied, "not visible in the pool")
+    done_zh = {True: "已执行", False: "未执行"}.get(applied, "无法从资源池判断是否执行")
+    with_s, without_s = top["replayed_wait_p95_with_change_s"], top["replayed_wait_p95_without_change_s"]
+    cut = None if not without_s else 100 * (without_s - with_s) / without_s
+    model = top.get("gpu_model") or "pool"
+    en = (f"Last month's top advice ({_kind(top['kind'], 'en')}: {top['target']}, {done_en}), replayed on this month's "
+          f"demand: {model} wait p95 {with_s / 60:,.0f} min with it, {without_s / 60:,.0f} min without; "
+          f"{REVIEW_SAID[verdict]['en']}.")
+    zh = (f"上月首要建议（{_kind(top['kind'], 'zh')}：{top['target']}，{done_zh}）按本月需求回放：执行时{model} P95等待 "
+          f"{with_s / 60:,.0f} 分钟，不执行时 {without_s / 60:,.0f} 分钟；{REVIEW_SAID[verdict]['zh']}。")
+    return Answer("q1", Q["q1"], {"en": en, "zh": zh}, REVIEW_STATUS[verdict], "advice_outcome", cut,
                   ("advice_outcome",))
 
 
@@ -194,7 +226,9 @@ def _q4(figs: Figures) -> Answer:
         ("failures_by_cause", "wait_causes"))
 
 
-def _q5(figs: Figures) -> Answer:
+def _q5(figs: Figures, track_record: str | None = None) -> Answer:
+    """`track_record`: question 1's status. Last month's advice that did not hold up on this month's demand
+    ("act") leaves this month's no better than "watch", whatever its own replay says."""
     recs = figs.tables["capacity_recommendations"]
     month = _ym(figs.month)
     if recs.height == 0:
@@ -212,13 +246,19 @@ def _q5(figs: Figures) -> Answer:
     if confirms is not None and within is False:
         check_en = "its what-if replay is not relied on: the replay's baseline missed the observed month beyond tolerance"
         check_zh = "其模拟回放不作依据：回放基线与实际月份的偏差超出容差"
+    status = advice_status(recs.height, confirms, within)
+    record_en = record_zh = ""
+    if track_record == "act":
+        status = "watch" if status == "on_track" else status
+        record_en = "; but last month's advice did not hold up on this month's demand (question 1)"
+        record_zh = "；但上月的建议按本月需求并未奏效（见问题1）"
     return Answer("q5", Q["q5"], {
         "en": f"{recs.height} pieces of advice this month; the top one ({_kind(top['kind'], 'en')}, {top['confidence']} "
-              f"confidence, {top['impact_gpu_hours']:,.0f} GPU-hours addressed): {check_en}.",
+              f"confidence, {top['impact_gpu_hours']:,.0f} GPU-hours addressed): {check_en}{record_en}.",
         "zh": f"本月共 {recs.height} 条建议；首要建议（{_kind(top['kind'], 'zh')}，置信度{CONFIDENCE_ZH.get(top['confidence'], top['confidence'])}，"
-              f"涉及 {top['impact_gpu_hours']:,.0f} GPU小时）：{check_zh}。"},
-        advice_status(recs.height, confirms, within), "capacity_recommendations", float(recs.height),
-        ("capacity_recommendations",))
+              f"涉及 {top['impact_gpu_hours']:,.0f} GPU小时）：{check_zh}{record_zh}。"},
+        status, "capacity_recommendations", float(recs.height),
+        ("capacity_recommendations", "advice_outcome") if record_en else ("capacity_recommendations",))
 
 
 # the decisions page 1 asks for: advice worth deciding on (not low confidence), at most this many
@@ -247,5 +287,8 @@ def decisions(figs: Figures) -> list[Decision]:
 
 
 def pool_answers(con: duckdb.DuckDBPyConnection, figs: Figures) -> tuple[list[Answer], list[Decision]]:
-    """(answers, decisions) of the pool's pack: the five questions, then the decisions requested."""
-    return [_q1(figs), _q2(con, figs), _q3(figs), _q4(figs), _q5(figs)], decisions(figs)
+    """(answers, decisions) of the pool's pack: the five questions, then the decisions requested. On a partial
+    month each answer says so and no status is better than "watch" (answers.on_coverage)."""
+    q1 = _q1(figs)
+    answers = [q1, _q2(con, figs), _q3(figs), _q4(figs), _q5(figs, q1.status)]
+    return on_coverage(answers, figs.coverage), decisions(figs)

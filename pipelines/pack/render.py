@@ -11,6 +11,7 @@ import jinja2
 import polars as pl
 import vl_convert as vlc
 
+from pipelines.labels import VALUE_LABELS
 from pipelines.pack.figures import Figures
 from pipelines.pack.labels import column_label
 
@@ -36,6 +37,14 @@ TEXT = {
     "yes": {"en": "yes", "zh": "是"}, "no": {"en": "no", "zh": "否"},
     "on_track": {"en": "On track", "zh": "正常"}, "watch": {"en": "Watch", "zh": "关注"},
     "act": {"en": "Act", "zh": "需行动"}, "gpu_hours": {"en": "GPU-hours", "zh": "GPU小时"},
+    # the month's coverage (pipelines/coverage.py): page 1 and each part's headline figures
+    "coverage": {"en": "Data coverage", "zh": "数据覆盖"},
+    "partial": {"en": "Partial month: {phrase}. The figures cover those days only, and no status is better than "
+                      "“Watch”.", "zh": "数据不完整：{phrase}。各项数字只覆盖这些天，状态最好为“关注”。"},
+    "complete": {"en": "Complete month: {phrase}.", "zh": "完整月份：{phrase}。"},
+    "covers": {"en": "These figures cover {phrase}.", "zh": "以下数字覆盖{phrase}。"},
+    "days_of": {"en": "{n} of {m} days", "zh": "{m}天中{n}天"},
+    "not_collected": {"en": "not collected", "zh": "未采集"},
     # WeasyPrint's generated content: the page footer and the page a link points to
     "page_of": {"en": '"Page " counter(page) " of " counter(pages)', "zh": '"第 " counter(page) " 页，共 " counter(pages) " 页"'},
     "page_ref": {"en": '" (p. " target-counter(attr(href), page) ")"', "zh": '"（第 " target-counter(attr(href), page) " 页）"'},
@@ -55,6 +64,7 @@ th { background: #f2f2f2 } table.wide td, table.wide th { font-size: 6.5pt; padd
 img { width: 100%; } .meta { color: #555; margin: 2pt 0 8pt }
 .q { margin: 0 0 7pt; page-break-inside: avoid } .q .qt { font-weight: bold; font-size: 10pt }
 .q p { margin: 1pt 0 0 }
+.cov { margin: 0 0 8pt; padding: 3pt 5pt; border-left: 3pt solid #2e7d32 } .cov.partial { border-left-color: #e08e0b; background: #fff6e5 }
 .badge { display: inline-block; min-width: 42pt; text-align: center; padding: 1pt 4pt; border-radius: 3pt;
   color: #fff; font-size: 8pt; font-weight: bold; margin-right: 4pt }
 .on_track { background: #2e7d32 } .watch { background: #e08e0b } .act { background: #c62828 }
@@ -65,6 +75,8 @@ ul.dec li { margin-bottom: 3pt }
 </style></head><body>
 <h1>{{ title }} — {{ month }}</h1>
 <p class="meta">{{ t.catalog }}: <b>{{ catalog_version }}</b> · {{ t.release }}: <b>{{ release_id }}</b> · {{ generated }}</p>
+{% if coverage %}<div class="cov{% if coverage.partial %} partial{% endif %}" id="coverage"><b>{{ t.coverage }}</b>: {{ coverage.headline }}
+<br><span class="fn">{% for k in coverage.kinds %}{{ k.label }}: {{ k.days }}{% if not loop.last %} · {% endif %}{% endfor %}</span></div>{% endif %}
 <h2>{{ questions_title }}</h2>
 {% for a in answers %}<div class="q"><div class="qt"><span class="badge {{ a.status }}">{{ t[a.status] }}</span>{{ loop.index }}. {{ a.question }}</div>
 <p>{{ a.answer }} <a class="ref" href="#{{ a.evidence }}">{{ t.evidence }}: {{ titles.get(a.evidence, a.evidence) }}</a></p></div>
@@ -77,6 +89,7 @@ ul.dec li { margin-bottom: 3pt }
 <ul>{% for tb in tables[part] %}<li><a href="#{{ tb.key }}">{{ tb.title }}</a></li>{% endfor %}</ul></li>{% endfor %}
 <li><a href="#glossary">{{ t.glossary }}</a></li></ul>
 {% for part in parts %}<h2 class="part" id="part-{{ part }}">{{ part_titles[part] }}</h2>
+{% if headlines[part] and coverage and coverage.partial %}<p class="fn">{{ coverage.covers }}</p>{% endif %}
 {% if headlines[part] %}<table><tr><th>{{ t.metric }}</th><th>{{ t.value }}</th><th>{{ t.previous }}</th><th>{{ t.change }}</th></tr>
 {% for h in headlines[part] %}<tr><td>{{ h.label }}<sup>{{ h.note }}</sup></td><td class="n">{{ h.value }}</td>
 <td class="n">{{ h.previous }}</td><td class="n">{{ h.change }}</td></tr>{% endfor %}</table>{% endif %}
@@ -166,6 +179,13 @@ def _chart(frame, x: str, y: str | tuple[str, ...], mark: str, labels: dict[str,
     path.write_bytes(vlc.vegalite_to_png(chart.to_json(), scale=2))
 
 
+def labelled(frame: pl.DataFrame, lang: str) -> pl.DataFrame:
+    """The frame with its category keys (pipelines/labels.py VALUE_LABELS) replaced by their labels."""
+    return frame.with_columns(
+        pl.col(c).replace({k: v[lang] for k, v in VALUE_LABELS[c].items()})
+        for c, dtype in frame.schema.items() if c in VALUE_LABELS and dtype == pl.String)
+
+
 def _shown(columns: list[str], lang: str) -> list[str]:
     """The columns a table shows: of a text given in both languages (`x` and `x_zh`), the pack's one."""
     return [c for c in columns if not (lang == "en" and c.endswith("_zh") and c[:-3] in columns)
@@ -185,6 +205,20 @@ def local_fetcher(out: Path):
             return super().fetch(url, headers)
 
     return PackFiles(allowed_protocols={"file"})
+
+
+def _coverage(figs: Figures, t: dict[str, str], lang: str) -> dict | None:
+    """Page 1's coverage line: complete or partial, "N of M days", and each kind of source's days (those the
+    release holds, and the required ones it does not: "not collected")."""
+    cov = figs.coverage
+    if cov is None:
+        return None
+    m = cov.days_in_period
+    kinds = [{"label": k.label[lang], "days": t["days_of"].format(n=k.days_with_data, m=m) if k.collected
+              else t["not_collected"]} for k in cov.kinds if k.collected or k.required]
+    phrase = cov.phrase(lang)
+    return {"partial": cov.partial, "headline": t["partial" if cov.partial else "complete"].format(phrase=phrase),
+            "covers": t["covers"].format(phrase=phrase), "kinds": kinds}
 
 
 def render(figs: Figures, out: Path, lang: str = "en") -> dict[str, Path]:
@@ -212,6 +246,7 @@ def render(figs: Figures, out: Path, lang: str = "en") -> dict[str, Path]:
         frame.write_csv(out / "appendix" / f"{tb.key}.csv")
         frame.write_parquet(out / "appendix" / f"{tb.key}.parquet")
         labels = {c: column_label(tb.view, c, lang, figs.catalog) for c in frame.columns}
+        frame = labelled(frame, lang)  # the keys' words in the pack's language; the appendix keeps the keys
         titles[tb.key] = tb.title[lang] if tb.title else tb.key
         chart = None
         if tb.chart and frame.height:
@@ -232,7 +267,7 @@ def render(figs: Figures, out: Path, lang: str = "en") -> dict[str, Path]:
     decisions = [{"text": d.text[lang], "evidence": d.evidence} for d in figs.decisions]
     title = t["title"] if figs.tenant is None else f"{t['tenant_title']} {figs.tenant}"
     questions_title = t["questions"] if figs.tenant is None else t["tenant_questions"]
-    html = TEMPLATE.render(lang=lang, t=t, title=title, questions_title=questions_title, month=month, catalog_version=figs.catalog_version,
+    html = TEMPLATE.render(lang=lang, t=t, coverage=_coverage(figs, t, lang), title=title, questions_title=questions_title, month=month, catalog_version=figs.catalog_version,
                            release_id=figs.release_id,
                            generated=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"), parts=spec.parts,
                            part_titles={p: spec.part_titles[p][lang].replace("{month}", month) for p in spec.parts},
@@ -243,6 +278,7 @@ def render(figs: Figures, out: Path, lang: str = "en") -> dict[str, Path]:
     (out / "figures.json").write_text(json.dumps({
         "month": figs.month.isoformat(), "catalog_version": figs.catalog_version, "release_id": figs.release_id,
         "lang": lang, "kind": spec.kind, "tenant": figs.tenant,
+        "coverage": None if figs.coverage is None else figs.coverage.as_dict(),
         "figures": {f.key: {"value": figs.values[f.key], "previous": figs.previous[f.key], "metric": f.metric,
                             "view": f.view, "sql": f.sql} for f in spec.figures},
         "tables": {tb.key: {"view": tb.view, "sql": tb.sql, "rows": figs.tables[tb.key].height} for tb in spec.tables},

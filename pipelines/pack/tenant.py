@@ -7,7 +7,7 @@ import datetime as dt
 
 import duckdb
 
-from pipelines.pack.answers import Answer, Decision
+from pipelines.pack.answers import Answer, Decision, on_coverage
 from pipelines.pack.figures import DAYS, Figure, PackSpec, Table, month_sum, next_month
 
 TENANT_PARTS = ("usage", "quota_waits", "costs", "actions", "advice")
@@ -292,7 +292,7 @@ def tenant_answers(con: duckdb.DuckDBPyConnection, figs) -> tuple[list[Answer], 
          "zh": f"空闲{_n(idle)} GPU小时，中断损失{_n(lost)} GPU小时（本月成本{_n(v['total_cost'])}美元）。"},
         _status(savable_pct, SAVABLE_ACT_PCT, SAVABLE_WATCH_PCT, high_is_bad=True), "templates", idle,
         ("idle_allocated_gpu_hours", "work_lost_gpu_hours", "total_cost")))
-    return answers, _decisions(figs)
+    return on_coverage(answers, figs.coverage), _decisions(figs)  # partial month: said, capped at "watch"
 
 
 def _decisions(figs) -> list[Decision]:
