@@ -176,14 +176,26 @@
   {{- return("timestamp '-infinity'") -}}
 {%- endmacro %}
 
-{#- fct_attempt_outcomes: the ended attempts whose end is at or after the window's start (an end before it
-    was decided by rows before it: the attempt's faults, caps, ledger entries and last minutes) -#}
+{#- fct_attempt_outcomes: the longest scrape interval the first scrape after an attempt's end may follow it by
+    and still be evidence of its cause (the GPU's scrape interval, capped here, plus a minute): one rule for the
+    model and its window -#}
+{% macro next_scrape_max_interval_minutes() -%}15{%- endmacro %}
+
+{#- the earliest end of an attempt a build re-decides: the window's start less the first scrape after an end
+    that may still count (a scrape in the window is evidence for an attempt that ended just before it) -#}
+{% macro ended_attempts_from_at() -%}
+  {{- return(window_start_at() ~ ' - to_minutes(' ~ next_scrape_max_interval_minutes() ~ ' + 1)') -}}
+{%- endmacro %}
+
+{#- fct_attempt_outcomes: the ended attempts whose end is at or after ended_attempts_from_at() (an end before it
+    was decided by rows before the window: the attempt's faults and its first scrape after the end, caps,
+    ledger entries and last minutes) -#}
 {% macro in_window_ended_attempts(keys='source, job_id, attempt') -%}
   {%- set attempts = 'select source, job_id, attempt from ' ~ ref('fct_job_attempts')
-                     ~ ' where ended_at >= ' ~ window_start_at() -%}
+                     ~ ' where ended_at >= ' ~ ended_attempts_from_at() -%}
   {%- if not is_incremental() -%}{{ return('true') }}{%- endif -%}
   {{- return('(' ~ keys ~ ') in (' ~ attempts ~ ' union select source, job_id, attempt from ' ~ this
-             ~ ' where ended_at >= ' ~ window_start_at() ~ ')') -}}
+             ~ ' where ended_at >= ' ~ ended_attempts_from_at() ~ ')') -}}
 {%- endmacro %}
 
 {#- fct_attempt_checkpoints: the started attempts running or ended at or after the window's start (a running
