@@ -76,3 +76,35 @@ def test_xid_gauge_after_a_gap_longer_than_the_window_is_a_new_error(warehouse):
     events = rows(con, "select strftime(minute_at, '%H:%M') as at, event_count from marts.fct_gpu_health_events "
                        "order by minute_at")
     assert [tuple(e.values()) for e in events] == [("10:00", 1.0), ("10:20", 1.0)]
+
+
+def test_a_standing_failure_on_the_first_scrape_is_a_hardware_fault(warehouse):
+    # one scrape of one host (a held-out exposition): GPU 0 shows a row-remap failure (a standing gauge, 1) and
+    # 2 volatile double-bit errors (the volatile totals reset with the driver: non-zero on a new series is
+    # evidence), beside an aggregate total of 9 (a lifetime count, its first value a baseline); GPU 1 shows
+    # only a lifetime aggregate of 3 and no failure: no fault. XID 79 on GPU 2 is classed as before.
+    t = at("10:00")
+    lines = [
+        line("DCGM_FI_DEV_ROW_REMAP_FAILURE", "n1", 0, 1, t),
+        line("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "n1", 0, 2, t),
+        line("DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", "n1", 0, 9, t),
+        line("DCGM_FI_DEV_ROW_REMAP_FAILURE", "n1", 1, 0, t),
+        line("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "n1", 1, 0, t),
+        line("DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", "n1", 1, 3, t),
+        line(XID, "n1", 2, 1, t, xid="79"),
+    ]
+    # a later scrape still showing the standing failure and the same volatile count adds nothing
+    lines += [line("DCGM_FI_DEV_ROW_REMAP_FAILURE", "n1", 0, 1, at("10:01")),
+              line("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "n1", 0, 2, at("10:01"))]
+    load(warehouse, "dcgm_text", gpu_inventory=[gpu("n1", i) for i in range(3)], dcgm_samples=parse(lines))
+    con = build(warehouse)
+
+    events = rows(con, "select gpu, strftime(minute_at, '%H:%M') as at, signal, xid, event_count, is_hardware_fault "
+                       "from marts.fct_gpu_health_events order by gpu, minute_at, signal")
+    assert [tuple(e.values()) for e in events] == [
+        (0, "10:00", "ecc_dbe", None, 2.0, True),
+        (0, "10:00", "row_remap_failure", None, 1.0, True),
+        (2, "10:00", "xid", 79, 1.0, True),
+    ]
+    faults = {r["gpu"]: r["hardware_faults"] for r in rows(con, "select gpu, hardware_faults from metrics.gpu_faults")}
+    assert faults == {0: 1, 2: 1}  # hardware-fault minutes; GPU 1 has no health event
