@@ -189,10 +189,16 @@
 
 {#- fct_attempt_outcomes: the ended attempts whose end is at or after ended_attempts_from_at() (an end before it
     was decided by rows before the window: the attempt's faults and its first scrape after the end, caps,
-    ledger entries and last minutes) -#}
+    ledger entries and last minutes), and those on a host whose outage ended in the window (fct_host_outages:
+    an outage is known once the host reports again) and began before their end's evidence could -#}
 {% macro in_window_ended_attempts(keys='source, job_id, attempt') -%}
   {%- set attempts = 'select source, job_id, attempt from ' ~ ref('fct_job_attempts')
-                     ~ ' where ended_at >= ' ~ ended_attempts_from_at() -%}
+                     ~ ' where ended_at >= ' ~ ended_attempts_from_at()
+                     ~ ' union select t.source, t.job_id, t.attempt from ' ~ ref('fct_job_attempts') ~ ' t'
+                     ~ ' join ' ~ ref('fct_allocations') ~ ' a using (source, job_id, attempt)'
+                     ~ ' join ' ~ ref('fct_host_outages') ~ ' o on o.host = a.host'
+                     ~ ' where o.back_at >= ' ~ window_start_at() ~ ' and t.started_at < o.back_at'
+                     ~ ' and t.ended_at >= o.down_from_at - to_minutes(' ~ next_scrape_max_interval_minutes() ~ ' + 1)' -%}
   {%- if not is_incremental() -%}{{ return('true') }}{%- endif -%}
   {{- return('(' ~ keys ~ ') in (' ~ attempts ~ ' union select source, job_id, attempt from ' ~ this
              ~ ' where ended_at >= ' ~ ended_attempts_from_at() ~ ')') -}}

@@ -9,7 +9,8 @@
 --  hardware       the node went down (NODE_FAIL, BOOT_FAIL), or a hardware fault (fct_gpu_health_events
 --                 .is_hardware_fault: a non-application XID classed hardware/driver, ECC DBE, row-remap
 --                 failure) on one of its GPUs from the start minute to the end (the end's telemetry
---                 minute included), or in the minute of the GPU's first scrape after the end when that
+--                 minute included; its node going down is one: fct_host_outages, signal host_down), or
+--                 in the minute of the GPU's first scrape after the end when that
 --                 scrape came within one scrape interval plus a minute of the end: a fault reaches
 --                 telemetry only at the next scrape. The scrape interval is the GPU's gap between its
 --                 last two health scrapes at or before the end (within next_scrape_lookback_minutes of
@@ -23,12 +24,16 @@
 --
 -- merged by attempt (macros/build_window.sql): a build re-decides the attempts that ended at or after the
 -- window's start less next_scrape_max_interval_minutes + 1 (ended_attempts_from_at: a scrape in the window
--- is evidence for an attempt that ended just before it), reading their allocations' last minutes only (from
--- there - oom_window_minutes) and the health scrapes from there - next_scrape_lookback_minutes
+-- is evidence for an attempt that ended just before it) and those on a host whose outage ended in the window,
+-- reading their allocations' last minutes only (from their first end - oom_window_minutes) and the health
+-- scrapes from there - next_scrape_lookback_minutes
 {{ config(materialized='incremental', incremental_strategy='replace_window',
           window='in_window_ended_attempts', window_key='source, job_id, attempt') }}
 {%- set oom_window_minutes = 5 %}
 {%- set next_scrape_lookback_minutes = 30 %}
+{#- the earliest end of the attempts re-decided: a constant bound for the reads of scrapes and minutes #}
+{%- set first_end_at = window_floor_at(
+      'select min(ended_at) from ' ~ ref('fct_job_attempts') ~ ' where ended_at is not null and ' ~ in_window_ended_attempts()) %}
 with attempts as (
   select * from {{ ref('fct_job_attempts') }}
   where is_started and ended_at is not null
@@ -89,8 +94,8 @@ gpu_scrapes as (
     from {{ ref('stg_dcgm__health') }}
     where (host, gpu) in (select host, gpu from allocations)
     {%- if is_incremental() %}
-      -- every attempt here ended at or after ended_attempts_from_at(): a constant bound prunes the samples
-      and sampled_at >= {{ ended_attempts_from_at() }} - to_minutes({{ next_scrape_lookback_minutes }})
+      -- every attempt here ended at or after first_end_at: a constant bound prunes the samples
+      and sampled_at >= {{ first_end_at }} - to_minutes({{ next_scrape_lookback_minutes }})
     {%- endif %}
   ) scrapes
   window w as (partition by host, gpu order by sampled_at)
@@ -153,23 +158,47 @@ attempt_gpus as (
   group by source, job_id, attempt
 ),
 
+-- its node went down while the attempt ran (up to the end's evidence minute): a hardware fault of every GPU of
+-- the node (marts.fct_host_outages, signal host_down), at the outage's first minute within the attempt
+host_down_evidence as (
+  select
+    e.source,
+    e.job_id,
+    e.attempt,
+    e.host,
+    e.gpu,
+    greatest(o.down_from_at, date_trunc('minute', t.started_at)) as minute_at
+  from attempts t
+  join evidence_ends e using (source, job_id, attempt)
+  join {{ ref('fct_host_outages') }} o
+    on o.host = e.host
+    and o.down_from_at <= e.evidence_end_at
+    and o.back_at > t.started_at
+),
+
 hardware_evidence as (
   select
-    t.source,
-    t.job_id,
-    t.attempt,
+    f.source,
+    f.job_id,
+    f.attempt,
     list(
       struct_pack(host := f.host, gpu := f.gpu, minute_at := f.minute_at, signal := f.signal, xid := f.xid)
       order by f.minute_at, f.host, f.gpu, f.signal
     ) as faults
-  from attempts t
-  join evidence_ends e using (source, job_id, attempt)
-  join health_faults f
-    on f.host = e.host
-    and f.gpu = e.gpu
-    and f.minute_at >= date_trunc('minute', t.started_at)
-    and f.minute_at <= e.evidence_end_at
-  group by t.source, t.job_id, t.attempt
+  from (
+    select t.source, t.job_id, t.attempt, f.host, f.gpu, f.minute_at, f.signal, f.xid
+    from attempts t
+    join evidence_ends e using (source, job_id, attempt)
+    join health_faults f
+      on f.host = e.host
+      and f.gpu = e.gpu
+      and f.minute_at >= date_trunc('minute', t.started_at)
+      and f.minute_at <= e.evidence_end_at
+    union all
+    select source, job_id, attempt, host, gpu, minute_at, 'host_down', cast(null as integer)
+    from host_down_evidence
+  ) f
+  group by f.source, f.job_id, f.attempt
 ),
 
 -- the first scrapes after the end that counted as evidence (their faults are in hardware_faults)
@@ -193,8 +222,8 @@ memory_evidence as (
   join {{ ref('fct_allocation_activity') }} a using (allocation_id)
   where a.minute_at >= t.ended_at - to_minutes(p.oom_window_minutes)
     {%- if is_incremental() %}
-    -- every attempt here ended at or after the window's start: a constant bound prunes the minutes
-    and a.minute_at >= {{ ended_attempts_from_at() }} - to_minutes({{ oom_window_minutes }})
+    -- every attempt here ended at or after first_end_at: a constant bound prunes the minutes
+    and a.minute_at >= {{ first_end_at }} - to_minutes({{ oom_window_minutes }})
     {%- endif %}
     and a.minute_at <= t.ended_at
   group by t.source, t.job_id, t.attempt
