@@ -135,6 +135,9 @@ def test_a_host_going_down_is_a_hardware_fault_of_its_gpus_while_it_is_down(ware
         assert (r["hardware_faults"], r["host_outages"], r["host_down_minutes"]) == (240, 1, 240)
         assert (r["first_fault_at"], r["last_fault_at"]) == (at("10:30"), at("14:29"))
 
+    model = one(con, "select * from metrics.gpu_model_reliability")
+    assert (model["gpus"], model["hardware_faults"], model["gpus_with_faults"]) == (3, 480, 2)
+
     outcome = one(con, "select cause, cause_evidence from marts.fct_attempt_outcomes")
     assert outcome["cause"] == "hardware"
     assert [(f["signal"], f["minute_at"][11:16]) for f in json.loads(outcome["cause_evidence"])["hardware_faults"]] == [
