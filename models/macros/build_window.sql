@@ -176,14 +176,32 @@
   {{- return("timestamp '-infinity'") -}}
 {%- endmacro %}
 
-{#- fct_attempt_outcomes: the ended attempts whose end is at or after the window's start (an end before it
-    was decided by rows before it: the attempt's faults, caps, ledger entries and last minutes) -#}
+{#- fct_attempt_outcomes: the longest scrape interval the first scrape after an attempt's end may follow it by
+    and still be evidence of its cause (the GPU's scrape interval, capped here, plus a minute): one rule for the
+    model and its window -#}
+{% macro next_scrape_max_interval_minutes() -%}15{%- endmacro %}
+
+{#- the earliest end of an attempt a build re-decides: the window's start less the first scrape after an end
+    that may still count (a scrape in the window is evidence for an attempt that ended just before it) -#}
+{% macro ended_attempts_from_at() -%}
+  {{- return(window_start_at() ~ ' - to_minutes(' ~ next_scrape_max_interval_minutes() ~ ' + 1)') -}}
+{%- endmacro %}
+
+{#- fct_attempt_outcomes: the ended attempts whose end is at or after ended_attempts_from_at() (an end before it
+    was decided by rows before the window: the attempt's faults and its first scrape after the end, caps,
+    ledger entries and last minutes), and those on a host whose outage ended in the window (fct_host_outages:
+    an outage is known once the host reports again) and began before their end's evidence could -#}
 {% macro in_window_ended_attempts(keys='source, job_id, attempt') -%}
   {%- set attempts = 'select source, job_id, attempt from ' ~ ref('fct_job_attempts')
-                     ~ ' where ended_at >= ' ~ window_start_at() -%}
+                     ~ ' where ended_at >= ' ~ ended_attempts_from_at()
+                     ~ ' union select t.source, t.job_id, t.attempt from ' ~ ref('fct_job_attempts') ~ ' t'
+                     ~ ' join ' ~ ref('fct_allocations') ~ ' a using (source, job_id, attempt)'
+                     ~ ' join ' ~ ref('fct_host_outages') ~ ' o on o.host = a.host'
+                     ~ ' where o.back_at >= ' ~ window_start_at() ~ ' and t.started_at < o.back_at'
+                     ~ ' and t.ended_at >= o.down_from_at - to_minutes(' ~ next_scrape_max_interval_minutes() ~ ' + 1)' -%}
   {%- if not is_incremental() -%}{{ return('true') }}{%- endif -%}
   {{- return('(' ~ keys ~ ') in (' ~ attempts ~ ' union select source, job_id, attempt from ' ~ this
-             ~ ' where ended_at >= ' ~ window_start_at() ~ ')') -}}
+             ~ ' where ended_at >= ' ~ ended_attempts_from_at() ~ ')') -}}
 {%- endmacro %}
 
 {#- fct_attempt_checkpoints: the started attempts running or ended at or after the window's start (a running

@@ -1,4 +1,5 @@
--- per GPU model: mean time between hardware faults = GPU-hours observed / hardware-fault minutes.
+-- per GPU model: mean time between hardware faults = GPU-hours observed / hardware-fault minutes (each GPU's,
+-- metrics.gpu_faults: its node going down counts every minute it is down).
 -- Observed GPU-hours: each physical GPU (dim_gpus, whole GPUs once) over the loaded window.
 with gpus as (
   select distinct host, gpu, gpu_model from {{ ref('dim_gpus') }}
@@ -8,12 +9,14 @@ window_hours as (
   select sum(hours) as hours from {{ ref('dim_days') }}
 ),
 
--- count(distinct (a, b)) counts distinct row values; sqlfluff reads DISTINCT (...) as a call
+-- hardware-fault minutes as metrics.gpu_faults counts them (a node down included: cause host_down)
 faults as (
-  select gpu_model, count(distinct (host, gpu, minute_at)) as hardware_faults,  -- noqa: ST08, LT01, LT06
-    count(distinct (host, gpu)) as gpus_with_faults  -- noqa: ST08, LT01, LT06
-  from {{ ref('fct_gpu_health_events') }}
-  where is_hardware_fault
+  select
+    gpu_model,
+    sum(hardware_faults) as hardware_faults,
+    count(*) filter (where hardware_faults > 0) as gpus_with_faults
+  from {{ ref('gpu_faults') }}
+  where hardware_faults > 0
   group by gpu_model
 ),
 

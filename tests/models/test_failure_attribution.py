@@ -2,11 +2,12 @@
 10:00-10:30 on one GPU each; the telemetry is dcgm-exporter's own lines through the text parser."""
 from __future__ import annotations
 
+import datetime as dt
 import json
 
 import pytest
 
-from tests.models.builders import at, build, event, gpu, load, one, rows, simple_job
+from tests.models.builders import DAY1, at, build, event, gpu, load, one, rows, simple_job
 from tests.models.health_lines import every, line, parse
 
 XID = "DCGM_EXP_XID_ERRORS_COUNT"
@@ -92,3 +93,65 @@ def test_memory_full_just_before_the_end_is_out_of_memory(warehouse):
     outcome = one(con, "select cause, cause_evidence from marts.fct_attempt_outcomes")
     assert outcome["cause"] == "out_of_memory"
     assert json.loads(outcome["cause_evidence"])["peak_fb_used_pct_before_end"] == pytest.approx(100 * 81000 / 81920)
+
+
+def test_a_fault_in_the_first_scrape_after_the_end_is_hardware(warehouse):
+    # Jobs end at 16:23:04 (FAILED, exit code 1); dcgm-exporter scraped every minute on the minute. A fault
+    # reaches telemetry at the next scrape: 16:24:00 is evidence for the attempt, 16:25:00 is not. GPU 3's
+    # telemetry stopped at 16:23 and came back at 16:40: that scrape is no evidence (beyond one interval + 1 min).
+    end = at("16:23") + dt.timedelta(seconds=4)
+    faults = {  # GPU -> (scrape times, metric, value from the fault on, labels, fault time, expected cause)
+        0: (every(60, at("16:00"), 30), XID, {"xid": "79"}, at("16:24"), "hardware"),
+        1: (every(60, at("16:00"), 30), XID, {"xid": "48"}, at("16:24"), "hardware"),
+        2: (every(60, at("16:00"), 30), XID, {"xid": "79"}, at("16:25"), "user_code"),
+        3: ([*every(60, at("16:00"), 24), *every(60, at("16:40"), 5)], XID, {"xid": "79"}, at("16:40"), "user_code"),
+    }
+    events, placements, lines = [], [], []
+    for index, (times, metric, labels, fault_at, _) in faults.items():
+        evs, ps = simple_job(f"j-{index}", "n1", index, at("16:00"), end, state="FAILED")
+        evs[-1]["exit_code"] = 1
+        events += evs
+        placements += ps
+        lines += [line(metric, "n1", index, 1 if fault_at <= t < fault_at + dt.timedelta(minutes=5) else 0, t, **labels)
+                  for t in times]
+    # GPU 1's XID 48 comes with a double-bit ECC error, in the same scrape
+    lines += [line("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "n1", 1, 1 if t >= at("16:24") else 0, t)
+              for t in every(60, at("16:00"), 30)]
+    load(warehouse, gpu_inventory=[gpu("n1", i) for i in faults], job_events=events, job_gpus=placements,
+         dcgm_samples=parse(lines))
+    con = build(warehouse)
+
+    outcomes = {r["job_id"]: r for r in rows(con, "select * from marts.fct_attempt_outcomes")}
+    assert {job_id: o["cause"] for job_id, o in outcomes.items()} == {
+        f"j-{index}": spec[-1] for index, spec in faults.items()}
+    evidence = json.loads(outcomes["j-1"]["cause_evidence"])
+    assert [(f["signal"], f["xid"], f["minute_at"][11:16]) for f in evidence["hardware_faults"]] == [
+        ("ecc_dbe", None, "16:24"), ("xid", 48, "16:24")]
+    assert evidence["next_scrape_at"][11:19] == "16:24:00"
+    assert json.loads(outcomes["j-3"]["cause_evidence"])["hardware_faults"] is None
+
+
+def test_a_corrected_first_scrape_after_the_end_on_the_next_day_re_decides_the_attempt(warehouse):
+    # ended 23:59:30 on day 1; the next scrape (00:00 on day 2) shows XID 79 only once day 2 is re-ingested,
+    # after days 1-3 were built: the build of the window from day 2 (pipelines/build_window.py) re-decides the
+    # attempt, though it ended before the window's start
+    evs, ps = simple_job("j-late", "n1", 0, at("23:00"), at("23:59") + dt.timedelta(seconds=30), state="FAILED")
+    evs[-1]["exit_code"] = 1
+    day2, day3 = DAY1 + dt.timedelta(days=1), DAY1 + dt.timedelta(days=2)
+
+    def xid_79(start: dt.datetime, minutes: int, value: int) -> list[dict]:
+        return parse([line(XID, "n1", 0, value, t, xid="79") for t in every(60, start, minutes)])
+
+    load(warehouse, gpu_inventory=[gpu("n1", 0)], job_events=evs, job_gpus=ps, dcgm_samples=xid_79(at("23:00"), 60, 0))
+    load(warehouse, day=day2, dcgm_samples=xid_79(at("00:00", day=2), 3, 0))
+    # a job on day 3 moves the data's end there: the re-ingest of day 2 does not reach it
+    evs, ps = simple_job("j-next", "n1", 0, at("00:00", day=3), at("00:02", day=3))
+    load(warehouse, day=day3, job_events=evs, job_gpus=ps, dcgm_samples=xid_79(at("00:00", day=3), 3, 0))
+    late = "select cause from marts.fct_attempt_outcomes where job_id = 'j-late'"
+    con = build(warehouse)
+    assert one(con, late)["cause"] == "user_code"
+    con.close()
+
+    load(warehouse, day=day2, dcgm_samples=xid_79(at("00:00", day=2), 3, 1))
+    con = build(warehouse)
+    assert one(con, late)["cause"] == "hardware"

@@ -2,9 +2,11 @@
 application XIDs apart from hardware faults, counters as increases with resets, throttle bitmasks."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from tests.models.builders import at, build, gpu, load, one, rows, series
+from tests.models.builders import at, build, gpu, load, one, rows, series, simple_job
 from tests.models.health_lines import every, line, parse
 
 XID = "DCGM_EXP_XID_ERRORS_COUNT"
@@ -76,3 +78,67 @@ def test_xid_gauge_after_a_gap_longer_than_the_window_is_a_new_error(warehouse):
     events = rows(con, "select strftime(minute_at, '%H:%M') as at, event_count from marts.fct_gpu_health_events "
                        "order by minute_at")
     assert [tuple(e.values()) for e in events] == [("10:00", 1.0), ("10:20", 1.0)]
+
+
+def test_a_standing_failure_on_the_first_scrape_is_a_hardware_fault(warehouse):
+    # one scrape of one host (a held-out exposition): GPU 0 shows a row-remap failure (a standing gauge, 1) and
+    # 2 volatile double-bit errors (the volatile totals reset with the driver: non-zero on a new series is
+    # evidence), beside an aggregate total of 9 (a lifetime count, its first value a baseline); GPU 1 shows
+    # only a lifetime aggregate of 3 and no failure: no fault. XID 79 on GPU 2 is classed as before.
+    t = at("10:00")
+    lines = [
+        line("DCGM_FI_DEV_ROW_REMAP_FAILURE", "n1", 0, 1, t),
+        line("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "n1", 0, 2, t),
+        line("DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", "n1", 0, 9, t),
+        line("DCGM_FI_DEV_ROW_REMAP_FAILURE", "n1", 1, 0, t),
+        line("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "n1", 1, 0, t),
+        line("DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", "n1", 1, 3, t),
+        line(XID, "n1", 2, 1, t, xid="79"),
+    ]
+    # a later scrape still showing the standing failure and the same volatile count adds nothing
+    lines += [line("DCGM_FI_DEV_ROW_REMAP_FAILURE", "n1", 0, 1, at("10:01")),
+              line("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "n1", 0, 2, at("10:01"))]
+    load(warehouse, "dcgm_text", gpu_inventory=[gpu("n1", i) for i in range(3)], dcgm_samples=parse(lines))
+    con = build(warehouse)
+
+    events = rows(con, "select gpu, strftime(minute_at, '%H:%M') as at, signal, xid, event_count, is_hardware_fault "
+                       "from marts.fct_gpu_health_events order by gpu, minute_at, signal")
+    assert [tuple(e.values()) for e in events] == [
+        (0, "10:00", "ecc_dbe", None, 2.0, True),
+        (0, "10:00", "row_remap_failure", None, 1.0, True),
+        (2, "10:00", "xid", 79, 1.0, True),
+    ]
+    faults = {r["gpu"]: r["hardware_faults"] for r in rows(con, "select gpu, hardware_faults from metrics.gpu_faults")}
+    assert faults == {0: 1, 2: 1}  # hardware-fault minutes; GPU 1 has no health event
+
+
+def test_a_host_going_down_is_a_hardware_fault_of_its_gpus_while_it_is_down(warehouse):
+    # n2 (2 GPUs) reports every minute 10:00-10:29, is silent 4 hours, and reports again from 14:30; n1 reports
+    # all along but for 3 missed minutes at 12:00 (no outage: at most max_gap_minutes = 5). A job on n2's GPU 0
+    # failed at 10:33 (exit code 1, the scheduler's view of the host lost): hardware, its node went down.
+    util = "DCGM_FI_DEV_GPU_UTIL"
+    samples = [*series("n2", 0, util, at("10:00"), 30, 90.0), *series("n2", 1, util, at("10:00"), 30, 90.0),
+               *series("n2", 0, util, at("14:30"), 10, 0.0), *series("n2", 1, util, at("14:30"), 10, 0.0),
+               *series("n1", 0, util, at("10:00"), 120, 50.0), *series("n1", 0, util, at("12:03"), 157, 50.0)]
+    evs, ps = simple_job("j-n2", "n2", 0, at("10:00"), at("10:33"), state="FAILED")
+    evs[-1]["exit_code"] = 1
+    load(warehouse, gpu_inventory=[gpu("n1", 0), gpu("n2", 0), gpu("n2", 1)], job_events=evs, job_gpus=ps,
+         dcgm_samples=samples)
+    con = build(warehouse)
+
+    outages = rows(con, "select host, strftime(down_from_at, '%H:%M') as down, strftime(back_at, '%H:%M') as back, "
+                        "down_minutes, gpus from marts.fct_host_outages")
+    assert [tuple(o.values()) for o in outages] == [("n2", "10:30", "14:30", 240, 2)]
+    faults = {(r["host"], r["gpu"]): r for r in rows(con, "select * from metrics.gpu_faults")}
+    assert set(faults) == {("n2", 0), ("n2", 1)}
+    for r in faults.values():
+        assert (r["hardware_faults"], r["host_outages"], r["host_down_minutes"]) == (240, 1, 240)
+        assert (r["first_fault_at"], r["last_fault_at"]) == (at("10:30"), at("14:29"))
+
+    model = one(con, "select * from metrics.gpu_model_reliability")
+    assert (model["gpus"], model["hardware_faults"], model["gpus_with_faults"]) == (3, 480, 2)
+
+    outcome = one(con, "select cause, cause_evidence from marts.fct_attempt_outcomes")
+    assert outcome["cause"] == "hardware"
+    assert [(f["signal"], f["minute_at"][11:16]) for f in json.loads(outcome["cause_evidence"])["hardware_faults"]] == [
+        ("host_down", "10:30")]

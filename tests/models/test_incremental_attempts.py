@@ -26,7 +26,10 @@ DAYS = [START + dt.timedelta(days=n) for n in range(3)]
 # kept: a unit with a record in the window is rebuilt whole, e.g. an artifact registered after the job ended,
 # a wait that crosses the window's start)
 MARKS = {
-    "fct_attempt_outcomes": ("tenant = 'marked'", "ended_at < {ws}", "ended_at >= {ws}", True),
+    # an attempt ended up to 16 min before the window's start is re-decided: the first scrape after its end
+    # (in the window) is evidence of its cause (macros/build_window.sql, ended_attempts_from_at)
+    "fct_attempt_outcomes": ("tenant = 'marked'", "ended_at < {ws} - interval 16 minute", "ended_at >= {ws} - interval 16 minute",
+                             True),
     "fct_attempt_checkpoints": ("tenant = 'marked'", "ended_at < {ws}", "ended_at is null or ended_at >= {ws}", False),
     "fct_attempt_host_share": ("tenant = 'marked'", "ended_at < {ws}", "ended_at >= {ws}", True),
     "fct_job_artifacts": ("tenant = 'marked'", "finished_at < {ws}", "finished_at >= {ws}", False),

@@ -4,7 +4,11 @@
 -- * counters (ECC totals, remapped rows, row-remap failure flag, NVLink, PCIe replay): the increase
 --   between consecutive samples of a series; a drop is a reset (driver reload, GPU reset) and
 --   counts the new value, as Prometheus' increase() does, never a negative. A series' first sample
---   is its baseline, not an event: what happened before the telemetry starts is not known.
+--   is its baseline, not an event: what happened before the telemetry starts is not known; except
+--   where the first sample is itself evidence of a fault (first_sample_faults): a standing failure
+--   gauge (DCGM_FI_DEV_ROW_REMAP_FAILURE 1) is a fault from the first scrape that shows it, and the
+--   volatile double-bit total (DCGM_FI_DEV_ECC_DBE_VOL_TOTAL, reset with the driver) non-zero on a
+--   new series counts its value. The aggregate totals' first values stay a baseline (a GPU's lifetime).
 -- * DCGM_EXP_XID_ERRORS_COUNT{xid} is a windowed gauge (errors of that code seen in the exporter's
 --   last xid_window_minutes): max over each minute, and the minute's errors are the rise over the
 --   previous minute's max, where that minute is within the window (older errors have aged out, so
@@ -115,6 +119,15 @@ counter_signals as (
   ) t (metric, signal)  -- noqa: AL05
 ),
 
+-- fields whose first sample on a new series is a fault when non-zero (above): its value counts
+first_sample_faults as (
+  select * from (values
+    ('DCGM_FI_DEV_ROW_REMAP_FAILURE'),
+    ('DCGM_FI_DEV_ECC_DBE_VOL_TOTAL')
+  -- the alias only names the values' column
+  ) t (metric)  -- noqa: AL05
+),
+
 counter_steps as (
   select
     h.host,
@@ -135,7 +148,8 @@ counter_series_minutes as (
     host, gpu, gpu_instance_id, metric, signal, minute_at,
     sum(
       case
-        when previous_value is null then 0
+        when previous_value is null then
+          case when metric in (select metric from first_sample_faults) then greatest(value, 0) else 0 end
         when value >= previous_value then value - previous_value
         else value
       end

@@ -9,7 +9,13 @@
 --  hardware       the node went down (NODE_FAIL, BOOT_FAIL), or a hardware fault (fct_gpu_health_events
 --                 .is_hardware_fault: a non-application XID classed hardware/driver, ECC DBE, row-remap
 --                 failure) on one of its GPUs from the start minute to the end (the end's telemetry
---                 minute included); a fault after the end is not its cause
+--                 minute included; its node going down is one: fct_host_outages, signal host_down), or
+--                 in the minute of the GPU's first scrape after the end when that
+--                 scrape came within one scrape interval plus a minute of the end: a fault reaches
+--                 telemetry only at the next scrape. The scrape interval is the GPU's gap between its
+--                 last two health scrapes at or before the end (within next_scrape_lookback_minutes of
+--                 it), else between its first two after the end, at most next_scrape_max_interval_minutes
+--                 (macros/build_window.sql). A fault seen later than that is not its cause
 --  time_limit     TIMEOUT or DEADLINE (its own or the queue's run-time limit)
 --  out_of_memory  OUT_OF_MEMORY, exit code 137 (SIGKILL, the OOM killer's signal), or device memory used
 --                 >= oom_memory_pct of the GPU's in the oom_window_minutes before the end
@@ -17,10 +23,17 @@
 --  unknown        nothing above (e.g. FAILED without an exit code)
 --
 -- merged by attempt (macros/build_window.sql): a build re-decides the attempts that ended at or after the
--- window's start, reading their allocations' last minutes only (from the window's start - oom_window_minutes)
+-- window's start less next_scrape_max_interval_minutes + 1 (ended_attempts_from_at: a scrape in the window
+-- is evidence for an attempt that ended just before it) and those on a host whose outage ended in the window,
+-- reading their allocations' last minutes only (from their first end - oom_window_minutes) and the health
+-- scrapes from there - next_scrape_lookback_minutes
 {{ config(materialized='incremental', incremental_strategy='replace_window',
           window='in_window_ended_attempts', window_key='source, job_id, attempt') }}
 {%- set oom_window_minutes = 5 %}
+{%- set next_scrape_lookback_minutes = 30 %}
+{#- the earliest end of the attempts re-decided: a constant bound for the reads of scrapes and minutes #}
+{%- set first_end_at = window_floor_at(
+      'select min(ended_at) from ' ~ ref('fct_job_attempts') ~ ' where ended_at is not null and ' ~ in_window_ended_attempts()) %}
 with attempts as (
   select * from {{ ref('fct_job_attempts') }}
   where is_started and ended_at is not null
@@ -35,6 +48,11 @@ jobs as (
 allocations as (
   select * from {{ ref('fct_allocations') }}
   where (source, job_id, attempt) in (select source, job_id, attempt from attempts)
+),
+
+-- each attempt's GPUs, once however many allocations it held on one
+attempt_placements as (
+  select distinct source, job_id, attempt, host, gpu from allocations
 ),
 
 health_faults as (
@@ -55,7 +73,77 @@ caps as (
 ),
 
 params as (
-  select 98.0 as oom_memory_pct, {{ oom_window_minutes }} as oom_window_minutes
+  select
+    98.0 as oom_memory_pct,
+    {{ oom_window_minutes }} as oom_window_minutes,
+    {{ next_scrape_max_interval_minutes() }} as next_scrape_max_interval_minutes,
+    {{ next_scrape_lookback_minutes }} as next_scrape_lookback_minutes
+),
+
+-- each GPU's health scrapes (the times its health series were sampled), with the two before and the one after
+gpu_scrapes as (
+  select
+    host,
+    gpu,
+    sampled_at,
+    lag(sampled_at) over w as previous_at,
+    lag(sampled_at, 2) over w as second_previous_at,
+    lead(sampled_at) over w as next_at
+  from (
+    select distinct host, gpu, sampled_at
+    from {{ ref('stg_dcgm__health') }}
+    where (host, gpu) in (select host, gpu from allocations)
+    {%- if is_incremental() %}
+      -- every attempt here ended at or after first_end_at: a constant bound prunes the samples
+      and sampled_at >= {{ first_end_at }} - to_minutes({{ next_scrape_lookback_minutes }})
+    {%- endif %}
+  ) scrapes
+  window w as (partition by host, gpu order by sampled_at)
+),
+
+-- each attempt's GPUs' first scrape after its end, and whether it came within one scrape interval plus a
+-- minute of the end (the interval: the gap between the last two scrapes at or before the end, read within
+-- next_scrape_lookback_minutes of it, else between the first two after the end; at most
+-- next_scrape_max_interval_minutes)
+next_scrapes as (
+  select
+    t.source,
+    t.job_id,
+    t.attempt,
+    al.host,
+    al.gpu,
+    s.sampled_at as next_scrape_at,
+    s.sampled_at <= t.ended_at + to_minutes(1) + least(
+      coalesce(
+        case when s.second_previous_at >= t.ended_at - to_minutes(p.next_scrape_lookback_minutes)
+          then s.previous_at - s.second_previous_at end,
+        s.next_at - s.sampled_at
+      ),
+      to_minutes(p.next_scrape_max_interval_minutes)
+    ) as is_evidence
+  from attempts t
+  cross join params p
+  join attempt_placements al using (source, job_id, attempt)
+  asof join gpu_scrapes s
+    on s.host = al.host
+    and s.gpu = al.gpu
+    and s.sampled_at > t.ended_at
+),
+
+-- the last minute whose faults are evidence for an attempt's GPU: that of its first scrape after the end when
+-- it counts, else the end
+evidence_ends as (
+  select
+    t.source,
+    t.job_id,
+    t.attempt,
+    al.host,
+    al.gpu,
+    greatest(t.ended_at, case when n.is_evidence then date_trunc('minute', n.next_scrape_at) end) as evidence_end_at,
+    case when n.is_evidence then n.next_scrape_at end as next_scrape_at
+  from attempts t
+  join attempt_placements al using (source, job_id, attempt)
+  left join next_scrapes n using (source, job_id, attempt, host, gpu)
 ),
 
 attempt_gpus as (
@@ -70,23 +158,55 @@ attempt_gpus as (
   group by source, job_id, attempt
 ),
 
+-- its node went down while the attempt ran (up to the end's evidence minute): a hardware fault of every GPU of
+-- the node (marts.fct_host_outages, signal host_down), at the outage's first minute within the attempt
+host_down_evidence as (
+  select
+    e.source,
+    e.job_id,
+    e.attempt,
+    e.host,
+    e.gpu,
+    greatest(o.down_from_at, date_trunc('minute', t.started_at)) as minute_at
+  from attempts t
+  join evidence_ends e using (source, job_id, attempt)
+  join {{ ref('fct_host_outages') }} o
+    on o.host = e.host
+    and o.down_from_at <= e.evidence_end_at
+    and o.back_at > t.started_at
+),
+
 hardware_evidence as (
   select
-    t.source,
-    t.job_id,
-    t.attempt,
+    f.source,
+    f.job_id,
+    f.attempt,
     list(
       struct_pack(host := f.host, gpu := f.gpu, minute_at := f.minute_at, signal := f.signal, xid := f.xid)
       order by f.minute_at, f.host, f.gpu, f.signal
     ) as faults
-  from attempts t
-  join allocations al using (source, job_id, attempt)
-  join health_faults f
-    on f.host = al.host
-    and f.gpu = al.gpu
-    and f.minute_at >= date_trunc('minute', t.started_at)
-    and f.minute_at <= t.ended_at
-  group by t.source, t.job_id, t.attempt
+  from (
+    select t.source, t.job_id, t.attempt, f.host, f.gpu, f.minute_at, f.signal, f.xid
+    from attempts t
+    join evidence_ends e using (source, job_id, attempt)
+    join health_faults f
+      on f.host = e.host
+      and f.gpu = e.gpu
+      and f.minute_at >= date_trunc('minute', t.started_at)
+      and f.minute_at <= e.evidence_end_at
+    union all
+    select source, job_id, attempt, host, gpu, minute_at, 'host_down', cast(null as integer)
+    from host_down_evidence
+  ) f
+  group by f.source, f.job_id, f.attempt
+),
+
+-- the first scrapes after the end that counted as evidence (their faults are in hardware_faults)
+next_scrape_evidence as (
+  select source, job_id, attempt, min(next_scrape_at) as next_scrape_at
+  from evidence_ends
+  where next_scrape_at is not null
+  group by source, job_id, attempt
 ),
 
 memory_evidence as (
@@ -102,8 +222,8 @@ memory_evidence as (
   join {{ ref('fct_allocation_activity') }} a using (allocation_id)
   where a.minute_at >= t.ended_at - to_minutes(p.oom_window_minutes)
     {%- if is_incremental() %}
-    -- every attempt here ended at or after the window's start: a constant bound prunes the minutes
-    and a.minute_at >= {{ window_start_at() }} - to_minutes({{ oom_window_minutes }})
+    -- every attempt here ended at or after first_end_at: a constant bound prunes the minutes
+    and a.minute_at >= {{ first_end_at }} - to_minutes({{ oom_window_minutes }})
     {%- endif %}
     and a.minute_at <= t.ended_at
   group by t.source, t.job_id, t.attempt
@@ -150,6 +270,7 @@ joined as (
     coalesce(g.gpus, 0) as gpus,
     coalesce(g.gpu_hours, 0) as gpu_hours,
     h.faults as hardware_faults,
+    ns.next_scrape_at,
     m.peak_fb_used_pct_before_end,
     r.ledger_id,
     r.ledger_action,
@@ -161,6 +282,7 @@ joined as (
   left join jobs j using (source, job_id)
   left join attempt_gpus g using (source, job_id, attempt)
   left join hardware_evidence h using (source, job_id, attempt)
+  left join next_scrape_evidence ns using (source, job_id, attempt)
   left join memory_evidence m using (source, job_id, attempt)
   left join reclaims r using (source, job_id, attempt)
   left join attempt_caps c using (source, job_id, attempt)
@@ -211,6 +333,7 @@ final as (
       'end_reason', end_reason,
       'exit_code', exit_code,
       'hardware_faults', hardware_faults,
+      'next_scrape_at', case when hardware_faults is not null then next_scrape_at end,
       'reclaim_ledger_id', ledger_id,
       'reclaim_action', ledger_action,
       'reclaim_policy', ledger_policy,
