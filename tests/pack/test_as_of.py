@@ -128,7 +128,7 @@ def test_releases_lists_the_kept_ones_and_publishes_by_hand(home: Path) -> None:
     done = _releases(home)
     assert done.exit_code == 0, _said(done)
     line = _listed(done.stdout)[current]
-    assert line.startswith("*") and "pinned: pack 2026-11" in line and "MB" in line
+    assert line.startswith("*") and "pinned: pack 2026-11" in line and "MiB" in line
 
     # the data team's plain `dbt build` writes the writers' file and publishes nothing
     con = duckdb.connect(str(wh.writer_path))
