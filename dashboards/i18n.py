@@ -90,7 +90,6 @@ STRINGS: dict[str, dict[str, str]] = {
     "col_quota_less_gpu_hours": {"en": "GPU-hours without a quota", "zh": "无配额的GPU小时"},
     "col_idle_quota_gpu_hours": {"en": "Idle quota GPU-hours", "zh": "闲置配额GPU小时"},
     # tables and headline tiles (issue 33): words the catalog does not give
-    "unit_help": {"en": "Unit", "zh": "单位"},
     "figure": {"en": "Figure", "zh": "指标"},
     "measure": {"en": "Measure", "zh": "度量"},
     "wi_baseline": {"en": "Without the change", "zh": "不变更"},
@@ -101,7 +100,6 @@ STRINGS: dict[str, dict[str, str]] = {
     "wait_capacity_bound": {"en": "Capacity", "zh": "容量不足"},
     "wait_quota_bound": {"en": "Quota", "zh": "配额不足"},
     "wait_fragmentation": {"en": "Fragmentation", "zh": "碎片化"},
-    "wait_policy": {"en": "Policy", "zh": "策略"},
     "kpi_impact_gpu_hours": {"en": "GPU-h addressed", "zh": "涉及GPU小时"},
     "col_wait_p95_model_min": {"en": "Wait p95, {model}", "zh": "{model}等待p95"},
     "col_name": {"en": "Name", "zh": "名称"},

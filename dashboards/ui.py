@@ -89,7 +89,7 @@ def tile(col, title: str, value, unit: str | None = None, help: str | None = Non
     """Any headline tile of the dashboards: the figure formatted by `unit` (fmt.headline), the unit's name
     added to the help."""
     name = fmt.unit_name(unit, lang())
-    note = "\n\n".join(filter(None, [help, f"{t('unit_help')}: {name}" if name else None]))
+    note = "\n\n".join(filter(None, [help, f"{t('col_unit')}: {name}" if name else None]))
     col.metric(title, fmt.headline(value, unit, lang()), delta=delta, help=note or None)
 
 

@@ -14,10 +14,9 @@ from dashboards.i18n import lang, t
 CONFIDENCE_COLORS = {"high": "#2e7d32", "medium": "#f9a825", "low": "#c62828"}
 
 
-def _figures(text: str | None) -> pl.DataFrame:
-    """A JSON object of figures as rows (figure, value): each figure named in the page's language
-    (ui.column_label), its value written by the unit its name says; lists are joined, nested objects
-    flattened."""
+def _figures(text: str | None, language: str = "en") -> pl.DataFrame:
+    """A JSON object of figures as rows (figure, value): the figure's key (the page names it, ui.column_label),
+    its value written by the unit its name says; lists are joined, nested objects flattened."""
     rows: list[dict] = []
 
     def walk(prefix: str, value) -> None:
@@ -25,24 +24,22 @@ def _figures(text: str | None) -> pl.DataFrame:
             for key, inner in value.items():
                 walk(f"{prefix}.{key}" if prefix else key, inner)
         else:
-            last = prefix.rsplit(".", 1)[-1]
-            rows.append({"figure": ui.column_label(last),
-                         "value": fmt.value(value, fmt.unit_of(last), lang())})
+            rows.append({"figure": prefix, "value": fmt.value(value, fmt.unit_of(prefix.rsplit(".", 1)[-1]), language)})
 
     walk("", json.loads(text) if text else {})
     return pl.DataFrame(rows, schema={"figure": pl.String, "value": pl.String})
 
 
-def _whatif(text: str) -> pl.DataFrame:
-    """The what-if result as a baseline / changed (/ observed) table, one measure a row: each named in the
-    page's language and written by its unit (minutes of wait as durations, %, GPU-hours)."""
+def _whatif(text: str, language: str = "en") -> pl.DataFrame:
+    """The what-if result as a baseline / changed (/ observed) table, one measure a row: its key (the page
+    names it, _measure) and its values written by its unit (minutes of wait as durations, %, GPU-hours)."""
     doc = json.loads(text)
     rows = []
     for key, value in doc.items():
         if isinstance(value, dict) and key != "search":
             unit = fmt.unit_of(key)
-            rows.append({"measure": _measure(key),
-                         **{c: fmt.value(value.get(c), unit, lang()) for c in ("baseline", "changed", "observed")}})
+            rows.append({"measure": key,
+                         **{c: fmt.value(value.get(c), unit, language) for c in ("baseline", "changed", "observed")}})
     return pl.DataFrame(rows, schema={c: pl.String for c in ("measure", "baseline", "changed", "observed")})
 
 
@@ -51,6 +48,13 @@ def _measure(key: str) -> str:
     if key.startswith("wait_p95_") and key not in ("wait_p95_min",):
         return t("col_wait_p95_model_min", model=key.removeprefix("wait_p95_").removesuffix("_min"))
     return ui.column_label(key)
+
+
+def _wait_cause(cause: str | None) -> str:
+    """A wait cause (capacity_bound, quota_bound, fragmentation, policy) in words."""
+    if cause is None:
+        return fmt.MISSING
+    return t("policy") if cause == "policy" else t(f"wait_{cause}")
 
 
 def _flags(text: str) -> str:
@@ -105,15 +109,21 @@ def recommendations(f: filters.Filters) -> None:
             ui.tile(cols[1], t("kpi_impact_gpu_hours"), rec["impact_gpu_hours"], "gpu_hours",
                     help=t("col_impact_gpu_hours"))
             cols[2].metric(t("confidence"), f"{t('conf_' + rec['confidence'])} ({rec['confidence_score']:.2f})")
-            cols[3].metric(t("wait_cause"), t(f"wait_{rec['wait_cause']}") if rec["wait_cause"] else fmt.MISSING)
+            cols[3].metric(t("wait_cause"), _wait_cause(rec["wait_cause"]))
             left, right = st.columns(2)
             with left:
                 st.markdown(f"**{t('evidence')}**")
-                ui.show_table(_figures(rec["evidence_json"]), labels={"figure": t("figure"), "value": t("value")})
+                figures = _figures(rec["evidence_json"], lang())
+                ui.show_table(figures.with_columns(pl.Series("figure", [ui.column_label(k.rsplit(".", 1)[-1])
+                                                                        for k in figures["figure"]], pl.String)),
+                              labels={"figure": t("figure"), "value": t("value")})
             with right:
                 st.markdown(f"**{t('whatif')}**")
                 if rec["whatif_json"]:
-                    ui.show_table(_whatif(rec["whatif_json"]), labels={
+                    measures = _whatif(rec["whatif_json"], lang())
+                    measures = measures.with_columns(pl.Series("measure", [_measure(k) for k in measures["measure"]],
+                                                               pl.String))
+                    ui.show_table(measures, labels={
                         "measure": t("measure"), "baseline": t("wi_baseline"), "changed": t("wi_changed"),
                         "observed": t("observed")})
                     st.caption(_flags(rec["whatif_json"]))
