@@ -7,8 +7,15 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboards.auth import (UsersError, configured_users, current_user, sign_in, sign_out, sso_configured,
-                             write_cookie)
+from dashboards.auth import (
+    UsersError,
+    configured_users,
+    current_user,
+    sign_in,
+    sign_out,
+    sso_configured,
+    write_cookie,
+)
 from dashboards.i18n import LANGUAGES, lang, t
 from dashboards.ui import data_as_of
 

@@ -5,7 +5,7 @@ import datetime as dt
 
 import pytest
 
-from dashboards.fmt import count, duration, headline, quantity, unit_of, unit_name, value
+from dashboards.fmt import count, duration, headline, quantity, unit_name, unit_of, value
 
 
 @pytest.mark.parametrize(("seconds", "en", "zh"), [
