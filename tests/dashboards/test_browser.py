@@ -340,6 +340,17 @@ def test_page_in_chinese(context, app_url, shots):
         page.close()
 
 
+@pytest.mark.parametrize("path", ["pool", "queues", "idle", "jobs", "health", "quality", "audit"])
+def test_tiles_fit_in_chinese(context, app_url, path):
+    """The pages with headline tiles, in Chinese: no tile's label or figure cut, no 'None'."""
+    page, problems = _open(context, f"{app_url}/{'' if path == DEFAULT_PAGE else path}?lang=zh", path, "zh")
+    try:
+        assert problems == [] and _cut_tiles(page) == [], f"{path}: {problems} {_cut_tiles(page)}"
+        assert not re.search(r"\bNone\b|\bnan\b", page.locator('[data-testid="stMain"]').inner_text())
+    finally:
+        page.close()
+
+
 PACK_MONTH = dt.date(2026, 11, 1)
 PACK_BYTES = 3 * 2**20  # a pack PDF of a few MB, as the pool's are
 
