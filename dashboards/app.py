@@ -7,7 +7,15 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboards.auth import UsersError, configured_users, current_user, sign_in, sign_out, sso_configured
+from dashboards.auth import (
+    UsersError,
+    configured_users,
+    current_user,
+    sign_in,
+    sign_out,
+    sso_configured,
+    write_cookie,
+)
 from dashboards.i18n import LANGUAGES, lang, t
 from dashboards.ui import data_as_of
 
@@ -38,7 +46,13 @@ PAGES = [
     ("views/catalog.py", "page_catalog", ":material/menu_book:"),
     ("views/packs.py", "page_packs", ":material/picture_as_pdf:"),
 ]
-user = current_user()
+try:
+    user = current_user()  # this session's sign-in, else the signed session cookie of a reload or a new tab
+except UsersError as exc:
+    st.error(f"{exc} (docs/dashboards.md)")
+    st.stop()
+with st.sidebar:
+    write_cookie()  # set after a sign-in, deleted after a sign-out
 # declared before the sign-in form, so that a shared link's page is the one shown after signing in
 navigation = st.navigation([st.Page(path, title=t(key), icon=icon, url_path=key.removeprefix("page_"))
                             for path, key, icon in PAGES],

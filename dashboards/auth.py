@@ -7,21 +7,34 @@ OpenID Connect login is configured (`[auth]` in secrets), a signed-in identity i
 by its `email` instead of a password. An operator sees the whole pool; a tenant member sees the
 pool-level figures and only their own tenant's jobs, actions and costs; an anonymous visitor sees
 nothing but the sign-in form.
+
+A password sign-in survives a reload and a new tab: it sets a session cookie (`gpupool_session`), the
+user's name and an expiry signed with HMAC-SHA256, checked on every new session (`st.context.cookies`).
+The key comes from `GPUPOOL_DASHBOARD_SECRET`, else from `<home>/dashboard-session.key` (created 0600
+with a random key on first use); the expiry is `GPUPOOL_DASHBOARD_SESSION_HOURS` (default 12). A cookie
+whose signature does not match, that has expired, or whose user is no longer configured (or has another
+password hash since) is refused, and the sign-in form shows. Signing out deletes it.
 """
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import json
 import os
 import secrets
 import sys
+import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import streamlit as st
 
 ROLES = ("operator", "tenant_member")
 _ITERATIONS = 200_000
+SESSION_COOKIE = "gpupool_session"
+SESSION_HOURS = 12.0
+SECRET_FILE = "dashboard-session.key"
 
 
 @dataclass(frozen=True)
@@ -110,7 +123,7 @@ def current_user() -> User | None:
     users = configured_users()
     if name in users:
         return users[name]
-    return _oidc_user(users)
+    return _oidc_user(users) or _cookie_user(users)
 
 
 def sign_in(name: str, password: str) -> User | None:
@@ -118,11 +131,129 @@ def sign_in(name: str, password: str) -> User | None:
     if user is None or not user.password_hash or not check_password(password, user.password_hash):
         return None
     st.session_state["gpupool_user"] = user.name
+    st.session_state.pop("gpupool_signed_out", None)
+    st.session_state["gpupool_cookie"] = sign_session(user, session_secret(), time.time(), session_hours())
     return user
 
 
 def sign_out() -> None:
     st.session_state.pop("gpupool_user", None)
+    # this session's first request carried the cookie: it must not sign it in again; the browser drops it
+    st.session_state["gpupool_signed_out"] = True
+    st.session_state["gpupool_cookie"] = ""
+
+
+# -- the session cookie ---------------------------------------------------------------------------------
+def session_hours() -> float:
+    """How long a sign-in lasts: GPUPOOL_DASHBOARD_SESSION_HOURS (default 12)."""
+    text = os.environ.get("GPUPOOL_DASHBOARD_SESSION_HOURS", "").strip()
+    try:
+        hours = float(text) if text else SESSION_HOURS
+    except ValueError:
+        raise UsersError(f"GPUPOOL_DASHBOARD_SESSION_HOURS={text!r}: expected a number of hours") from None
+    if hours <= 0:
+        raise UsersError(f"GPUPOOL_DASHBOARD_SESSION_HOURS={text!r}: expected more than 0 hours")
+    return hours
+
+
+_PROCESS_SECRET = secrets.token_bytes(32)  # where neither the environment nor the home can hold one
+
+
+def session_secret(home: Path | None = None) -> bytes:
+    """The key that signs session cookies: GPUPOOL_DASHBOARD_SECRET, else the home's dashboard-session.key
+    (32 random bytes, created 0600 on first use, so that sessions outlive a restart), else, where the home
+    cannot be written, a key of this process (a restart signs everyone out)."""
+    text = os.environ.get("GPUPOOL_DASHBOARD_SECRET", "")
+    if text:
+        return text.encode()
+    path = (home or Path(os.environ.get("GPUPOOL_HOME", ".gpupool")).resolve()) / SECRET_FILE
+    try:
+        return bytes.fromhex(path.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        pass
+    except OSError:
+        return _PROCESS_SECRET
+    key = secrets.token_bytes(32)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:  # another session made it meanwhile
+        return bytes.fromhex(path.read_text().strip())
+    except OSError:
+        return _PROCESS_SECRET
+    with os.fdopen(fd, "w") as out:
+        out.write(key.hex())
+    os.chmod(path, 0o600)
+    return key
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode().rstrip("=")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def _fingerprint(user: User) -> str:
+    """Ties a cookie to the user's password hash: a new password signs the old sessions out."""
+    return hashlib.sha256((user.password_hash or "").encode()).hexdigest()[:16]
+
+
+def sign_session(user: User, secret: bytes, now: float, hours: float = SESSION_HOURS) -> str:
+    """A cookie value: base64url(JSON {user, expiry, password fingerprint}) "." base64url(HMAC-SHA256)."""
+    payload = _b64(json.dumps({"u": user.name, "exp": int(now + hours * 3600), "pw": _fingerprint(user)},
+                              separators=(",", ":")).encode())
+    return f"{payload}.{_b64(hmac.new(secret, payload.encode(), hashlib.sha256).digest())}"
+
+
+def verify_session(token: str | None, secret: bytes, now: float, users: dict[str, User]) -> User | None:
+    """The user a cookie signs in; None when it is missing, tampered with, expired, or names a user who is
+    no longer configured or whose password changed since."""
+    if not token or token.count(".") != 1:
+        return None
+    payload, signature = token.split(".")
+    try:
+        expected = hmac.new(secret, payload.encode(), hashlib.sha256).digest()
+        if not hmac.compare_digest(expected, _unb64(signature)):
+            return None
+        claims = json.loads(_unb64(payload))
+    except (ValueError, TypeError):
+        return None
+    if not isinstance(claims, dict) or not isinstance(claims.get("exp"), int) or claims["exp"] <= now:
+        return None
+    user = users.get(claims.get("u"))
+    if user is None or not user.password_hash or not hmac.compare_digest(str(claims.get("pw")), _fingerprint(user)):
+        return None
+    return user
+
+
+def _cookie_user(users: dict[str, User]) -> User | None:
+    """The user this session's first request's cookie signs in (once: then it is in the session state)."""
+    if st.session_state.get("gpupool_signed_out"):
+        return None
+    try:
+        token = st.context.cookies.get(SESSION_COOKIE)
+    except (AttributeError, RuntimeError):
+        return None
+    user = verify_session(token, session_secret(), time.time(), users)
+    if user is not None:
+        st.session_state["gpupool_user"] = user.name
+    return user
+
+
+def write_cookie() -> None:
+    """Set (after a sign-in) or delete (after a sign-out) the session cookie in the browser: a small script
+    in the page (st.html runs it in the app's own document). Not HttpOnly: Streamlit has no response to
+    set it on; it is SameSite=Strict, Secure over HTTPS, and worthless without the server's key."""
+    if "gpupool_cookie" not in st.session_state:
+        return
+    token = st.session_state.pop("gpupool_cookie")
+    age = int(session_hours() * 3600) if token else 0
+    st.html(f"""<script>
+document.cookie = "{SESSION_COOKIE}={token}; Max-Age={age}; Path=/; SameSite=Strict"
+  + (location.protocol === "https:" ? "; Secure" : "");
+</script>""", unsafe_allow_javascript=True, width="content")
 
 
 def tenant_scope(user: User) -> str | None:

@@ -145,6 +145,13 @@ def metric(column: str, view_name: str) -> dict | None:
     return rows.row(0, named=True) if rows.height else None
 
 
+def metric_of_column(column: str) -> dict | None:
+    """The catalog entry of a column of this name in any view (the metric named like it first): the label
+    and unit of a figure shown outside its own view (a named query's sum, a table of evidence)."""
+    rows = catalog().filter(pl.col("column_name") == column).sort(pl.col("metric_name") != column)
+    return rows.row(0, named=True) if rows.height else None
+
+
 def as_of() -> AsOf:
     """The release the pages read (lake.release) and the latest telemetry in it (metrics.gpu_status)."""
     release, published_at, telemetry_at = query(  # one query: one open of the release per page

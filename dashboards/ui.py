@@ -10,7 +10,7 @@ import altair as alt
 import polars as pl
 import streamlit as st
 
-from dashboards import data
+from dashboards import data, fmt
 from dashboards.auth import User, current_user
 from dashboards.i18n import label, lang, t
 from pipelines.clock import duration_text, utc_naive
@@ -76,10 +76,27 @@ def metric_label(column: str, view_name: str) -> str:
     return label(data.metric(column, view_name), column)
 
 
-def kpi(col, column: str, view_name: str, value, unit: str = "", delta=None) -> None:
-    text = "n/a" if value is None else (f"{value:,.1f}{unit}" if isinstance(value, float) else f"{value:,}{unit}")
-    col.metric(metric_label(column, view_name), text, delta=delta,
-               help=(data.metric(column, view_name) or {}).get("description"))
+def kpi(col, column: str, view_name: str, value, unit: str | None = None, delta=None) -> None:
+    """A headline tile: a short label (i18n `kpi_<column>`, else the catalog's label), the figure by its unit
+    (fmt.headline: short enough to fit, no unit word for counts and GPU-hours) and the unit in the help with
+    the catalog's definition. `unit` overrides the catalog's (a fmt unit: "seconds", "percent", ...)."""
+    entry = data.metric(column, view_name)
+    unit = unit or fmt.unit_of(column, (entry or {}).get("unit"))
+    tile(col, short_label(column, entry), value, unit, (entry or {}).get("description"), delta=delta)
+
+
+def tile(col, title: str, value, unit: str | None = None, help: str | None = None, delta=None) -> None:
+    """Any headline tile of the dashboards: the figure formatted by `unit` (fmt.headline), the unit's name
+    added to the help."""
+    name = fmt.unit_name(unit, lang())
+    note = "\n\n".join(filter(None, [help, f"{t('col_unit')}: {name}" if name else None]))
+    col.metric(title, fmt.headline(value, unit, lang()), delta=delta, help=note or None)
+
+
+def short_label(column: str, entry: dict | None = None) -> str:
+    """A tile's label: the interface's short word (`kpi_<column>`) where the catalog's label is long."""
+    word = t(f"kpi_{column}")
+    return word if word != f"kpi_{column}" else label(entry, column) if entry else column_label(column)
 
 
 MAX_SERIES = 8  # more colours than this cannot be told apart at a glance (issue 18)
@@ -237,15 +254,46 @@ def title(key: str) -> None:
     st.html(f'<span data-testid="gpupool-page" data-page="{key}" data-lang="{lang()}"></span>')
 
 
-def column_labels(view_name: str, columns: list[str], **formats: str) -> dict:
-    """st.dataframe column_config naming each of a view's columns by its catalog label, else by the
-    interface's word for it (i18n `col_<column>`; the raw name when neither has one), with number
-    formats by column where given."""
-    config = {}
-    for column in columns:
-        entry = data.metric(column, view_name)
-        name = label(entry, column) if entry else t(f"col_{column}")
-        name = column if name == f"col_{column}" else name
-        config[column] = (st.column_config.NumberColumn(name, format=formats[column]) if column in formats
-                          else st.column_config.Column(name, help=(entry or {}).get("description")))
-    return config
+UNLABELLED: set[str] = set()  # columns shown without a label of their own (a test keeps this empty)
+
+
+def column_label(column: str, view_name: str | None = None) -> str:
+    """A column's heading in the page's language: the catalog's label of the view's metric, else the
+    interface's word (i18n `col_<column>`, or pipelines/labels.py), else the catalog's label of a column of
+    that name in another view; never the raw key (a column with none of these reads as words, and is
+    noted in UNLABELLED, which the tests keep empty)."""
+    entry = data.metric(column, view_name) if view_name else None
+    if entry:
+        return label(entry, column)
+    word = t(f"col_{column}")
+    if word != f"col_{column}":
+        return word
+    entry = data.metric_of_column(column)
+    if entry:
+        return label(entry, column)
+    UNLABELLED.add(column)
+    return column.replace("_", " ").strip().capitalize()
+
+
+def show_table(frame: pl.DataFrame, view_name: str | None = None, *, labels: dict[str, str] | None = None,
+               units: dict[str, str | None] | None = None, key: str | None = None, stretch: bool = True, **select):
+    """Every table of the dashboards goes out here: each column headed by its label in the page's language
+    (column_label; `labels` overrides), each value written by its unit (fmt.value: durations, %, GPU-hours,
+    USD, ✓/–, – for nothing; `units` overrides the catalog's and the name's), the catalog's definition as
+    the heading's help. The frame shown keeps the columns' keys (the labels are the column_config's), so
+    a row picked (`on_select`, `selection_mode` in `select`) is the same row of `frame`."""
+    labels, units = labels or {}, units or {}
+    language = lang()
+    shown, config = {}, {}
+    for column in frame.columns:
+        series = frame[column]
+        entry = (data.metric(column, view_name) if view_name else None) or data.metric_of_column(column)
+        unit = units[column] if column in units else fmt.unit_of(column, (entry or {}).get("unit"), str(series.dtype))
+        shown[column] = [fmt.value(v, unit, language) for v in series.to_list()]
+        numeric = series.dtype.is_numeric() and unit not in ("flag",)
+        config[column] = st.column_config.TextColumn(
+            labels.get(column) or column_label(column, view_name), help=(entry or {}).get("description"),
+            alignment="right" if numeric else "center" if unit == "flag" else None)
+    table = pl.DataFrame(shown, schema={c: pl.String for c in frame.columns})
+    return st.dataframe(table, hide_index=True, width="stretch" if stretch else "content", key=key,
+                        column_config=config, **select)

@@ -21,6 +21,11 @@ SHOWN = ["occurred_at", "source", "category", "action", "actor", "actor_role", "
          "object_name", "decision", "is_denied", "reason", "audit_id"]
 
 
+def _category_words(frame: pl.DataFrame) -> pl.DataFrame:
+    """The categories in the page's language (the view holds their keys)."""
+    return frame.with_columns(pl.col("category").replace({c: t(f"cat_{c}") for c in CATEGORIES}))
+
+
 def counts(f: filters.Filters) -> None:
     """The pool's audit counts per day (operators): metrics.audit_daily, additive per day."""
     where, params = f.clause(tenant=None)
@@ -45,8 +50,8 @@ def records(user, f: filters.Filters, query: str, category: str | None) -> None:
     if ui.empty(rows, t("a_no_records")):
         return
     st.caption(t("showing_rows", shown=rows.height, total=total) + " " + t("a_detail"))
-    picked = st.dataframe(rows.select(SHOWN), hide_index=True, key="a_table", on_select="rerun",
-                          selection_mode="single-row")
+    picked = ui.show_table(_category_words(rows.select(SHOWN)), "audit_events", key="a_table", on_select="rerun",
+                           selection_mode="single-row")
     selected = picked.selection.rows if picked is not None and hasattr(picked, "selection") else []
     if selected:
         row = rows.row(selected[0], named=True)
@@ -67,12 +72,7 @@ def scheduler_changes(user, f: filters.Filters) -> None:
     if ui.empty(rows, t("a_no_scheduler")):
         return
     st.caption(t("showing_rows", shown=rows.height, total=total))
-    shown = rows.with_columns(pl.col("category").replace({c: t(f"cat_{c}") for c in CATEGORIES}),
-                              pl.col("object_namespace").fill_null(""), pl.col("changed").fill_null(""))
-    st.dataframe(shown, width="stretch", hide_index=True, key="a_scheduler_table",
-                 column_config={**ui.column_labels("audit_events", shown.columns),
-                                "occurred_at": st.column_config.DatetimeColumn(t("col_occurred_at"),
-                                                                               format="YYYY-MM-DD HH:mm:ss")})
+    ui.show_table(_category_words(rows), "audit_events", key="a_scheduler_table", units={"occurred_at": "timestamp_s"})
 
 
 def draw() -> None:

@@ -8,14 +8,15 @@ import altair as alt
 import polars as pl
 import streamlit as st
 
-from dashboards import data, filters, ui
+from dashboards import data, filters, fmt, ui
 from dashboards.i18n import lang, t
 
 CONFIDENCE_COLORS = {"high": "#2e7d32", "medium": "#f9a825", "low": "#c62828"}
 
 
-def _figures(text: str | None) -> pl.DataFrame:
-    """A JSON object of figures as rows (name, value); lists are joined, nested objects flattened."""
+def _figures(text: str | None, language: str = "en") -> pl.DataFrame:
+    """A JSON object of figures as rows (figure, value): the figure's key (the page names it, ui.column_label),
+    its value written by the unit its name says; lists are joined, nested objects flattened."""
     rows: list[dict] = []
 
     def walk(prefix: str, value) -> None:
@@ -23,24 +24,43 @@ def _figures(text: str | None) -> pl.DataFrame:
             for key, inner in value.items():
                 walk(f"{prefix}.{key}" if prefix else key, inner)
         else:
-            shown = ", ".join(map(str, value)) if isinstance(value, list) else (
-                f"{value:,.3f}".rstrip("0").rstrip(".") if isinstance(value, float) else str(value))
-            rows.append({"figure": prefix, "value": shown})
+            rows.append({"figure": prefix, "value": fmt.value(value, fmt.unit_of(prefix.rsplit(".", 1)[-1]), language)})
 
     walk("", json.loads(text) if text else {})
     return pl.DataFrame(rows, schema={"figure": pl.String, "value": pl.String})
 
 
-def _whatif(text: str) -> pl.DataFrame:
-    """The what-if result as a baseline / changed (/ observed) table, plus its flags as rows."""
+def _whatif(text: str, language: str = "en") -> pl.DataFrame:
+    """The what-if result as a baseline / changed (/ observed) table, one measure a row: its key (the page
+    names it, _measure) and its values written by its unit (minutes of wait as durations, %, GPU-hours)."""
     doc = json.loads(text)
     rows = []
     for key, value in doc.items():
         if isinstance(value, dict) and key != "search":
-            rows.append({"measure": key, "baseline": value.get("baseline"), "changed": value.get("changed"),
-                         "observed": value.get("observed")})
-    return pl.DataFrame(rows, schema={"measure": pl.String, "baseline": pl.Float64, "changed": pl.Float64,
-                                      "observed": pl.Float64})
+            unit = fmt.unit_of(key)
+            rows.append({"measure": key,
+                         **{c: fmt.value(value.get(c), unit, language) for c in ("baseline", "changed", "observed")}})
+    return pl.DataFrame(rows, schema={c: pl.String for c in ("measure", "baseline", "changed", "observed")})
+
+
+def _measure(key: str) -> str:
+    """A what-if measure's name; one model's wait (`wait_p95_<model>_min`) names the model."""
+    if key.startswith("wait_p95_") and key not in ("wait_p95_min",):
+        return t("col_wait_p95_model_min", model=key.removeprefix("wait_p95_").removesuffix("_min"))
+    return ui.column_label(key)
+
+
+def _wait_cause(cause: str | None) -> str:
+    """A wait cause (capacity_bound, quota_bound, fragmentation, policy) in words."""
+    if cause is None:
+        return fmt.MISSING
+    return t("policy") if cause == "policy" else t(f"wait_{cause}")
+
+
+def _flags(text: str) -> str:
+    """The what-if's flags in words: "Confirms: ✓ · Replay time: 7 min 33 s"."""
+    flags = {k: v for k, v in json.loads(text).items() if not isinstance(v, dict)}
+    return " · ".join(f"{ui.column_label(k)}: {fmt.value(v, fmt.unit_of(k), lang())}" for k, v in flags.items())
 
 
 def _search_curve(text: str) -> tuple[dict, pl.DataFrame] | None:
@@ -50,8 +70,8 @@ def _search_curve(text: str) -> tuple[dict, pl.DataFrame] | None:
     if not search:
         return None
     decided_by = search["decided_by"]
-    curve = pl.DataFrame(search["curve"]).select(
-        "change", decided_by, "wait_p95_min", "pool_utilisation_pct", "share_of_full_effect", "sufficient")
+    columns = ["change", decided_by, "wait_p95_min", "pool_utilisation_pct", "share_of_full_effect", "sufficient"]
+    curve = pl.DataFrame(search["curve"]).select(list(dict.fromkeys(columns)))  # the pool's own wait: once
     return search, curve
 
 
@@ -85,27 +105,36 @@ def recommendations(f: filters.Filters) -> None:
         with st.expander(head, expanded=rec["rank"] == recs["rank"].min()):
             st.markdown(rec[text_col] or rec["recommendation"])
             cols = st.columns(4)
-            cols[0].metric(t("quantity"), f"{rec['quantity']:,.0f} {rec['unit']}")
-            cols[1].metric(t("col_impact_gpu_hours"), f"{rec['impact_gpu_hours']:,.0f} GPU-h")
-            cols[2].metric(t("confidence"), f"{rec['confidence']} ({rec['confidence_score']:.2f})")
-            cols[3].metric(t("wait_cause"), rec["wait_cause"] or "–")
+            cols[0].metric(t("quantity"), fmt.quantity(rec["quantity"], rec["unit"], lang()))
+            ui.tile(cols[1], t("kpi_impact_gpu_hours"), rec["impact_gpu_hours"], "gpu_hours",
+                    help=t("col_impact_gpu_hours"))
+            cols[2].metric(t("confidence"), f"{t('conf_' + rec['confidence'])} ({rec['confidence_score']:.2f})")
+            cols[3].metric(t("wait_cause"), _wait_cause(rec["wait_cause"]))
             left, right = st.columns(2)
             with left:
                 st.markdown(f"**{t('evidence')}**")
-                st.dataframe(_figures(rec["evidence_json"]), width="stretch", hide_index=True)
+                figures = _figures(rec["evidence_json"], lang())
+                ui.show_table(figures.with_columns(pl.Series("figure", [ui.column_label(k.rsplit(".", 1)[-1])
+                                                                        for k in figures["figure"]], pl.String)),
+                              labels={"figure": t("figure"), "value": t("value")})
             with right:
                 st.markdown(f"**{t('whatif')}**")
                 if rec["whatif_json"]:
-                    st.dataframe(_whatif(rec["whatif_json"]), width="stretch", hide_index=True)
-                    flags = {k: v for k, v in json.loads(rec["whatif_json"]).items() if not isinstance(v, dict)}
-                    st.caption(" · ".join(f"{k}: {v}" for k, v in flags.items()))
+                    measures = _whatif(rec["whatif_json"], lang())
+                    measures = measures.with_columns(pl.Series("measure", [_measure(k) for k in measures["measure"]],
+                                                               pl.String))
+                    ui.show_table(measures, labels={
+                        "measure": t("measure"), "baseline": t("wi_baseline"), "changed": t("wi_changed"),
+                        "observed": t("observed")})
+                    st.caption(_flags(rec["whatif_json"]))
                 else:
                     st.caption(t("not_replayed"))
             searched = _search_curve(rec["whatif_json"]) if rec["whatif_json"] else None
             if searched:
                 search, curve = searched
                 st.markdown(f"**{t('smallest_change')}**: {search['smallest_change'] or t('no_sufficient_change')}")
-                st.dataframe(curve, width="stretch", hide_index=True)
+                decided_by = search["decided_by"]
+                ui.show_table(curve, labels={decided_by: _measure(decided_by)}, units={decided_by: "minutes"})
             st.caption(f"{rec['recommendation_id']} · rules {rec['rules_version']} · {rec['recommended_at']:%Y-%m-%d %H:%M} UTC")
 
 
@@ -130,10 +159,9 @@ def headroom(f: filters.Filters) -> None:
         color=alt.Color("measure:N", title=None, legend=alt.Legend(labelLimit=300)),
         tooltip=["gpu_model", "measure", "gpus"])
     ui.show(chart, t("ch_headroom_p95"))
-    st.dataframe(period.select("gpu_model", "capacity_gpus", "peak_allocated_gpus", "p95_allocated_gpus",
-                               "headroom_at_peak_gpus", "headroom_at_p95_gpus", "utilisation_at_peak_pct",
-                               "utilisation_at_p95_pct", "p95_demand_gpus", "mean_pending_gpus"),
-                 width="stretch", hide_index=True)
+    ui.show_table(period.select("gpu_model", "capacity_gpus", "peak_allocated_gpus", "p95_allocated_gpus",
+                                "headroom_at_peak_gpus", "headroom_at_p95_gpus", "utilisation_at_peak_pct",
+                                "utilisation_at_p95_pct", "p95_demand_gpus", "mean_pending_gpus"), "capacity_headroom")
 
     weeks = data.view("capacity_headroom", filters.where("window_kind = 'week'", "queue = 'all'", model), model_params,
                       order="gpu_model, weeks_before_end desc",
@@ -151,7 +179,7 @@ def headroom(f: filters.Filters) -> None:
     st.markdown(f"**{t('queue_headroom')}**")
     ui.definition("quota_headroom_at_p95_gpus", "capacity_headroom")
     if not ui.empty(queues):
-        st.dataframe(queues, width="stretch", hide_index=True)
+        ui.show_table(queues, "capacity_headroom")
 
 
 def trend(f: filters.Filters) -> None:
@@ -182,7 +210,7 @@ def trend(f: filters.Filters) -> None:
         "gpu_model", "capacity_gpus", "trend_weeks_used", "allocated_slope_gpu_hours_per_week", "allocated_trend_r2",
         "p95_slope_gpus_per_week", "p95_trend_r2", "demand_slope_gpu_hours_per_week", "demand_trend_r2")
     st.caption(t("trend_caption"))
-    st.dataframe(fit, width="stretch", hide_index=True)
+    ui.show_table(fit, "capacity_trend")
 
 
 def draw() -> None:

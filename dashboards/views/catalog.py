@@ -24,20 +24,12 @@ def matching(catalog: pl.DataFrame, query: str, group: str | None) -> pl.DataFra
 
 
 def table(rows: pl.DataFrame) -> pl.DataFrame:
+    """The catalog's rows as the table shows them (keys; ui.show_table heads them in the page's language)."""
     label = "label_zh" if lang() == "zh" else "label_en"
     return rows.select(
-        pl.col(label).alias(t("col_metric")),
-        pl.col("label_en").alias(t("col_label_en")),
-        pl.col("label_zh").alias(t("col_label_zh")),
-        pl.col("unit").alias(t("col_unit")),
-        pl.col("grain").alias(t("col_grain")),
-        pl.col("metric_type").alias(t("col_type")),
-        pl.concat_str("view_name", pl.lit("."), "column_name").alias(t("col_where")),
-        pl.col("formula").alias(t("col_formula")),
-        pl.col("description").alias(t("col_description")),
-        pl.col("metric_name").alias("name"),
-        pl.col("metric_version").alias(t("col_version")),
-    )
+        pl.col(label).alias("metric"), "label_en", "label_zh", "unit", "grain", pl.col("metric_type").alias("type"),
+        pl.concat_str("view_name", pl.lit("."), "column_name").alias("where"), "formula", "description",
+        pl.col("metric_name").alias("name"), pl.col("metric_version").alias("version"))
 
 
 def detail(rows: pl.DataFrame) -> None:
@@ -79,7 +71,7 @@ def draw() -> None:
         if part.is_empty():
             continue
         st.subheader(f"{t(f'group_{g}')} ({part.height})")
-        st.dataframe(table(part), hide_index=True, key=f"c_table_{g}")
+        ui.show_table(table(part), key=f"c_table_{g}", stretch=False)
     detail(rows)
 
 

@@ -33,9 +33,9 @@ def causes(f: filters.Filters) -> None:
     total = rows.filter(pl.col("cause") == "all").row(0, named=True)
     cols = st.columns(4)
     ui.kpi(cols[0], "failures", "failure_causes", total["failures"])
-    ui.kpi(cols[1], "failure_rate_pct", "failure_causes", total["failure_rate_pct"], "%")
-    ui.kpi(cols[2], "gpu_hours_lost", "failure_causes", total["gpu_hours_lost"], " GPU-h")
-    ui.kpi(cols[3], "not_user_fault_pct", "failure_causes", total["not_user_fault_pct"], "%")
+    ui.kpi(cols[1], "failure_rate_pct", "failure_causes", total["failure_rate_pct"])
+    ui.kpi(cols[2], "gpu_hours_lost", "failure_causes", total["gpu_hours_lost"])
+    ui.kpi(cols[3], "not_user_fault_pct", "failure_causes", total["not_user_fault_pct"])
     failed = _cause_names(rows.filter((pl.col("cause") != "all") & (pl.col("failures") > 0)))
     if ui.empty(failed, t("h_no_failures")):
         return
@@ -53,20 +53,14 @@ def causes(f: filters.Filters) -> None:
     with d2:
         ui.definition("not_user_fault_pct", "failure_causes")
     columns = ["cause", "attempts", "failures", "failure_rate_pct", "gpu_hours_lost", "not_user_fault_pct"]
-    config = ui.column_labels("failure_causes", columns, failure_rate_pct="%.1f%%", gpu_hours_lost="%.1f",
-                              not_user_fault_pct="%.1f%%")
-    config["cause"] = st.column_config.Column(t("cause"))
-    st.dataframe(_cause_names(rows), width="stretch", hide_index=True, column_config=config)
+    ui.show_table(_cause_names(rows).select(columns), "failure_causes", labels={"cause": t("cause")})
     per_tenant = data.failure_causes_per_tenant(f.start, f.end, clause, params)
     shares = per_tenant.filter((pl.col("cause") == "all") & pl.col("not_user_fault_pct").is_not_null())
     if shares.height > 1:
         ui.bars(shares, "tenant:N", "not_user_fault_pct:Q", None, f"{ui.metric_label('not_user_fault_pct', 'failure_causes')} (%)",
                 title=t("h_not_user_fault_tenant"), x_title=t("tenant"), horizontal=True)
     with st.expander(t("h_per_tenant")):
-        config = ui.column_labels("failure_causes", per_tenant.columns, failure_rate_pct="%.1f%%",
-                                  gpu_hours_lost="%.1f", not_user_fault_pct="%.1f%%")
-        config["cause"] = st.column_config.Column(t("cause"))
-        st.dataframe(_cause_names(per_tenant), width="stretch", hide_index=True, column_config=config)
+        ui.show_table(_cause_names(per_tenant), "failure_causes", labels={"cause": t("cause")})
 
 
 def bad_gpus(f: filters.Filters) -> None:
@@ -75,9 +69,9 @@ def bad_gpus(f: filters.Filters) -> None:
     clause, params = f.clause(day=None, tenant=None, gpu_model="gpu_model")
     counts = data.gpu_fault_counts(filters.where(clause), params).row(0, named=True)
     cols = st.columns(3)
-    cols[0].metric(t("h_gpus_with_faults"), f"{counts['gpus_with_faults']:,}")
-    cols[1].metric(t("h_repeat_gpus"), f"{counts['repeat_offender_gpus']:,}")
-    cols[2].metric(t("h_repeat_nodes"), f"{counts['repeat_offender_nodes']:,}")
+    ui.tile(cols[0], t("h_gpus_with_faults"), counts["gpus_with_faults"], "gpus")
+    ui.tile(cols[1], t("h_repeat_gpus"), counts["repeat_offender_gpus"], "gpus")
+    ui.tile(cols[2], t("h_repeat_nodes"), counts["repeat_offender_nodes"], "hosts")
     ui.definition("is_repeat_offender", "gpu_faults")
     columns = ["host", "gpu", "gpu_model", "is_repeat_offender", "is_node_repeat_offender", "hardware_faults",
                "hardware_faults_last_30d", "first_fault_at", "last_fault_at", "hardware_xids", "application_xids",
@@ -88,7 +82,7 @@ def bad_gpus(f: filters.Filters) -> None:
     st.markdown(f"**{t('h_fault_history')}**")
     if ui.empty(rows, t("h_no_health")):
         return
-    st.dataframe(rows, width="stretch", hide_index=True, column_config=ui.column_labels("gpu_faults", columns))
+    ui.show_table(rows, "gpu_faults")
 
 
 def mtbf(f: filters.Filters) -> None:
@@ -106,8 +100,7 @@ def mtbf(f: filters.Filters) -> None:
                 ui.metric_label("mtbf_gpu_hours", "gpu_model_reliability") + " (GPU-h)", horizontal=True,
                 title=t("ch_by", what=ui.metric_label("mtbf_gpu_hours", "gpu_model_reliability"), by=t("gpu_model")),
                 x_title=t("gpu_model"))
-    st.dataframe(rows, width="stretch", hide_index=True, column_config=ui.column_labels(
-        "gpu_model_reliability", columns, observed_gpu_hours="%.0f", mtbf_gpu_hours="%.0f"))
+    ui.show_table(rows, "gpu_model_reliability")
 
 
 def hosts(f: filters.Filters) -> None:
@@ -136,8 +129,7 @@ def hosts(f: filters.Filters) -> None:
         columns = ["day", "host", *HOST_MEASURES, "cpus", "memory_total_bytes", "minutes_with_data"]
         rows = data.view("host_daily", clause, params, columns=", ".join(columns),
                          order=f"day desc, cpu_busy_pct_p95 desc limit {ROWS}")
-        st.dataframe(rows, width="stretch", hide_index=True, column_config=ui.column_labels(
-            "host_daily", columns, cpu_busy_pct_mean="%.1f%%", cpu_busy_pct_p95="%.1f%%"))
+        ui.show_table(rows, "host_daily")
 
 
 DRAIN_COLUMNS = ["decided_at", "action", "mode", "target", "target_kind", "engine", "outcome", "fault_minutes",
@@ -159,19 +151,17 @@ def drains(f: filters.Filters) -> None:
     cols = st.columns(3)
     ui.kpi(cols[0], "drains_decided", "drain_decisions", counts["drains_decided"])
     ui.kpi(cols[1], "drains_applied", "drain_decisions", counts["drains_applied"])
-    cols[2].metric(t("h_shadow_drains"), f"{counts['shadow_drains']:,}", help=t("h_shadow_drains_help"))
+    ui.tile(cols[2], t("h_shadow_drains"), counts["shadow_drains"], "actions", help=t("h_shadow_drains_help"))
     rows = data.view("drain_decisions", clause, params, order=f"decided_at desc, target limit {ROWS}",
                      columns=", ".join(DRAIN_COLUMNS))
     if not ui.empty(rows, t("h_no_drain_decisions")):
-        config = ui.column_labels("drain_decisions", DRAIN_COLUMNS)
-        config["decision"] = st.column_config.Column(t("decision"))
-        st.dataframe(_drain_words(rows), width="stretch", hide_index=True, column_config=config)
+        ui.show_table(_drain_words(rows), "drain_decisions", labels={"decision": t("decision")})
     with st.expander(t("h_drains_audited")):
         audited = data.view("enforcement_actions", filters.where(clause, "action_kind in ('drain', 'undrain')"),
                             params, order=f"occurred_at desc limit {ROWS}",
                             columns="occurred_at, action_kind, decision, object_kind, object_name, actor, policy, reason")
         if not ui.empty(audited, t("h_no_drains")):
-            st.dataframe(audited, width="stretch", hide_index=True)
+            ui.show_table(audited, "enforcement_actions")
 
 
 def draw() -> None:

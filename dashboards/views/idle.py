@@ -11,6 +11,8 @@ from dashboards import data, filters, ui
 from dashboards.i18n import column_word, t
 
 ROWS = 200  # longest tables are cut to the latest / largest rows
+# activity is a fraction of the time busy (0-1), a threshold likewise: shown as plain figures
+ACTIVITY_UNITS = {"mean_activity": None, "activity_threshold": None, "fraction": None}
 
 
 def idle_now(f: filters.Filters) -> None:
@@ -24,10 +26,7 @@ def idle_now(f: filters.Filters) -> None:
     if ui.empty(rows, t("idle_none_now")):
         return
     st.caption(t("idle_now_caption", n=rows.height))
-    st.dataframe(rows, width="stretch", hide_index=True, column_config={
-        "mean_activity": st.column_config.ProgressColumn(min_value=0, max_value=1, format="%.3f"),
-        "idle_gpu_hours": st.column_config.NumberColumn(format="%.2f GPU-h"),
-        "idle_minutes": st.column_config.NumberColumn(format="%d min")})
+    ui.show_table(rows, "idle_allocations", units=ACTIVITY_UNITS)
 
 
 def idle_period(f: filters.Filters) -> None:
@@ -46,7 +45,7 @@ def idle_period(f: filters.Filters) -> None:
                                 "peak_fb_used_mib, is_ongoing, policy_scope")
     with st.expander(t("idle_windows_largest", n=ROWS)):
         if not ui.empty(windows):
-            st.dataframe(windows, width="stretch", hide_index=True)
+            ui.show_table(windows, "idle_allocations", units=ACTIVITY_UNITS)
 
 
 def actions(f: filters.Filters) -> None:
@@ -58,7 +57,7 @@ def actions(f: filters.Filters) -> None:
         return
     ui.bars(by_day, "day:T", "actions:Q", "outcome:N", t("steps_axis"), title=t("ch_gov_steps"))
     by_policy = data.governance_steps_by_policy(clause, params)
-    st.dataframe(by_policy, width="stretch", hide_index=True)
+    ui.show_table(by_policy, "governance_actions")
 
     st.subheader(t("enforcement_actions"))
     kinds = data.action_kinds()
@@ -72,7 +71,7 @@ def actions(f: filters.Filters) -> None:
                                "is_false_positive, recovery_basis")
     if not ui.empty(latest):
         st.caption(t("latest_rows", n=min(latest.height, ROWS)))
-        st.dataframe(latest, width="stretch", hide_index=True)
+        ui.show_table(latest, "enforcement_actions")
 
 
 def ledger(f: filters.Filters) -> None:
@@ -82,11 +81,11 @@ def ledger(f: filters.Filters) -> None:
         p = period.row(0, named=True)
         st.caption(t("ledger_window", first=p["first_day"], last=p["last_day"], tenant=p["tenant"]))
         cols = st.columns(5)
-        ui.kpi(cols[0], "recovered_gpu_hours", "governance_period", p["recovered_gpu_hours"], " GPU-h")
-        ui.kpi(cols[1], "reused_gpu_hours", "governance_period", p["reused_gpu_hours"], " GPU-h")
-        ui.kpi(cols[2], "reuse_share_pct", "governance_period", p["reuse_share_pct"], "%")
-        ui.kpi(cols[3], "false_positive_rate_pct", "governance_period", p["false_positive_rate_pct"], "%")
-        ui.kpi(cols[4], "self_release_rate_pct", "governance_period", p["self_release_rate_pct"], "%")
+        ui.kpi(cols[0], "recovered_gpu_hours", "governance_period", p["recovered_gpu_hours"])
+        ui.kpi(cols[1], "reused_gpu_hours", "governance_period", p["reused_gpu_hours"])
+        ui.kpi(cols[2], "reuse_share_pct", "governance_period", p["reuse_share_pct"])
+        ui.kpi(cols[3], "false_positive_rate_pct", "governance_period", p["false_positive_rate_pct"])
+        ui.kpi(cols[4], "self_release_rate_pct", "governance_period", p["self_release_rate_pct"])
         st.caption(t("ledger_counts", reclaims=p["reclaims"], fp=p["false_positives"], reminders=p["reminders"],
                      released=p["released_after_reminder"]))
         d1, d2 = st.columns(2)
@@ -108,7 +107,7 @@ def ledger(f: filters.Filters) -> None:
                              "would_end_at, would_end_basis, recovered_gpu_hours, reused_gpu_hours, reuse_share_pct, "
                              "is_false_positive, resubmitted_job_id, is_released_after_reminder, actor")
     with st.expander(t("ledger_rows", n=ROWS)):
-        st.dataframe(rows, width="stretch", hide_index=True)
+        ui.show_table(rows, "reclaim_ledger")
 
 
 def exemptions(f: filters.Filters) -> None:
@@ -122,9 +121,7 @@ def exemptions(f: filters.Filters) -> None:
         rows = rows.filter(pl.col("tenant") == f.tenant)
     if ui.empty(rows, t("no_exemptions")):
         return
-    st.dataframe(rows, width="stretch", hide_index=True, column_config={
-        "is_expired": st.column_config.CheckboxColumn(t("expired")),
-        "days_left": st.column_config.NumberColumn(t("days_left"), format="%.1f d")})
+    ui.show_table(rows, labels={"is_expired": t("expired"), "days_left": t("days_left")}, units={"days_left": "days"})
 
 
 def draw() -> None:

@@ -23,7 +23,7 @@ def headline() -> None:
     p = period.row(0, named=True)
     st.caption(t("jobs_window"))
     cols = st.columns(4)
-    ui.kpi(cols[0], "failure_rate_pct", "job_period", p["failure_rate_pct"], "%")
+    ui.kpi(cols[0], "failure_rate_pct", "job_period", p["failure_rate_pct"])
     # the same definitions at the window's grain: their catalog entries live on metrics.task_daily
     ui.kpi(cols[1], "failed_jobs", "task_daily", p["failed_jobs"])
     ui.kpi(cols[2], "retries", "task_daily", p["retries"])
@@ -66,7 +66,7 @@ def retries(f: filters.Filters) -> None:
                             "retry_gpu_hours, interrupted_gpu_hours, submitted_at")
     with st.expander(t("retry_jobs", n=ROWS)):
         if not ui.empty(top):
-            st.dataframe(top, width="stretch", hide_index=True)
+            ui.show_table(top, "job_summary")
 
 
 def overruns(f: filters.Filters) -> None:
@@ -86,8 +86,7 @@ def overruns(f: filters.Filters) -> None:
     if ui.empty(late, t("no_overruns")):
         return
     st.caption(t("overrun_caption", n=min(late.height, ROWS)))
-    st.dataframe(late, width="stretch", hide_index=True, column_config={
-        c: st.column_config.NumberColumn(format="%d s") for c in ("expected_runtime_s", "time_limit_s", "run_time_s")})
+    ui.show_table(late, "job_summary")
 
 
 def oversized(f: filters.Filters) -> None:
@@ -101,7 +100,7 @@ def oversized(f: filters.Filters) -> None:
     ui.bars(daily, "day:T", "rightsizable_gpu_hours:Q", "gpu_model:N", t("gpu_hours_unit"),
             title=t("ch_by_day_model", what=ui.metric_label("rightsizable_gpu_hours", "spec_gaps")), note=t("good_lower"))
     shapes = data.rightsizable_shapes(clause, params)
-    st.dataframe(shapes, width="stretch", hide_index=True)
+    ui.show_table(shapes, "spec_gaps")
 
 
 def checkpoints(f: filters.Filters) -> None:
@@ -113,7 +112,7 @@ def checkpoints(f: filters.Filters) -> None:
     totals = data.checkpoint_breach_totals(f.start, f.end, clause, params)
     lost = data.work_lost_by_cause(f.start, f.end, clause, params)
     cols = st.columns(4)
-    ui.kpi(cols[0], "policy_breach_rate_pct", "checkpoint_policy_breaches", totals["policy_breach_rate_pct"], "%")
+    ui.kpi(cols[0], "policy_breach_rate_pct", "checkpoint_policy_breaches", totals["policy_breach_rate_pct"])
     ui.kpi(cols[1], "policy_breaches", "checkpoint_policy_breaches", totals["policy_breaches"])
     ui.kpi(cols[2], "work_lost_gpu_hours", "work_lost", float(lost["work_lost_gpu_hours"].sum()) if lost.height
            else None)
@@ -122,9 +121,7 @@ def checkpoints(f: filters.Filters) -> None:
     ui.definition("policy_breaches", "checkpoint_policy_breaches")
     offenders = data.checkpoint_breach_offenders(f.start, f.end, clause, params)
     if not ui.empty(offenders, t("no_breaches")):
-        config = ui.column_labels("checkpoint_policy_breaches", offenders.columns, policy_breach_rate_pct="%.1f%%")
-        config["month"] = st.column_config.DateColumn(t("col_month"), format="YYYY-MM")
-        st.dataframe(offenders, width="stretch", hide_index=True, column_config=config)
+        ui.show_table(offenders, "checkpoint_policy_breaches")
     st.markdown(f"**{t('work_lost_by_cause')}**")
     ui.definition("work_lost_gpu_hours", "work_lost")
     if ui.empty(lost, t("no_work_lost")):
@@ -178,16 +175,12 @@ def stalest(f: filters.Filters) -> None:
     if ui.empty(rows, t("no_running_training")):
         return
     st.caption(t("stalest_caption", n=rows.height))
-    # ages in hours (seconds of a stale checkpoint run to six digits); a missing checkpoint said in words
+    # ages as durations ("3 h 20 min"); a missing checkpoint said in words
     shown = rows.with_columns(
-        (pl.col("checkpoint_age_s") / 3600).alias("checkpoint_age_h"),
         pl.col("last_ok_checkpoint_at").dt.strftime("%Y-%m-%d %H:%M").fill_null(t("no_checkpoint_yet"))) \
         .select("job_id", "attempt", "tenant", "queue", "gpu_model", "gpus", "checkpoint_policy",
-                "last_ok_checkpoint_at", "checkpoint_age_h", "is_checkpoint_overdue")
-    config = ui.column_labels("checkpoint_age", [c for c in shown.columns if c != "checkpoint_age_h"])
-    config["checkpoint_age_h"] = st.column_config.NumberColumn(
-        f'{ui.metric_label("checkpoint_age_s", "checkpoint_age")} (h)', format="%.1f")
-    st.dataframe(shown, width="stretch", hide_index=True, column_config=config)
+                "last_ok_checkpoint_at", "checkpoint_age_s", "is_checkpoint_overdue")
+    ui.show_table(shown, "checkpoint_age")
 
 def draw() -> None:
     user = ui.page_user()

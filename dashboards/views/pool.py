@@ -4,8 +4,8 @@ import altair as alt
 import polars as pl
 import streamlit as st
 
-from dashboards import data, filters, ui
-from dashboards.i18n import t
+from dashboards import data, filters, fmt, ui
+from dashboards.i18n import lang, t
 
 STAGE_KEYS = ("project_owned", "shared_queues", "elastic_sharing", "resource_operations")
 NOT_INPUTS = {"month", "stage", "stage_order", "criterion", "score_pct", "score_rule", "first_day", "last_day"}
@@ -17,10 +17,10 @@ def headline(f: filters.Filters) -> None:
         return
     p = period.row(0, named=True)
     cols = st.columns(4)
-    ui.kpi(cols[0], "allocation_rate_pct", "pool_period", p["allocation_rate_pct"], "%")
-    ui.kpi(cols[1], "utilisation_of_allocated_pct", "pool_period", p["utilisation_of_allocated_pct"], "%")
-    ui.kpi(cols[2], "pool_utilisation_pct", "pool_period", p["pool_utilisation_pct"], "%")
-    ui.kpi(cols[3], "idle_allocated_gpu_hours", "pool_period", p["idle_allocated_gpu_hours"], " GPU-h")
+    ui.kpi(cols[0], "allocation_rate_pct", "pool_period", p["allocation_rate_pct"])
+    ui.kpi(cols[1], "utilisation_of_allocated_pct", "pool_period", p["utilisation_of_allocated_pct"])
+    ui.kpi(cols[2], "pool_utilisation_pct", "pool_period", p["pool_utilisation_pct"])
+    ui.kpi(cols[3], "idle_allocated_gpu_hours", "pool_period", p["idle_allocated_gpu_hours"])
     st.caption(t("pool_window_caption", first=p["first_day"], last=p["last_day"], model=p["gpu_model"]))
 
 
@@ -54,12 +54,10 @@ def gpus(f: filters.Filters, user) -> None:
             pl.when(pl.col("tenant") == user.tenant).then(pl.col(c)).otherwise(None).alias(c)
             for c in ("job_id", "tenant", "queue", "template"))
     st.caption(t("gpus_caption", n=rows.height, as_of=rows["as_of_at"].max()))
-    st.dataframe(rows.select("host", "gpu", "gpu_instance_id", "gpu_model", "share_mode", "gpu_instance_profile",
-                             "is_allocated", "tenant", "queue", "job_id", "held_since_at", "last_activity",
-                             "last_fb_used_mib", "is_reporting", "last_telemetry_at"),
-                 width="stretch", hide_index=True,
-                 column_config={"last_activity": st.column_config.ProgressColumn(min_value=0, max_value=1,
-                                                                                 format="%.2f")})
+    ui.show_table(rows.select("host", "gpu", "gpu_instance_id", "gpu_model", "share_mode", "gpu_instance_profile",
+                              "is_allocated", "tenant", "queue", "job_id", "held_since_at",
+                              (pl.col("last_activity") * 100).alias("last_activity_pct"), "last_fb_used_mib",
+                              "is_reporting", "last_telemetry_at"), "gpu_status")
 
 
 def scorecard(f: filters.Filters) -> None:
@@ -79,15 +77,16 @@ def scorecard(f: filters.Filters) -> None:
     st.caption(t("scorecard_caption", first=score["first_day"][0], last=score["last_day"][0]))
     for row in score.iter_rows(named=True):
         with st.expander(f"{row['stage_label']} · {row['score_pct']:.0f}%"):
-            inputs = [(ui.metric_label(k, "pooling_scorecard"), k, _fmt(v)) for k, v in row.items()
+            inputs = [(ui.metric_label(k, "pooling_scorecard"), _fmt(k, v)) for k, v in row.items()
                       if k not in NOT_INPUTS and k != "stage_label" and v is not None]
-            st.dataframe(pl.DataFrame(inputs, schema=[t("input"), "column", t("value")], orient="row"),
-                         width="stretch", hide_index=True)
+            ui.show_table(pl.DataFrame(inputs, schema=["input", "value"], orient="row"))
             st.caption(f"{t('rule')}: {row['score_rule']}")
 
 
-def _fmt(value) -> str:
-    return f"{value:,.1f}" if isinstance(value, float) else f"{value:,}" if isinstance(value, int) else str(value)
+def _fmt(column: str, value) -> str:
+    """A scorecard input by its unit (the catalog's, else its name's)."""
+    entry = data.metric(column, "pooling_scorecard")
+    return fmt.value(value, fmt.unit_of(column, (entry or {}).get("unit")), lang())
 
 
 def draw() -> None:

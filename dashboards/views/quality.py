@@ -17,14 +17,9 @@ def freshness(user) -> None:
     fresh = data.view("ingest_freshness", order="ingest_source")
     if ui.empty(fresh, t("q_no_ingest")):
         return
-    st.dataframe(fresh.select("ingest_source", "last_ingested_at", "hours_since_last_ingest", "first_day", "last_day",
-                              "days_loaded", "runs", "records_read", "records_loaded", "records_quarantined",
-                              "quarantined_pct"),
-                 hide_index=True, key="q_fresh",
-                 column_config={"hours_since_last_ingest": st.column_config.NumberColumn(format="%.1f h"),
-                                "first_day": st.column_config.DateColumn(format="YYYY-MM-DD"),
-                                "last_day": st.column_config.DateColumn(format="YYYY-MM-DD"),
-                                "quarantined_pct": st.column_config.NumberColumn(format="%.3f %%")})
+    ui.show_table(fresh.select("ingest_source", "last_ingested_at", "hours_since_last_ingest", "first_day", "last_day",
+                               "days_loaded", "runs", "records_read", "records_loaded", "records_quarantined",
+                               "quarantined_pct"), "ingest_freshness", key="q_fresh", stretch=False)
 
 
 def loaded(f: filters.Filters) -> None:
@@ -63,7 +58,7 @@ def quarantine(user, f: filters.Filters) -> None:
              "example_line"]
     if user.is_operator:  # the raw record may name another tenant's job
         shown.append("example_raw")
-    st.dataframe(reasons.head(ROW_LIMIT).select(shown), hide_index=True, key="q_reasons")
+    ui.show_table(reasons.head(ROW_LIMIT).select(shown), "quarantine_reasons", key="q_reasons", stretch=False)
     if reasons.height > ROW_LIMIT:
         st.caption(t("showing_rows", shown=ROW_LIMIT, total=reasons.height))
 
@@ -79,14 +74,14 @@ def checks(user, f: filters.Filters) -> None:
         return
     failed = results.filter(pl.col("is_failed"))
     cols = st.columns(2)
-    cols[0].metric(t("q_checks_run"), f"{results.height:,}")
-    cols[1].metric(t("q_checks_failed"), f"{failed.height:,}")
+    ui.tile(cols[0], t("q_checks_run"), results.height, "count")
+    ui.tile(cols[1], t("q_checks_failed"), failed.height, "count")
     if failed.is_empty():
         st.success(t("q_all_passed"))
     shown = ["check_name", "asset", "day", "passed", "severity", "unexpected_count", "checked_at"]
     if user.is_operator:
         shown.append("metadata_json")
-    st.dataframe(results.head(ROW_LIMIT).select(shown), hide_index=True, key="q_checks")
+    ui.show_table(results.head(ROW_LIMIT).select(shown), "check_results", key="q_checks", stretch=False)
 
 
 def scrape_gaps(f: filters.Filters) -> None:
@@ -99,7 +94,7 @@ def scrape_gaps(f: filters.Filters) -> None:
     gaps_label = ui.metric_label("gaps", "scrape_gaps")
     ui.bars(gaps, "day:T", "gaps:Q", "error_kind:N", f"{gaps_label} ({t('gaps_unit')})",
             title=t("ch_by_day", what=gaps_label, by=t("error_kind")), note=t("good_lower"))
-    st.dataframe(gaps.sort("gaps", descending=True).head(ROW_LIMIT), hide_index=True, key="q_gaps")
+    ui.show_table(gaps.sort("gaps", descending=True).head(ROW_LIMIT), "scrape_gaps", key="q_gaps", stretch=False)
 
 
 def reconciliation(user, f: filters.Filters) -> None:
@@ -125,7 +120,8 @@ def reconciliation(user, f: filters.Filters) -> None:
         rows = findings.filter(pl.col("tenant") == user.tenant)
         if ui.empty(rows, t("q_no_findings")):
             return
-    st.dataframe(rows.head(ROW_LIMIT).select(columns), hide_index=True, key="q_findings")
+    ui.show_table(rows.head(ROW_LIMIT).select(columns), "telemetry_reconciliation", key="q_findings", stretch=False,
+                  units={"mean_activity": None})
     if rows.height > ROW_LIMIT:
         st.caption(t("showing_rows", shown=ROW_LIMIT, total=rows.height))
 

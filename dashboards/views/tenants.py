@@ -60,9 +60,7 @@ def quota_fit(f: filters.Filters) -> None:
         color=alt.Color("part:N", title=None, sort=list(names.values()), legend=alt.Legend(orient="bottom", labelLimit=300)),
         tooltip=["tenant:N", "gpu_model:N", "part:N", alt.Tooltip("gpu_hours:Q", format=",.1f")])
     ui.show(chart, t("ch_quota_fit"))
-    st.dataframe(fit, width="stretch", hide_index=True,
-                 column_config={"quota_used_pct": st.column_config.NumberColumn(format="%.1f %%"),
-                                "idle_quota_share_pct": st.column_config.NumberColumn(format="%.1f %%")})
+    ui.show_table(fit, "quota_fit")
 
 
 def costs(f: filters.Filters, operator: bool) -> None:
@@ -80,7 +78,7 @@ def costs(f: filters.Filters, operator: bool) -> None:
         return
     latest = pool.tail(3)  # the latest months' pool totals as headline numbers
     for col, month in zip(st.columns(latest.height), latest.iter_rows(named=True), strict=True):
-        ui.kpi(col, "pool_total_cost_usd", "cost_attribution", month["pool_total_cost_usd"], " USD")
+        ui.kpi(col, "pool_total_cost_usd", "cost_attribution", month["pool_total_cost_usd"])
         col.caption(f"{month['month']:%Y-%m}")
     st.caption(t("cost_caption_operator" if operator and f.tenant is None else "cost_caption_scoped"))
     # costs add up: past MAX_SERIES tenants the smallest are summed into "others" (the total stays the pool's)
@@ -95,9 +93,7 @@ def costs(f: filters.Filters, operator: bool) -> None:
         tooltip=["yearmonth(month):O", alt.Tooltip("pool_total_cost_usd:Q", format=",.2f")])
     ui.show(bars + total, t("ch_costs"), t("cost_tick_note"))
     if not ui.empty(rows, t("no_costs_tenant")):
-        st.dataframe(rows, width="stretch", hide_index=True,
-                     column_config={c: st.column_config.NumberColumn(format="%.2f")
-                                    for c in ("allocated_cost_usd", "shared_unallocated_cost_usd", "total_cost_usd")})
+        ui.show_table(rows, "cost_attribution")
 
 
 def task_mix(f: filters.Filters) -> None:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from pathlib import Path
 
 import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
+from dashboards import fmt
 from dashboards.auth import hash_password
 from pipelines.pack import store
 from pipelines.paths import REPO_ROOT
@@ -71,8 +73,43 @@ def tenants_shown(at: AppTest) -> set[str]:
     seen: set[str] = set()
     for df in frames(at):
         if "tenant" in df.columns:
-            seen |= set(df["tenant"].dropna().unique())
+            seen |= set(df["tenant"].dropna().unique()) - {fmt.MISSING}
     return seen
+
+
+def labels(element) -> dict[str, str]:
+    """A table's headings as the page shows them (its column_config's labels), by column key."""
+    config = json.loads(element.proto.columns) if element.proto.columns else {}
+    return {key: c["label"] for key, c in config.items() if c.get("label")}
+
+
+def labelled(element):
+    """A table's frame with its headings as shown (ui.show_table keeps the keys and labels the columns)."""
+    return element.value.rename(columns=labels(element))
+
+
+DURATION = re.compile(r"^(?:(\d+) d)? ?(?:(\d+) h)? ?(?:(\d+) min)? ?(?:(\d+) s)?$")
+
+
+def shown_number(text: str) -> float | None:
+    """A figure as a table or tile shows it (dashboards/fmt.py), read back: a duration in seconds ("2 h 5 min"),
+    "12.5 %", "$1,234.56", "1,234.5 GPU-h", "1,234"; None for "–"."""
+    if text == fmt.MISSING:
+        return None
+    match = DURATION.match(text)
+    if match and any(match.groups()):
+        d, h, m, s = (int(g or 0) for g in match.groups())
+        return ((d * 24 + h) * 60 + m) * 60 + s
+    return float(re.sub(r"[^0-9.\-]", "", text.removesuffix(" GPU-h")))
+
+
+def shown_numbers(column) -> list[float | None]:
+    return [shown_number(v) for v in column]
+
+
+def shown_day(text: str) -> dt.date:
+    """The day of a shown timestamp or date ("2026-11-02 14:03")."""
+    return dt.date.fromisoformat(text[:10])
 
 
 def add_tenant_pack(home: Path, month: dt.date, tenant: str, pdf: bytes, html: bytes) -> Path:

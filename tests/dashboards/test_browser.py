@@ -19,6 +19,7 @@ import datetime as dt
 import json
 import os
 import random
+import re
 import shutil
 import socket
 import subprocess
@@ -112,7 +113,7 @@ def browser():
 @pytest.fixture(scope="module")
 def context(browser):
     """The page tests' browser context: Streamlit's scripts load once into its cache. Each test's page is
-    still a session of its own: the sign-in lives in the server's session state, not in a cookie."""
+    still a session of its own, signed in through the form: _open clears the session cookie first."""
     context = browser.new_context(viewport=VIEWPORT)
     try:
         yield context
@@ -202,6 +203,7 @@ def _whole_page(page) -> None:
 
 def _open(context, url: str, path: str, lang: str = "en"):
     """A page signed in as the operator and drawn; JavaScript errors collected in the returned list."""
+    context.clear_cookies()  # the form, not the session cookie of the page before
     page = context.new_page()
     problems: list[str] = []
     page.on("pageerror", lambda exc: problems.append(str(exc)))
@@ -243,6 +245,60 @@ def test_sign_in_form_guards_every_page(context, app_url):
         page.close()
 
 
+# headline tiles whose label or figure the browser cut (an ellipsis: the text is wider than its box)
+CUT_TILES_JS = """els => els.flatMap(el => [...el.querySelectorAll(
+    '[data-testid="stMetricLabel"] *, [data-testid="stMetricValue"] *, [data-testid="stMetricValue"]')]
+  .filter(x => x.scrollWidth > x.clientWidth + 1).map(x => x.textContent.trim()))"""
+
+
+def _cut_tiles(page) -> list[str]:
+    return page.locator('[data-testid="stMetric"]').evaluate_all(CUT_TILES_JS)
+
+
+def _signed_in_on(page, key: str) -> None:
+    page.wait_for_selector(f'[data-testid="gpupool-page"][data-page="{key}"]', state="attached", timeout=60_000)
+    _settled(page)
+    assert page.locator('[data-testid="stForm"]').count() == 0
+
+
+def test_a_reload_and_a_new_tab_keep_the_session(browser, app_url):
+    """Signed in once, a reload and a new tab of the same browser are still signed in (the signed session
+    cookie); after signing out, or with a tampered cookie, the sign-in form shows again."""
+    context = browser.new_context(viewport=VIEWPORT)
+    try:
+        page = context.new_page()
+        page.goto(f"{app_url}/audit")
+        page.wait_for_selector('[data-testid="stForm"]', timeout=30_000)
+        _settled(page)
+        _sign_in(page, "ops")
+        _signed_in_on(page, "page_audit")
+        page.wait_for_function("() => document.cookie.includes('gpupool_session=')", timeout=30_000)
+        cookie = next(c for c in context.cookies() if c["name"] == "gpupool_session")
+        assert cookie["sameSite"] == "Strict" and cookie["expires"] > time.time() + 11 * 3600
+        page.reload()
+        _signed_in_on(page, "page_audit")
+        other = context.new_page()
+        other.goto(f"{app_url}/jobs")
+        _signed_in_on(other, "page_jobs")
+        other.close()
+        # a tampered cookie (another user's name under the old signature) is refused
+        payload, signature = cookie["value"].split(".")
+        forged = base64.urlsafe_b64encode(base64.urlsafe_b64decode(payload + "==").replace(b'"ops"', b'"vic"'))
+        context.add_cookies([{**cookie, "value": f"{forged.decode().rstrip('=')}.{signature}"}])
+        page.reload()
+        page.wait_for_selector('[data-testid="stForm"]', timeout=30_000)
+        context.add_cookies([cookie])
+        page.reload()
+        _signed_in_on(page, "page_audit")
+        page.get_by_role("button", name="Sign out").click()
+        page.wait_for_selector('[data-testid="stForm"]', timeout=30_000)
+        page.wait_for_function("() => !document.cookie.includes('gpupool_session=')", timeout=30_000)
+        page.reload()
+        page.wait_for_selector('[data-testid="stForm"]', timeout=30_000)
+    finally:
+        context.close()
+
+
 @pytest.mark.parametrize("path", list(PAGES))
 def test_page_in_the_browser(context, app_url, shots, path):
     began = time.monotonic()
@@ -252,6 +308,9 @@ def test_page_in_the_browser(context, app_url, shots, path):
         errors = [e.inner_text()[:500] for e in page.locator(ERRORS).all()]
         assert errors == [], f"{path}: {errors}"
         assert problems == [], f"{path}: JavaScript errors {problems}"
+        assert _cut_tiles(page) == [], f"{path}: headline tiles cut"
+        text = page.locator('[data-testid="stMain"]').inner_text()
+        assert not re.search(r"\bNone\b|\bnan\b", text), f"{path}: 'None' or 'nan' on the page"
         charts = _charts_read(page, path)
         _whole_page(page)
         for folder in shots:
@@ -277,6 +336,17 @@ def test_page_in_chinese(context, app_url, shots):
     except Exception:
         page.screenshot(path=str(shots[0] / "tenants-zh-failed.png"))
         raise
+    finally:
+        page.close()
+
+
+@pytest.mark.parametrize("path", ["pool", "queues", "idle", "jobs", "health", "quality", "audit"])
+def test_tiles_fit_in_chinese(context, app_url, path):
+    """The pages with headline tiles, in Chinese: no tile's label or figure cut, no 'None'."""
+    page, problems = _open(context, f"{app_url}/{'' if path == DEFAULT_PAGE else path}?lang=zh", path, "zh")
+    try:
+        assert problems == [] and _cut_tiles(page) == [], f"{path}: {problems} {_cut_tiles(page)}"
+        assert not re.search(r"\bNone\b|\bnan\b", page.locator('[data-testid="stMain"]').inner_text())
     finally:
         page.close()
 

@@ -73,9 +73,11 @@ def test_no_warehouse_says_so(dashboard_env, monkeypatch, tmp_path):
 
 def test_json_readably():
     evidence = _figures(json.dumps({"capacity_gpus": 96, "share": 0.36946, "views": ["a", "b"], "w": {"x": 1}}))
-    assert dict(evidence.iter_rows()) == {"capacity_gpus": "96", "share": "0.369", "views": "a, b", "w.x": "1"}
+    assert dict(evidence.iter_rows()) == {"capacity_gpus": "96", "share": "0.37", "views": "a, b", "w.x": "1"}
     whatif = _whatif(json.dumps({"confirms": True, "wait_p95_min": {"baseline": 10.0, "changed": 2.5}}))
-    assert whatif.row(0) == ("wait_p95_min", 10.0, 2.5, None)
+    assert whatif.row(0) == ("wait_p95_min", "10 min", "2 min 30 s", "–")  # minutes of wait as durations
+    zh = _whatif(json.dumps({"pool_utilisation_pct": {"baseline": 20.0, "changed": 22.5}}), "zh")
+    assert zh.row(0) == ("pool_utilisation_pct", "20%", "22.5%", "–")
     assert _figures(None).is_empty()
 
 
@@ -92,4 +94,6 @@ def test_the_smallest_change_search_shows_as_its_curve_not_as_a_what_if_row():
     assert search["smallest_change"] == "+1 H100 node"
     assert curve["change"].to_list() == ["baseline", "+1 H100 node"]
     assert curve["sufficient"].to_list() == [False, True]
+    assert curve.columns == ["change", "wait_p95_H100_min", "wait_p95_min", "pool_utilisation_pct",
+                             "share_of_full_effect", "sufficient"]
     assert _search_curve(json.dumps({"confirms": True})) is None

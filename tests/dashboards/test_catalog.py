@@ -9,17 +9,18 @@ import streamlit as st
 
 from dashboards.i18n import STRINGS
 from pipelines.catalog import load_catalog
-from tests.dashboards.conftest import errors, signed_in
+from tests.dashboards.conftest import errors, labelled, signed_in
 
 CATALOG = load_catalog()
 
 
 def tables(at):
-    return [d.value for d in at.dataframe]
+    """The tables with their headings as shown (the page's language)."""
+    return [labelled(d) for d in at.dataframe]
 
 
 def names(at) -> set[str]:
-    return {n for df in tables(at) for n in df["name"]}
+    return {n for d in at.dataframe for n in d.value["name"]}
 
 
 @pytest.mark.parametrize("who", ["ops", "vic"])
@@ -31,7 +32,7 @@ def test_every_metric_grouped_with_both_labels(dashboard_env, who):
     assert [s.value.split(" (")[0] for s in at.subheader] == ["Resource", "Task", "Governance"]
     first = tables(at)[0]
     assert {"English", "Chinese", "Unit", "Grain", "View.column", "Formula", "Definition"} <= set(first.columns)
-    row = first[first["name"] == "allocated_gpu_hours"].iloc[0]
+    row = first[first["Name"] == "allocated_gpu_hours"].iloc[0]
     assert (row["English"], row["Chinese"], row["View.column"]) == (
         "Allocated GPU-hours", "已分配GPU小时", "metrics.pool_daily.allocated_gpu_hours")
     assert any(f"Catalog version {CATALOG.version}" in c.value for c in at.caption)

@@ -10,7 +10,7 @@ import streamlit as st
 
 from dashboards.i18n import STRINGS
 from pipelines.lake.reader import search_config
-from tests.dashboards.conftest import errors, frames, signed_in, tenants_shown
+from tests.dashboards.conftest import errors, frames, shown_day, shown_numbers, signed_in, tenants_shown
 
 
 def test_operator(dashboard_env):
@@ -23,7 +23,10 @@ def test_operator(dashboard_env):
     # failures by reason, their GPU-hours, retry GPU-hours, overrun steps, rightsizable GPU-hours
     assert len(at.get("vega_lite_chart")) >= 4
     late = next(df for df in frames(at) if "expected_runtime_s" in df.columns)
-    assert len(late) and (late["run_time_s"] > late["expected_runtime_s"].fillna(late["time_limit_s"])).all()
+    # durations as shown ("1 h 5 min": to the minute past an hour, so the comparison is not strict)
+    declared = [e if e is not None else t for e, t in zip(shown_numbers(late["expected_runtime_s"]),
+                                                            shown_numbers(late["time_limit_s"]), strict=True)]
+    assert len(late) and all(r >= d for r, d in zip(shown_numbers(late["run_time_s"]), declared, strict=True))
     assert len(tenants_shown(at)) > 1
     assert any("rightsizable_gpu_hours" in df.columns for df in frames(at))
 
@@ -48,16 +51,18 @@ def test_checkpoints_and_artifacts_are_the_views_figures(dashboard_env):
                                            "from metrics.checkpoint_policy_breaches")
     assert lost > 0 and breaches > 0
     assert shown["Checkpoint policy breaches"] == f"{breaches:,}"
-    assert shown["Checkpoint policy breach rate"] == f"{100 * breaches / judged:,.1f}%"
+    assert shown["Checkpoint policy breach rate"] == f"{100 * breaches / judged:,.1f} %"
     assert shown["Work lost at interruptions"] == f"{lost:,.1f}"
-    assert shown["Failed attempts without a checkpoint"] == f"{without:,}"
+    assert shown["No checkpoint (failed)"] == f"{without:,}"  # a short label; the catalog's in the help
     offenders = next(df for df in frames(at) if "policy_breaches" in df.columns)
-    assert offenders["policy_breaches"].sum() == breaches and (offenders["policy_breaches"] > 0).all()
-    stale = next(df for df in frames(at) if "checkpoint_age_h" in df.columns)
+    counts = shown_numbers(offenders["policy_breaches"])
+    assert sum(counts) == breaches and all(c > 0 for c in counts)
+    stale = next(df for df in frames(at) if "checkpoint_age_s" in df.columns)
+    ages = shown_numbers(stale["checkpoint_age_s"])  # durations, to the minute (the hour past two days)
     running = _one(dashboard_env, "select count(distinct (source, job_id, attempt)), max(checkpoint_age_s) "
                                   "from metrics.checkpoint_age where is_running")
-    assert len(stale) == min(running[0], 30) and stale["checkpoint_age_h"].iloc[0] == pytest.approx(running[1] / 3600)
-    assert stale["checkpoint_age_h"].is_monotonic_decreasing and stale["last_ok_checkpoint_at"].notna().all()
+    assert len(stale) == min(running[0], 30) and ages[0] == pytest.approx(running[1], abs=3600)
+    assert ages == sorted(ages, reverse=True) and "None" not in set(stale["last_ok_checkpoint_at"])
     assert any(s.value == STRINGS["checkpoints"]["en"] for s in at.subheader)
     assert any(s.value == "Checkpoint / model-artifact status" for s in at.subheader)
     specs = [str(c.proto) for c in at.get("vega_lite_chart")]  # spec and data
@@ -80,7 +85,7 @@ def test_filters_in_the_url(dashboard_env):
         if "gpu_model" in df.columns:
             assert set(df["gpu_model"].dropna().unique()) <= {"A100"}
         if "submitted_at" in df.columns and len(df):
-            assert {d.date() for d in df["submitted_at"]} == {dt.date(2026, 11, 1)}
+            assert {shown_day(d) for d in df["submitted_at"]} == {dt.date(2026, 11, 1)}
 
 
 def test_chinese(dashboard_env):

@@ -84,8 +84,8 @@ def test_tenant_member_sees_pool_figures_but_only_their_holders(dashboard_env):
     assert len(at.metric) == 4
     gpus = gpu_table(at)
     assert len(gpus) >= 32  # every GPU: the pool is pool-level
-    assert set(gpus["tenant"].dropna().unique()) <= {"vision"}
-    assert gpus.loc[gpus["tenant"].isna() & gpus["is_allocated"], "job_id"].isna().all()
+    assert set(gpus["tenant"].unique()) - {"–"} <= {"vision"}  # – : nothing shown
+    assert (gpus.loc[(gpus["tenant"] == "–") & (gpus["is_allocated"] == "✓"), "job_id"] == "–").all()
 
 
 def test_model_filter_in_the_url(dashboard_env):

@@ -5,14 +5,14 @@ from __future__ import annotations
 import datetime as dt
 
 from dashboards.i18n import STRINGS
-from tests.dashboards.conftest import errors, frames, signed_in
+from tests.dashboards.conftest import errors, frames, shown_day, signed_in
 
 
 def shown(at, column: str) -> set:
     seen: set = set()
     for df in frames(at):
         if column in df.columns:
-            seen |= set(df[column].dropna().unique())
+            seen |= set(df[column].dropna().unique()) - {"–"}
     return seen
 
 
@@ -30,8 +30,9 @@ def test_operator_sees_every_queue(dashboard_env):
     assert len(at.get("vega_lite_chart")) >= 2  # waits per queue (p95 and p50 tabs) at least
     assert len(shown(at, "tenant")) > 1
     assert len(shown(at, "queue")) > 1
-    # units are in the headline numbers
-    assert all(m.value.endswith(" min") for m in at.metric[:2] if m.value != "n/a")
+    # the waits are durations ("7 min 33 s", "2 h 5 min"), their unit in the help
+    assert all(m.value == "–" or m.value.endswith((" s", " min", " h")) for m in at.metric[:2])
+    assert all("Unit: time" in m.help for m in at.metric[:2])
 
 
 def test_tenant_member_sees_only_their_queues(dashboard_env):
@@ -48,7 +49,7 @@ def test_filters_in_the_url(dashboard_env):
     assert shown(at, "gpu_model") <= {"H100"}
     for df in frames(at):
         if "day" in df.columns and len(df):
-            assert {d.date() if hasattr(d, "date") else d for d in df["day"]} <= {dt.date(2026, 11, 2)}
+            assert {shown_day(d) for d in df["day"]} <= {dt.date(2026, 11, 2)}
 
 
 def test_chinese(dashboard_env):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dashboards.i18n import STRINGS
-from tests.dashboards.conftest import errors, frames, signed_in, tenants_shown
+from tests.dashboards.conftest import errors, frames, shown_number, shown_numbers, signed_in, tenants_shown
 
 
 def cost_table(at):
@@ -13,8 +13,8 @@ def cost_table(at):
 
 
 def pool_total(at) -> float:
-    metric = next(m for m in at.metric if m.value.endswith(" USD"))
-    return float(metric.value.removesuffix(" USD").replace(",", ""))
+    metric = next(m for m in at.metric if m.value.startswith("$"))  # "$9,562": whole dollars from 1,000 up
+    return shown_number(metric.value)
 
 
 def test_operator_costs_add_up_to_the_pool_total(dashboard_env):
@@ -26,7 +26,7 @@ def test_operator_costs_add_up_to_the_pool_total(dashboard_env):
     assert len(at.get("vega_lite_chart")) >= 4  # quota usage, borrowing, quota fit, costs, task mix
     costs = cost_table(at)
     assert costs["month"].nunique() == 1  # the demo's two days are one month
-    assert costs["total_cost_usd"].sum() == pytest.approx(pool_total(at), rel=1e-3)
+    assert sum(shown_numbers(costs["total_cost_usd"])) == pytest.approx(pool_total(at), rel=1e-3)
     assert len(tenants_shown(at)) > 1
 
 
@@ -36,7 +36,7 @@ def test_tenant_member_sees_their_costs_and_the_pool_total(dashboard_env):
     assert tenants_shown(at) <= {"vision"}
     costs = cost_table(at)
     assert set(costs["tenant"]) == {"vision"}
-    assert costs["total_cost_usd"].sum() < pool_total(at)  # the pool total is shown, other tenants are not
+    assert sum(shown_numbers(costs["total_cost_usd"])) < pool_total(at)  # the pool total is shown, other tenants are not
     assert STRINGS["cost_caption_scoped"]["en"] in [c.value for c in at.caption]
     # the task-type mix: the pool's and the member's own
     assert len(at.tabs) >= 2
