@@ -45,8 +45,10 @@ TENANT_FIGURES: tuple[Figure, ...] = (
     # over all the tenant's jobs of the month, whatever their queue (queue_month has one row per queue)
     Figure("queue_wait_p95", "quota_waits", "queue_wait_p95", "tenant_month",
            f"select queue_wait_p95_s from metrics.tenant_month where month = ? and {T}", True),
-    Figure("jobs_waiting", "quota_waits", "jobs_waiting", "queue_month",
-           f"select sum(jobs_waiting) from metrics.queue_month where month = ? and {T}", True),
+    Figure("jobs_waiting", "quota_waits", "jobs_waiting", "tenant_month",
+           f"select jobs_waiting from metrics.tenant_month where month = ? and {T}", True),
+    Figure("cancelled_while_queued", "quota_waits", "cancelled_while_queued", "tenant_month",
+           f"select cancelled_while_queued from metrics.tenant_month where month = ? and {T}", True),
     # costs
     Figure("total_cost", "costs", "total_cost", "cost_attribution",
            f"select total_cost_usd from metrics.cost_attribution where month = ? and {T}", True),
@@ -258,11 +260,12 @@ def tenant_answers(con: duckdb.DuckDBPyConnection, figs) -> tuple[list[Answer], 
     answers.append(Answer(
         "waits", {"en": "Are our jobs waiting?", "zh": "作业在排队等待吗？"},
         {"en": f"95% of the jobs we started this month waited under {_duration(wait)['en']}{was['en']}; "
-               f"{_n(v['jobs_waiting'])} were still waiting at the month's end.",
+               f"{_n(v['jobs_waiting'])} were still waiting at the month's end and "
+               f"{_n(v['cancelled_while_queued'])} were cancelled while queued.",
          "zh": f"本月启动的作业95%等待少于{_duration(wait)['zh']}{was['zh']}；"
-               f"月末仍有{_n(v['jobs_waiting'])}个在等待。"},
+               f"月末仍有{_n(v['jobs_waiting'])}个在等待，{_n(v['cancelled_while_queued'])}个在排队时被取消。"},
         _status(wait, WAIT_ACT_S, WAIT_WATCH_S, high_is_bad=True), "waits", wait,
-        ("queue_wait_p95", "jobs_waiting")))
+        ("queue_wait_p95", "jobs_waiting", "cancelled_while_queued")))
 
     actions = v["governance_actions"]
     top = tables["actions_by_policy"]

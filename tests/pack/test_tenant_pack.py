@@ -165,6 +165,12 @@ def test_tenant_wait_p95_is_over_the_tenants_jobs_of_the_month(tenant_home):
                            [MONTH, dt.date(2026, 12, 1), TENANT_NAME]).fetchone()
         queues = con.execute("select count(*) from metrics.queue_month where month = ? and tenant = ?",
                              [MONTH, TENANT_NAME]).fetchone()[0]
+        # waiting work: a job waits in one queue, so the tenant's counts are its queues' sums
+        waiting = con.execute("select jobs_waiting, cancelled_while_queued from metrics.tenant_month "
+                              "where month = ? and tenant = ?", [MONTH, TENANT_NAME]).fetchone()
+        by_queue = con.execute("select sum(jobs_waiting), sum(cancelled_while_queued) from metrics.queue_month "
+                               "where month = ? and tenant = ?", [MONTH, TENANT_NAME]).fetchone()
     finally:
         con.close()
     assert view[0] == pytest.approx(jobs[0]) and view[1] == jobs[1] > 0 and queues >= 1
+    assert waiting == by_queue
