@@ -9,10 +9,17 @@ from typing import TYPE_CHECKING
 
 import click
 
-from pipelines.cli.common import HOME_OPTION, day_progress, step, warehouse
+from pipelines.cli.common import (
+    HOME_OPTION,
+    MONTH_HELP,
+    day_progress,
+    loaded_months,
+    parse_month,
+    step,
+    warehouse,
+)
 
 if TYPE_CHECKING:
-    import duckdb
 
     from pipelines.coverage import Coverage
 
@@ -68,7 +75,7 @@ def whatif(home: Path | None, month: str | None, days: int | None, add_nodes: tu
 
 @click.command()
 @HOME_OPTION
-@click.option("--month", default=None, help="Month of data, YYYY-MM (default: the last month loaded).")
+@click.option("--month", default=None, help=MONTH_HELP)
 @click.option("--whatif-top", default=1, show_default=True, type=click.IntRange(min=0),
               help="Test this many of the top recommendations with the what-if replay (0: none); for advice "
                    "that adds nodes or moves quota, search the smallest sufficient change (a few replays, "
@@ -85,10 +92,7 @@ def recommend(home: Path | None, month: str | None, whatif_top: int) -> None:
     wh = warehouse(home)
     first = None
     if month is not None:
-        try:
-            first = dt.datetime.strptime(month, "%Y-%m").date()
-        except ValueError:
-            raise click.BadParameter(f"{month!r}: expected YYYY-MM, e.g. 2026-11", param_hint="--month") from None
+        first = parse_month(month)
     if not wh.db_path.exists():
         raise click.ClickException(f"{wh.db_path}: no warehouse; run `gpupool demo` or ingest a month first")
     with wh.connect(read_only=True) as con:
@@ -141,12 +145,6 @@ def coverage_line(coverage: Coverage) -> str:
     said = (f"partial month, {coverage.phrase('en')}: the advice rests on those days only" if coverage.partial
             else f"complete month, {coverage.phrase('en')}")
     return f"  Coverage: {said} ({kinds})"
-
-
-def loaded_months(con: duckdb.DuckDBPyConnection) -> list[dt.date]:
-    """The first days of the months metrics.pool_daily has a day of, in order."""
-    rows = con.execute("select distinct date_trunc('month', day)::date from metrics.pool_daily order by 1").fetchall()
-    return [row[0] for row in rows]
 
 
 def curve_lines(search: dict, model: str) -> list[str]:

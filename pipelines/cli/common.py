@@ -64,6 +64,24 @@ def partition_day(day: str | None, param: str = "--date") -> dt.date:
     return partition
 
 
+MONTH_HELP = "Month, YYYY-MM (default: the latest month with data)."
+
+
+def parse_month(month: str) -> dt.date:
+    """The first day of --month, or a usage error saying the form."""
+    try:
+        return dt.datetime.strptime(month, "%Y-%m").date()
+    except ValueError:
+        raise click.BadParameter(f"{month!r}: expected YYYY-MM, e.g. 2026-11", param_hint="--month") from None
+
+
+def loaded_months(con) -> list[dt.date]:
+    """The first days of the months metrics.pool_daily has a day of, in order: every command's
+    --month defaults to the last of them (one rule for pack, recommend and whatif)."""
+    rows = con.execute("select distinct date_trunc('month', day)::date from metrics.pool_daily order by 1").fetchall()
+    return [row[0] for row in rows]
+
+
 @contextmanager
 def step_errors(wh: Warehouse, verbose: bool):
     """Turn a failed ingest or build step into its cause on one line and exit 1; the full error goes to

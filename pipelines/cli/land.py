@@ -26,8 +26,9 @@ def backfill() -> None:
 
 
 @backfill.command("prometheus")
-@click.option("--start", required=True, type=click.DateTime(), help="Window start, UTC.")
-@click.option("--end", required=True, type=click.DateTime(), help="Window end, UTC.")
+# --from/--to, as `gpupool export` spells a range; --start/--end, the first spelling, still work
+@click.option("--from", "--start", "start", required=True, type=click.DateTime(), help="Window start, UTC.")
+@click.option("--to", "--end", "end", required=True, type=click.DateTime(), help="Window end, UTC.")
 @click.option("--no-ingest", is_flag=True, help="Only land the responses; do not ingest the days.")
 @HOME_OPTION
 def backfill_prometheus(start: dt.datetime, end: dt.datetime, no_ingest: bool, home: Path | None) -> None:

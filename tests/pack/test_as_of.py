@@ -160,3 +160,14 @@ def test_a_month_without_data_is_refused_and_pins_nothing(home: Path):
     assert list((home / "releases").glob("*.pin")) == []
     with duckdb.connect(str(home / "warehouse.duckdb"), read_only=True, config=search_config(home)) as con:
         assert con.execute("select count(*) from ops.review_packs").fetchone()[0] == 0
+
+
+@pytest.mark.usefixtures("pdf_not_rendered")
+def test_without_a_month_the_pack_is_of_the_latest_month_with_data(home: Path):
+    """--month is optional on `pack` as on `recommend`: the latest month of the release read."""
+    done = CliRunner().invoke(pack_command, ["--home", str(home)])
+    assert done.exit_code == 0, _said(done)
+    assert f"review pack {MONTH} (en)" in done.output
+    assert list((home / "packs" / MONTH).rglob("pack.html"))
+    bad = CliRunner().invoke(pack_command, ["--month", "11/2026", "--home", str(home)])
+    assert bad.exit_code == 2 and "expected YYYY-MM" in bad.output
