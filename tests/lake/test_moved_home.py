@@ -33,6 +33,17 @@ def counts(con: duckdb.DuckDBPyConnection) -> tuple[int, int]:
             con.execute("select count(*) from marts.fct_gpu_activity").fetchone()[0])
 
 
+def home_with_a_pinned_day(home: Path, built_empty_home: Path) -> tuple[Warehouse, int]:
+    """A home with a day of two GPUs built, its release pinned as a pack's."""
+    shutil.copytree(built_empty_home, home, ignore=shutil.ignore_patterns("last-build", "logs", "target"))
+    wh = Warehouse(home)
+    load_day(wh, DAYS[0], gpus=2)
+    build(wh)
+    pinned = wh.current_release()
+    wh.pin_release(pinned, "pack 2026-11")
+    return wh, pinned
+
+
 def read_every_release(wh: Warehouse) -> dict[int, tuple[int, int]]:
     out = {}
     for release in wh.kept_releases():
@@ -46,12 +57,7 @@ def test_a_moved_home_reads_every_kept_release_and_builds_on(tmp_path: Path, bui
     monkeypatch.setenv("GPUPOOL_KEEP_RELEASES", "2")
     monkeypatch.chdir(tmp_path)  # no reader finds the lake through the working folder
     old_home = tmp_path / "old" / "gpupool"
-    shutil.copytree(built_empty_home, old_home, ignore=shutil.ignore_patterns("last-build", "logs", "target"))
-    wh = Warehouse(old_home)
-    load_day(wh, DAYS[0], gpus=2)
-    build(wh)
-    pinned = wh.current_release()
-    wh.pin_release(pinned, "pack 2026-11")
+    wh, pinned = home_with_a_pinned_day(old_home, built_empty_home)
     load_day(wh, DAYS[1], gpus=3)
     build(wh)
     before = read_every_release(wh)
@@ -97,13 +103,9 @@ def test_releases_published_with_absolute_paths_are_mended_by_the_next_publish_o
         tmp_path: Path, built_empty_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     old_home = tmp_path / "old" / "gpupool"
-    shutil.copytree(built_empty_home, old_home, ignore=shutil.ignore_patterns("last-build", "logs", "target"))
-    wh = Warehouse(old_home)
-    load_day(wh, DAYS[0], gpus=2)
-    build(wh)
-    pinned = wh.current_release()
-    wh.pin_release(pinned, "pack 2026-11")
+    wh, pinned = home_with_a_pinned_day(old_home, built_empty_home)
     before = read_every_release(wh)
+    assert pinned in before  # a pack's pinned release is mended too
     for release in wh.kept_releases():
         absolute_as_before(wh, release)
     (wh.releases / RELATIVE_MARK).unlink()  # as a home from before the mend has none
