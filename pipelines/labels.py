@@ -72,6 +72,7 @@ COLUMN_LABELS: dict[str, dict[str, str]] = {
     "final_state": {"en": "Final state", "zh": "最终状态"},
     "review_verdict": {"en": "Verdict on this month's demand", "zh": "按本月需求的评判"},
     "review_applied": {"en": "Applied", "zh": "已执行"},
+    "applied": {"en": "Applied", "zh": "已执行"},
     "replayed_wait_p95_with_change_s": {"en": "Replayed wait p95 with the advice", "zh": "回放P95等待（按建议）"},
     "replayed_wait_p95_without_change_s": {"en": "Replayed wait p95 without the advice", "zh": "回放P95等待（不按建议）"},
     "failure_message": {"en": "Error message (as logged)", "zh": "报错信息（原文）"},

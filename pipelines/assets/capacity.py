@@ -27,7 +27,7 @@ class CapacityConfig(dg.Config):
     deps=reads(
         "metrics.capacity_headroom", "metrics.capacity_trend", "metrics.gpu_inventory", "metrics.job_summary",
         "metrics.pool_daily", "metrics.queue_rules", "metrics.quota_fit", "metrics.quota_fit_pairs",
-        "metrics.spec_gaps", "metrics.wait_causes", "marts.dim_jobs", "marts.fct_allocation_activity",
+        "metrics.spec_gaps", "metrics.tenant_quota", "metrics.wait_causes", "marts.dim_jobs", "marts.fct_allocation_activity",
         "marts.fct_allocations", "marts.fct_audit_events", "marts.fct_idle_windows", "marts.fct_job_attempts",
         "marts.fct_reclaim_ledger", "staging.stg_pool__gpu_inventory", "staging.stg_pool__queue_quotas",
         "raw.governance_actions",

@@ -30,6 +30,7 @@ from pathlib import Path
 import duckdb
 
 from pipelines.capacity.store import Recommendation
+from pipelines.contracts import RECOMMENDATIONS_TABLE
 
 VERDICTS = ("credited", "would_have_helped", "not_credited", "not_relied_on")
 REVIEWED_KINDS = ("add_nodes", "remove_nodes", "move_quota")
@@ -44,10 +45,11 @@ def _next(month: dt.date) -> dt.date:
 
 
 def top_advice(con: duckdb.DuckDBPyConnection, month: dt.date) -> Recommendation | None:
-    """The previous month's rank-1 advice, when the replay can express it (REVIEWED_KINDS)."""
+    """The previous month's rank-1 advice, when the replay can express it (REVIEWED_KINDS). Read from the
+    table this asset writes, not its metrics view: the view depends on the asset (a cycle otherwise)."""
     rows = con.execute(
         "select kind, target, recommendation, recommendation_zh, quantity, unit, confidence_score, impact_gpu_hours, "
-        "evidence_json, gpu_model, tenant, queue from metrics.capacity_recommendations "
+        f"evidence_json, gpu_model, tenant, queue from {RECOMMENDATIONS_TABLE} "
         "where period_month = ? and rank = 1", [_previous(month)]).fetchall()
     row = rows[0] if rows else None
     if row is None or row[0] not in REVIEWED_KINDS:

@@ -27,6 +27,8 @@ def troubled_home(dashboard_env, tmp_path, monkeypatch, fresh_cache) -> Path:
     home = tmp_path / "troubled"
     home.mkdir()
     shutil.copy(dashboard_env / "warehouse.duckdb", home / "warehouse.duckdb")
+    # the per-minute marts are day files beside it (docs/dbt.md): the file alone is not the warehouse
+    shutil.copytree(dashboard_env / "lake" / "marts", home / "lake" / "marts")
     con = duckdb.connect(str(home / "warehouse.duckdb"))
     try:
         con.execute("""
