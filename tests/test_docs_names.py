@@ -110,3 +110,40 @@ def test_the_checker_reports_planted_wrong_names(known: Known):
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_every_name_in_the_docs_exists(doc: Path, known: Known):
     assert wrong_names(doc.read_text(), known) == [], doc
+
+
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def anchor(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip("# ").lower()).replace(" ", "-")
+
+
+def broken_links(doc: Path, text: str) -> list[str]:
+    """Relative links of `text` (a file in `doc`'s folder) to a file or a heading that does not exist."""
+    broken = []
+    for target in LINK.findall(text):
+        if re.match(r"[a-z]+:", target):  # http(s), mailto: not ours to check
+            continue
+        path, _, fragment = target.partition("#")
+        file = (doc.parent / path).resolve() if path else doc
+        if not file.exists():
+            broken.append(target)
+        elif fragment and file.suffix == ".md":
+            headings = {anchor(line) for line in file.read_text().splitlines() if line.startswith("#")}
+            if fragment not in headings:
+                broken.append(target)
+    return broken
+
+
+def test_the_link_checker_reports_planted_broken_links(tmp_path: Path):
+    doc = tmp_path / "a.md"
+    doc.write_text("# A\n\n## DuckDB's memory\n")
+    text = "[x](a.md#duckdbs-memory) [y](#duckdbs-memory) [z](b.md) [w](a.md#no-such) [u](https://example.org/x)"
+    assert broken_links(doc, text) == ["b.md", "a.md#no-such"]
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_link_in_the_docs_resolves(doc: Path):
+    assert broken_links(doc, doc.read_text()) == []
