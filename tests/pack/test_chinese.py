@@ -1,7 +1,8 @@
 """The Chinese packs are Chinese throughout, names aside (issue 32): page 1 (answers, decisions) and every
 table of the pool's and a tenant's pack, rendered in Chinese, hold no English word but the names the data
 carry (tenants, queues, policies, jobs, users, actors, GPU models, hosts, templates, a failure's message as
-logged) and a few technical tokens (units, GPU, p95, UTC, MIG, XID...). The glossary's definitions and
+logged), the commands to run and the sources a table names, and a few technical tokens (units, GPU, p95,
+UTC, MIG, XID...). The glossary's definitions and
 formulas are the catalog's, in English only, and are left out."""
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ import re
 
 import pytest
 
+from pipelines.contracts import PolicyKind
+from pipelines.labels import VALUE_LABELS
 from pipelines.pack.figures import collect
 from pipelines.pack.questions import pool_answers
-from pipelines.pack.render import render
+from pipelines.pack.render import _shown, render
 from pipelines.pack.tenant import TENANT, tenant_answers, tenants_of_month
 from pipelines.warehouse import Warehouse
 
@@ -24,10 +27,9 @@ MONTH = dt.date(2026, 11, 1)
 NAME_COLUMNS = {"tenant", "queue", "policy", "job_id", "job_name", "user_name", "actor", "gpu_model", "host", "template",
                 "failure_message", "target"}
 # technical tokens a Chinese text keeps: units, acronyms, the pack's own file names and commands
-ALLOWED = {"GPU", "GPUs", "CPU", "GiB", "MiB", "MB", "s", "h", "min", "p", "P", "UTC", "MIG", "XID", "XIDs", "ECC",
-           "DCGM", "node_exporter", "NVLink", "PCIe", "kWh", "metrics", "appendix", "csv", "parquet", "gpupool",
-           "recommend", "month", "whatif", "top", "pack", "lang", "zh", "mig", "timeslice"}
-WORD = re.compile(r"[A-Za-z][A-Za-z_]*")
+ALLOWED = {"GPU", "GPUs", "CPU", "GiB", "MiB", "MB", "s", "h", "min", "UTC", "MIG", "XID", "XIDs", "ECC", "DCGM",
+           "node_exporter", "NVLink", "PCIe", "kWh"}
+WORD = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 
 
 def page_text(page: str) -> str:
@@ -42,7 +44,8 @@ def english_words(text: str, names: set[str]) -> list[str]:
     for name in sorted(names, key=len, reverse=True):  # names first: "platform-serve", "CUDA out of memory"
         text = text.replace(name, " ")
     text = re.sub(r"\b\d+(?:\.\d+)?[A-Za-z]+\b", " ", text)  # sizes and models' shapes: 1g, 3g.40gb, 80GB
-    text = re.sub(r"\b(?:metrics|appendix)[./][\w./]+", " ", text)  # the sources and files a table names
+    text = re.sub(r"\b(?:metrics|appendix)[./][\w./]+|, \.parquet", " ", text)  # the sources and files a table names
+    text = re.sub(r"`[^`]*`", " ", text)  # a command to run, as typed: `gpupool recommend --month 2026-10`
     return [w for w in WORD.findall(text) if w not in ALLOWED and not re.fullmatch(r"[pP]\d+", w)]
 
 
@@ -92,3 +95,11 @@ def test_a_planted_english_phrase_is_found(chinese_packs):
     assert english_words(page_text(planted), names) == ["Approve", "the", "smallest", "change"]
     # a name is a name only where the data hold it: a tenant's name planted as a word is not English
     assert english_words("租户 vision 的作业 sat idle", {"vision"}) == ["sat", "idle"]
+
+
+def test_a_policys_reason_is_its_kind_in_chinese_and_its_words_in_english():
+    columns = ["job_id", "policy", "policy_kind", "reason", "recommendation", "recommendation_zh"]
+    assert _shown(columns, "en") == ["job_id", "policy", "policy_kind", "reason", "recommendation"]
+    assert _shown(columns, "zh") == ["job_id", "policy", "policy_kind", "recommendation_zh"]
+    # every kind of policy has its words in both languages (pipelines/contracts.py PolicyKind)
+    assert set(VALUE_LABELS["policy_kind"]) == {k.value for k in PolicyKind}
