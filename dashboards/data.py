@@ -195,6 +195,27 @@ def scorecard(end) -> pl.DataFrame:
                 (end,), order="stage_order")
 
 
+@dataclass(frozen=True)
+class Targets:
+    """What good looks like where the pool states it: the full-score thresholds of the pooling scorecard
+    (models/metrics/pooling_scorecard.sql), None while no month is scored."""
+
+    utilisation_pct: float | None  # utilisation of allocated GPUs, percent
+    wait_p95_s: float | None  # queue wait p95, seconds
+
+    @property
+    def wait_p95_min(self) -> float | None:
+        return None if self.wait_p95_s is None else self.wait_p95_s / 60
+
+
+def targets() -> Targets:
+    """The pool's targets as metrics.pooling_scorecard carries them on its latest month's rows (the same
+    on every month: the thresholds are the SQL's); both None on a warehouse with no scored month."""
+    row = query("select max(utilisation_target_pct) as utilisation_pct, max(wait_p95_target_s) as wait_p95_s "
+                "from metrics.pooling_scorecard where month = (select max(month) from metrics.pooling_scorecard)")
+    return Targets(**row.row(0, named=True))
+
+
 # -- Queues --------------------------------------------------------------------------------------------
 def queue_interruptions(where: str, params: tuple) -> pl.DataFrame:
     """Preemptions and requeues of metrics.queue_daily summed over the rows `where` selects (one row)."""

@@ -46,6 +46,8 @@ STRINGS: dict[str, dict[str, str]] = {
     "good_lower": {"en": "lower is better", "zh": "越低越好"},
     "good_util": {"en": "target ≥ {pct:.0f} % (scorecard)", "zh": "目标 ≥ {pct:.0f}%（评分标准）"},
     "good_wait": {"en": "target p95 ≤ {minutes:.0f} min (scorecard)", "zh": "目标p95 ≤ {minutes:.0f} 分钟（评分标准）"},
+    "no_target": {"en": "no target yet: the pooling scorecard has no scored month",
+                  "zh": "暂无目标：资源池化阶段评分尚无已评分的月份"},
     "good_wait_heat": {"en": "green: within the {minutes:.0f} min target; red: past it",
                        "zh": "绿色：在 {minutes:.0f} 分钟目标内；红色：超出目标"},
     "good_quota": {"en": "white = at quota (100 %); orange: above it (borrowing); blue: below it (unused quota)",

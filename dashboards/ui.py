@@ -101,10 +101,6 @@ def short_label(column: str, entry: dict | None = None) -> str:
 
 MAX_SERIES = 8  # more colours than this cannot be told apart at a glance (issue 18)
 GOOD_COLOR = "#2e7d32"
-# what good looks like where the pool states it: the pooling scorecard's full-score thresholds
-# (models/metrics/pooling_scorecard.sql: utilisation of allocated GPUs 70 %, queue wait p95 15 min)
-UTILISATION_TARGET_PCT = 70.0
-WAIT_P95_TARGET_MIN = 15.0
 
 
 @dataclass(frozen=True)

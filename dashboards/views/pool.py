@@ -8,7 +8,9 @@ from dashboards import data, filters, fmt, ui
 from dashboards.i18n import lang, t
 
 STAGE_KEYS = ("project_owned", "shared_queues", "elastic_sharing", "resource_operations")
-NOT_INPUTS = {"month", "stage", "stage_order", "criterion", "score_pct", "score_rule", "first_day", "last_day"}
+# not scored inputs: the row's keys, and the targets the other pages draw (the rule states them)
+NOT_INPUTS = {"month", "stage", "stage_order", "criterion", "score_pct", "score_rule", "first_day", "last_day",
+              "utilisation_target_pct", "wait_p95_target_s"}
 
 
 def headline(f: filters.Filters) -> None:
@@ -38,9 +40,11 @@ def over_time(f: filters.Filters) -> None:
     st.subheader(ui.metric_label("utilisation_of_allocated_pct", "pool_daily"))
     ui.definition("utilisation_of_allocated_pct", "pool_daily")
     used = ui.metric_label("utilisation_of_allocated_pct", "pool_daily")
+    target = data.targets().utilisation_pct  # the scorecard's; None before a month is scored: no band
     ui.line(daily, "day:T", "utilisation_of_allocated_pct:Q", "gpu_model:N", f"{used} (%)",
             title=t("ch_by_day_model", what=used),
-            good=ui.Good(ui.UTILISATION_TARGET_PCT, t("good_util", pct=ui.UTILISATION_TARGET_PCT), to=100))
+            good=None if target is None else ui.Good(target, t("good_util", pct=target), to=100),
+            note=t("no_target") if target is None else None)
 
 
 def gpus(f: filters.Filters, user) -> None:

@@ -47,12 +47,14 @@ def waits(f: filters.Filters) -> None:
                               "queue_wait_p95_s / 60.0 as queue_wait_p95_min")
     if not ui.empty(daily, t("no_waits")):
         p95, p50 = st.tabs(["p95", "p50"])
-        target = ui.WAIT_P95_TARGET_MIN
+        target = data.targets().wait_p95_min  # the scorecard's; None before a month is scored: no target
         many = daily["queue_tenant"].n_unique() > ui.MAX_SERIES  # a heatmap: the target is a colour, not a line
         with p95:
             ui.line(daily, "day:T", "queue_wait_p95_min:Q", "queue_tenant:N", t("wait_axis_min"),
-                    title=t("ch_wait_p95"), good=ui.Good(target, t("good_wait_heat" if many else "good_wait",
-                                                                    minutes=target), better="low"))
+                    title=t("ch_wait_p95"),
+                    good=None if target is None else ui.Good(
+                        target, t("good_wait_heat" if many else "good_wait", minutes=target), better="low"),
+                    note=t("no_target") if target is None else None)
         with p50:
             ui.line(daily, "day:T", "queue_wait_p50_min:Q", "queue_tenant:N", t("wait_axis_min"),
                     title=t("ch_wait_p50"), note=t("good_lower"))

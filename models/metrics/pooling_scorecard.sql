@@ -2,6 +2,8 @@
 -- month: each stage's inputs read from the metric views over the month's days, each input scored 0..100 by a straight
 -- line between the thresholds below (at or past `full` 100, at or past `zero` 0), the stage's
 -- score the mean of its inputs' scores. A threshold is an opinion: change it here and in the yml.
+-- Two full-score thresholds are the pool's stated targets, carried on their stage's rows for the
+-- dashboards' target bands (utilisation_target_pct, wait_p95_target_s): they are not copied elsewhere.
 with thresholds as (
   select
     50.0 as reporting_zero_pct,        -- project-owned: GPUs of the inventory that sent telemetry
@@ -237,10 +239,12 @@ final as (
     case when stage = 'shared_queues' then preemptions end as preemptions,
     case when stage = 'shared_queues' then requeues end as requeues,
     case when stage = 'shared_queues' then preempted_attempts_pct end as preempted_attempts_pct,
+    case when stage = 'shared_queues' then wait_p95_full_s end as wait_p95_target_s,
     -- elastic sharing
     case when stage = 'elastic_sharing' then shared_gpus end as shared_gpus,
     case when stage = 'elastic_sharing' then shared_gpus_pct end as shared_gpus_pct,
     case when stage = 'elastic_sharing' then utilisation_of_allocated_pct end as utilisation_of_allocated_pct,
+    case when stage = 'elastic_sharing' then utilisation_full_pct end as utilisation_target_pct,
     -- resource operations
     case when stage = 'resource_operations' then catalog_metrics end as catalog_metrics,
     case when stage = 'resource_operations' then capacity_recommendations end as capacity_recommendations,

@@ -394,11 +394,9 @@ TABLES: tuple[Table, ...] = (
           "select rank, kind, gpu_model, quantity, unit, recommendation, recommendation_zh, confidence, "
           "impact_gpu_hours, try_cast(whatif_json ->> '$.confirms' as boolean) as whatif_confirms, "
           "try_cast(whatif_json ->> '$.baseline_within_tolerance' as boolean) as whatif_within_tolerance, "
-          "whatif_json ->> '$.search.smallest_change' as smallest_sufficient_change, "
-          # the same change in Chinese, from the search's size and unit (the stored text is English)
-          "case when whatif_json ->> '$.search.smallest_sufficient' is not null then '+' || "
-          "(whatif_json ->> '$.search.smallest_sufficient') || ' ' || coalesce(gpu_model, '') || "
-          "if(kind = 'add_nodes', ' 台节点', ' 块GPU配额') end as smallest_sufficient_change_zh "
+          # the what-if search's smallest sufficient size, in the advice's unit and GPU model (the columns beside
+          # it, labelled in either language); the search's own words for it are English
+          "try_cast(whatif_json ->> '$.search.smallest_sufficient' as integer) as smallest_sufficient_quantity "
           "from metrics.capacity_recommendations where period_month = ? order by rank",
           ("capacity_recommendations",), monthly=True,
           title={"en": "Capacity advice of the month", "zh": "本月容量建议"}),

@@ -11,7 +11,7 @@ import jinja2
 import polars as pl
 import vl_convert as vlc
 
-from pipelines.labels import VALUE_LABELS
+from pipelines.labels import VALUE_LABELS, value_label
 from pipelines.pack.figures import Figures
 from pipelines.pack.labels import column_label
 
@@ -186,10 +186,17 @@ def labelled(frame: pl.DataFrame, lang: str) -> pl.DataFrame:
         for c, dtype in frame.schema.items() if c in VALUE_LABELS and dtype == pl.String)
 
 
+# columns of English prose as the warehouse keeps it (a policy's reason as it logged it): a table that shows
+# one carries its key beside it (the policy's kind, labelled in both languages), which the Chinese pack shows
+# alone; the appendix keeps both
+ENGLISH_PROSE = frozenset({"reason"})
+
+
 def _shown(columns: list[str], lang: str) -> list[str]:
-    """The columns a table shows: of a text given in both languages (`x` and `x_zh`), the pack's one."""
+    """The columns a table shows: of a text given in both languages (`x` and `x_zh`), the pack's one; in
+    Chinese, no English prose (ENGLISH_PROSE)."""
     return [c for c in columns if not (lang == "en" and c.endswith("_zh") and c[:-3] in columns)
-            and not (lang == "zh" and f"{c}_zh" in columns)]
+            and not (lang == "zh" and (f"{c}_zh" in columns or c in ENGLISH_PROSE))]
 
 
 def local_fetcher(out: Path):
@@ -260,7 +267,7 @@ def render(figs: Figures, out: Path, lang: str = "en") -> dict[str, Path]:
                                 "notes": ", ".join(str(note_no[m]) for m in tb.metrics)})
     notes = [{"name": m, "label": figs.catalog[m][label], "version": figs.catalog[m]["metric_version"],
               "description": figs.catalog[m]["description"], "formula": figs.catalog[m]["formula"],
-              "unit": figs.catalog[m]["unit"], "view": figs.catalog[m]["view_name"],
+              "unit": value_label("unit", figs.catalog[m]["unit"], lang), "view": figs.catalog[m]["view_name"],
               "column": figs.catalog[m]["column_name"]} for m in note_no]
     answers = [{"question": a.question[lang], "answer": a.answer[lang], "status": a.status, "evidence": a.evidence}
                for a in figs.answers]

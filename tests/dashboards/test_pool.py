@@ -2,9 +2,13 @@
 operator and a tenant member, with filters in the URL and in Chinese."""
 from __future__ import annotations
 
+import json
+
 import duckdb
+import pyarrow as pa
 import pytest
 
+from dashboards import data
 from dashboards.i18n import STRINGS
 from pipelines.lake.reader import search_config
 from tests.dashboards.conftest import errors, frames, signed_in
@@ -101,3 +105,61 @@ def test_chinese(dashboard_env):
     assert at.title[0].value == STRINGS["page_pool"]["zh"]
     assert any(s.value == STRINGS["scorecard"]["zh"] for s in at.subheader)
     assert any(STRINGS["stage_shared_queues"]["zh"] in e.label for e in at.expander)
+
+
+# -- the pool's targets: one home, the scorecard's thresholds (models/metrics/pooling_scorecard.sql) --------
+def _bands(at) -> list[dict]:
+    """The "what good looks like" marks of the page's charts (ui.good_marks: a band or line from a data set of
+    `at`, `to`, `label`; on a heatmap the colour scale's midpoint, named in the subtitle): value and label."""
+    found = []
+    for chart in at.get("vega_lite_chart"):
+        for d in chart.proto.datasets:
+            rows = pa.ipc.open_stream(d.data.data).read_all().to_pylist()
+            found += [{"at": r["at"], "label": r["label"]} for r in rows if set(r) == {"at", "to", "label"}]
+        spec = json.loads(chart.proto.spec)
+        mid = spec.get("encoding", {}).get("color", {}).get("scale", {}).get("domainMid")
+        if mid is not None:
+            found.append({"at": mid, "label": spec.get("title", {}).get("subtitle", "")})
+    return found
+
+
+def test_targets_are_the_scorecards_thresholds(dashboard_env, scorecard, fresh_cache):
+    targets = data.targets()
+    _, queues, sharing, _ = scorecard
+    assert targets.utilisation_pct == sharing["utilisation_target_pct"]
+    assert targets.wait_p95_s == queues["wait_p95_target_s"]
+    assert targets.wait_p95_min == pytest.approx(queues["wait_p95_target_s"] / 60)
+    # the thresholds at which the scorecard's inputs score 100, as its rule states them
+    assert f"{targets.utilisation_pct:g}% -> 100" in sharing["score_rule"]
+    assert f"{targets.wait_p95_s:g} s -> 100" in queues["score_rule"]
+    # carried on their stage's rows only
+    assert all(r["utilisation_target_pct"] is None for r in scorecard if r["stage"] != "elastic_sharing")
+    assert all(r["wait_p95_target_s"] is None for r in scorecard if r["stage"] != "shared_queues")
+
+
+def test_the_bands_follow_the_targets(dashboard_env, monkeypatch, fresh_cache):
+    model = data.targets()
+    pool = _bands(signed_in("ops", "pool"))
+    assert {"at": model.utilisation_pct, "label": STRINGS["good_util"]["en"].format(pct=model.utilisation_pct)} in pool
+    waits = [b for b in _bands(signed_in("ops", "queues")) if "target" in b["label"]]
+    assert waits and all(b["at"] == pytest.approx(model.wait_p95_min) for b in waits)
+    # another target in the warehouse: the bands move with it
+    monkeypatch.setattr(data, "targets", lambda: data.Targets(utilisation_pct=55.0, wait_p95_s=600.0))
+    assert 55.0 in [b["at"] for b in _bands(signed_in("ops", "pool"))]
+    assert 10.0 in [b["at"] for b in _bands(signed_in("ops", "queues"))]
+
+
+def test_no_scored_month_draws_without_a_band(dashboard_env, monkeypatch, fresh_cache):
+    monkeypatch.setattr(data, "targets", lambda: data.Targets(utilisation_pct=None, wait_p95_s=None))
+    for page in ("pool", "queues"):
+        at = signed_in("ops", page)
+        assert errors(at) == []
+        assert at.get("vega_lite_chart")
+        assert [b for b in _bands(at) if "target" in b["label"]] == []
+        notes = json.dumps([json.loads(c.proto.spec).get("title") for c in at.get("vega_lite_chart")])
+        assert STRINGS["no_target"]["en"] in notes, page
+
+
+def test_targets_of_an_empty_warehouse_are_none(monkeypatch, built_empty_home, fresh_cache):
+    monkeypatch.setenv("GPUPOOL_HOME", str(built_empty_home))
+    assert data.targets() == data.Targets(utilisation_pct=None, wait_p95_s=None)

@@ -150,8 +150,7 @@ def _names(out: Path) -> set[str]:
     for path in (out / "appendix").glob("*.parquet"):
         frame = pl.read_parquet(path)
         for column, dtype in frame.schema.items():
-            if dtype == pl.String and column not in VALUE_LABELS and not column.startswith("recommendation") \
-                    and not column.startswith("smallest_sufficient_change"):
+            if dtype == pl.String and column not in VALUE_LABELS and not column.startswith("recommendation"):
                 found.update(v for v in frame[column].to_list() if v)
     return found
 

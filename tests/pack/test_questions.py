@@ -14,6 +14,7 @@ from pipelines.pack import questions as q
 from pipelines.pack.figures import Figures, collect
 from pipelines.warehouse import Warehouse
 from tests.conftest import copy_home
+from tests.pack.test_chinese import english_words
 
 MONTH = dt.date(2026, 11, 1)
 OCTOBER = dt.date(2026, 10, 1)
@@ -160,7 +161,10 @@ def test_the_decision_asks_for_the_smallest_sufficient_change_the_search_found(a
     assert en.startswith("Approve: Add 3 nodes of H100 (24 GPUs) first") and "Full change: Add 8 nodes" in en
     assert en.index("3 nodes") < en.index("8 nodes")
     assert zh.startswith("批准：先增加 3 台 H100 节点") and "完整变更：增加 8 台" in zh
-    assert figs.tables["capacity_recommendations"]["smallest_sufficient_change"][0] == "+3 H100 nodes"
+    assert english_words(zh, {"H100"}) == []  # the Chinese decision names the change in Chinese
+    # the search's size in the advice's unit, labelled in either language (no English words in the table)
+    assert {"smallest_sufficient_quantity": 3, "quantity": 8, "unit": "nodes", "gpu_model": "H100"}.items() \
+        <= figs.tables["capacity_recommendations"].row(0, named=True).items()
     # the replay confirms the advice ("on track" on a whole month), but the demo holds 3 days of November:
     # on partial evidence no status is better than "watch" (answers.PARTIAL_EVIDENCE_BEST_STATUS)
     assert q.advice_status(1, True, True) == "on_track"
