@@ -56,6 +56,9 @@ def scenario(slurm_cluster: SlurmCluster) -> Scenario:
     day = dt.datetime.now(dt.UTC).date()
     x = c.submit(partition="batch", gpus=6, requeue=True, name="train-x")
     c.wait_running(x)
+    # preempt x only once accounting has its start: on a loaded machine a job preempted within a second
+    # or two of its allocation was accounted with no start for that attempt
+    c.wait_accounted(x, lambda rows: len(rows) == 1 and _is_time(rows[0]["start"]), "started")
     y = c.submit(partition="urgent", gpus=4, account="nlp", name="urgent-y")
     c.wait_running(y)
     c.wait_for(f"job {x} to be requeued by the preemption",
