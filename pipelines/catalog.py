@@ -1,7 +1,7 @@
 """The metric catalog (models/catalog/) and the models' documentation (dbt properties), as dataclasses.
 
-The catalog names every metric once: its group, labels in English and Chinese, formula, unit,
-grain and the metrics view column that holds it. It is one catalog in several files: version.yml
+The catalog names every metric once: its group, labels and definition in English and Chinese,
+formula, unit, grain and the metrics view column that holds it. It is one catalog in several files: version.yml
 (the catalog version) and one `<group>.yml` per group, read in GROUPS order.
 
 The models are documented in dbt's properties files, beside the models they describe: one per
@@ -36,8 +36,9 @@ NOT_PROPERTIES = frozenset({"_sources.yml", "_unit_tests.yml"})
 _DOCS_BLOCK = re.compile(r"{%-?\s*docs\s+(\w+)\s*-?%}(.*?){%-?\s*enddocs\s*-?%}", re.DOTALL)
 _DOC_REF = re.compile(r"^{{\s*doc\(\s*['\"](\w+)['\"]\s*\)\s*}}$")
 _VERSION = re.compile(r"^\d+\.\d+\.\d+$")
+_HAN = re.compile(r"[\u4e00-\u9fff]")  # CJK unified ideographs: a Chinese text has some
 _METRIC_FIELDS = (
-    "name", "group", "label_en", "label_zh", "description", "type", "grain", "unit",
+    "name", "group", "label_en", "label_zh", "description", "description_zh", "type", "grain", "unit",
     "formula", "source_fields", "view", "column", "version",
 )
 
@@ -53,6 +54,7 @@ class Metric:
     label_en: str
     label_zh: str
     description: str
+    description_zh: str  # the definition in Chinese (the Chinese packs' glossary, the catalog page in Chinese)
     type: str
     grain: str
     unit: str
@@ -132,6 +134,8 @@ def _metric(where: str, entry: dict) -> Metric:
     if unknown:
         raise CatalogError(f"{where}: unknown keys {unknown}")
     fields = {k: _text(where, entry, k) for k in _METRIC_FIELDS if k != "source_fields"}
+    if not _HAN.search(fields["description_zh"]):
+        raise CatalogError(f"{where}: description_zh has no Chinese characters")
     if fields["group"] not in GROUPS:
         raise CatalogError(f"{where}: group {fields['group']!r} is not one of {GROUPS}")
     if fields["type"] not in METRIC_TYPES:

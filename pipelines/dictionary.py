@@ -13,8 +13,8 @@ come from its information_schema; without one, from the properties where they st
 The snapshot (models/metrics_schema.json: catalog version, view -> columns) freezes the metrics
 views' names and columns: they change only with a catalog version bump.
 
-The docs blocks hold each catalog metric's definition (`metric_<name>`: labels, formula, unit,
-grain, version); the metrics views' columns that carry a metric are described by its block, so
+The docs blocks hold each catalog metric's definition (`metric_<name>`: labels, the definition in
+English and Chinese, formula, unit, grain, version); the metrics views' columns that carry a metric are described by its block, so
 `dbt docs` shows the catalog's definition on every view without it being written twice.
 """
 from __future__ import annotations
@@ -310,7 +310,7 @@ _JINJA = re.compile(r"{[{%#]")
 
 
 def _metric_block(m: Metric) -> str:
-    fields = (m.label_en, m.label_zh, m.description, m.formula, m.grain, m.unit, *m.source_fields, *m.also_in)
+    fields = (m.label_en, m.label_zh, m.description, m.description_zh, m.formula, m.grain, m.unit, *m.source_fields, *m.also_in)
     if any(_JINJA.search(f) for f in fields):
         raise CatalogError(f"metric {m.name}: dbt renders docs blocks as Jinja; no '{{{{', '{{%' or '{{#' in its text")
     places = ", ".join(f"`{view}.{column}`" for view, column in m.locations)
@@ -319,6 +319,8 @@ def _metric_block(m: Metric) -> str:
         f"**{m.label_en}** · {m.label_zh} — catalog metric `{m.name}` ({m.group}, {m.type}), version {m.version}",
         "",
         m.description,
+        "",
+        m.description_zh,
         "",
         f"- formula: `{m.formula}`",
         f"- unit: {m.unit}",

@@ -15,6 +15,7 @@ def model(dbt, session):
             "label_en": [m.label_en for m in metrics],
             "label_zh": [m.label_zh for m in metrics],
             "description": [m.description for m in metrics],
+            "description_zh": [m.description_zh for m in metrics],
             "metric_type": [m.type for m in metrics],
             "grain": [m.grain for m in metrics],
             "unit": [m.unit for m in metrics],

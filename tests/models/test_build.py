@@ -21,8 +21,8 @@ pytestmark = pytest.mark.slow  # dbt builds of never-built homes, a changed proj
 GR = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 DAY2 = DAY1 + dt.timedelta(days=1)
 CATALOG_COLUMNS = [
-    "metric_name", "metric_group", "label_en", "label_zh", "description", "metric_type", "grain", "unit",
-    "formula", "source_fields", "view_name", "column_name", "also_in", "metric_version", "catalog_version",
+    "metric_name", "metric_group", "label_en", "label_zh", "description", "description_zh", "metric_type", "grain",
+    "unit", "formula", "source_fields", "view_name", "column_name", "also_in", "metric_version", "catalog_version",
 ]
 
 

@@ -153,6 +153,7 @@ def test_labels_and_groups():
     catalog = load_catalog()
     for m in catalog.metrics:
         assert CJK.search(m.label_zh), f"{m.name}: label_zh {m.label_zh!r} has no Chinese"
+        assert CJK.search(m.description_zh), f"{m.name}: description_zh {m.description_zh!r} has no Chinese"
         assert m.group in GROUPS
     for u in catalog.unavailable:
         assert CJK.search(u.label_zh), f"{u.name}: label_zh has no Chinese"
@@ -166,8 +167,8 @@ def test_product_metrics_are_all_in_the_catalog():
 
 
 ENTRY = (
-    "  - {name: n, group: GROUP, label_en: N, label_zh: 数量, description: d, type: simple, grain: g,"
-    " unit: u, formula: f, source_fields: [x], view: metrics.m, column: n, version: 1.0.0}\n"
+    "  - {name: n, group: GROUP, label_en: N, label_zh: 数量, description: d, description_zh: 定义, type: simple,"
+    " grain: g, unit: u, formula: f, source_fields: [x], view: metrics.m, column: n, version: 1.0.0}\n"
 )
 
 
@@ -179,6 +180,10 @@ def test_malformed_catalog_entries_are_rejected(tmp_path):
         load_catalog(write_catalog(folder, ENTRY.replace("GROUP", "money")))
     with pytest.raises(CatalogError, match="label_zh is missing or empty"):
         load_catalog(write_catalog(folder, ENTRY.replace("GROUP", "task").replace("label_zh: 数量", "label_zh: ''")))
+    with pytest.raises(CatalogError, match="description_zh is missing or empty"):
+        load_catalog(write_catalog(folder, ENTRY.replace("GROUP", "task").replace(", description_zh: 定义", "")))
+    with pytest.raises(CatalogError, match=r"\(n\): description_zh has no Chinese characters"):
+        load_catalog(write_catalog(folder, ENTRY.replace("GROUP", "task").replace("_zh: 定义", "_zh: d")))
     with pytest.raises(CatalogError, match=r"task\.yml: metric #1 \(n\): group 'resource' belongs in resource\.yml"):
         load_catalog(write_catalog(folder, ENTRY.replace("GROUP", "resource")))
 

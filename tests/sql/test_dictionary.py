@@ -72,6 +72,7 @@ def test_each_metric_has_a_docs_block_with_its_definition() -> None:
     for m in load_catalog().metrics:
         block = text.split(f"{{% docs metric_{m.name} %}}\n", 1)[1].split("{% enddocs %}", 1)[0]
         assert f"**{m.label_en}** · {m.label_zh}" in block and f"version {m.version}" in block
+        assert f"\n{m.description}\n\n{m.description_zh}\n" in block  # the definition in both languages
         assert f"- formula: `{m.formula}`" in block and f"- unit: {m.unit}" in block
 
 
