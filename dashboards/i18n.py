@@ -657,3 +657,10 @@ def label(entry: dict | None, fallback: str) -> str:
     if not entry:
         return fallback
     return entry.get("label_zh" if lang() == "zh" else "label_en") or fallback
+
+
+def described(entry: dict | None) -> str | None:
+    """A catalog entry's definition in the chosen language (description_zh in Chinese)."""
+    if not entry:
+        return None
+    return entry.get("description_zh" if lang() == "zh" else "description") or entry.get("description")

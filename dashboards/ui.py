@@ -12,7 +12,7 @@ import streamlit as st
 
 from dashboards import data, fmt
 from dashboards.auth import User, current_user
-from dashboards.i18n import label, lang, t
+from dashboards.i18n import described, label, lang, t
 from pipelines.clock import duration_text, utc_naive
 
 
@@ -66,7 +66,7 @@ def definition(column: str, view_name: str) -> None:
         return
     with st.popover(f"ⓘ {label(entry, column)}", width="content"):
         st.markdown(f"**{label(entry, column)}** ({entry['unit']})")
-        st.write(entry["description"])
+        st.write(described(entry))
         st.code(entry["formula"], language=None)
         st.caption(f"metrics.{view_name}.{column} · {t('definition')} v{entry['metric_version']} · "
                    f"catalog {entry['catalog_version']}")
@@ -82,7 +82,7 @@ def kpi(col, column: str, view_name: str, value, unit: str | None = None, delta=
     the catalog's definition. `unit` overrides the catalog's (a fmt unit: "seconds", "percent", ...)."""
     entry = data.metric(column, view_name)
     unit = unit or fmt.unit_of(column, (entry or {}).get("unit"))
-    tile(col, short_label(column, entry), value, unit, (entry or {}).get("description"), delta=delta)
+    tile(col, short_label(column, entry), value, unit, described(entry), delta=delta)
 
 
 def tile(col, title: str, value, unit: str | None = None, help: str | None = None, delta=None) -> None:
@@ -288,7 +288,7 @@ def show_table(frame: pl.DataFrame, view_name: str | None = None, *, labels: dic
         shown[column] = [fmt.value(v, unit, language) for v in series.to_list()]
         numeric = series.dtype.is_numeric() and unit not in ("flag",)
         config[column] = st.column_config.TextColumn(
-            labels.get(column) or column_label(column, view_name), help=(entry or {}).get("description"),
+            labels.get(column) or column_label(column, view_name), help=described(entry),
             alignment="right" if numeric else "center" if unit == "flag" else None)
     table = pl.DataFrame(shown, schema={c: pl.String for c in frame.columns})
     return st.dataframe(table, hide_index=True, width="stretch" if stretch else "content", key=key,

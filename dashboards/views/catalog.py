@@ -1,4 +1,4 @@
-"""Metric catalog: every metric's definition, formula, unit, grain, the view and column that hold it,
+"""Metric catalog: every metric's definition (in the page's language), formula, unit, grain, the view and column that hold it,
 and its labels in English and Chinese (metrics.catalog, built from models/catalog/), searchable and
 grouped (resource, task, governance). The search and the group are kept in the URL
 (`?q=wait&group=resource`)."""
@@ -6,11 +6,11 @@ import polars as pl
 import streamlit as st
 
 from dashboards import data, filters, ui
-from dashboards.i18n import lang, t
+from dashboards.i18n import described, lang, t
 
 GROUPS = ("resource", "task", "governance")
-SEARCHED = ("metric_name", "label_en", "label_zh", "description", "formula", "view_name", "column_name", "also_in",
-            "source_fields", "grain", "unit")
+SEARCHED = ("metric_name", "label_en", "label_zh", "description", "description_zh", "formula", "view_name",
+            "column_name", "also_in", "source_fields", "grain", "unit")
 
 
 def matching(catalog: pl.DataFrame, query: str, group: str | None) -> pl.DataFrame:
@@ -24,11 +24,13 @@ def matching(catalog: pl.DataFrame, query: str, group: str | None) -> pl.DataFra
 
 
 def table(rows: pl.DataFrame) -> pl.DataFrame:
-    """The catalog's rows as the table shows them (keys; ui.show_table heads them in the page's language)."""
+    """The catalog's rows as the table shows them (keys; ui.show_table heads them in the page's language): the
+    definition in the page's language."""
     label = "label_zh" if lang() == "zh" else "label_en"
+    definition = "description_zh" if lang() == "zh" else "description"
     return rows.select(
         pl.col(label).alias("metric"), "label_en", "label_zh", "unit", "grain", pl.col("metric_type").alias("type"),
-        pl.concat_str("view_name", pl.lit("."), "column_name").alias("where"), "formula", "description",
+        pl.concat_str("view_name", pl.lit("."), "column_name").alias("where"), "formula", pl.col(definition).alias("description"),
         pl.col("metric_name").alias("name"), pl.col("metric_version").alias("version"))
 
 
@@ -44,7 +46,7 @@ def detail(rows: pl.DataFrame) -> None:
     m = rows.filter(pl.col("metric_name") == name).row(0, named=True)
     with st.container(border=True):
         st.markdown(f"#### {m['label_en']} · {m['label_zh']}")
-        st.write(m["description"])
+        st.write(described(m))
         st.code(m["formula"], language=None)
         left, right = st.columns(2)
         left.markdown(f"**{t('col_unit')}:** {m['unit']}  \n**{t('col_grain')}:** {m['grain']}  \n"

@@ -239,6 +239,7 @@ def render(figs: Figures, out: Path, lang: str = "en") -> dict[str, Path]:
     month = figs.month.strftime("%Y-%m")
     note_no = {m: i for i, m in enumerate(spec.metrics(), 1)}
     label = "label_zh" if lang == "zh" else "label_en"
+    described = "description_zh" if lang == "zh" else "description"  # the glossary's definitions
     headlines = {p: [] for p in spec.parts}
     for f in spec.figures:
         cat = figs.catalog[f.metric]
@@ -266,7 +267,7 @@ def render(figs: Figures, out: Path, lang: str = "en") -> dict[str, Path]:
                                 "columns": [labels[c] for c in shown], "rows": rows,
                                 "notes": ", ".join(str(note_no[m]) for m in tb.metrics)})
     notes = [{"name": m, "label": figs.catalog[m][label], "version": figs.catalog[m]["metric_version"],
-              "description": figs.catalog[m]["description"], "formula": figs.catalog[m]["formula"],
+              "description": figs.catalog[m][described], "formula": figs.catalog[m]["formula"],
               "unit": value_label("unit", figs.catalog[m]["unit"], lang), "view": figs.catalog[m]["view_name"],
               "column": figs.catalog[m]["column_name"]} for m in note_no]
     answers = [{"question": a.question[lang], "answer": a.answer[lang], "status": a.status, "evidence": a.evidence}

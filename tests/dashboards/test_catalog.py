@@ -52,8 +52,19 @@ def test_search_in_chinese_shows_chinese_columns(dashboard_env):
     at = signed_in("ops", "catalog", lang="zh", q="隔离")
     assert errors(at) == []
     assert at.title[0].value == STRINGS["page_catalog"]["zh"]
-    assert names(at) == {m.name for m in CATALOG.metrics if "隔离" in m.label_zh or "隔离" in m.description}
+    assert names(at) == {m.name for m in CATALOG.metrics if "隔离" in m.label_zh + m.description + m.description_zh}
     assert list(tables(at)[0].columns)[:3] == ["指标", "英文", "中文"]
+
+
+def test_the_definitions_in_chinese(dashboard_env):
+    """In Chinese the table's and the card's definitions are the catalog's description_zh."""
+    at = signed_in("ops", "catalog", lang="zh", group="governance", metric="hours_since_last_ingest")
+    assert errors(at) == []
+    metric = CATALOG.metric("hours_since_last_ingest")
+    row = tables(at)[0].set_index("名称").loc["hours_since_last_ingest"]
+    assert row["定义"] == metric.description_zh
+    assert any(metric.description_zh in m.value for m in at.markdown)
+    assert not any(metric.description in m.value for m in at.markdown)
 
 
 def test_a_metric_definition_from_the_url(dashboard_env):

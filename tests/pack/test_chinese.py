@@ -2,8 +2,9 @@
 table of the pool's and a tenant's pack, rendered in Chinese, hold no English word but the names the data
 carry (tenants, queues, policies, jobs, users, actors, GPU models, hosts, templates, a failure's message as
 logged), the commands to run and the sources a table names, and a few technical tokens (units, GPU, p95,
-UTC, MIG, XID...). The glossary's definitions and
-formulas are the catalog's, in English only, and are left out."""
+UTC, MIG, XID...). The glossary is Chinese too: its definitions are the catalog's description_zh, which keep
+the names they define a metric by (columns, parameters, relations and files, DCGM fields, job states, the
+systems the data come from); its formulas are expressions over columns, and are left out."""
 from __future__ import annotations
 
 import datetime as dt
@@ -12,6 +13,7 @@ import re
 
 import pytest
 
+from pipelines.catalog import load_catalog
 from pipelines.contracts import PolicyKind
 from pipelines.labels import VALUE_LABELS
 from pipelines.pack.figures import collect
@@ -37,6 +39,25 @@ def page_text(page: str) -> str:
     body = page.split('<h2 class="glossary"', 1)[0]
     body = re.sub(r"<style>.*?</style>|<title>.*?</title>", " ", body, flags=re.DOTALL)
     return html.unescape(re.sub(r"<[^>]+>", "\n", body))
+
+
+# the names a definition keeps as they are: identifiers (columns, metrics, a policy's parameters, DCGM fields),
+# relations and files, globs (dm-*, permission.*), an id's form, the systems and objects the data come from
+IDENTIFIER = re.compile(r"\b[A-Za-z]\w*_\w*\b|\b(?:raw|staging|marts|metrics|seeds|ops|models)[./][\w./*-]*\w"
+                        r"|\b[\w-]+\.(?:csv|yml|md)\b|\b[a-z]+-?\*|\b[a-z]+\.\*|<[^<>]*>-r<[^<>]*>",
+                        re.ASCII)  # ASCII word boundaries: a name touches the Chinese around it
+SYSTEMS = {"MLflow", "Slurm", "sacctmgr", "QOS", "Kubernetes", "Kueue", "ResponseComplete", "Role", "RoleBinding",
+           "ClusterRole", "ClusterRoleBinding", "ResourceQuota", "ClusterQueue", "ResourceFlavor", "HTTP",
+           "MemTotal", "MemAvailable", "Great Expectations", "SQL", "DCP", "VLAN", *VALUE_LABELS["final_state"],
+           "CANCELLED", "PREEMPTED"}
+
+
+def glossary_text(page: str) -> str:
+    """The text of a pack's glossary, without its formulas and each metric's name and place: its title,
+    the catalog version, the headings, and per metric its label, definition and unit."""
+    glossary = page.split('<h2 class="glossary"', 1)[1]
+    glossary = re.sub(r'<td class="fn">.*?</td>|<span class="fn">.*?</span>', " ", glossary, flags=re.DOTALL)
+    return html.unescape(re.sub(r"<[^>]+>", "\n", glossary))
 
 
 def english_words(text: str, names: set[str]) -> list[str]:
@@ -80,6 +101,27 @@ def test_the_chinese_packs_have_no_english_but_names(chinese_packs):
     for page, names, figs in chinese_packs:
         assert figs.answers and figs.tables
         assert english_words(page_text(page), names) == [], figs.tenant or "pool"
+
+
+def test_the_chinese_glossary_has_no_english_but_names(chinese_packs):
+    for page, _, figs in chinese_packs:
+        text = glossary_text(page)
+        for metric in figs.spec.metrics():  # every definition of the glossary is the catalog's Chinese one
+            assert html.escape(figs.catalog[metric]["description_zh"], quote=False) in page, metric
+        assert re.search(r"[\u4e00-\u9fff]", text)
+        assert english_words(IDENTIFIER.sub(" ", text), SYSTEMS) == [], figs.tenant or "pool"
+
+
+def test_every_definition_in_chinese_has_no_english_but_names():
+    """The whole catalog, not only the metrics a pack shows: the dashboards' catalog page reads them all."""
+    for m in load_catalog().metrics:
+        assert english_words(IDENTIFIER.sub(" ", m.description_zh), SYSTEMS) == [], m.name
+
+
+def test_a_definitions_names_are_kept_and_its_english_found():
+    text = ("活跃度取DCGM_FI_PROF_GR_ENGINE_ACTIVE（见marts.dim_idle_rules、models/policies/policies.yml），"
+            "dm-*设备和permission.*记录，由MLflow和Slurm上报，编号<作业编号>-r<序号>；failed jobs are FAILED")
+    assert english_words(IDENTIFIER.sub(" ", text), SYSTEMS) == ["failed", "jobs", "are"]
 
 
 def test_the_pool_packs_decisions_are_chinese(chinese_packs):
