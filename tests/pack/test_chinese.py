@@ -55,7 +55,7 @@ SYSTEMS = {"MLflow", "Slurm", "sacctmgr", "QOS", "Kubernetes", "Kueue", "Respons
 def glossary_text(page: str) -> str:
     """The text of a pack's glossary, without its formulas and each metric's name and place: its title,
     the catalog version, the headings, and per metric its label, definition and unit."""
-    glossary = page.split('<h2 class="glossary"', 1)[1]
+    glossary = page[page.index('<h2 class="glossary"'):]
     glossary = re.sub(r'<td class="fn">.*?</td>|<span class="fn">.*?</span>', " ", glossary, flags=re.DOTALL)
     return html.unescape(re.sub(r"<[^>]+>", "\n", glossary))
 
