@@ -153,7 +153,7 @@ _ACTIONS = {
     "preempt": {"en": "Preempt", "zh": "抢占"}, "cap_runtime": {"en": "Cap run time", "zh": "限制运行时间"},
     "quota_change": {"en": "Quota change proposal", "zh": "配额调整提议"},
     "quota_proposal": {"en": "Quota change proposal", "zh": "配额调整提议"},
-    "drain": {"en": "Drain", "zh": "摘除"}, "undrain": {"en": "Undrain", "zh": "恢复"},
+    "drain": {"en": "Drain", "zh": "排空"}, "undrain": {"en": "Undrain", "zh": "恢复"},
 }
 _TEMPLATES = {
     "training": {"en": "Training", "zh": "训练"}, "inference": {"en": "Inference", "zh": "推理"},

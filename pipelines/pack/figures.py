@@ -349,7 +349,7 @@ TABLES: tuple[Table, ...] = (
           f"drains_decided, drains_applied from metrics.drain_decisions where {DAYS} "
           f"order by decided_at, target limit 50",
           ("drains_decided", "drains_applied"),
-          title={"en": "Drains and undrains of the GPU-health policy", "zh": "GPU健康策略的摘除与恢复"}),
+          title={"en": "Drains and undrains of the GPU-health policy", "zh": "GPU健康策略的排空与恢复"}),
     Table("audit", "governance", "audit_daily",
           f"select source, sum(audit_records) as audit_records, sum(permission_changes) as permission_changes, "
           f"sum(quota_changes) as quota_changes, sum(approvals) as approvals, sum(denied_requests) as denied_requests "
