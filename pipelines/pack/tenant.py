@@ -205,7 +205,7 @@ def _status(value: float | None, act: float, watch: float, high_is_bad: bool) ->
 def _duration(seconds: float | None) -> dict[str, str]:
     """A wait in words: minutes below two hours, else hours."""
     if seconds is None:
-        return {"en": NO_DATA["en"], "zh": NO_DATA["zh"]}
+        return dict(NO_DATA)
     if seconds < 7200:
         return {"en": f"{seconds / 60:,.0f} minutes", "zh": f"{seconds / 60:,.0f}分钟"}
     return {"en": f"{seconds / 3600:,.1f} hours", "zh": f"{seconds / 3600:,.1f}小时"}
@@ -218,12 +218,17 @@ def _n(value: float | None, digits: int = 0, lang: str = "en") -> str:
     return NO_DATA[lang] if value is None else f"{value:,.{digits}f}"
 
 
+def _zh(value: float | None, digits: int = 0) -> str:
+    """_n for the Chinese sentences."""
+    return _n(value, digits, "zh")
+
+
 def _last(figs, key: str, text: dict[str, str] | None = None) -> dict[str, str]:
     """The previous month's value of a figure, to follow an answer's number ('' when it has none)."""
     before = figs.previous.get(key)
     if before is None:
         return {"en": "", "zh": ""}
-    shown = text or {"en": _n(before, 1), "zh": _n(before, 1, "zh")}
+    shown = text or {"en": _n(before, 1), "zh": _zh(before, 1)}
     return {"en": f" (last month {shown['en']})", "zh": f"（上月{shown['zh']}）"}
 
 
@@ -236,26 +241,26 @@ def tenant_answers(con: duckdb.DuckDBPyConnection, figs) -> tuple[list[Answer], 
     util, idle, held = v["utilisation_of_allocated"], v["idle_allocated_gpu_hours"], v["allocated_gpu_hours"]
     was = _last(figs, "utilisation_of_allocated", {
         "en": f"{_n(figs.previous['utilisation_of_allocated'], 1)}%",
-        "zh": f"{_n(figs.previous['utilisation_of_allocated'], 1, lang='zh')}%"})
+        "zh": f"{_zh(figs.previous['utilisation_of_allocated'], 1)}%"})
     answers.append(Answer(
         "used", {"en": "Did we use the GPUs we held?", "zh": "我们占用的GPU用上了吗？"},
         {"en": f"Our GPUs did work {_n(util, 1)}% of the {_n(held)} GPU-hours we held{was['en']}; "
                f"{_n(idle)} GPU-hours sat idle.",
-         "zh": f"占用的{_n(held, lang='zh')} GPU小时中有{_n(util, 1, lang='zh')}%在工作{was['zh']}；{_n(idle, lang='zh')} GPU小时空闲。"},
+         "zh": f"占用的{_zh(held)} GPU小时中有{_zh(util, 1)}%在工作{was['zh']}；{_zh(idle)} GPU小时空闲。"},
         _status(util, UTILISATION_ACT_PCT, UTILISATION_WATCH_PCT, high_is_bad=False), "usage_by_model", util,
         ("utilisation_of_allocated", "allocated_gpu_hours", "idle_allocated_gpu_hours")))
 
     quota, borrowed = v["quota_usage"], v["borrowed_gpu_hours"]
     if quota is None:  # no quota: every GPU-hour was borrowed from the shared pool
         said = {"en": f"We hold no quota: all {_n(held)} GPU-hours we used were borrowed from the pool.",
-                "zh": f"我们没有配额：使用的{_n(held, lang='zh')} GPU小时全部借自资源池。"}
+                "zh": f"我们没有配额：使用的{_zh(held)} GPU小时全部借自资源池。"}
     else:
         # per GPU model: a team can borrow above its quota of one model and leave another's unused
         said = {"en": f"We used {_n(quota, 1)}% of our quota's {_n(v['quota_gpu_hours'])} GPU-hours: we borrowed "
                       f"{_n(borrowed)} GPU-hours above it where it was short and left {_n(v['unused_quota_gpu_hours'])} "
                       f"unused where it was not.",
-                "zh": f"配额{_n(v['quota_gpu_hours'], lang='zh')} GPU小时用了{_n(quota, 1, lang='zh')}%：不足处超额借用{_n(borrowed, lang='zh')} GPU小时，"
-                      f"其余处未用{_n(v['unused_quota_gpu_hours'], lang='zh')} GPU小时。"}
+                "zh": f"配额{_zh(v['quota_gpu_hours'])} GPU小时用了{_zh(quota, 1)}%：不足处超额借用{_zh(borrowed)} GPU小时，"
+                      f"其余处未用{_zh(v['unused_quota_gpu_hours'])} GPU小时。"}
     answers.append(Answer(
         "quota", {"en": "Did we use our quota, and did we borrow?", "zh": "配额用了多少？是否借用？"}, said,
         _status(quota, QUOTA_ACT_PCT, QUOTA_WATCH_PCT, high_is_bad=False), "quota", quota,
@@ -269,7 +274,7 @@ def tenant_answers(con: duckdb.DuckDBPyConnection, figs) -> tuple[list[Answer], 
                f"{_n(v['jobs_waiting'])} were still waiting at the month's end and "
                f"{_n(v['cancelled_while_queued'])} were cancelled while queued.",
          "zh": f"本月启动的作业95%等待少于{_duration(wait)['zh']}{was['zh']}；"
-               f"月末仍有{_n(v['jobs_waiting'], lang='zh')}个在等待，{_n(v['cancelled_while_queued'], lang='zh')}个在排队时被取消。"},
+               f"月末仍有{_zh(v['jobs_waiting'])}个在等待，{_zh(v['cancelled_while_queued'])}个在排队时被取消。"},
         _status(wait, WAIT_ACT_S, WAIT_WATCH_S, high_is_bad=True), "waits", wait,
         ("queue_wait_p95", "jobs_waiting", "cancelled_while_queued")))
 
@@ -284,7 +289,7 @@ def tenant_answers(con: duckdb.DuckDBPyConnection, figs) -> tuple[list[Answer], 
                f"recovering {_n(v['recovered_gpu_hours'])} GPU-hours; "
                + (f"{false_pos} reclaimed jobs were resubmitted within the hour (still wanted)." if false_pos
                   else "no reclaimed job was resubmitted within the hour."),
-         "zh": f"资源池策略对作业采取了{_n(actions, lang='zh')}次动作（最多的是策略{top_policy or '无'}），回收{_n(v['recovered_gpu_hours'], lang='zh')} "
+         "zh": f"资源池策略对作业采取了{_zh(actions)}次动作（最多的是策略{top_policy or '无'}），回收{_zh(v['recovered_gpu_hours'])} "
                f"GPU小时；" + (f"{false_pos}个被回收的作业在1小时内重新提交（仍有需要）。" if false_pos
                              else "没有被回收的作业在1小时内重新提交。")},
         # a resubmission within the hour means the job was still wanted: a reclaim to look at with the operators
@@ -298,7 +303,7 @@ def tenant_answers(con: duckdb.DuckDBPyConnection, figs) -> tuple[list[Answer], 
         "savings", {"en": "What would save us GPU-hours and money?", "zh": "怎样节省GPU小时和成本？"},
         {"en": f"{_n(idle)} idle GPU-hours and {_n(lost)} GPU-hours of work lost at interruptions "
                f"(our month cost {_n(v['total_cost'])} USD).",
-         "zh": f"空闲{_n(idle, lang='zh')} GPU小时，中断损失{_n(lost, lang='zh')} GPU小时（本月成本{_n(v['total_cost'], lang='zh')}美元）。"},
+         "zh": f"空闲{_zh(idle)} GPU小时，中断损失{_zh(lost)} GPU小时（本月成本{_zh(v['total_cost'])}美元）。"},
         _status(savable_pct, SAVABLE_ACT_PCT, SAVABLE_WATCH_PCT, high_is_bad=True), "templates", idle,
         ("idle_allocated_gpu_hours", "work_lost_gpu_hours", "total_cost")))
     return on_coverage(answers, figs.coverage), _decisions(figs)  # partial month: said, capped at "watch"
