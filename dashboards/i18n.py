@@ -659,8 +659,13 @@ def label(entry: dict | None, fallback: str) -> str:
     return entry.get("label_zh" if lang() == "zh" else "label_en") or fallback
 
 
+def description_column() -> str:
+    """The catalog's definition in the chosen language: description_zh in Chinese."""
+    return "description_zh" if lang() == "zh" else "description"
+
+
 def described(entry: dict | None) -> str | None:
-    """A catalog entry's definition in the chosen language (description_zh in Chinese)."""
+    """A catalog entry's definition in the chosen language (description_column)."""
     if not entry:
         return None
-    return entry.get("description_zh" if lang() == "zh" else "description") or entry.get("description")
+    return entry.get(description_column()) or entry.get("description")

@@ -6,7 +6,7 @@ import polars as pl
 import streamlit as st
 
 from dashboards import data, filters, ui
-from dashboards.i18n import described, lang, t
+from dashboards.i18n import described, description_column, lang, t
 
 GROUPS = ("resource", "task", "governance")
 SEARCHED = ("metric_name", "label_en", "label_zh", "description", "description_zh", "formula", "view_name",
@@ -27,7 +27,7 @@ def table(rows: pl.DataFrame) -> pl.DataFrame:
     """The catalog's rows as the table shows them (keys; ui.show_table heads them in the page's language): the
     definition in the page's language."""
     label = "label_zh" if lang() == "zh" else "label_en"
-    definition = "description_zh" if lang() == "zh" else "description"
+    definition = description_column()
     return rows.select(
         pl.col(label).alias("metric"), "label_en", "label_zh", "unit", "grain", pl.col("metric_type").alias("type"),
         pl.concat_str("view_name", pl.lit("."), "column_name").alias("where"), "formula", pl.col(definition).alias("description"),
