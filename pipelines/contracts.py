@@ -271,12 +271,20 @@ register(CodeTable(
 create table if not exists ops.lake_versions (
   table_name VARCHAR PRIMARY KEY,
   version BIGINT,
-  location VARCHAR
+  location VARCHAR,
+  first_day DATE,
+  last_day DATE
 )""",
     grain="one row per lake (Delta) table",
     description="The Delta version each lake view (raw.dcgm_samples) reads in this file; a release records these.",
     descriptions={"table_name": "lake table, schema.table", "version": "Delta version the view reads (null: no table yet)",
-                  "location": "the Delta table's folder when the view was written (a moved home re-points it)"},
+                  "location": "the Delta table's folder when the view was written (a moved home re-points it)",
+                  "first_day": "first UTC day (partition) with rows in that version (null: none)",
+                  "last_day": "last UTC day (partition) with rows in that version (null: none)"},
+    # Warehouses made before the days were recorded get the columns on their next write (and the
+    # days when each view is next written).
+    migrations=("alter table ops.lake_versions add column if not exists first_day DATE",
+                "alter table ops.lake_versions add column if not exists last_day DATE"),
 ))
 
 # Written by Warehouse.record_check.

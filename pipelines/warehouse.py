@@ -460,16 +460,19 @@ class Warehouse:
         and record the version in ops.lake_versions: a publish records exactly what the views read.
         The files are named relative to the home (pipelines/lake/reader.py), so a moved home's views,
         and its releases', read the lake where it is now; the table's location is recorded too (a
-        lake outside the home, on object storage, re-points the views when it moves)."""
-        seen = {name: (version, location) for name, version, location
-                in con.execute("select table_name, version, location from ops.lake_versions").fetchall()}
+        lake outside the home, on object storage, re-points the views when it moves). The first and
+        last day with rows are recorded from the files' partition values, so that the build learns
+        the telemetry's days without scanning it (pipelines.build_window.telemetry_days)."""
+        seen = {name: (version, location, first_day is not None or version is None) for name, version, location, first_day
+                in con.execute("select table_name, version, location, first_day from ops.lake_versions").fetchall()}
         for name in LAKE_TABLES:
             c = contract(name)
             version, location = self.store.version(c.table), str(self.store.path(c.table))
             exists = con.execute("select count(*) from information_schema.tables where table_schema = ? "
                                  "and table_name = ?", c.table.split(".", 1)).fetchall()[0][0]
-            if exists and seen.get(c.table) == (version, location):
+            if exists and seen.get(c.table) == (version, location, True):
                 continue
+            days: list[dt.date] = []
             if version is None:
                 cols = ", ".join(f"cast(null as {col.type}) as {col.name}" for col in c.columns)
                 body = (
@@ -477,10 +480,15 @@ class Warehouse:
                     "cast(null as varchar) as ingest_source where false"
                 )
             else:
+                files = self.store.data_files(c.table, version)
                 body = view_sql(self.store.schema(c.table, version), self.store.partition_columns(c.table, version),
-                                home_relative(self.store.data_files(c.table, version), self.home))
+                                home_relative(files, self.home))
+                days = [dt.date.fromisoformat(str(f.partition["partition_date"])) for f in files
+                        if f.rows != 0 and f.partition.get("partition_date") is not None]
             con.execute(f"create or replace view {c.table} as {body}")
-            con.execute("insert or replace into ops.lake_versions values (?, ?, ?)", [c.table, version, location])
+            con.execute("insert or replace into ops.lake_versions (table_name, version, location, first_day, last_day) "
+                        "values (?, ?, ?, ?, ?)",
+                        [c.table, version, location, min(days, default=None), max(days, default=None)])
 
     def record_check(
         self,

@@ -222,3 +222,19 @@ def test_a_swap_that_loses_the_race_for_its_day_is_retried(tmp_path: Path, monke
     assert store.read(TABLE).filter(pl.col("partition_date") == day(0))["writer"].to_list() == ["mine"] * 3
     assert store.read(TABLE, version=before + 1).filter(pl.col("partition_date") == day(0))["writer"].to_list() \
         == ["other"] * 7
+
+
+def test_the_version_read_from_the_log_folder_is_delta_rs_version(tmp_path: Path) -> None:
+    store = DeltaStore(tmp_path / "lake")
+    assert store.version(TABLE) is None
+    for n in range(12):  # past delta-rs' checkpoint interval of 10 commits
+        store.replace_partition(TABLE, day(n % 3), day_frame(day(n % 3), rows=3 + n), "partition_date")
+        assert store.version(TABLE) == DeltaTable(str(store.path(TABLE))).version()
+    latest = store.version(TABLE)
+    assert latest >= 11
+    table = DeltaTable(str(store.path(TABLE)))
+    table.create_checkpoint()
+    table.cleanup_metadata()  # old commit files may go; the latest commit or checkpoint stays
+    assert store.version(TABLE) == DeltaTable(str(store.path(TABLE))).version() == latest
+    (store.path(TABLE) / "_delta_log" / f"{latest + 1:020d}.json.tmp").write_text("{}")  # a commit being written
+    assert store.version(TABLE) == latest

@@ -7,7 +7,7 @@ import datetime as dt
 
 import pytest
 
-from pipelines.build_window import rebuild_window
+from pipelines.build_window import rebuild_window, telemetry_days
 from pipelines.clock import utc_naive
 from pipelines.warehouse import Warehouse
 from tests.models.builders import at, event, load, series, simple_job
@@ -42,6 +42,20 @@ def previous_build(wh: Warehouse, allocations: dict[str, tuple[str, int, int]], 
 def window(wh: Warehouse, changed: list[int], host: list[int] = ()) -> tuple[dt.date, dt.date]:
     with wh.writer() as con:
         return rebuild_window(con, [D[n] for n in changed], [D[n] for n in host])
+
+
+def test_the_telemetrys_days_are_the_lake_versions_days_and_what_a_scan_finds(wh):
+    load(wh, "node_exporter_parquet", D[5], host_samples=[
+        {"host": "h1", "metric": "node_load1", "value": 1.0, "sampled_at": at("00:30", day=5),
+         "source": "node_exporter", "source_file": "h1.prom"}])
+    with wh.writer() as con:
+        recorded = telemetry_days(con)
+        assert con.execute("select count(*) from ops.lake_versions where first_day is not null").fetchone()[0] == 2
+        con.execute("update ops.lake_versions set first_day = null")  # a view written before the days were recorded
+        scanned = telemetry_days(con)
+        con.execute("update ops.lake_versions set first_day = ?, last_day = ?", [D[2], D[6]])
+        assert telemetry_days(con) == (D[2], D[6])  # what is recorded is what the build reads
+    assert recorded == scanned == (D[1], D[5])  # host samples extend the telemetry's days
 
 
 def test_telemetry_of_a_day_rebuilds_that_day_alone(wh):
