@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from pipelines.labels import COLUMN_LABELS
+from pipelines.labels import COLUMN_LABELS, COVERAGE_WORDS
 
 LANGUAGES = {"en": "English", "zh": "中文"}
 
@@ -128,6 +128,10 @@ STRINGS: dict[str, dict[str, str]] = {
     "col_partial": {"en": "Partial period", "zh": "数据不完整的期间"},
     "col_required": {"en": "Required", "zh": "必需"},
     "col_collected": {"en": "Collected", "zh": "已采集"},
+    # an advice's data coverage (pipelines/coverage.py), under its evidence; the words the packs share
+    **COVERAGE_WORDS,
+    "coverage_kind": {"en": "Kind of source", "zh": "数据来源类型"},
+    "coverage_sources": {"en": "Ingest sources", "zh": "采集来源"},
     "col_view": {"en": "From the view", "zh": "来源视图"},
     "col_days_loaded": {"en": "Days loaded", "zh": "已加载天数"},
     "col_days_with_data": {"en": "Days with data", "zh": "有数据的天数"},

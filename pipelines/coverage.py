@@ -23,21 +23,21 @@ from dataclasses import dataclass
 
 import duckdb
 
-# kind -> (its labels, the ingest sources of pipelines/sources/registry.py that feed it); a test checks
-# that every registered source is in exactly one kind
+from pipelines.labels import COVERAGE_KINDS, coverage_phrase
+
+# kind -> (its labels, pipelines/labels.py; the ingest sources of pipelines/sources/registry.py that feed
+# it); a test checks that every registered source is in exactly one kind
 KINDS: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {
-    "gpu_telemetry": ({"en": "GPU telemetry (DCGM)", "zh": "GPU遥测（DCGM）"},
-                      ("dcgm_text", "dcgm_parquet", "prometheus")),
-    "scheduler": ({"en": "Scheduler and allocator events", "zh": "调度器与分配器事件"},
+    "gpu_telemetry": (COVERAGE_KINDS["gpu_telemetry"], ("dcgm_text", "dcgm_parquet", "prometheus")),
+    "scheduler": (COVERAGE_KINDS["scheduler"],
                   ("allocator_events", "slurm_sacct", "slurm_sacct_json", "slurm_squeue", "kueue")),
-    "host_telemetry": ({"en": "Host telemetry (node_exporter)", "zh": "主机遥测（node_exporter）"},
-                       ("node_exporter", "node_exporter_parquet")),
-    "inventory": ({"en": "Pool inventory and quotas", "zh": "资源池清单与配额"}, ("allocator_pool",)),
-    "audit": ({"en": "Audit logs", "zh": "审计日志"}, ("allocator_audit", "k8s_audit", "slurm_sacctmgr")),
-    "governance": ({"en": "Governance decisions", "zh": "治理决策"}, ("governance_actions",)),
-    "artifacts": ({"en": "Checkpoints and artifacts", "zh": "检查点与产出"}, ("allocator_artifacts", "mlflow")),
+    "host_telemetry": (COVERAGE_KINDS["host_telemetry"], ("node_exporter", "node_exporter_parquet")),
+    "inventory": (COVERAGE_KINDS["inventory"], ("allocator_pool",)),
+    "audit": (COVERAGE_KINDS["audit"], ("allocator_audit", "k8s_audit", "slurm_sacctmgr")),
+    "governance": (COVERAGE_KINDS["governance"], ("governance_actions",)),
+    "artifacts": (COVERAGE_KINDS["artifacts"], ("allocator_artifacts", "mlflow")),
 }
-OTHER_KIND = ({"en": "Other sources", "zh": "其他来源"}, ())
+OTHER_KIND = (COVERAGE_KINDS["other"], ())
 # the kinds every day of a period's figures needs (module doc)
 REQUIRED = ("gpu_telemetry", "scheduler")
 
@@ -72,10 +72,7 @@ class Coverage:
         return self.days_with_data < self.days_in_period
 
     def phrase(self, lang: str) -> str:
-        """ "3 of 30 days with data" / "30天中3天有数据" """
-        if lang == "zh":
-            return f"{self.days_in_period}天中{self.days_with_data}天有数据"
-        return f"{self.days_with_data} of {self.days_in_period} days with data"
+        return coverage_phrase(self.days_with_data, self.days_in_period, lang)
 
     def as_dict(self) -> dict:
         """For JSON (figures.json, a recommendation's evidence): the period, its days with data and each kind's."""

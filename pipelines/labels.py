@@ -249,3 +249,28 @@ def value_label(column: str, value: object, lang: str) -> object:
     """The label of a category key in a pack table's column (VALUE_LABELS); any other value as it is."""
     words = VALUE_LABELS.get(column, {}).get(value) if isinstance(value, str) else None
     return value if words is None else words[lang]
+
+
+# The kinds of source a period's coverage counts (pipelines/coverage.py groups the sources into them), and
+# the words every surface that shows a coverage uses (the packs' page 1, the Capacity page's advice).
+COVERAGE_KINDS: dict[str, dict[str, str]] = {
+    "gpu_telemetry": {"en": "GPU telemetry (DCGM)", "zh": "GPU遥测（DCGM）"},
+    "scheduler": {"en": "Scheduler and allocator events", "zh": "调度器与分配器事件"},
+    "host_telemetry": {"en": "Host telemetry (node_exporter)", "zh": "主机遥测（node_exporter）"},
+    "inventory": {"en": "Pool inventory and quotas", "zh": "资源池清单与配额"},
+    "audit": {"en": "Audit logs", "zh": "审计日志"},
+    "governance": {"en": "Governance decisions", "zh": "治理决策"},
+    "artifacts": {"en": "Checkpoints and artifacts", "zh": "检查点与产出"},
+    "other": {"en": "Other sources", "zh": "其他来源"},
+}
+COVERAGE_WORDS: dict[str, dict[str, str]] = {
+    "coverage": {"en": "Data coverage", "zh": "数据覆盖"},
+    "not_collected": {"en": "not collected", "zh": "未采集"},
+}
+
+
+def coverage_phrase(days_with_data: int, days_in_period: int, lang: str) -> str:
+    """ "3 of 30 days with data" / "30天中3天有数据" """
+    if lang == "zh":
+        return f"{days_in_period}天中{days_with_data}天有数据"
+    return f"{days_with_data} of {days_in_period} days with data"

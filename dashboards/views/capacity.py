@@ -10,12 +10,13 @@ import streamlit as st
 
 from dashboards import data, filters, fmt, ui
 from dashboards.i18n import lang, t
+from pipelines.labels import COVERAGE_KINDS, coverage_phrase
 
 CONFIDENCE_COLORS = {"high": "#2e7d32", "medium": "#f9a825", "low": "#c62828"}
 
 
-def _figures(text: str | None, language: str = "en") -> pl.DataFrame:
-    """A JSON object of figures as rows (figure, value): the figure's key (the page names it, ui.column_label),
+def _figures(evidence: dict, language: str = "en") -> pl.DataFrame:
+    """An object of figures as rows (figure, value): the figure's key (the page names it, ui.column_label),
     its value written by the unit its name says; lists are joined, nested objects flattened."""
     rows: list[dict] = []
 
@@ -26,8 +27,23 @@ def _figures(text: str | None, language: str = "en") -> pl.DataFrame:
         else:
             rows.append({"figure": prefix, "value": fmt.value(value, fmt.unit_of(prefix.rsplit(".", 1)[-1]), language)})
 
-    walk("", json.loads(text) if text else {})
+    walk("", evidence)
     return pl.DataFrame(rows, schema={"figure": pl.String, "value": pl.String})
+
+
+def _coverage(coverage: dict, language: str = "en") -> tuple[str, pl.DataFrame]:
+    """An advice's data coverage (pipelines/coverage.py, Coverage.as_dict): the period's line, and one row
+    per kind of source the release holds or the figures require: its name, days with data, whether the
+    figures require it, its ingest sources."""
+    period = coverage_phrase(coverage["days_with_data"], coverage["days_in_period"], language)
+    line = f"{period} · {coverage['first_day']} – {coverage['last_day']} · {coverage['view']}"
+    rows = [{"kind": COVERAGE_KINDS.get(kind, COVERAGE_KINDS["other"])[language],
+             "days_with_data": fmt.value(k["days_with_data"], None, language) if k["collected"] else t("not_collected"),
+             "required": fmt.value(k["required"], "flag", language),
+             "coverage_sources": fmt.value(k["sources"], None, language)}
+            for kind, k in coverage["by_source"].items() if k["collected"] or k["required"]]
+    return line, pl.DataFrame(rows, schema={c: pl.String for c in ("kind", "days_with_data", "required",
+                                                                   "coverage_sources")})
 
 
 def _whatif(text: str, language: str = "en") -> pl.DataFrame:
@@ -113,10 +129,16 @@ def recommendations(f: filters.Filters) -> None:
             left, right = st.columns(2)
             with left:
                 st.markdown(f"**{t('evidence')}**")
-                figures = _figures(rec["evidence_json"], lang())
+                evidence = json.loads(rec["evidence_json"]) if rec["evidence_json"] else {}
+                coverage = evidence.pop("coverage", None)
+                figures = _figures(evidence, lang())
                 ui.show_table(figures.with_columns(pl.Series("figure", [ui.column_label(k.rsplit(".", 1)[-1])
                                                                         for k in figures["figure"]], pl.String)),
                               labels={"figure": t("figure"), "value": t("value")})
+                if coverage:
+                    line, kinds = _coverage(coverage, lang())
+                    (st.warning if coverage["partial"] else st.markdown)(f"**{t('coverage')}**: {line}")
+                    ui.show_table(kinds, labels={"kind": t("coverage_kind"), "coverage_sources": t("coverage_sources")})
             with right:
                 st.markdown(f"**{t('whatif')}**")
                 if rec["whatif_json"]:

@@ -11,7 +11,7 @@ import jinja2
 import polars as pl
 import vl_convert as vlc
 
-from pipelines.labels import VALUE_LABELS, value_label
+from pipelines.labels import COVERAGE_WORDS, VALUE_LABELS, value_label
 from pipelines.pack.figures import Figures
 from pipelines.pack.labels import column_label
 
@@ -38,13 +38,12 @@ TEXT = {
     "on_track": {"en": "On track", "zh": "正常"}, "watch": {"en": "Watch", "zh": "关注"},
     "act": {"en": "Act", "zh": "需行动"}, "gpu_hours": {"en": "GPU-hours", "zh": "GPU小时"},
     # the month's coverage (pipelines/coverage.py): page 1 and each part's headline figures
-    "coverage": {"en": "Data coverage", "zh": "数据覆盖"},
+    **COVERAGE_WORDS,
     "partial": {"en": "Partial month: {phrase}. The figures cover those days only, and no status is better than "
                       "“Watch”.", "zh": "数据不完整：{phrase}。各项数字只覆盖这些天，状态最好为“关注”。"},
     "complete": {"en": "Complete month: {phrase}.", "zh": "完整月份：{phrase}。"},
     "covers": {"en": "These figures cover {phrase}.", "zh": "以下数字覆盖{phrase}。"},
     "days_of": {"en": "{n} of {m} days", "zh": "{m}天中{n}天"},
-    "not_collected": {"en": "not collected", "zh": "未采集"},
     # WeasyPrint's generated content: the page footer and the page a link points to
     "page_of": {"en": '"Page " counter(page) " of " counter(pages)', "zh": '"第 " counter(page) " 页，共 " counter(pages) " 页"'},
     "page_ref": {"en": '" (p. " target-counter(attr(href), page) ")"', "zh": '"（第 " target-counter(attr(href), page) " 页）"'},

@@ -7,7 +7,7 @@ import json
 import streamlit as st
 
 from dashboards.i18n import STRINGS
-from dashboards.views.capacity import _figures, _search_curve, _whatif
+from dashboards.views.capacity import _coverage, _figures, _search_curve, _whatif
 from tests.dashboards.conftest import errors, frames, signed_in
 
 
@@ -71,14 +71,32 @@ def test_no_warehouse_says_so(dashboard_env, monkeypatch, tmp_path):
     assert any(STRINGS["no_warehouse"]["en"] in w.value for w in at.warning)
 
 
+def test_an_advices_coverage_is_one_row_per_kind_of_source_with_its_name():
+    coverage = {"first_day": "2026-11-01", "last_day": "2026-11-30", "days_in_period": 30, "days_with_data": 12,
+                "partial": True, "required": ["gpu_telemetry", "scheduler"], "view": "metrics.ingest_daily",
+                "by_source": {
+                    "gpu_telemetry": {"days_with_data": 12, "sources": ["dcgm_parquet"], "required": True, "collected": True},
+                    "scheduler": {"days_with_data": 0, "sources": [], "required": True, "collected": False},
+                    "audit": {"days_with_data": 0, "sources": [], "required": False, "collected": False},
+                    "other": {"days_with_data": 3, "sources": ["custom_feed"], "required": False, "collected": True}}}
+    line, kinds = _coverage(coverage)
+    assert line == "12 of 30 days with data · 2026-11-01 – 2026-11-30 · metrics.ingest_daily"
+    assert kinds.rows() == [  # a kind neither held nor required is left out
+        ("GPU telemetry (DCGM)", "12", "✓", "dcgm_parquet"),
+        ("Scheduler and allocator events", "not collected", "✓", "–"),
+        ("Other sources", "3", "–", "custom_feed"),
+    ]
+    assert _coverage(coverage, "zh")[0].startswith("30天中12天有数据")
+
+
 def test_json_readably():
-    evidence = _figures(json.dumps({"capacity_gpus": 96, "share": 0.36946, "views": ["a", "b"], "w": {"x": 1}}))
+    evidence = _figures({"capacity_gpus": 96, "share": 0.36946, "views": ["a", "b"], "w": {"x": 1}})
     assert dict(evidence.iter_rows()) == {"capacity_gpus": "96", "share": "0.37", "views": "a, b", "w.x": "1"}
     whatif = _whatif(json.dumps({"confirms": True, "wait_p95_min": {"baseline": 10.0, "changed": 2.5}}))
     assert whatif.row(0) == ("wait_p95_min", "10 min", "2 min 30 s", "–")  # minutes of wait as durations
     zh = _whatif(json.dumps({"pool_utilisation_pct": {"baseline": 20.0, "changed": 22.5}}), "zh")
     assert zh.row(0) == ("pool_utilisation_pct", "20%", "22.5%", "–")
-    assert _figures(None).is_empty()
+    assert _figures({}).is_empty()
 
 
 def test_the_smallest_change_search_shows_as_its_curve_not_as_a_what_if_row():
