@@ -98,11 +98,11 @@ TELEMETRY_TABLES = ("raw.dcgm_samples", "raw.host_samples")
 
 def telemetry_days(con: duckdb.DuckDBPyConnection) -> tuple[dt.date | None, dt.date | None]:
     """The first and last UTC day of the telemetry's samples (raw.dcgm_samples and raw.host_samples);
-    (None, None) without any. Read from ops.lake_versions, which records the first and last partition
-    with rows of the version each lake view reads (a sample's partition is its own UTC day:
-    pipelines/ingest.py files every record under its day), so that it costs the same whatever the
-    history; scanned from the samples where a view's days are not recorded (a view written before
-    they were, or raw tables that are not lake views)."""
+    (None, None) without any. Read from ops.lake_versions, which records the first and last day of
+    the sample times of the version each lake view reads (from its files' Delta statistics), so that
+    it costs the same whatever the history; scanned from the samples where a view's days are not
+    recorded (a view written before they were, a file without statistics, raw tables that are not
+    lake views)."""
     if _records_days(con):
         first, last, tables, unknown = con.execute(
             "select min(first_day), max(last_day), count(*),"

@@ -23,6 +23,7 @@ import yaml
 from pipelines.paths import CONTRACTS_DIR
 
 LAKE_TABLES = ("dcgm_samples", "host_samples")  # raw tables kept as Parquet, exposed by a view
+LAKE_TIME_COLUMN = "sampled_at"  # every lake table's sample time (ops.lake_versions records its days)
 # columns the warehouse adds to every raw table
 PARTITION_COLUMNS = ",\n  partition_date DATE,\n  ingest_source VARCHAR,\n  ingested_at TIMESTAMP"
 
@@ -279,8 +280,10 @@ create table if not exists ops.lake_versions (
     description="The Delta version each lake view (raw.dcgm_samples) reads in this file; a release records these.",
     descriptions={"table_name": "lake table, schema.table", "version": "Delta version the view reads (null: no table yet)",
                   "location": "the Delta table's folder when the view was written (a moved home re-points it)",
-                  "first_day": "first UTC day (partition) with rows in that version (null: none)",
-                  "last_day": "last UTC day (partition) with rows in that version (null: none)"},
+                  "first_day": "first UTC day of the version's sample times, from its files' Delta statistics "
+                               "(null: no rows, or a file without statistics)",
+                  "last_day": "last UTC day of the version's sample times, from its files' Delta statistics "
+                              "(null: no rows, or a file without statistics)"},
     # Warehouses made before the days were recorded get the columns on their next write (and the
     # days when each view is next written).
     migrations=("alter table ops.lake_versions add column if not exists first_day DATE",

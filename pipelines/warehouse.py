@@ -46,11 +46,12 @@ from allocator.filemodes import (
 )
 from pipelines import sandbox
 from pipelines.clock import utc_naive
-from pipelines.contracts import INGEST_LOG_COLUMNS, LAKE_TABLES, all_ddl, contract
+from pipelines.contracts import INGEST_LOG_COLUMNS, LAKE_TABLES, LAKE_TIME_COLUMN, all_ddl, contract
 from pipelines.duckdb_limits import MEMORY_LIMIT_ENV, writer_limits
 from pipelines.lake import DeltaStore, LakeError, ReleaseNotFound, ReleaseRegistry, registry_for
 from pipelines.lake.mart_files import marts_dir
 from pipelines.lake.reader import RELEASE_TABLE, home_relative, search_config, view_sql
+from pipelines.lake.tables import DataFile
 
 # the readers' (a published release's) limit unless GPUPOOL_DUCKDB_MEMORY_LIMIT says otherwise; writers size theirs
 DEFAULT_MEMORY_LIMIT = "6GB"
@@ -461,8 +462,8 @@ class Warehouse:
         The files are named relative to the home (pipelines/lake/reader.py), so a moved home's views,
         and its releases', read the lake where it is now; the table's location is recorded too (a
         lake outside the home, on object storage, re-points the views when it moves). The first and
-        last day with rows are recorded from the files' partition values, so that the build learns
-        the telemetry's days without scanning it (pipelines.build_window.telemetry_days)."""
+        last UTC day of the version's sample times are recorded from its files' Delta statistics, so
+        that the build learns the telemetry's days without scanning it (build_window.telemetry_days)."""
         seen = {name: (version, location, first_day is not None or version is None) for name, version, location, first_day
                 in con.execute("select table_name, version, location, first_day from ops.lake_versions").fetchall()}
         for name in LAKE_TABLES:
@@ -472,7 +473,7 @@ class Warehouse:
                                  "and table_name = ?", c.table.split(".", 1)).fetchall()[0][0]
             if exists and seen.get(c.table) == (version, location, True):
                 continue
-            days: list[dt.date] = []
+            days: tuple[dt.date | None, dt.date | None] = (None, None)
             if version is None:
                 cols = ", ".join(f"cast(null as {col.type}) as {col.name}" for col in c.columns)
                 body = (
@@ -480,15 +481,13 @@ class Warehouse:
                     "cast(null as varchar) as ingest_source where false"
                 )
             else:
-                files = self.store.data_files(c.table, version)
+                files = self.store.data_files(c.table, version, bounds_of=LAKE_TIME_COLUMN)
                 body = view_sql(self.store.schema(c.table, version), self.store.partition_columns(c.table, version),
                                 home_relative(files, self.home))
-                days = [dt.date.fromisoformat(str(f.partition["partition_date"])) for f in files
-                        if f.rows != 0 and f.partition.get("partition_date") is not None]
+                days = _days_of(files)
             con.execute(f"create or replace view {c.table} as {body}")
             con.execute("insert or replace into ops.lake_versions (table_name, version, location, first_day, last_day) "
-                        "values (?, ?, ?, ?, ?)",
-                        [c.table, version, location, min(days, default=None), max(days, default=None)])
+                        "values (?, ?, ?, ?, ?)", [c.table, version, location, *days])
 
     def record_check(
         self,
@@ -780,3 +779,12 @@ class LakeRowsWrite:
         self.write.add(self._warehouse._lake_frame(
             self._name, frame.with_columns(ingested_at=pl.lit(self._ingested_at, dtype=pl.Datetime("us"))),
             self._day, self._source))
+
+
+def _days_of(files: list[DataFile]) -> tuple[dt.date | None, dt.date | None]:
+    """The first and last UTC day of the files' sample times by their Delta statistics; (None, None)
+    when a file with rows has none (whoever needs the days then scans the rows)."""
+    bounds = [f.bounds for f in files if f.rows != 0]
+    if not bounds or any(b is None for b in bounds):
+        return None, None
+    return min(low for low, _ in bounds).date(), max(high for _, high in bounds).date()

@@ -88,6 +88,7 @@ class DataFile:
     path: Path | str  # a local Path, or the file's URI (s3://...) when the table is on object storage
     partition: dict[str, Any]
     rows: int | None
+    bounds: tuple[Any, Any] | None = None  # (min, max) of data_files' `bounds_of` column by the log's statistics
 
 
 def _writer_properties() -> WriterProperties:
@@ -293,6 +294,13 @@ def latest_local_version(folder: Path) -> int | None:
         return None
     versions = [int(m.group(1)) for name in names if (m := _LOG_ENTRY.match(name))]
     return max(versions) if versions else None
+
+
+def _bounds(action: dict, column: str | None) -> tuple[Any, Any] | None:
+    if column is None:
+        return None
+    low, high = action.get(f"min.{column}"), action.get(f"max.{column}")
+    return None if low is None or high is None else (low, high)
 
 
 class DeltaStore:
@@ -537,8 +545,10 @@ class DeltaStore:
                 f"{name} (version {table.version()}) uses {why}: its Parquet files alone are not the "
                 "table, so it cannot be published as a file list")
 
-    def data_files(self, name: str, version: int | None = None) -> list[DataFile]:
-        """That version's Parquet files with their partition values (from the Delta log)."""
+    def data_files(self, name: str, version: int | None = None, bounds_of: str | None = None) -> list[DataFile]:
+        """That version's Parquet files with their partition values (from the Delta log), and with
+        `bounds_of`, each file's min and max of that column as the log's statistics say (None where a
+        file has none)."""
         self.check_readable_by_files(name, version)
         table = self._table(name, version)
         location = self.location(name)
@@ -547,7 +557,8 @@ class DeltaStore:
         return [DataFile(path=_remote_path(location, row["path"]) if self.remote
                          else _local_path(self.path(name), row["path"]),
                          partition={c: row.get(f"partition.{c}") for c in partition_columns},
-                         rows=row.get("num_records"))
+                         rows=row.get("num_records"),
+                         bounds=_bounds(row, bounds_of))
                 for row in sorted(actions, key=lambda r: r["path"])]
 
     def files(self, name: str, version: int | None = None) -> list[str]:
