@@ -101,26 +101,20 @@ def telemetry_days(con: duckdb.DuckDBPyConnection) -> tuple[dt.date | None, dt.d
     (None, None) without any. Read from ops.lake_versions, which records the first and last day of
     the sample times of the version each lake view reads (from its files' Delta statistics), so that
     it costs the same whatever the history; scanned from the samples where a view's days are not
-    recorded (a view written before they were, a file without statistics, raw tables that are not
-    lake views)."""
-    if _records_days(con):
-        first, last, tables, unknown = con.execute(
-            "select min(first_day), max(last_day), count(*),"
-            " count(*) filter (where version is not null and first_day is null)"
-            " from ops.lake_versions where table_name in (select unnest(?::varchar[]))", [list(TELEMETRY_TABLES)],
-        ).fetchone()
-        if tables == len(TELEMETRY_TABLES) and not unknown:
-            return first, last
+    recorded (a view written before they were, a file without statistics). `con`: a writers'
+    connection, whose schema and lake views Warehouse.ensure_schema has brought up to date."""
+    first, last, tables, unknown = con.execute(
+        "select min(first_day), max(last_day), count(*),"
+        " count(*) filter (where version is not null and first_day is null)"
+        " from ops.lake_versions where table_name in (select unnest(?::varchar[]))", [list(TELEMETRY_TABLES)],
+    ).fetchone()
+    if tables == len(TELEMETRY_TABLES) and not unknown:
+        return first, last
     return con.execute(
         "select cast(min(first) as date), cast(max(last) as date) from ("
         " select min(sampled_at) as first, max(sampled_at) as last from raw.dcgm_samples union all"
         " select min(sampled_at), max(sampled_at) from raw.host_samples)"
     ).fetchone()
-
-
-def _records_days(con: duckdb.DuckDBPyConnection) -> bool:
-    return bool(con.execute("select count(*) from information_schema.columns where table_schema = 'ops' "
-                            "and table_name = 'lake_versions' and column_name = 'first_day'").fetchone()[0])
 
 
 def rebuild_window(con: duckdb.DuckDBPyConnection, changed: Collection[dt.date],

@@ -464,14 +464,16 @@ class Warehouse:
         lake outside the home, on object storage, re-points the views when it moves). The first and
         last UTC day of the version's sample times are recorded from its files' Delta statistics, so
         that the build learns the telemetry's days without scanning it (build_window.telemetry_days)."""
-        seen = {name: (version, location, first_day is not None or version is None) for name, version, location, first_day
-                in con.execute("select table_name, version, location, first_day from ops.lake_versions").fetchall()}
+        # a row without the days of its version (written before they were recorded) is written again
+        seen = {name: (version, location) for name, version, location, first_day
+                in con.execute("select table_name, version, location, first_day from ops.lake_versions").fetchall()
+                if first_day is not None or version is None}
         for name in LAKE_TABLES:
             c = contract(name)
             version, location = self.store.version(c.table), str(self.store.path(c.table))
             exists = con.execute("select count(*) from information_schema.tables where table_schema = ? "
                                  "and table_name = ?", c.table.split(".", 1)).fetchall()[0][0]
-            if exists and seen.get(c.table) == (version, location, True):
+            if exists and seen.get(c.table) == (version, location):
                 continue
             days: tuple[dt.date | None, dt.date | None] = (None, None)
             if version is None:

@@ -10,7 +10,7 @@ import streamlit as st
 
 from dashboards import data, filters, fmt, ui
 from dashboards.i18n import lang, t
-from pipelines.labels import COVERAGE_KINDS, coverage_phrase
+from pipelines.labels import COVERAGE_KINDS, COVERAGE_WORDS, coverage_phrase
 
 CONFIDENCE_COLORS = {"high": "#2e7d32", "medium": "#f9a825", "low": "#c62828"}
 
@@ -38,7 +38,8 @@ def _coverage(coverage: dict, language: str = "en") -> tuple[str, pl.DataFrame]:
     period = coverage_phrase(coverage["days_with_data"], coverage["days_in_period"], language)
     line = f"{period} · {coverage['first_day']} – {coverage['last_day']} · {coverage['view']}"
     rows = [{"kind": COVERAGE_KINDS.get(kind, COVERAGE_KINDS["other"])[language],
-             "days_with_data": fmt.value(k["days_with_data"], None, language) if k["collected"] else t("not_collected"),
+             "days_with_data": (fmt.value(k["days_with_data"], None, language) if k["collected"]
+                                else COVERAGE_WORDS["not_collected"][language]),
              "required": fmt.value(k["required"], "flag", language),
              "coverage_sources": fmt.value(k["sources"], None, language)}
             for kind, k in coverage["by_source"].items() if k["collected"] or k["required"]]

@@ -86,7 +86,8 @@ def test_an_advices_coverage_is_one_row_per_kind_of_source_with_its_name():
         ("Scheduler and allocator events", "not collected", "✓", "–"),
         ("Other sources", "3", "–", "custom_feed"),
     ]
-    assert _coverage(coverage, "zh")[0].startswith("30天中12天有数据")
+    line_zh, kinds_zh = _coverage(coverage, "zh")
+    assert line_zh.startswith("30天中12天有数据") and kinds_zh["days_with_data"][1] == "未采集"
 
 
 def test_json_readably():
