@@ -19,11 +19,15 @@ demo-pack: setup components
 	.venv/bin/gpupool pack --month 2026-11 --all-tenants
 	.venv/bin/gpupool pack --month 2026-11 --lang zh
 
+# One pytest-xdist worker more than the cores: tests wait on real servers (Slurm, Prometheus, a browser)
+# and on homes another worker builds (built_once), and the spare worker uses the CPU meanwhile.
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
+
 test: setup components
-	.venv/bin/python -m pytest -q -n auto --durations=25
+	.venv/bin/python -m pytest -q -n $(TEST_WORKERS) --durations=25
 
 test-quick: setup
-	.venv/bin/python -m pytest -q -n auto -m "not slow"
+	.venv/bin/python -m pytest -q -n $(TEST_WORKERS) -m "not slow"
 
 lint: setup
 	.venv/bin/ruff check pipelines expectations allocator tests bench

@@ -2,10 +2,12 @@
 (on no data, and a small demo month: `built_once`), and the real-data samples in tests/fixtures/real-data."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
+from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 
@@ -42,15 +44,30 @@ def shared_group(nodeid: str) -> str | None:
     return next((group for prefix, group in SHARED.items() if nodeid.startswith(prefix)), None)
 
 
+# The seconds each scope (a SHARED group or a test file) took in a whole run (scripts/test_durations.py
+# writes it): the longest are handed out first, so the run does not end with one worker still on a long
+# file while the others idle. A scope it does not know counts a second a test.
+DURATIONS = Path(__file__).parent / "durations.json"
+
+
 @pytest.hookimpl(optionalhook=True)  # `-p no:xdist` runs the suite in one process without this hook
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
     from xdist.scheduler import LoadScopeScheduling
 
+    seconds = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
+
     class SharedSystemsScheduling(LoadScopeScheduling):
-        """xdist's load-by-scope, where a scope is a group of SHARED or else one test file."""
+        """xdist's load-by-scope, where a scope is a group of SHARED or else one test file, longest first."""
 
         def _split_scope(self, nodeid: str) -> str:
             return shared_group(nodeid) or nodeid.split("::", 1)[0]
+
+        def _assign_work_unit(self, node) -> None:
+            if not getattr(self, "_longest_first", False):  # the queue is complete at the first assignment
+                self.workqueue = OrderedDict(sorted(self.workqueue.items(),
+                                                    key=lambda unit: -seconds.get(unit[0], len(unit[1]))))
+                self._longest_first = True
+            super()._assign_work_unit(node)
 
     return SharedSystemsScheduling(config, log)
 
