@@ -3,7 +3,7 @@
 Today a release is a copy of the writers' DuckDB file (pipelines/warehouse.py `publish`), so a publish
 writes the whole history's job- and allocation-keyed marts and raw tables each time. The alternative
 measured here: each base table stored as zstd Parquet chunks, one per month of its first date or
-timestamp column (a table without one is one chunk), named by a digest of their rows (count and sum of
+timestamp column (--chunk day: one per day; a table without one is one chunk), named by a digest of their rows (count and sum of
 row hashes); a release is a small DuckDB file of views over the chunks it reads, and a publish writes
 only the chunks whose digest changed since the last release (plus that small file).
 
@@ -14,7 +14,7 @@ or would write: today's copy (the release files after the first), the chunked la
 and schema file, and for scale every chunk of the later release. It also lists the tables whose chunks
 changed, the heaviest first.
 
-Run:  PYTHONPATH=. .venv/bin/python bench/bench_publish_layouts.py HOME [HOME ...] [--publishes 2]
+Run:  PYTHONPATH=. .venv/bin/python bench/bench_publish_layouts.py HOME [HOME ...] [--publishes 2] [--chunk month|day]
 """
 from __future__ import annotations
 
@@ -34,8 +34,9 @@ def mib(n: float) -> str:
     return f"{n / 2**20:.2f} MiB"
 
 
-def chunked_tables(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
-    """Each base table of the release -> the SQL expression of its chunk (month of its first date column)."""
+def chunked_tables(con: duckdb.DuckDBPyConnection, unit: str) -> dict[str, str]:
+    """Each base table of the release -> the SQL expression of its chunk (the month or day of its first date
+    column)."""
     tables = con.execute("select schema_name, table_name from duckdb_tables() where database_name = current_database() "
                          "and not internal order by 1, 2").fetchall()
     chunks = {}
@@ -44,7 +45,7 @@ def chunked_tables(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
                             "and schema_name = ? and table_name = ? and data_type in "
                             f"({', '.join('?' * len(DATE_TYPES))}) order by column_index limit 1",
                             [schema, table, *DATE_TYPES]).fetchone()
-        chunks[f'"{schema}"."{table}"'] = (f"cast(date_trunc('month', \"{first[0]}\") as date)" if first
+        chunks[f'"{schema}"."{table}"'] = (f"cast(date_trunc('{unit}', \"{first[0]}\") as date)" if first
                                           else "date '1970-01-01'")
     return chunks
 
@@ -80,7 +81,7 @@ def schema_bytes(release: Path, home: Path, folder: Path) -> int:
     return target.stat().st_size
 
 
-def measure(home: Path, publishes: int) -> None:
+def measure(home: Path, publishes: int, unit: str) -> None:
     wh = Warehouse(home)
     kept = wh.kept_releases()
     after = wh.current_release()
@@ -89,9 +90,9 @@ def measure(home: Path, publishes: int) -> None:
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
         with duckdb.connect(str(wh.release_path(before)), read_only=True, config=search_config(home)) as con:
-            old = digests(con, chunked_tables(con))
+            old = digests(con, chunked_tables(con, unit))
         with duckdb.connect(str(wh.release_path(after)), read_only=True, config=search_config(home)) as con:
-            chunks = chunked_tables(con)
+            chunks = chunked_tables(con, unit)
             new = digests(con, chunks)
             sizes = chunk_bytes(con, chunks, list(new), folder)
         changed = [key for key, digest in new.items() if old.get(key) != digest]
@@ -103,7 +104,7 @@ def measure(home: Path, publishes: int) -> None:
     print(f"== {home}: releases {before} -> {after}")
     print(f"  today's copy: {mib(copied)} written ({after - before} release(s); the release file "
           f"{mib(wh.release_path(after).stat().st_size)})")
-    print(f"  chunked: {mib(written)} written ({len(changed)} of {len(new)} chunks changed, "
+    print(f"  chunked by {unit}: {mib(written)} written ({len(changed)} of {len(new)} chunks changed, "
           f"{mib(written - schema)}, and the schema file {mib(schema)}); every chunk of the release "
           f"{mib(sum(sizes.values()))}")
     print("  changed: " + ", ".join(f"{t} {mib(b)}" for t, b in sorted(per_table.items(), key=lambda x: -x[1])[:8]))
@@ -114,9 +115,10 @@ def main() -> None:
     parser.add_argument("homes", nargs="+", type=Path)
     parser.add_argument("--publishes", type=int, default=2, help="the publishes to measure: the current release "
                         "against the one this many publishes earlier")
+    parser.add_argument("--chunk", choices=("month", "day"), default="month", help="a chunk's span of time")
     args = parser.parse_args()
     for home in args.homes:
-        measure(home.resolve(), args.publishes)
+        measure(home.resolve(), args.publishes, args.chunk)
 
 
 if __name__ == "__main__":

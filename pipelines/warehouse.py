@@ -51,6 +51,7 @@ from pipelines.duckdb_limits import MEMORY_LIMIT_ENV, writer_limits
 from pipelines.lake import DeltaStore, LakeError, ReleaseNotFound, ReleaseRegistry, registry_for
 from pipelines.lake.mart_files import marts_dir
 from pipelines.lake.reader import RELEASE_TABLE, home_relative, search_config, view_sql
+from pipelines.lake.release_chunks import chunks_dir, write_release
 from pipelines.lake.tables import DataFile
 
 # the readers' (a published release's) limit unless GPUPOOL_DUCKDB_MEMORY_LIMIT says otherwise; writers size theirs
@@ -254,7 +255,8 @@ class Warehouse:
         self._mend_releases()
         stamp_path = self.releases / "latest.json"  # the release published last, and the writers' file it copied
         # a publisher killed mid-way leaves its copy or link; under the publish lock nobody else uses them
-        for leftover in [*self.releases.glob(".*.tmp"), *self.home.glob(".warehouse.duckdb.*.tmp")]:
+        for leftover in [*self.releases.glob(".*.tmp"), *self.releases.glob(".*.tmp.wal"),
+                         *chunks_dir(self.home).glob("*/.*.tmp"), *self.home.glob(".warehouse.duckdb.*.tmp")]:
             leftover.unlink(missing_ok=True)
         with self.writer_lock():
             if not self.writer_path.exists():
@@ -266,7 +268,11 @@ class Warehouse:
                 return int(latest["release_id"])
             make_dirs(self.releases, READER_DIR_MODE, tighten=True)
             copy = self.releases / f".{uuid.uuid4().hex}.tmp"
-            copy_file(self.writer_path, copy, READER_MODE)  # 0644 from its creation: nobody else writes a release
+            try:  # the writers' schema and small tables, the rest as Parquet chunks written when they changed
+                write_release(self.writer_path, copy, self.home)
+            except BaseException:
+                copy.unlink(missing_ok=True)
+                raise
         try:
             con = duckdb.connect(str(copy), config=search_config(self.home))
             try:

@@ -33,15 +33,16 @@ def marts_dir(home: Path) -> Path:
 
 
 def listed_files(db_path: Path) -> set[str]:
-    """The day files a warehouse file's views read (paths relative to the home); none for a file from
-    before day files. A file that cannot be opened raises: a sweep never deletes on a guess."""
+    """The day files a warehouse file's views read, and a release's chunks (pipelines/lake/release_chunks.py),
+    by paths relative to the home; none for a file from before day files. A file that cannot be opened raises: a sweep never deletes on a guess."""
+    from pipelines.lake.release_chunks import listed_chunks  # it builds on this module's folder
+
     con = duckdb.connect(str(db_path), read_only=True)
     try:
         rows = con.execute("select count(*) from information_schema.tables "
                            "where table_schema = 'ops' and table_name = 'mart_files'").fetchall()
-        if not rows[0][0]:
-            return set()
-        return {path for (path,) in con.execute(f"select path from {MART_FILES}").fetchall()}
+        days = {path for (path,) in con.execute(f"select path from {MART_FILES}").fetchall()} if rows[0][0] else set()
+        return days | listed_chunks(con)
     finally:
         con.close()
 

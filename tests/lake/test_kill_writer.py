@@ -18,6 +18,7 @@ import duckdb
 import pytest
 
 from pipelines.lake.reader import search_config
+from pipelines.lake.release_chunks import chunks_dir
 from pipelines.paths import REPO_ROOT
 from pipelines.warehouse import Warehouse
 from tests.conftest import copy_home
@@ -89,7 +90,8 @@ def lake_day(wh: Warehouse) -> int:
 
 def leftovers(wh: Warehouse) -> list[str]:
     """Temporary files a publish leaves only when it dies."""
-    return sorted(str(p.relative_to(wh.home)) for p in [*wh.releases.glob(".*.tmp"), *wh.home.glob(".*.tmp")])
+    return sorted(str(p.relative_to(wh.home)) for p in [*wh.releases.glob(".*.tmp*"), *wh.home.glob(".*.tmp"),
+                                                         *chunks_dir(wh.home).glob("*/.*.tmp")])
 
 
 @pytest.mark.slow
@@ -162,13 +164,13 @@ def test_kill_9_mid_publish_leaves_the_last_release(tmp_path: Path) -> None:
 
 
 def test_a_publish_killed_mid_copy_leaves_no_copy_behind(tmp_path: Path) -> None:
-    """Fails on this branch: each publish killed after its copy leaves releases/.<uuid>.tmp, a whole
-    copy of the writers' file (580 MB for the demo month), and no later publish removes it."""
+    """A publish killed after it wrote the release's file (releases/.<uuid>.tmp) and before the rename
+    leaves it behind; the next publish removes it."""
     wh = Warehouse(tmp_path / "gpupool")
     write_partition(wh, DAY, 1000, "seed")
     release = wh.current_release()
     process = start("publish-hold", wh.home)
-    await_line(process, "copied")
+    await_line(process, "written")
     kill(process)
     assert_locks_free(wh)
     assert published_day(wh)[0] == release  # the previous release still reads

@@ -12,8 +12,8 @@
 - big HOME DAY ROWS: one large partition write; prints "ready" just before it starts, "done" after.
 - publish-loop HOME: writes one row (ops.kill_test) and publishes, forever; prints "committed N"
   after each publish returned.
-- publish-hold HOME: writes one row and publishes, but holds forever once the publish copied the
-  writers' file (prints "copied"): a test kills it mid-publish.
+- publish-hold HOME: writes one row and publishes, but holds forever once the publish wrote the
+  release's file and its chunks (prints "written"): a test kills it mid-publish.
 - builds HOME: for each line read on stdin, a full refresh of the models (`build_models`), published,
   in a child forked from this process, which imported the runner and dbt once (a fresh interpreter
   spends about 5 CPU-seconds on that before its first model): prints "child PID" before the child's
@@ -28,7 +28,6 @@ import datetime as dt
 import json
 import os
 import re
-import shutil
 import sys
 import time
 import traceback
@@ -213,14 +212,16 @@ def publish_loop(home: str) -> None:
 
 
 def publish_hold(home: str) -> None:
-    copy = shutil.copyfile
+    import pipelines.warehouse
 
-    def copy_then_hold(*args, **kwargs):
-        copy(*args, **kwargs)
-        print("copied", flush=True)
+    write = pipelines.warehouse.write_release
+
+    def write_then_hold(*args, **kwargs):
+        write(*args, **kwargs)
+        print("written", flush=True)
         time.sleep(BARRIER_TIMEOUT_S)
 
-    shutil.copyfile = copy_then_hold  # the publish's copy of the writers' file (pipelines.warehouse)
+    pipelines.warehouse.write_release = write_then_hold  # the publish's new release file, not yet renamed
     with Warehouse(home).writer() as con:
         con.execute("create table if not exists ops.kill_test (n bigint)")
         con.execute("insert into ops.kill_test values (0)")

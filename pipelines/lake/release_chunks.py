@@ -1,0 +1,138 @@
+"""A release written from the writers' file without copying it: its tables' rows as Parquet chunks that a
+publish writes only when they changed (issue 30, docs/architecture.md "Releases").
+
+A release used to be a copy of the writers' DuckDB file, so every publish wrote the whole history of
+the job- and allocation-keyed marts and raw tables. Now a publish makes a new DuckDB file with the
+writers' schemas, views and small tables (`copy from database ... (schema)`), and each other table
+becomes a view over Parquet chunks: one chunk per month of the table's first date or timestamp column
+(a table without one is one chunk), named by its rows' digest (their count and the sum of their
+hashes) and the table's columns. A chunk whose file an earlier publish already wrote is reused, so
+a day's publish writes the months the day's build changed, whatever the history. Chunks lie under
+<home>/lake/marts/releases/, named relative to the home (DuckDB's file_search_path, as the day files);
+the release lists them in RELEASE_CHUNKS, and `gpupool maintain` deletes a chunk once no kept release
+lists it (pipelines/lake/mart_files.py `sweep`).
+
+The views cast each column back to its type, so a release answers as the copied file did; a table
+holding a type Parquet does not keep (an INTERVAL, a HUGEINT beyond 2^53) stays a table in the release
+file.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import uuid
+from pathlib import Path
+
+import duckdb
+
+from allocator.filemodes import READER_DIR_MODE, READER_MODE, make_dirs
+from pipelines.lake.mart_files import MARTS_FOLDER
+from pipelines.lake.reader import search_config
+
+CHUNKS_FOLDER = MARTS_FOLDER / "releases"  # relative to the home
+RELEASE_CHUNKS = "ops.release_chunks"
+COPIED_SCHEMAS = ("ops", "lake")  # bookkeeping the publish and the maintenance read: small, kept as tables
+NO_CHUNK = "all"  # the one chunk of a table without a date column
+# the types a Parquet file gives back as they were (a DECIMAL and a list of these too); a HUGEINT (a sum()
+# of integers) is written as a DOUBLE, exact while its values stay within 2^53, which write_release checks
+KEPT_TYPES = re.compile(r"^(VARCHAR|DOUBLE|FLOAT|HUGEINT|BIGINT|INTEGER|SMALLINT|TINYINT|BOOLEAN|DATE|TIMESTAMP|"
+                        r"DECIMAL\(\d+,\d+\))(\[\])*$")
+EXACT_IN_DOUBLE = 2**53
+DATE_TYPES = ("DATE", "TIMESTAMP")
+
+
+def chunks_dir(home: Path) -> Path:
+    return Path(home) / CHUNKS_FOLDER
+
+
+def write_release(writer_path: Path, target: Path, home: Path) -> int:
+    """Write the release file `target` from the writers' file (not open for writing: the caller holds the
+    writers' lock), reusing every chunk already written with the same rows. Returns the new chunks' bytes."""
+    home = Path(home)
+    con = duckdb.connect(config=search_config(home))
+    try:
+        con.execute(f"attach '{_sql_text(writer_path)}' as w (read_only)")
+        con.execute(f"attach '{_sql_text(target)}' as r")
+        con.execute("copy from database w to r (schema)")
+        con.execute(f"create table r.{RELEASE_CHUNKS} (table_name varchar not null, chunk varchar not null, "
+                    "rows bigint not null, path varchar not null)")
+        written = 0
+        for schema, table in con.execute(
+                "select schema_name, table_name from duckdb_tables() where database_name = 'w' "
+                "order by all").fetchall():
+            columns = con.execute("select column_name, data_type from duckdb_columns() where database_name = 'w' "
+                                  "and schema_name = ? and table_name = ? order by column_index",
+                                  [schema, table]).fetchall()
+            name = f'"{schema}"."{table}"'
+            if schema in COPIED_SCHEMAS or not _kept_by_parquet(con, name, columns):
+                con.execute(f"insert into r.{name} select * from w.{name}")
+                continue
+            written += _chunk_table(con, home, schema, table, columns)
+        con.execute("checkpoint r")
+    finally:
+        con.close()
+    target.chmod(READER_MODE)
+    return written
+
+
+def _kept_by_parquet(con: duckdb.DuckDBPyConnection, name: str, columns: list[tuple[str, str]]) -> bool:
+    if not all(KEPT_TYPES.match(t) for _, t in columns):
+        return False
+    wide = [c for c, t in columns if t == "HUGEINT"]
+    return not wide or con.execute("select " + " and ".join(f'coalesce(max(abs("{c}")) <= {EXACT_IN_DOUBLE}, true)'
+                                                            for c in wide) + f" from w.{name}").fetchone()[0]
+
+
+def _chunk_table(con: duckdb.DuckDBPyConnection, home: Path, schema: str, table: str,
+                 columns: list[tuple[str, str]]) -> int:
+    """Make r's `schema.table` a view over its chunks, writing the chunks no earlier publish wrote (a chunk's
+    name is its rows' digest: the same name is the same rows)."""
+    name = f'"{schema}"."{table}"'
+    date_column = next((c for c, t in columns if t in DATE_TYPES), None)
+    chunk_sql = (f"coalesce(strftime(date_trunc('month', \"{date_column}\"), '%Y-%m'), 'none')" if date_column
+                 else f"'{NO_CHUNK}'")
+    shape = hashlib.sha1(repr(columns).encode()).hexdigest()[:12]  # a changed column list is a new chunk
+    folder = chunks_dir(home) / f"{schema}.{table}"
+    written = 0
+    rows = []
+    for chunk, count, digest in con.execute(f"select {chunk_sql} as chunk, count(*), sum(hash(t)) from w.{name} t "
+                                            "group by all order by all").fetchall():
+        path = folder / f"{chunk}-{count}-{digest & (2**128 - 1):032x}-{shape}.parquet"
+        if not path.exists():
+            written += _write_chunk(con, name, chunk_sql, chunk, path)
+        rows.append((f"{schema}.{table}", chunk, count, path.relative_to(home).as_posix()))
+    if not rows:
+        return 0  # no rows: the empty table copy from database made answers as the view would
+    con.executemany(f"insert into r.{RELEASE_CHUNKS} values (?, ?, ?, ?)", rows)
+    casts = ", ".join(f'cast("{c}" as {t}) as "{c}"' for c, t in columns)
+    files = ", ".join(f"'{_sql_text(path)}'" for *_, path in rows)
+    con.execute(f"drop table r.{name}")
+    con.execute(f"create view r.{name} as select {casts} from read_parquet([{files}], hive_partitioning = false)")
+    return written
+
+
+def _write_chunk(con: duckdb.DuckDBPyConnection, name: str, chunk_sql: str, chunk: str, path: Path) -> int:
+    """Write one chunk as a new file, renamed into place whole (a killed publish leaves a .tmp, not half a chunk)."""
+    make_dirs(path.parent, READER_DIR_MODE)
+    part = path.with_name(f".{uuid.uuid4().hex}.tmp")
+    try:
+        con.execute(f"copy (select * from w.{name} t where {chunk_sql} = ?) to '{_sql_text(part)}' "
+                    "(format parquet, compression zstd)", [chunk])
+        part.chmod(READER_MODE)
+        os.replace(part, path)
+    finally:
+        part.unlink(missing_ok=True)
+    return path.stat().st_size
+
+
+def listed_chunks(con: duckdb.DuckDBPyConnection) -> set[str]:
+    """The chunks a release file (open on `con`) lists; none for a release from before chunks."""
+    if not con.execute("select count(*) from information_schema.tables "
+                       "where table_schema = 'ops' and table_name = 'release_chunks'").fetchall()[0][0]:
+        return set()
+    return {path for (path,) in con.execute(f"select path from {RELEASE_CHUNKS}").fetchall()}
+
+
+def _sql_text(value: object) -> str:
+    return str(value).replace("'", "''")
