@@ -72,6 +72,13 @@ def _resident_bytes() -> int:
     return 0
 
 
+def _chunk_files(home: Path) -> dict[Path, int]:
+    """The releases' Parquet chunks (pipelines/lake/release_chunks.py) and their sizes."""
+    from pipelines.lake.release_chunks import chunks_dir
+
+    return {p: p.stat().st_size for p in chunks_dir(home).rglob("*.parquet")}
+
+
 def child(spec_path: Path) -> None:
     """Run one step (spec: action "day" or "full", home, day, sources) and write its figures to spec["out"].
     Publishes and dbt's build are timed by wrapping them here (measurement only: nothing else changes)."""
@@ -101,6 +108,7 @@ def child(spec_path: Path) -> None:
     runner.build = clocked("dbt", runner.build)  # pipelines.build.build as runner.build_models calls it
     wh = Warehouse(Path(spec["home"]))
     before = wh.current_release()
+    chunks_before = _chunk_files(wh.home)
     resident = _resident_bytes()
     marks: list[tuple[float, str]] = []
     cpu = time.process_time()
@@ -122,10 +130,11 @@ def child(spec_path: Path) -> None:
         "sources": {name: end - t for (t, name), end in zip(marks, ends, strict=True)},
         "models": [[b.name, b.kind, b.seconds] for b in builds],
         "releases": (after or 0) - (before or 0), "resident_before_step": resident,
-        # what the step's publishes copied: each release is a copy of the writers' file
+        # what the step's publishes wrote: each release's file and the chunks no earlier publish wrote
         "publish_bytes": sum(wh.release_path(r, must_exist=False).stat().st_size
                              for r in range((before or 0) + 1, (after or 0) + 1)
-                             if wh.release_path(r, must_exist=False).exists()),
+                             if wh.release_path(r, must_exist=False).exists())
+        + sum(size for path, size in _chunk_files(wh.home).items() if path not in chunks_before),
     }
     Path(spec["out"]).write_text(json.dumps(got))
     # every step's figures (not its peak RSS, which the wrapper reads after it), kept with --keep
@@ -148,7 +157,7 @@ class Run:
     dbt_s: float  # in pipelines.build.build (dbt's build of the models, the copy and swap of the file)
     sources: dict[str, float]  # ingest seconds per source, the last one's with the ingest's publish
     models: dict[str, tuple[str, float]]  # name -> (kind, seconds)
-    publish_bytes: int = 0  # the releases' files the step wrote (a release is a copy of the writers' file)
+    publish_bytes: int = 0  # the releases' files and new chunks the step wrote
 
     @property
     def models_s(self) -> float:

@@ -2,7 +2,8 @@
 
 Layout under the gpupool home (default ./.gpupool):
   warehouse.duckdb            the published release readers open (read-only): every table and view,
-                              the raw telemetry as views over one Delta version's Parquet files;
+                              the raw telemetry as views over one Delta version's Parquet files, the
+                              large tables as views over Parquet chunks (lake/marts/releases/);
                               a hard link to releases/<id>.duckdb, renamed into place
   releases/<id>.duckdb        releases kept for time travel (`--as-of`), <id>.pin marks one a pack
                               or a recommendation read; lake/releases.sqlite3 is the registry
@@ -12,8 +13,8 @@ Layout under the gpupool home (default ./.gpupool):
 
 Why (docs/architecture.md, "Storage: the lakehouse decision"): DuckDB refuses every open of a file a
 process writes. Readers therefore never open the writers' file: each committed write is published as
-a new file (a copy of the writers' file: bench/README.md, "Figures the code's choices rest on") renamed over
-warehouse.duckdb. A reader keeps the release it opened, the next open gets the new one, and nobody
+a new file (the writers' schema and small tables, the rest as monthly Parquet chunks written only when
+their rows changed: pipelines/lake/release_chunks.py) renamed over warehouse.duckdb. A reader keeps the release it opened, the next open gets the new one, and nobody
 ever holds a write lock on a published file. The bulk of the data, the telemetry, is written to Delta
 outside the writers' lock, so partitions load in parallel; a kill -9 leaves Delta at its last commit.
 """

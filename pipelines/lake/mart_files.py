@@ -25,6 +25,7 @@ from allocator.filemodes import READER_DIR_MODE, READER_MODE, write_atomic
 
 MARTS_FOLDER = Path("lake") / "marts"  # relative to the home
 MART_FILES = "ops.mart_files"
+RELEASE_CHUNKS = "ops.release_chunks"  # a release's Parquet chunks (pipelines/lake/release_chunks.py)
 UNREAD_STATE = ".unread.json"  # in MARTS_FOLDER: file -> when a sweep first found no list naming it
 
 
@@ -35,14 +36,12 @@ def marts_dir(home: Path) -> Path:
 def listed_files(db_path: Path) -> set[str]:
     """The day files a warehouse file's views read, and a release's chunks (pipelines/lake/release_chunks.py),
     by paths relative to the home; none for a file from before day files. A file that cannot be opened raises: a sweep never deletes on a guess."""
-    from pipelines.lake.release_chunks import listed_chunks  # it builds on this module's folder
-
     con = duckdb.connect(str(db_path), read_only=True)
     try:
-        rows = con.execute("select count(*) from information_schema.tables "
-                           "where table_schema = 'ops' and table_name = 'mart_files'").fetchall()
-        days = {path for (path,) in con.execute(f"select path from {MART_FILES}").fetchall()} if rows[0][0] else set()
-        return days | listed_chunks(con)
+        present = {f"ops.{name}" for (name,) in con.execute(
+            "select table_name from information_schema.tables where table_schema = 'ops'").fetchall()}
+        return {path for table in (MART_FILES, RELEASE_CHUNKS) if table in present
+                for (path,) in con.execute(f"select path from {table}").fetchall()}
     finally:
         con.close()
 

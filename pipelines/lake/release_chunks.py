@@ -27,12 +27,13 @@ from pathlib import Path
 import duckdb
 
 from allocator.filemodes import READER_DIR_MODE, READER_MODE, make_dirs
-from pipelines.lake.mart_files import MARTS_FOLDER
+from pipelines.lake.mart_files import MARTS_FOLDER, RELEASE_CHUNKS
 from pipelines.lake.reader import search_config
 
 CHUNKS_FOLDER = MARTS_FOLDER / "releases"  # relative to the home
-RELEASE_CHUNKS = "ops.release_chunks"
-COPIED_SCHEMAS = ("ops", "lake")  # bookkeeping the publish and the maintenance read: small, kept as tables
+# kept as tables: the bookkeeping the publish and the maintenance read, the catalog (metrics.pooling_scorecard
+# finds metrics.catalog among duckdb_tables()) and the seeds; small, and they do not grow with history
+COPIED_SCHEMAS = ("ops", "lake", "metrics", "seeds")
 NO_CHUNK = "all"  # the one chunk of a table without a date column
 # the types a Parquet file gives back as they were (a DECIMAL and a list of these too); a HUGEINT (a sum()
 # of integers) is written as a DOUBLE, exact while its values stay within 2^53, which write_release checks
@@ -54,21 +55,27 @@ def write_release(writer_path: Path, target: Path, home: Path) -> int:
     try:
         con.execute(f"attach '{_sql_text(writer_path)}' as w (read_only)")
         con.execute(f"attach '{_sql_text(target)}' as r")
+        con.execute("begin")  # one commit for the whole file: a commit per table's view cost more than its digest
         con.execute("copy from database w to r (schema)")
         con.execute(f"create table r.{RELEASE_CHUNKS} (table_name varchar not null, chunk varchar not null, "
                     "rows bigint not null, path varchar not null)")
         written = 0
-        for schema, table in con.execute(
-                "select schema_name, table_name from duckdb_tables() where database_name = 'w' "
+        listed: list[tuple[str, str, int, str]] = []
+        for schema, table, names, types in con.execute(
+                "select schema_name, table_name, list(column_name order by column_index), "
+                "list(data_type order by column_index) from duckdb_columns() c join duckdb_tables() t "
+                "using (database_name, schema_name, table_name) where database_name = 'w' group by all "
                 "order by all").fetchall():
-            columns = con.execute("select column_name, data_type from duckdb_columns() where database_name = 'w' "
-                                  "and schema_name = ? and table_name = ? order by column_index",
-                                  [schema, table]).fetchall()
+            columns = list(zip(names, types, strict=True))
             name = f'"{schema}"."{table}"'
             if schema in COPIED_SCHEMAS or not _kept_by_parquet(con, name, columns):
                 con.execute(f"insert into r.{name} select * from w.{name}")
                 continue
-            written += _chunk_table(con, home, schema, table, columns)
+            written += _chunk_table(con, home, schema, table, columns, listed)
+        # one statement for the list: a statement per chunk cost more than the chunks' digests
+        con.execute(f"insert into r.{RELEASE_CHUNKS} select unnest(?), unnest(?), unnest(?), unnest(?)",
+                    [list(column) for column in zip(*listed, strict=True)] if listed else [[], [], [], []])
+        con.execute("commit")
         con.execute("checkpoint r")
     finally:
         con.close()
@@ -85,9 +92,9 @@ def _kept_by_parquet(con: duckdb.DuckDBPyConnection, name: str, columns: list[tu
 
 
 def _chunk_table(con: duckdb.DuckDBPyConnection, home: Path, schema: str, table: str,
-                 columns: list[tuple[str, str]]) -> int:
+                 columns: list[tuple[str, str]], listed: list[tuple[str, str, int, str]]) -> int:
     """Make r's `schema.table` a view over its chunks, writing the chunks no earlier publish wrote (a chunk's
-    name is its rows' digest: the same name is the same rows)."""
+    name is its rows' digest: the same name is the same rows), and add them to `listed`."""
     name = f'"{schema}"."{table}"'
     date_column = next((c for c, t in columns if t in DATE_TYPES), None)
     chunk_sql = (f"coalesce(strftime(date_trunc('month', \"{date_column}\"), '%Y-%m'), 'none')" if date_column
@@ -96,15 +103,19 @@ def _chunk_table(con: duckdb.DuckDBPyConnection, home: Path, schema: str, table:
     folder = chunks_dir(home) / f"{schema}.{table}"
     written = 0
     rows = []
-    for chunk, count, digest in con.execute(f"select {chunk_sql} as chunk, count(*), sum(hash(t)) from w.{name} t "
-                                            "group by all order by all").fetchall():
+    month = f"date_trunc('month', \"{date_column}\")" if date_column else "null"
+    month_name = "coalesce(strftime(month, '%Y-%m'), 'none')" if date_column else f"'{NO_CHUNK}'"
+    # the month's name formatted once a group, not once a row
+    for chunk, count, digest in con.execute(
+            f"select {month_name}, n, digest from (select {month} as month, count(*) as n, sum(hash(t)) as digest "
+            f"from w.{name} t group by all having count(*) > 0) order by all").fetchall():
         path = folder / f"{chunk}-{count}-{digest & (2**128 - 1):032x}-{shape}.parquet"
         if not path.exists():
             written += _write_chunk(con, name, chunk_sql, chunk, path)
         rows.append((f"{schema}.{table}", chunk, count, path.relative_to(home).as_posix()))
     if not rows:
         return 0  # no rows: the empty table copy from database made answers as the view would
-    con.executemany(f"insert into r.{RELEASE_CHUNKS} values (?, ?, ?, ?)", rows)
+    listed.extend(rows)
     casts = ", ".join(f'cast("{c}" as {t}) as "{c}"' for c, t in columns)
     files = ", ".join(f"'{_sql_text(path)}'" for *_, path in rows)
     con.execute(f"drop table r.{name}")
@@ -124,14 +135,6 @@ def _write_chunk(con: duckdb.DuckDBPyConnection, name: str, chunk_sql: str, chun
     finally:
         part.unlink(missing_ok=True)
     return path.stat().st_size
-
-
-def listed_chunks(con: duckdb.DuckDBPyConnection) -> set[str]:
-    """The chunks a release file (open on `con`) lists; none for a release from before chunks."""
-    if not con.execute("select count(*) from information_schema.tables "
-                       "where table_schema = 'ops' and table_name = 'release_chunks'").fetchall()[0][0]:
-        return set()
-    return {path for (path,) in con.execute(f"select path from {RELEASE_CHUNKS}").fetchall()}
 
 
 def _sql_text(value: object) -> str:

@@ -4,7 +4,6 @@ an operator and a tenant member, with filters in the URL, in Chinese, and on an 
 from __future__ import annotations
 
 import datetime as dt
-import shutil
 from pathlib import Path
 
 import duckdb
@@ -12,6 +11,8 @@ import pytest
 
 from dashboards.i18n import STRINGS
 from pipelines.lake.reader import search_config
+from pipelines.warehouse import Warehouse
+from tests.conftest import copy_home
 from tests.dashboards.conftest import errors, shown_day, shown_numbers, signed_in
 
 
@@ -24,13 +25,8 @@ def frame_with(at, *columns: str):
 def troubled_home(dashboard_env, tmp_path, monkeypatch, fresh_cache) -> Path:
     """A copy of the demo warehouse with quarantined records, scrape gaps and reconciliation findings on
     two tenants' allocations (the metric views over ops tables read them without a rebuild)."""
-    home = tmp_path / "troubled"
-    home.mkdir()
-    shutil.copy(dashboard_env / "warehouse.duckdb", home / "warehouse.duckdb")
-    # the per-minute marts are day files beside it (docs/dbt.md): the file alone is not the warehouse
-    shutil.copytree(dashboard_env / "lake" / "marts", home / "lake" / "marts")
-    con = duckdb.connect(str(home / "warehouse.duckdb"))
-    try:
+    home = copy_home(dashboard_env, tmp_path / "troubled")
+    with Warehouse(home).writer() as con:  # published as a release when it closes
         con.execute("""
             insert into ops.quarantine by name
             select * from (values
@@ -52,8 +48,6 @@ def troubled_home(dashboard_env, tmp_path, monkeypatch, fresh_cache) -> Path:
                    timestamp '2026-11-01 01:00' as first_at, timestamp '2026-11-01 02:00' as last_at
             from (values ('allocation_without_telemetry', date '2026-11-01', 'nlp'),
                          ('allocation_without_telemetry', date '2026-11-01', 'vision')) as f(finding, day, tenant)""")
-    finally:
-        con.close()
     monkeypatch.setenv("GPUPOOL_HOME", str(home))
     return home
 

@@ -39,7 +39,7 @@ def test_duckdb_read_only_refuses_writes(demo_home: Path, statement: str) -> Non
 
 
 def test_attached_read_only_refuses_writes_and_reads(demo_home: Path) -> None:
-    con = duckdb.connect()
+    con = duckdb.connect(config=search_config(demo_home))  # the views name their files relative to the home
     con.execute(f"attach '{Warehouse(demo_home).db_path}' as gp (read_only)")
     assert con.sql("select count(*) from gp.metrics.pool_daily").fetchall()[0][0] > 0
     with pytest.raises(duckdb.Error, match="(?i)read-only"):
