@@ -105,10 +105,11 @@ def _chunk_table(con: duckdb.DuckDBPyConnection, home: Path, schema: str, table:
     rows = []
     month = f"date_trunc('month', \"{date_column}\")" if date_column else "null"
     month_name = "coalesce(strftime(month, '%Y-%m'), 'none')" if date_column else f"'{NO_CHUNK}'"
+    row_hash = "hash(" + ", ".join(f'"{c}"' for c, _ in columns) + ")"  # the columns by name: no alias to shadow
     # the month's name formatted once a group, not once a row
     for chunk, count, digest in con.execute(
-            f"select {month_name}, n, digest from (select {month} as month, count(*) as n, sum(hash(t)) as digest "
-            f"from w.{name} t group by all having count(*) > 0) order by all").fetchall():
+            f"select {month_name}, n, digest from (select {month} as month, count(*) as n, sum({row_hash}) as digest "
+            f"from w.{name} group by all having count(*) > 0) order by all").fetchall():
         path = folder / f"{chunk}-{count}-{digest & (2**128 - 1):032x}-{shape}.parquet"
         if not path.exists():
             written += _write_chunk(con, name, chunk_sql, chunk, path)
@@ -128,7 +129,7 @@ def _write_chunk(con: duckdb.DuckDBPyConnection, name: str, chunk_sql: str, chun
     make_dirs(path.parent, READER_DIR_MODE)
     part = path.with_name(f".{uuid.uuid4().hex}.tmp")
     try:
-        con.execute(f"copy (select * from w.{name} t where {chunk_sql} = ?) to '{_sql_text(part)}' "
+        con.execute(f"copy (select * from w.{name} where {chunk_sql} = ?) to '{_sql_text(part)}' "
                     "(format parquet, compression zstd)", [chunk])
         part.chmod(READER_MODE)
         os.replace(part, path)

@@ -136,3 +136,16 @@ def test_the_demo_release_answers_as_its_writers_file(small_demo_home: Path, tmp
     wh = Warehouse(home)
     same_answers(home, wh.release_path(wh.current_release()))
     assert len(chunked(wh, wh.current_release())) >= 20
+
+
+def test_a_change_in_any_column_is_a_new_chunk_whatever_the_columns_are_named(wh: Warehouse):
+    """The digest hashes every column by name: a column named like a row alias (t) cannot stand for the row."""
+    with wh.writer() as con:
+        con.execute("create table marts.fct_named (t varchar, day date, n integer)")
+        con.execute("insert into marts.fct_named values ('same', date '2026-09-01', 1)")
+    before = chunk_files(wh.home)
+    with wh.writer() as con:
+        con.execute("update marts.fct_named set n = 2")
+    assert len(chunk_files(wh.home) - before) == 1
+    with wh.analyst_connect() as con:
+        assert con.execute("select n from marts.fct_named").fetchone()[0] == 2
