@@ -14,8 +14,9 @@ Layout under the gpupool home (default ./.gpupool):
 Why (docs/architecture.md, "Storage: the lakehouse decision"): DuckDB refuses every open of a file a
 process writes. Readers therefore never open the writers' file: each committed write is published as
 a new file (the writers' schema and small tables, the rest as monthly Parquet chunks written only when
-their rows changed: pipelines/lake/release_chunks.py) renamed over warehouse.duckdb. A reader keeps the release it opened, the next open gets the new one, and nobody
-ever holds a write lock on a published file. The bulk of the data, the telemetry, is written to Delta
+their rows changed: pipelines/lake/release_chunks.py) renamed over warehouse.duckdb. A reader keeps the
+release it opened, the next open gets the new one, and nobody ever holds a write lock on a published
+file. The bulk of the data, the telemetry, is written to Delta
 outside the writers' lock, so partitions load in parallel; a kill -9 leaves Delta at its last commit.
 """
 from __future__ import annotations
@@ -254,8 +255,8 @@ class Warehouse:
 
     def _publish(self, kind: str, note: str | None) -> int | None:
         self._mend_releases()
-        stamp_path = self.releases / "latest.json"  # the release published last, and the writers' file it copied
-        # a publisher killed mid-way leaves its copy or link; under the publish lock nobody else uses them
+        stamp_path = self.releases / "latest.json"  # the release published last, and the writers' file it read
+        # a publisher killed mid-way leaves its file, chunk or link; under the publish lock nobody else uses them
         for leftover in [*self.releases.glob(".*.tmp"), *self.releases.glob(".*.tmp.wal"),
                          *chunks_dir(self.home).glob("*/.*.tmp"), *self.home.glob(".warehouse.duckdb.*.tmp")]:
             leftover.unlink(missing_ok=True)

@@ -35,7 +35,8 @@ def marts_dir(home: Path) -> Path:
 
 def listed_files(db_path: Path) -> set[str]:
     """The day files a warehouse file's views read, and a release's chunks (pipelines/lake/release_chunks.py),
-    by paths relative to the home; none for a file from before day files. A file that cannot be opened raises: a sweep never deletes on a guess."""
+    by paths relative to the home; none for a file from before day files. A file that cannot be opened
+    raises: a sweep never deletes on a guess."""
     con = duckdb.connect(str(db_path), read_only=True)
     try:
         present = {f"ops.{name}" for (name,) in con.execute(

@@ -97,22 +97,18 @@ def _chunk_table(con: duckdb.DuckDBPyConnection, home: Path, schema: str, table:
     name is its rows' digest: the same name is the same rows), and add them to `listed`."""
     name = f'"{schema}"."{table}"'
     date_column = next((c for c, t in columns if t in DATE_TYPES), None)
-    chunk_sql = (f"coalesce(strftime(date_trunc('month', \"{date_column}\"), '%Y-%m'), 'none')" if date_column
-                 else f"'{NO_CHUNK}'")
+    month = f"date_trunc('month', \"{date_column}\")" if date_column else "null"  # a chunk's rows: its month
     shape = hashlib.sha1(repr(columns).encode()).hexdigest()[:12]  # a changed column list is a new chunk
+    row_hash = "hash(" + ", ".join(f'"{c}"' for c, _ in columns) + ")"  # the columns by name: no alias to shadow
     folder = chunks_dir(home) / f"{schema}.{table}"
     written = 0
     rows = []
-    month = f"date_trunc('month', \"{date_column}\")" if date_column else "null"
-    month_name = "coalesce(strftime(month, '%Y-%m'), 'none')" if date_column else f"'{NO_CHUNK}'"
-    row_hash = "hash(" + ", ".join(f'"{c}"' for c, _ in columns) + ")"  # the columns by name: no alias to shadow
-    # the month's name formatted once a group, not once a row
-    for chunk, count, digest in con.execute(
-            f"select {month_name}, n, digest from (select {month} as month, count(*) as n, sum({row_hash}) as digest "
-            f"from w.{name} group by all having count(*) > 0) order by all").fetchall():
+    for start, count, digest in con.execute(f"select {month} as month, count(*), sum({row_hash}) from w.{name} "
+                                            "group by all having count(*) > 0 order by all").fetchall():
+        chunk = start.strftime("%Y-%m") if start else ("none" if date_column else NO_CHUNK)
         path = folder / f"{chunk}-{count}-{digest & (2**128 - 1):032x}-{shape}.parquet"
         if not path.exists():
-            written += _write_chunk(con, name, chunk_sql, chunk, path)
+            written += _write_chunk(con, name, month, start, path)
         rows.append((f"{schema}.{table}", chunk, count, path.relative_to(home).as_posix()))
     if not rows:
         return 0  # no rows: the empty table copy from database made answers as the view would
@@ -124,13 +120,14 @@ def _chunk_table(con: duckdb.DuckDBPyConnection, home: Path, schema: str, table:
     return written
 
 
-def _write_chunk(con: duckdb.DuckDBPyConnection, name: str, chunk_sql: str, chunk: str, path: Path) -> int:
-    """Write one chunk as a new file, renamed into place whole (a killed publish leaves a .tmp, not half a chunk)."""
+def _write_chunk(con: duckdb.DuckDBPyConnection, name: str, month: str, start: object, path: Path) -> int:
+    """Write the rows whose `month` is `start` as a new file, renamed into place whole (a killed publish leaves a
+    .tmp, not half a chunk)."""
     make_dirs(path.parent, READER_DIR_MODE)
     part = path.with_name(f".{uuid.uuid4().hex}.tmp")
     try:
-        con.execute(f"copy (select * from w.{name} where {chunk_sql} = ?) to '{_sql_text(part)}' "
-                    "(format parquet, compression zstd)", [chunk])
+        con.execute(f"copy (select * from w.{name} where {month} is not distinct from ?) to '{_sql_text(part)}' "
+                    "(format parquet, compression zstd)", [start])
         part.chmod(READER_MODE)
         os.replace(part, path)
     finally:
