@@ -108,6 +108,8 @@ def sql(query: str | None, home: Path | None, fmt: str | None, output: Path | No
     with _exit_on_signals(signals) as received:  # from before the spill folder exists: a stop then removes it
         reader = _open(wh)
         try:
+            _interrupt_on_signal(reader.con)
+            _stop_if_received(received)  # a stop during the open may have become a DuckDB error that was let pass
             if interactive:
                 _prompt(reader, fmt, limit, timeout, received, _history(wh.home))
             else:
@@ -202,8 +204,7 @@ def _run_query(reader: Reader, query: str, statements: list[str], fmt: str, limi
         _quiet_stdout()  # the reader of the pipe had enough (`| head`): not an error
         return
     except Exception as err:  # noqa: BLE001 - every failure becomes a message, no traceback
-        if received:  # DuckDB reports the signal handler's exit as its own error
-            raise ExitError(f"stopped by {signal.Signals(received[0]).name}", EXIT_SIGNAL_BASE + received[0]) from None
+        _stop_if_received(received)  # DuckDB reports the signal handler's exit as its own error
         raise _query_error(err, fmt) from None
     seconds = time.monotonic() - began
     try:
@@ -444,28 +445,79 @@ def _error(message: str, color: bool) -> None:
     click.echo(click.style(f"Error: {message}", fg="red") if color else f"Error: {message}", err=True)
 
 
+@dataclass
+class _SignalState:
+    """Process-wide, as signals are: the connection a signal interrupts, and whether the stop is under way."""
+
+    con: duckdb.DuckDBPyConnection | None = None
+    stopping: bool = False
+
+
+_SIGNALS = _SignalState()
+
+
+def _interrupt_on_signal(con: duckdb.DuckDBPyConnection) -> None:
+    """Let a signal received inside `_exit_on_signals` interrupt `con`'s running query."""
+    _SIGNALS.con = con
+
+
+def _stop_if_received(received: list[int]) -> None:
+    """Raise the exit of the first signal received, if any."""
+    if received:
+        _SIGNALS.stopping = True
+        raise ExitError(f"stopped by {signal.Signals(received[0]).name}", EXIT_SIGNAL_BASE + received[0]) from None
+
+
 @contextmanager
 def _exit_on_signals(signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)) -> Iterator[list[int]]:
     """`signals` (SIGTERM, SIGHUP and SIGINT; the prompt keeps Ctrl-C to cancel a statement) end the command as
     an exit with status 128 + the signal, not a kill: DuckDB stops the query, and the sandbox's spill folder is
     removed at exit. Yields the signals received (DuckDB turns the handler's exception into its own error, which
-    the caller then recognises as the stop)."""
+    the caller then recognises as the stop).
+
+    Python runs a handler only when the main thread is back in the interpreter, and DuckDB streaming a result
+    (`to_arrow_reader`) never hands it back: a thread woken by the signal (`signal.set_wakeup_fd`) interrupts the
+    connection `_interrupt_on_signal` named, so the query stops and the handler then runs."""
     received: list[int] = []
 
     def stop(signum: int, _frame: object) -> None:
         received.append(signum)
-        raise SystemExit(EXIT_SIGNAL_BASE + signum)
+        if not _SIGNALS.stopping:  # else the stop is already on its way out (the waker saw the signal first)
+            raise SystemExit(EXIT_SIGNAL_BASE + signum)
 
     if threading.current_thread() is not threading.main_thread():
         yield received
         return
+    _SIGNALS.con, _SIGNALS.stopping = None, False
     saved = {sig: signal.signal(sig, stop) for sig in signals}
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_write, False)
+    previous_fd = signal.set_wakeup_fd(wake_write, warn_on_full_buffer=False)
+
+    def wake() -> None:
+        while data := os.read(wake_read, 64):  # b"" once the write end is closed (other signals are left
+            # to their handlers: the prompt's Ctrl-C)
+            stops = [signum for signum in data if signum in signals]
+            received.extend(stops)  # before the interrupt: the query it stops is then known as stopped by it
+            con = _SIGNALS.con
+            if stops and con is not None:
+                try:
+                    con.interrupt()
+                except duckdb.ConnectionException:
+                    pass  # closed meanwhile: nothing runs on it
+
+    waker = threading.Thread(target=wake, name="gpupool-sql-signals", daemon=True)
+    waker.start()
     try:
         yield received
     except SystemExit:
-        if not received:
-            raise
-        raise ExitError(f"stopped by {signal.Signals(received[0]).name}", EXIT_SIGNAL_BASE + received[0]) from None
+        _stop_if_received(received)
+        raise
     finally:
+        signal.set_wakeup_fd(previous_fd)
+        os.close(wake_write)
+        waker.join()
+        os.close(wake_read)
+        _SIGNALS.con = None
         for sig, handler in saved.items():
             signal.signal(sig, handler)

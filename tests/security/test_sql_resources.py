@@ -13,6 +13,7 @@ what it prints is (a bad limit's message, streamed rows).
 """
 from __future__ import annotations
 
+import io
 import os
 import signal
 import subprocess
@@ -155,6 +156,36 @@ def test_spill_folder_is_gone_after_sigterm(home: Path, spill_base: Path) -> Non
     assert proc.returncode == 128 + signal.SIGTERM, (proc.returncode, err[-2000:])
     assert "stopped by SIGTERM" in err and "Traceback" not in err, err
     assert not folder.exists()
+
+
+def _rescue(con: duckdb.DuckDBPyConnection, rescued: threading.Event) -> None:
+    rescued.set()
+    con.interrupt()
+
+
+def test_sigterm_stops_a_query_while_duckdb_streams_it() -> None:
+    """Python runs signal handlers only in the main thread, between bytecodes, and DuckDB streaming a result on
+    many threads often never lets it (2 hangs in 6 at 4 threads, measured): CI's run hung on such a stop."""
+    from pipelines.cli.common import ExitError
+    from pipelines.cli.sql import Reader, _exit_on_signals, _interrupt_on_signal, _run_query
+
+    for _attempt in range(3):  # each attempt hung about one time in two before the fix
+        con = duckdb.connect(config={"threads": 8})
+        rescued = threading.Event()
+        rescuer = threading.Timer(20, _rescue, (con, rescued))  # a hang fails, not stalls
+        stopper = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGTERM))
+        rescuer.start()
+        try:
+            with pytest.raises(ExitError, match="stopped by SIGTERM") as stopped, _exit_on_signals() as received:
+                _interrupt_on_signal(con)
+                stopper.start()
+                _run_query(Reader(None, con, 0, None), ENDLESS, [ENDLESS], "csv", None, 600, received, io.StringIO())
+        finally:
+            stopper.join()
+            rescuer.cancel()
+            con.close()
+        assert not rescued.is_set(), "the stop waited for the rescue's interrupt"
+        assert stopped.value.exit_code == 128 + signal.SIGTERM
 
 
 def test_spill_folder_of_a_killed_process_is_swept_at_the_next_open(home: Path, spill_base: Path) -> None:
