@@ -270,25 +270,24 @@ class Warehouse:
                 return int(latest["release_id"])
             make_dirs(self.releases, READER_DIR_MODE, tighten=True)
             copy = self.releases / f".{uuid.uuid4().hex}.tmp"
+
+            def record(con: duckdb.DuckDBPyConnection) -> int:
+                """The release's id, from the registry, and its row in the release file."""
+                versions = dict(con.execute("select table_name, version from r.ops.lake_versions "
+                                            "where version is not null").fetchall())
+                release_id = self.registry.record(kind, note, versions)
+                con.execute("create schema if not exists r.lake")
+                con.execute(f"create or replace table r.{RELEASE_TABLE} (release_id bigint not null, "
+                            "created_at timestamp, kind varchar, note varchar)")
+                con.execute(f"insert into r.{RELEASE_TABLE} values (?, ?, ?, ?)", [release_id, utc_naive(), kind, note])
+                return release_id
+
             try:  # the writers' schema and small tables, the rest as Parquet chunks written when they changed
-                write_release(self.writer_path, copy, self.home)
+                release_id = write_release(self.writer_path, copy, self.home, record)
             except BaseException:
                 copy.unlink(missing_ok=True)
                 raise
         try:
-            con = duckdb.connect(str(copy), config=search_config(self.home))
-            try:
-                versions = dict(con.execute("select table_name, version from ops.lake_versions "
-                                            "where version is not null").fetchall())
-                release_id = self.registry.record(kind, note, versions)
-                con.execute("create schema if not exists lake")
-                con.execute(f"create or replace table {RELEASE_TABLE} (release_id bigint not null, "
-                            "created_at timestamp, kind varchar, note varchar)")
-                con.execute(f"insert into {RELEASE_TABLE} values (?, ?, ?, ?)",
-                            [release_id, utc_naive(), kind, note])
-                con.execute("checkpoint")
-            finally:
-                con.close()
             target = self.release_path(release_id, must_exist=False)
             os.replace(copy, target)
             link = self.home / f".warehouse.duckdb.{uuid.uuid4().hex}.tmp"

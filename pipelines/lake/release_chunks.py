@@ -22,7 +22,9 @@ import hashlib
 import os
 import re
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import duckdb
 
@@ -41,15 +43,19 @@ KEPT_TYPES = re.compile(r"^(VARCHAR|DOUBLE|FLOAT|HUGEINT|BIGINT|INTEGER|SMALLINT
                         r"DECIMAL\(\d+,\d+\))(\[\])*$")
 EXACT_IN_DOUBLE = 2**53
 DATE_TYPES = ("DATE", "TIMESTAMP")
+T = TypeVar("T")
 
 
 def chunks_dir(home: Path) -> Path:
     return Path(home) / CHUNKS_FOLDER
 
 
-def write_release(writer_path: Path, target: Path, home: Path) -> int:
+def write_release(writer_path: Path, target: Path, home: Path,
+                  finish: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
     """Write the release file `target` from the writers' file (not open for writing: the caller holds the
-    writers' lock), reusing every chunk already written with the same rows. Returns the new chunks' bytes."""
+    writers' lock), reusing every chunk already written with the same rows. `finish(con)` adds what the
+    release says of itself, in the same transaction (the release is database `r` of `con`); its result
+    is returned."""
     home = Path(home)
     con = duckdb.connect(config=search_config(home))
     try:
@@ -59,28 +65,29 @@ def write_release(writer_path: Path, target: Path, home: Path) -> int:
         con.execute("copy from database w to r (schema)")
         con.execute(f"create table r.{RELEASE_CHUNKS} (table_name varchar not null, chunk varchar not null, "
                     "rows bigint not null, path varchar not null)")
-        written = 0
         listed: list[tuple[str, str, int, str]] = []
         for schema, table, names, types in con.execute(
                 "select schema_name, table_name, list(column_name order by column_index), "
                 "list(data_type order by column_index) from duckdb_columns() c join duckdb_tables() t "
-                "using (database_name, schema_name, table_name) where database_name = 'w' group by all "
-                "order by all").fetchall():
+                "using (database_name, schema_name, table_name) where database_name = 'w' "
+                # no row ever stored (it counts deleted rows until a checkpoint drops them): copied as it is
+                "and t.estimated_size > 0 group by all order by all").fetchall():
             columns = list(zip(names, types, strict=True))
             name = f'"{schema}"."{table}"'
             if schema in COPIED_SCHEMAS or not _kept_by_parquet(con, name, columns):
                 con.execute(f"insert into r.{name} select * from w.{name}")
                 continue
-            written += _chunk_table(con, home, schema, table, columns, listed)
+            _chunk_table(con, home, schema, table, columns, listed)
         # one statement for the list: a statement per chunk cost more than the chunks' digests
         con.execute(f"insert into r.{RELEASE_CHUNKS} select unnest(?), unnest(?), unnest(?), unnest(?)",
                     [list(column) for column in zip(*listed, strict=True)] if listed else [[], [], [], []])
+        finished = finish(con)
         con.execute("commit")
         con.execute("checkpoint r")
     finally:
         con.close()
     target.chmod(READER_MODE)
-    return written
+    return finished
 
 
 def _kept_by_parquet(con: duckdb.DuckDBPyConnection, name: str, columns: list[tuple[str, str]]) -> bool:
@@ -92,7 +99,7 @@ def _kept_by_parquet(con: duckdb.DuckDBPyConnection, name: str, columns: list[tu
 
 
 def _chunk_table(con: duckdb.DuckDBPyConnection, home: Path, schema: str, table: str,
-                 columns: list[tuple[str, str]], listed: list[tuple[str, str, int, str]]) -> int:
+                 columns: list[tuple[str, str]], listed: list[tuple[str, str, int, str]]) -> None:
     """Make r's `schema.table` a view over its chunks, writing the chunks no earlier publish wrote (a chunk's
     name is its rows' digest: the same name is the same rows), and add them to `listed`."""
     name = f'"{schema}"."{table}"'
@@ -101,26 +108,24 @@ def _chunk_table(con: duckdb.DuckDBPyConnection, home: Path, schema: str, table:
     shape = hashlib.sha1(repr(columns).encode()).hexdigest()[:12]  # a changed column list is a new chunk
     row_hash = "hash(" + ", ".join(f'"{c}"' for c, _ in columns) + ")"  # the columns by name: no alias to shadow
     folder = chunks_dir(home) / f"{schema}.{table}"
-    written = 0
     rows = []
     for start, count, digest in con.execute(f"select {month} as month, count(*), sum({row_hash}) from w.{name} "
                                             "group by all having count(*) > 0 order by all").fetchall():
         chunk = start.strftime("%Y-%m") if start else ("none" if date_column else NO_CHUNK)
         path = folder / f"{chunk}-{count}-{digest & (2**128 - 1):032x}-{shape}.parquet"
         if not path.exists():
-            written += _write_chunk(con, name, month, start, path)
+            _write_chunk(con, name, month, start, path)
         rows.append((f"{schema}.{table}", chunk, count, path.relative_to(home).as_posix()))
     if not rows:
-        return 0  # no rows: the empty table copy from database made answers as the view would
+        return  # no rows: the empty table copy from database made answers as the view would
     listed.extend(rows)
     casts = ", ".join(f'cast("{c}" as {t}) as "{c}"' for c, t in columns)
     files = ", ".join(f"'{_sql_text(path)}'" for *_, path in rows)
     con.execute(f"drop table r.{name}")
     con.execute(f"create view r.{name} as select {casts} from read_parquet([{files}], hive_partitioning = false)")
-    return written
 
 
-def _write_chunk(con: duckdb.DuckDBPyConnection, name: str, month: str, start: object, path: Path) -> int:
+def _write_chunk(con: duckdb.DuckDBPyConnection, name: str, month: str, start: object, path: Path) -> None:
     """Write the rows whose `month` is `start` as a new file, renamed into place whole (a killed publish leaves a
     .tmp, not half a chunk)."""
     make_dirs(path.parent, READER_DIR_MODE)
@@ -132,7 +137,6 @@ def _write_chunk(con: duckdb.DuckDBPyConnection, name: str, month: str, start: o
         os.replace(part, path)
     finally:
         part.unlink(missing_ok=True)
-    return path.stat().st_size
 
 
 def _sql_text(value: object) -> str:
