@@ -6,14 +6,16 @@ place (create it under a temporary name, rename the old one away, rename the new
 models/macros/build_in_place.sql makes it drop and create under the table's own name instead, safe
 because the build runs on a copy of the writers' file (pipelines/build.py).
 
-In one process, on a home whose models were built once on no data (as the tests' `built_empty_home`),
-it alternates the two ways (the project as it is; a copy of it without build_in_place.sql), --repeat
-times each, every build on a fresh copy of that home without its last build's time: a full refresh of
-every table and incremental, as a model test's build, a first build and a changed project's build are
-(an incremental build on data rebuilds in place only the tables, not the incrementals).
+In one process it alternates the two ways (the project as it is; a copy of it without build_in_place.sql),
+--repeat times each, on no data:
 
-It prints each build's seconds, then the medians, their ratio (in place / swapped) and the adapter
-macro calls per build by name (counted around dbt's BaseAdapter.execute_macro).
+  - "rebuild": on a fresh copy of a home whose models were built once (as the tests' `built_empty_home`),
+    without its last build's time: a full refresh of every table and incremental, as a model test's
+    build is (an incremental build on data rebuilds in place only the tables, not the incrementals);
+  - "first": a new home's first build, which also creates every view (a changed project rebuilds them too).
+
+It prints each build's seconds, then per kind the medians, their ratio (in place / swapped) and the
+adapter macro calls per build by name (counted around dbt's BaseAdapter.execute_macro).
 
 Run:  PYTHONPATH=. .venv/bin/python bench/bench_small_build.py [--repeat 5]
 """
@@ -33,6 +35,7 @@ from pipelines.warehouse import Warehouse
 
 MODELS = REPO_ROOT / "models"
 IN_PLACE_MACRO = "build_in_place.sql"
+KINDS = ("rebuild", "first")
 
 
 def count_macro_calls() -> collections.Counter:
@@ -64,10 +67,11 @@ def built_home(root: Path, name: str, project: Path) -> Path:
     return home
 
 
-def timed_build(built: Path, scratch: Path, project: Path) -> float:
-    """Seconds of one build on a fresh copy of `built`, without its last build's time."""
+def timed_build(built: Path, scratch: Path, project: Path, kind: str) -> float:
+    """Seconds of one build of `kind` (module doc) in `scratch`: a new home, or a copy of `built`."""
     shutil.rmtree(scratch, ignore_errors=True)
-    shutil.copytree(built, scratch, ignore=shutil.ignore_patterns("last-build", "logs", "target"))
+    if kind == "rebuild":
+        shutil.copytree(built, scratch, ignore=shutil.ignore_patterns("last-build", "logs", "target"))
     began = time.perf_counter()
     build(Warehouse(scratch), project_dir=project)
     return time.perf_counter() - began
@@ -84,24 +88,27 @@ def main() -> None:
         projects = {"in place": MODELS, "swapped": swapped_project(root)}
         homes = {way: built_home(root, f"built-{i}", project) for i, (way, project) in enumerate(projects.items())}
         calls = count_macro_calls()
-        seconds: dict[str, list[float]] = collections.defaultdict(list)
-        per_build: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+        seconds: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
+        per_build: dict[tuple[str, str], collections.Counter] = collections.defaultdict(collections.Counter)
         for n in range(args.repeat):
-            for way, project in projects.items():
-                calls.clear()
-                took = timed_build(homes[way], root / "scratch", project)
-                seconds[way].append(took)
-                per_build[way] += calls
-                print(f"  {n + 1}/{args.repeat} {way:8} {took:6.2f} s  ({sum(calls.values())} adapter macro calls)",
-                      flush=True)
-        in_place, swapped = (statistics.median(seconds[way]) for way in projects)
-        print(f"\nmedian seconds of a build: in place {in_place:.2f} s, swapped {swapped:.2f} s, "
-              f"ratio {in_place / swapped:.2f}")
+            for kind in KINDS:
+                for way, project in projects.items():
+                    calls.clear()
+                    took = timed_build(homes[way], root / "scratch", project, kind)
+                    seconds[kind, way].append(took)
+                    per_build[kind, way] += calls
+                    print(f"  {n + 1}/{args.repeat} {kind:7} {way:8} {took:6.2f} s  "
+                          f"({sum(calls.values())} adapter macro calls)", flush=True)
+        print("\nmedian seconds of a build (in place / swapped):")
+        for kind in KINDS:
+            in_place, swapped = (statistics.median(seconds[kind, way]) for way in projects)
+            print(f"  {kind:7} in place {in_place:5.2f} s   swapped {swapped:5.2f} s   ratio {in_place / swapped:.2f}")
         print("adapter macro calls per build:")
-        for way in projects:
-            names = ", ".join(f"{name} {count / args.repeat:g}" for name, count in per_build[way].most_common())
-            print(f"  {way:8} {names}")
-
+        for kind in KINDS:
+            for way in projects:
+                names = ", ".join(f"{name} {count / args.repeat:g}"
+                                  for name, count in per_build[kind, way].most_common())
+                print(f"  {kind:7} {way:8} {names}")
 
 if __name__ == "__main__":
     main()
