@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import time
 from dataclasses import dataclass
 
 import polars as pl
@@ -28,6 +29,8 @@ from pipelines.sources.slurm_sacct import parse_sacct_json, parse_sacct_parsable
 from pipelines.sources.slurm_squeue import parse_squeue_job_gpus
 from tests.slurm.conftest import REST_URL, STATE, SlurmCluster, slurm
 
+SETTLE_S = 3  # how long the job to be preempted runs first (the scenario)
+
 pytestmark = pytest.mark.slow
 
 
@@ -45,6 +48,11 @@ def _is_time(value: str) -> bool:
     return value[:2] == "20"  # not Unknown / None
 
 
+def _epoch(value: int | dict) -> int:
+    """A squeue --json time: a number, or {"set": ..., "number": ...} in newer data parsers."""
+    return value["number"] if isinstance(value, dict) else value
+
+
 def _job_map() -> dict[int, list[str]]:
     return {int(p.name): p.read_text().split() for p in (STATE / "hpc-job-map").glob("[0-9]*")}
 
@@ -59,6 +67,10 @@ def scenario(slurm_cluster: SlurmCluster) -> Scenario:
     # preempt x only once accounting has its start: on a loaded machine a job preempted within a second
     # or two of its allocation was accounted with no start for that attempt
     c.wait_accounted(x, lambda rows: len(rows) == 1 and _is_time(rows[0]["start"]), "started")
+    # and once it has run a few seconds: in CI a job preempted 2 s after its start, its start already in
+    # sacct, was still accounted with none (the requeue archives the attempt as slurmctld last knew it)
+    started = _epoch(c.job(x)["start_time"])
+    c.wait_for(f"job {x} to run {SETTLE_S} s", lambda: time.time() - started >= SETTLE_S, SETTLE_S + 10)
     y = c.submit(partition="urgent", gpus=4, account="nlp", name="urgent-y")
     c.wait_running(y)
     c.wait_for(f"job {x} to be requeued by the preemption",
