@@ -7,6 +7,10 @@ Runs the app's script for each page in Streamlit's AppTest (the server side of a
 query, every chart spec; the browser's drawing is not included), signed in as an operator (or a
 tenant member with --user vic), and prints the first load and the median of the next runs. Target
 (issue 7): every page under 1 s after the first load on a month of the default pool.
+
+--copied reads, in a temporary copy of the home, a copy of the writers' file as the release, as every
+release was before releases were written with their large tables as Parquet chunks (issue 30): run it
+beside a plain run to compare the two.
 """
 from __future__ import annotations
 
@@ -14,8 +18,10 @@ import argparse
 import json
 import logging
 import os
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -29,8 +35,28 @@ def main() -> None:
     parser.add_argument("--home", required=True, help="gpupool home with a built warehouse")
     parser.add_argument("--runs", type=int, default=3, help="runs after the first load (median reported)")
     parser.add_argument("--user", default="ops", choices=("ops", "vic"), help="operator or a vision member")
+    parser.add_argument("--copied", action="store_true", help="read a copy of the writers' file as the release")
     args = parser.parse_args()
-    os.environ["GPUPOOL_HOME"] = args.home
+    with tempfile.TemporaryDirectory(prefix="bench-dashboards-") as scratch:
+        os.environ["GPUPOOL_HOME"] = copied_release_home(Path(args.home), Path(scratch)) if args.copied else args.home
+        run_pages(args.runs, args.user)
+
+
+def copied_release_home(home: Path, scratch: Path) -> str:
+    """A copy of `home` whose release is a copy of its writers' file, with the release's own row."""
+    import duckdb
+
+    copy = scratch / "gpupool"
+    shutil.copytree(home, copy, symlinks=True, ignore=shutil.ignore_patterns("landing", "releases", "warehouse.duckdb"))
+    shutil.copy(home / "writer" / "warehouse.duckdb", copy / "warehouse.duckdb")
+    with duckdb.connect(str(copy / "warehouse.duckdb")) as con:
+        con.execute(f"attach '{home / 'warehouse.duckdb'}' as published (read_only)")
+        con.execute("create schema if not exists lake")
+        con.execute("create or replace table lake.release as select * from published.lake.release")
+    return str(copy)
+
+
+def run_pages(runs: int, user: str) -> None:
     logging.getLogger("streamlit").setLevel(logging.ERROR)  # AppTest's "missing ScriptRunContext" chatter
     from tests.dashboards.conftest import USERS  # the test users: ops (operator), vic (vision)
 
@@ -43,7 +69,7 @@ def main() -> None:
     worst = 0.0
     for page in PAGES:
         at = AppTest.from_file(APP, default_timeout=120)
-        at.session_state["gpupool_user"] = args.user
+        at.session_state["gpupool_user"] = user
         at.run()
         at.switch_page(f"views/{page}.py")
         began = time.perf_counter()
@@ -52,7 +78,7 @@ def main() -> None:
         if at.exception:
             raise SystemExit(f"{page}: {at.exception[0].value}")
         times = []
-        for _ in range(args.runs):
+        for _ in range(runs):
             began = time.perf_counter()
             at.run()
             times.append(time.perf_counter() - began)
