@@ -43,7 +43,8 @@ def main() -> None:
 
 
 def copied_release_home(home: Path, scratch: Path) -> str:
-    """A copy of `home` whose release is a copy of its writers' file, with the release's own row."""
+    """A copy of `home` whose release is a copy of its writers' file, with the release's own row (without the
+    landing, the releases and their chunks, which that file does not read)."""
     import duckdb
 
     copy = scratch / "gpupool"

@@ -242,9 +242,10 @@ class Warehouse:
         """Publish the writers' committed state as a release and make it what readers open; returns
         its id (the current one when nothing changed since, None when nothing was ever written).
 
-        The copy is taken under the writers' lock (a consistent file), the release row and the view
-        of the lake at the versions the writers' file read are added to the copy, and the copy is
-        renamed into releases/ and hard-linked over warehouse.duckdb: both renames are atomic."""
+        The release's file is written from the writers' file under the writers' lock (a consistent
+        state: pipelines/lake/release_chunks.py), with its own row and the view of the lake at the
+        versions the writers' file read, then renamed into releases/ and hard-linked over
+        warehouse.duckdb: both renames are atomic."""
         make_dirs(self.home)
         with open(self._publish_lock_path, "a", opener=opener(PRIVATE_MODE)) as publish_lock:
             fcntl.flock(publish_lock, fcntl.LOCK_EX)  # releases are published in the order recorded
@@ -269,7 +270,7 @@ class Warehouse:
             if latest and latest["stamp"] == stamp and self.release_path(latest["release_id"], must_exist=False).exists():
                 return int(latest["release_id"])
             make_dirs(self.releases, READER_DIR_MODE, tighten=True)
-            copy = self.releases / f".{uuid.uuid4().hex}.tmp"
+            written = self.releases / f".{uuid.uuid4().hex}.tmp"  # renamed into place once whole
 
             def record(con: duckdb.DuckDBPyConnection) -> int:
                 """The release's id, from the registry, and its row in the release file."""
@@ -283,18 +284,18 @@ class Warehouse:
                 return release_id
 
             try:  # the writers' schema and small tables, the rest as Parquet chunks written when they changed
-                release_id = write_release(self.writer_path, copy, self.home, record)
+                release_id = write_release(self.writer_path, written, self.home, record)
             except BaseException:
-                copy.unlink(missing_ok=True)
+                written.unlink(missing_ok=True)
                 raise
         try:
             target = self.release_path(release_id, must_exist=False)
-            os.replace(copy, target)
+            os.replace(written, target)
             link = self.home / f".warehouse.duckdb.{uuid.uuid4().hex}.tmp"
             os.link(target, link)
             os.replace(link, self.db_path)
         finally:
-            copy.unlink(missing_ok=True)
+            written.unlink(missing_ok=True)
         write_atomic(stamp_path, json.dumps({"release_id": release_id, "stamp": stamp}), READER_MODE)
         self.expire_releases()
         return release_id
