@@ -510,7 +510,8 @@ def _exit_on_signals(signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGHUP, 
     waker.start()
     try:
         yield received
-    except SystemExit:
+    except BaseException:  # SystemExit, or what DuckDB made of it (e.g. "Query interrupted" while it connects,
+        # which the open reports as its own error): after a stop, whatever ends the block is the stop
         _stop_if_received(received)
         raise
     finally:

@@ -22,6 +22,7 @@ import threading
 import time
 from pathlib import Path
 
+import click
 import duckdb
 import pytest
 from click.testing import CliRunner, Result
@@ -186,6 +187,21 @@ def test_sigterm_stops_a_query_while_duckdb_streams_it() -> None:
             con.close()
         assert not rescued.is_set(), "the stop waited for the rescue's interrupt"
         assert stopped.value.exit_code == 128 + signal.SIGTERM
+
+
+def test_a_stop_that_an_open_reports_as_its_own_error_is_still_the_stop() -> None:
+    """CI's run: SIGTERM while DuckDB connected came back as "Query interrupted", which the open turned into
+    its own message (exit 1, not 143)."""
+    from pipelines.cli.common import ExitError
+    from pipelines.cli.sql import _exit_on_signals
+
+    with pytest.raises(ExitError, match="stopped by SIGTERM") as stopped, _exit_on_signals():
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler's SystemExit comes first
+        except SystemExit:
+            raise click.ClickException("Query interrupted") from None  # as DuckDB and the open relay it
+    assert stopped.value.exit_code == 128 + signal.SIGTERM
 
 
 def test_spill_folder_of_a_killed_process_is_swept_at_the_next_open(home: Path, spill_base: Path) -> None:
