@@ -15,8 +15,11 @@ MLFLOW_VERSION=3.17.2
 if [ "$(.venv-mlflow/bin/mlflow --version 2>/dev/null | awk '{print $NF}')" != "$MLFLOW_VERSION" ]; then
   echo "▸ installing mlflow $MLFLOW_VERSION into .venv-mlflow/"
   "${PYTHON:-python3.11}" -m venv .venv-mlflow
-  .venv-mlflow/bin/python -m pip install --quiet --disable-pip-version-check "mlflow==$MLFLOW_VERSION" \
-    2>&1 | grep -v 'is ignored' || true
+  if [ -x .venv/bin/uv ]; then  # scripts/setup.sh's installer: seconds, not minutes
+    UV_LINK_MODE=copy .venv/bin/uv pip install --quiet --python .venv-mlflow/bin/python "mlflow==$MLFLOW_VERSION" || true
+  else
+    .venv-mlflow/bin/python -m pip install --quiet --disable-pip-version-check "mlflow==$MLFLOW_VERSION" || true
+  fi
   .venv-mlflow/bin/mlflow --version >/dev/null \
     || { echo "mlflow failed to install into .venv-mlflow/; see the pip output above." >&2; exit 1; }
 fi
