@@ -18,7 +18,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ requirements.lock -
   # pip installs uv (pinned too), which installs the rest several times faster (docs/testing.md)
   .venv/bin/python -m pip install --quiet --disable-pip-version-check -c requirements.lock uv \
     2>&1 | grep -v 'is ignored' || true
-  UV_LINK_MODE=copy .venv/bin/uv pip install --quiet --python .venv/bin/python -c requirements.lock -e '.[dev]' \
+  UV_LINK_MODE=copy .venv/bin/uv pip install --quiet --compile-bytecode --python .venv/bin/python -c requirements.lock -e '.[dev]' \
     || { echo "Python packages failed to install; see the output above." >&2; exit 1; }
   .venv/bin/python -c "import dagster, duckdb, polars, great_expectations" \
     || { echo "Python packages failed to install; see the pip output above." >&2; exit 1; }
