@@ -21,7 +21,7 @@ if [ "$(.venv-mlflow/bin/mlflow --version 2>/dev/null | awk '{print $NF}')" != "
     .venv-mlflow/bin/python -m pip install --quiet --disable-pip-version-check "mlflow==$MLFLOW_VERSION" || true
   fi
   .venv-mlflow/bin/mlflow --version >/dev/null \
-    || { echo "mlflow failed to install into .venv-mlflow/; see the pip output above." >&2; exit 1; }
+    || { echo "mlflow failed to install into .venv-mlflow/; see the installer's output above." >&2; exit 1; }
 fi
 
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then

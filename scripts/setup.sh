@@ -21,7 +21,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ requirements.lock -
   UV_LINK_MODE=copy .venv/bin/uv pip install --quiet --compile-bytecode --python .venv/bin/python -c requirements.lock -e '.[dev]' \
     || { echo "Python packages failed to install; see the output above." >&2; exit 1; }
   .venv/bin/python -c "import dagster, duckdb, polars, great_expectations" \
-    || { echo "Python packages failed to install; see the pip output above." >&2; exit 1; }
+    || { echo "Python packages failed to install; see the installer's output above." >&2; exit 1; }
   touch "$stamp"
 fi
 # The dbt manifest (models/target/manifest.json) the Dagster code location loads: `dbt parse`, when

@@ -26,7 +26,7 @@ from pipelines.connectors.slurm import (
 from pipelines.ingest import ingest_partition
 from pipelines.resources.slurm import SlurmAccounting
 from pipelines.sources.slurm_sacct import parse_sacct_json, parse_sacct_parsable2
-from pipelines.sources.slurm_squeue import parse_squeue_job_gpus
+from pipelines.sources.slurm_squeue import parse_squeue_job_gpus, slurm_number
 from tests.slurm.conftest import REST_URL, STATE, SlurmCluster, slurm
 
 SETTLE_S = 3  # how long the job to be preempted runs first (the scenario)
@@ -48,11 +48,6 @@ def _is_time(value: str) -> bool:
     return value[:2] == "20"  # not Unknown / None
 
 
-def _epoch(value: int | dict) -> int:
-    """A squeue --json time: a number, or {"set": ..., "number": ...} in newer data parsers."""
-    return value["number"] if isinstance(value, dict) else value
-
-
 def _job_map() -> dict[int, list[str]]:
     return {int(p.name): p.read_text().split() for p in (STATE / "hpc-job-map").glob("[0-9]*")}
 
@@ -69,7 +64,7 @@ def scenario(slurm_cluster: SlurmCluster) -> Scenario:
     c.wait_accounted(x, lambda rows: len(rows) == 1 and _is_time(rows[0]["start"]), "started")
     # and once it has run a few seconds: in CI a job preempted 2 s after its start, its start already in
     # sacct, was still accounted with none (the requeue archives the attempt as slurmctld last knew it)
-    started = _epoch(c.job(x)["start_time"])
+    started = slurm_number(c.job(x)["start_time"], "start_time")
     c.wait_for(f"job {x} to run {SETTLE_S} s", lambda: time.time() - started >= SETTLE_S, SETTLE_S + 10)
     y = c.submit(partition="urgent", gpus=4, account="nlp", name="urgent-y")
     c.wait_running(y)
