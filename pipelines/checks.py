@@ -16,8 +16,9 @@ cause is the format, not a tenant: the batch fails as any other.
 """
 import dagster as dg
 
+from pipelines.ingest_record import IngestReport
 from pipelines.sources.registry import IngestSource
-from pipelines.warehouse import IngestReport, Warehouse
+from pipelines.warehouse import Warehouse
 
 CHECK_NAME = "expectations_suite"
 TENANT_CHECK_NAME = "tenant_quarantine_share"

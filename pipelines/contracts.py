@@ -265,6 +265,27 @@ register(CodeTable(
     migrations=("alter table ops.ingest_log add column if not exists notes VARCHAR",),
 ))
 
+# Written by Warehouse.replace_partition and append_partition: what the intraday ingest has loaded of a day so far.
+INGEST_STATE_DDL = """
+create table if not exists ops.ingest_state (
+  ingest_source VARCHAR,
+  partition_date DATE,
+  run_id VARCHAR,
+  state VARCHAR
+)"""
+register(CodeTable(
+    "ops.ingest_state", INGEST_STATE_DDL,
+    grain="one row per (ingest source, day) loaded a file at a time by the intraday ingest; deleted when the day "
+          "is ingested whole",
+    description="What an intraday ingest (pipelines/ingest.py ingest_new_files) has loaded of a day: the files by "
+                "size and modification time, and the day's totals, so the next one reads only newer files.",
+    descriptions={
+        "ingest_source": "ingest source", "partition_date": "UTC day",
+        "run_id": "the ops.ingest_log run that wrote this state",
+        "state": "JSON object: files (name -> [bytes, mtime_ns]), the day's counts, notes, validation and tenants",
+    },
+))
+
 # Written by Warehouse.refresh_lake_views: the Delta version each lake view reads (a publish records it).
 register(CodeTable(
     "ops.lake_versions",

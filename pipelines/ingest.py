@@ -34,11 +34,13 @@ import polars as pl
 from allocator.filemodes import READER_MODE, copy_file, make_dirs
 from pipelines.clock import utc_naive
 from pipelines.contracts import GAPS_SCHEMA, LAKE_TABLES, SCRAPE_GAPS_DDL, contract
+from pipelines.ingest_record import IncrementStale, IngestReport, IngestTotals
+from pipelines.lake.tables import AppendRefused
 from pipelines.sources import dcgm_parquet
 from pipelines.sources.base import ParseResult, empty_quarantine
 from pipelines.sources.dcgm_parquet import UnreadableSlice
 from pipelines.sources.registry import IngestSource, source
-from pipelines.warehouse import IngestReport, LakeRowsWrite, Warehouse
+from pipelines.warehouse import LakeRowsWrite, Warehouse
 
 
 def landing_folder(warehouse: Warehouse, source_name: str, day: dt.date) -> Path:
@@ -91,8 +93,12 @@ def ingest_partition(
     run_last: dt.date | None = None,
     run_first: dt.date | None = None,
     spilled: Spilled | None = None,
+    keep_state: bool = False,
+    how: str = "",
 ) -> IngestReport:
     """Parse the day's landing files of one source and replace that source's partition (module doc).
+    `keep_state`: record the files read (stamped before they are read) and the day's totals in
+    ops.ingest_state for the next `ingest_new_files`; else the day's record there is deleted.
 
     Memory is bounded by SLICE_ROWS, not by the day: parsed records are validated and split by day
     a batch of at least SLICE_ROWS rows at a time (every file's records when the day is smaller),
@@ -101,21 +107,10 @@ def ingest_partition(
     src = source(source_name)
     started_at = utc_naive()
     files = src.files_in(landing_folder(warehouse, source_name, day))
+    stamps = _stamps(files) if keep_state else None
     load = _DayLoad(src, day, validate, {t: warehouse.lake_rows_write(t, day, source_name)
                                          for t in src.tables if t in LAKE_TABLES})
-    for path in files:
-        if on_file:
-            on_file(path)
-        if is_empty_file(path):
-            load.files_empty += 1
-            load.notes.append(f"{path.name}: {EMPTY_FILE_NOTE}")
-            continue
-        slices = SLICED.get(source_name)
-        if slices is None:
-            load.take(path, src.parse_file(path))
-        else:
-            _take_slices(load, src, path, slices(path))
-    load.flush(final=True)
+    _read_files(load, src, files, on_file)
     quarantine = pl.concat(load.quarantines, how="vertical")
     if src.time_columns:
         warehouse.drop_moved_rows(source_name, day, list(src.time_columns), landing_folder(warehouse, source_name, day))
@@ -134,10 +129,10 @@ def ingest_partition(
         else:
             warehouse.merge_files(source_name, other, other_tables, [str(f) for f in files])
         notes.append(f"{rows:,} record(s) timestamped {other} went to that day's partition")
-    for tenant, (read, quarantined) in sorted(load.tenants.items(), key=lambda t: str(t[0])):
-        if quarantined:
-            notes.append(f"tenant {tenant if tenant is not None else '(unknown)'}: "
-                         f"{quarantined:,} of {read:,} record(s) quarantined")
+    tenants = {tenant: list(counts) for tenant, counts in load.tenants.items()}
+    state = _DayState(stamps, len(files), load.records_read, load.records_loaded - load.validate_rejected,
+                      load.parse_quarantined + load.validate_rejected, load.rows_by_table(), notes, load.files_empty,
+                      load.outcomes(), tenants) if stamps is not None else None
     report = warehouse.replace_partition(
         ingest_source=source_name,
         partition_date=day,
@@ -148,10 +143,164 @@ def ingest_partition(
         records_loaded=load.records_loaded - load.validate_rejected,
         records_quarantined=load.parse_quarantined + load.validate_rejected,
         started_at=started_at,
-        notes=notes,
+        notes=notes + _tenant_notes(tenants),
+        state=state.to_json() if state is not None else None,
     )
     return dataclasses.replace(report, validation=load.outcomes(), files_empty=load.files_empty,
-                               tenants=load.tenants)
+                               tenants=load.tenants, how=how)
+
+
+def _read_files(load: _DayLoad, src: IngestSource, files: list[Path], on_file: Callable[[Path], None] | None) -> None:
+    """Take every file's records into `load`, then its last batch."""
+    for path in files:
+        if on_file:
+            on_file(path)
+        if is_empty_file(path):
+            load.files_empty += 1
+            load.notes.append(f"{path.name}: {EMPTY_FILE_NOTE}")
+            continue
+        slices = SLICED.get(src.name)
+        if slices is None:
+            load.take(path, src.parse_file(path))
+        else:
+            _take_slices(load, src, path, slices(path))
+    load.flush(final=True)
+
+
+def _tenant_notes(tenants: dict[str | None, list[int]]) -> list[str]:
+    return [f"tenant {tenant if tenant is not None else '(unknown)'}: {quarantined:,} of {read:,} record(s) quarantined"
+            for tenant, (read, quarantined) in sorted(tenants.items(), key=lambda t: str(t[0])) if quarantined]
+
+
+def _stamps(files: list[Path]) -> dict[str, list[int]]:
+    """Each file's name -> [bytes, modification time in ns]: a file that changes changes its stamp."""
+    stamps = {}
+    for path in files:
+        stat = path.stat()
+        stamps[path.name] = [stat.st_size, stat.st_mtime_ns]
+    return stamps
+
+
+@dataclasses.dataclass(frozen=True)
+class _DayState:
+    """What the intraday ingest has loaded of a day (ops.ingest_state): the files read, by stamp, and the
+    day's totals, outcomes and tenants, so that the next run adds only newer files and still reports the day."""
+
+    files: dict[str, list[int]]
+    files_read: int
+    records_read: int
+    records_loaded: int
+    records_quarantined: int
+    rows_by_table: dict[str, int]
+    notes: list[str]  # the files' and the days' notes (the tenants' are made from `tenants`)
+    files_empty: int
+    validation: dict[str, dict]
+    tenants: dict[str | None, list[int]]
+
+    def to_json(self) -> dict:
+        fields = dataclasses.asdict(self)
+        fields["tenants"] = [[tenant, *counts] for tenant, counts in self.tenants.items()]  # a key may be None
+        return fields
+
+    @classmethod
+    def from_json(cls, fields: dict) -> _DayState:
+        tenants = {tenant: [read, quarantined] for tenant, read, quarantined in fields["tenants"]}
+        return cls(**{**fields, "tenants": tenants})
+
+    def report(self, source_name: str, day: dt.date, how: str) -> IngestReport:
+        return dataclasses.replace(
+            self.totals().report(source_name, day), validation=self.validation, files_empty=self.files_empty,
+            tenants={tenant: list(counts) for tenant, counts in self.tenants.items()}, how=how)
+
+    def totals(self) -> IngestTotals:
+        return IngestTotals(self.files_read, self.records_read, self.records_loaded, self.records_quarantined,
+                            self.rows_by_table, self.notes + _tenant_notes(self.tenants))
+
+
+def ingest_new_files(
+    warehouse: Warehouse,
+    source_name: str,
+    day: dt.date,
+    validate: bool = True,
+    on_file: Callable[[Path], None] | None = None,
+) -> IngestReport:
+    """The intraday ingest of a day: for a source whose files `appends` (the telemetry), read only the files
+    landed since the day's last intraday run and add their rows to the day, so a run costs what landed since,
+    not the day so far. The day then holds what `ingest_partition` of all its files would load, and the
+    report (ops.ingest_log's newest row) gives the whole day's totals.
+
+    The day is ingested whole instead (`ingest_partition`, which records the files for the next run) when
+    the source does not append, when no intraday run recorded the day (ops.ingest_state: a whole day's
+    ingest deletes it), when a file read before changed or went, when the lake holds other rows for the day
+    than the record says (a run killed between the lake's commit and the warehouse's), or when another
+    ingest of the day committed meanwhile. The report's `how` says which."""
+    src = source(source_name)
+    files = src.files_in(landing_folder(warehouse, source_name, day))
+    stamps = _stamps(files) if src.appends else None
+    base = warehouse.ingest_state(source_name, day) if src.appends else None
+    why = _why_whole(warehouse, src, day, base, stamps)
+    if why:
+        return ingest_partition(warehouse, source_name, day, validate, on_file, keep_state=src.appends,
+                                how=f"whole day: {why}")
+    assert base is not None and stamps is not None
+    run_id, state = base[0], _DayState.from_json(base[1])
+    new = [path for path in files if path.name not in state.files]
+    if not new:
+        return state.report(source_name, day, "no new file")
+    started_at = utc_naive()
+    load = _DayLoad(src, day, validate, {t: warehouse.lake_rows_write(t, day, source_name, append=True)
+                                         for t in src.tables if t in LAKE_TABLES})
+    _read_files(load, src, new, on_file)
+    notes = list(load.notes)
+    for other, other_tables in sorted(load.elsewhere().items()):
+        warehouse.merge_files(source_name, other, other_tables, [str(f) for f in new])
+        notes.append(f"{other_tables[src.tables[0]].height:,} record(s) timestamped {other} went to that day's "
+                     "partition")
+    outcomes = load.outcomes()
+    tenants = {tenant: list(counts) for tenant, counts in state.tenants.items()}
+    for tenant, (read, quarantined) in load.tenants.items():
+        counts = tenants.setdefault(tenant, [0, 0])
+        counts[0], counts[1] = counts[0] + read, counts[1] + quarantined
+    rows = load.rows_by_table()
+    after = _DayState(
+        files={**state.files, **{path.name: stamps[path.name] for path in new}},
+        files_read=state.files_read + len(new),
+        records_read=state.records_read + load.records_read,
+        records_loaded=state.records_loaded + load.records_loaded - load.validate_rejected,
+        records_quarantined=state.records_quarantined + load.parse_quarantined + load.validate_rejected,
+        rows_by_table={t: state.rows_by_table.get(t, 0) + rows.get(t, 0) for t in {*state.rows_by_table, *rows}},
+        notes=state.notes + notes,
+        files_empty=state.files_empty + load.files_empty,
+        validation={t: _merge_outcomes(t, [state.validation[t], outcomes[t]]) if t in state.validation and t in outcomes
+                    else outcomes.get(t, state.validation.get(t)) for t in {*state.validation, *outcomes}},
+        tenants=tenants,
+    )
+    try:
+        warehouse.append_partition(source_name, day, load.tables(), pl.concat(load.quarantines, how="vertical"),
+                                   after.totals(), started_at, after.to_json(), after_run=run_id)
+    except (IncrementStale, AppendRefused) as refused:
+        return ingest_partition(warehouse, source_name, day, validate, on_file, keep_state=True,
+                                how=f"whole day: {refused}")
+    return after.report(source_name, day, f"{len(new):,} new file(s) added")
+
+
+def _why_whole(warehouse: Warehouse, src: IngestSource, day: dt.date, base: tuple[str, dict] | None,
+               stamps: dict[str, list[int]] | None) -> str | None:
+    """Why the intraday ingest must read the day whole (ingest_new_files), or None: it may add the new files."""
+    if not src.appends or stamps is None:
+        return "the source's files are not each their own records"
+    if base is None:
+        return "no intraday run recorded the day"
+    state = _DayState.from_json(base[1])
+    changed = sorted(name for name, stamp in state.files.items() if stamps.get(name) != stamp)
+    if changed:
+        return f"{len(changed):,} file(s) read before changed or went ({changed[0]}...)"
+    for table in src.tables:
+        if table in LAKE_TABLES:
+            held = warehouse.lake_partition_rows(table, day, src.name)
+            if held != state.rows_by_table.get(table, 0):
+                return f"the lake holds {held} row(s) of {table} for the day, the record {state.rows_by_table.get(table, 0)}"
+    return None
 
 
 # Rows validated and split by day at a time (and, for lake tables, written as one Parquet file): a day
@@ -285,6 +434,9 @@ class _DayLoad:
         for table, written in lake.items():
             self.lake[table].write.rollback(written)
         self.pending, self.pending_rows = [], 0
+
+    def rows_by_table(self) -> dict[str, int]:
+        return {t: self.lake[t].rows if t in self.lake else sum(f.height for f in self.here[t]) for t in self.src.tables}
 
     def tables(self) -> dict[str, pl.DataFrame | LakeRowsWrite]:
         return {t: self.lake[t] if t in self.lake else pl.concat(self.here[t], how="vertical")

@@ -29,7 +29,6 @@ import shutil
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
@@ -40,7 +39,6 @@ from allocator.filemodes import (
     PRIVATE_MODE,
     READER_DIR_MODE,
     READER_MODE,
-    copy_file,
     make_dirs,
     opener,
     set_mode,
@@ -50,8 +48,10 @@ from pipelines import sandbox
 from pipelines.clock import utc_naive
 from pipelines.contracts import INGEST_LOG_COLUMNS, LAKE_TABLES, LAKE_TIME_COLUMN, all_ddl, contract
 from pipelines.duckdb_limits import MEMORY_LIMIT_ENV, writer_limits
+from pipelines.ingest_record import IncrementStale, IngestReport, IngestTotals
 from pipelines.lake import DeltaStore, LakeError, ReleaseNotFound, ReleaseRegistry, registry_for
 from pipelines.lake.mart_files import marts_dir
+from pipelines.lake.mend import mend_releases
 from pipelines.lake.reader import RELEASE_TABLE, home_relative, search_config, view_sql
 from pipelines.lake.release_chunks import chunks_dir, write_release
 from pipelines.lake.tables import DataFile
@@ -60,7 +60,6 @@ from pipelines.lake.tables import DataFile
 DEFAULT_MEMORY_LIMIT = "6GB"
 SCHEMAS = ("raw", "seeds", "staging", "marts", "metrics", "ops", "governance")
 LAKE_DAY_COLUMN = "partition_date"
-RELATIVE_MARK = ".relative"  # in releases/: every kept release names its lake files relative to the home
 # Releases kept besides the pinned ones; older ones are deleted when a newer one is published.
 DEFAULT_KEEP_RELEASES = 3
 # Homes whose publishing is deferred to the end of a batch (depth per home, this process only).
@@ -69,31 +68,6 @@ _DEFERRED: dict[Path, int] = {}
 
 class ReleaseExpired(LakeError):
     """The release asked for is no longer kept (or never existed)."""
-
-
-@dataclass(frozen=True)
-class IngestReport:
-    ingest_source: str
-    partition_date: dt.date
-    files_read: int
-    records_read: int
-    records_loaded: int
-    records_quarantined: int
-    rows_by_table: dict[str, int]
-    # what the parsers said about the input ("19 step rows ignored", "empty file"), each prefixed by its file
-    notes: list[str] = field(default_factory=list)
-    files_empty: int = 0  # empty files and well-formed answers without a record (ParseResult.empty_answer)
-    # per table: the Great Expectations suite's outcome on the parsed batch (before quarantine)
-    validation: dict[str, dict] = field(default_factory=dict)
-    # sources whose records a tenant controls (IngestSource.tenant_field): tenant -> [read, quarantined];
-    # the key None holds the quarantined records no tenant could be read from (pipelines/checks.py)
-    tenants: dict[str | None, list[int]] = field(default_factory=dict)
-
-    def summary(self) -> str:
-        return (
-            f"{self.ingest_source} {self.partition_date}: {self.files_read} files, "
-            f"{self.records_read} read, {self.records_loaded} loaded, {self.records_quarantined} quarantined"
-        )
 
 
 class Warehouse:
@@ -255,7 +229,7 @@ class Warehouse:
                 fcntl.flock(publish_lock, fcntl.LOCK_UN)
 
     def _publish(self, kind: str, note: str | None) -> int | None:
-        self._mend_releases()
+        mend_releases(self)
         stamp_path = self.releases / "latest.json"  # the release published last, and the writers' file it read
         # a publisher killed mid-way leaves its file, chunk or link; under the publish lock nobody else uses them
         for leftover in [*self.releases.glob(".*.tmp"), *self.releases.glob(".*.tmp.wal"),
@@ -299,54 +273,6 @@ class Warehouse:
         write_atomic(stamp_path, json.dumps({"release_id": release_id, "stamp": stamp}), READER_MODE)
         self.expire_releases()
         return release_id
-
-    def _mend_releases(self) -> None:
-        """Releases published before the lake's files were named relative to the home name them by the
-        folder the home was in then: moved, the home could not read them. On the first publish after
-        the upgrade (under the publish lock), each such kept release gets its lake views re-created
-        with relative names, on a copy renamed over it (a reader keeps the file it has open), and
-        RELATIVE_MARK records that every kept release is mended."""
-        mark = self.releases / RELATIVE_MARK
-        if mark.exists() or not self.releases.exists():
-            return
-        current = self.current_release()
-        for release_id in self.kept_releases():
-            path = self.release_path(release_id)
-            with duckdb.connect(str(path), read_only=True) as con:
-                locations = con.execute("select location from ops.lake_versions where location like '/%'").fetchall()
-                views = con.execute("select sql from duckdb_views() where not internal and schema_name = 'raw'"
-                                    ).fetchall()
-            # where the home was: a table's recorded folder less the table's place in a home
-            prefixes = {location.removesuffix(str(self.store.path(table).relative_to(self.home))) for table, location
-                        in ((self._table_of(loc), loc) for (loc,) in locations) if table}
-            statements = [sql for (sql,) in views if any(f"'{prefix}" in sql for prefix in prefixes)]
-            if not statements:
-                continue
-            copy = self.releases / f".{uuid.uuid4().hex}.tmp"
-            try:
-                copy_file(path, copy, READER_MODE)
-                with duckdb.connect(str(copy), config=search_config(self.home)) as con:  # a view binds its files
-                    for sql in statements:
-                        for prefix in prefixes:
-                            sql = sql.replace(f"'{prefix}", "'")
-                        con.execute(sql.replace("CREATE VIEW", "CREATE OR REPLACE VIEW", 1))
-                    con.execute("checkpoint")
-                os.replace(copy, path)
-            finally:
-                copy.unlink(missing_ok=True)
-            if release_id == current:
-                link = self.home / f".warehouse.duckdb.{uuid.uuid4().hex}.tmp"
-                os.link(path, link)
-                os.replace(link, self.db_path)
-        write_atomic(mark, "every kept release names its lake files relative to the home\n", READER_MODE)
-
-    def _table_of(self, location: str) -> str | None:
-        """The lake table whose folder, in some home, `location` is (None: not one of ours)."""
-        for name in LAKE_TABLES:
-            table = self.lake_table(name)
-            if location.endswith("/" + str(self.store.path(table).relative_to(self.home))):
-                return table
-        return None
 
     def release_path(self, release_id: int, must_exist: bool = True) -> Path:
         path = self.releases / f"{int(release_id)}.duckdb"
@@ -535,6 +461,7 @@ class Warehouse:
         records_quarantined: int | None = None,
         started_at: dt.datetime | None = None,
         notes: list[str] | None = None,
+        state: dict | None = None,
     ) -> IngestReport:
         """Replace everything one ingest source loaded for one day, atomically per store.
 
@@ -546,70 +473,113 @@ class Warehouse:
         writers' lock (a crash leaves the previous commit; other days load at the same time).
         Warehouse tables, the quarantine and the ingest log: delete then insert in one transaction,
         which also points the lake views at the new commit. Tables this source does not produce are
-        left alone.
+        left alone. ops.ingest_state's row for the day becomes `state` (none: deleted).
         """
-        started_at = started_at or utc_naive()
         if records_quarantined is None:
             records_quarantined = quarantine.height
+        rows_by_table = {name: frame.rows if isinstance(frame, LakeRowsWrite) else frame.height
+                         for name, frame in tables.items()}
+        totals = IngestTotals(files_read, records_read, records_loaded, records_quarantined, rows_by_table, notes or [])
         with self.partition_lock((ingest_source, partition_date)):
-            rows_by_table = self._replace_partition_locked(
-                ingest_source, partition_date, tables, quarantine, files_read, records_read, records_loaded,
-                records_quarantined, started_at, notes)
-        return IngestReport(
-            ingest_source=ingest_source,
-            partition_date=partition_date,
-            files_read=files_read,
-            records_read=records_read,
-            records_loaded=records_loaded,
-            records_quarantined=records_quarantined,
-            rows_by_table=rows_by_table,
-            notes=list(notes or []),
-        )
+            self._commit_ingest(ingest_source, partition_date, tables, quarantine, totals,
+                                started_at or utc_naive(), state, append_to=None)
+        return totals.report(ingest_source, partition_date)
 
-    def _replace_partition_locked(
+    def append_partition(
+        self,
+        ingest_source: str,
+        partition_date: dt.date,
+        tables: Mapping[str, pl.DataFrame | LakeRowsWrite],
+        quarantine: pl.DataFrame,
+        totals: IngestTotals,
+        started_at: dt.datetime,
+        state: dict,
+        after_run: str,
+    ) -> IngestReport:
+        """Add rows to one ingest source's day (the intraday ingest of the files landed since the run
+        `after_run`): lake tables by a Delta commit that adds files (`lake_rows_write(..., append=True)`),
+        the warehouse's tables and the quarantine by inserts, in the same order and locks as
+        `replace_partition`. `totals` are the day's after this run (ops.ingest_log holds a day's totals
+        in its newest row), `state` the day's new ops.ingest_state. IncrementStale, before anything is
+        committed, when the day's newest run is not `after_run` (another ingest of the day came between)."""
+        with self.partition_lock((ingest_source, partition_date)):
+            self._commit_ingest(ingest_source, partition_date, tables, quarantine, totals, started_at, state,
+                                append_to=after_run)
+        return totals.report(ingest_source, partition_date)
+
+    def ingest_state(self, ingest_source: str, partition_date: dt.date) -> tuple[str, dict] | None:
+        """The day's ops.ingest_state in the writers' file, as (run_id, state); None when it has none."""
+        if not self.writer_path.exists():
+            return None
+        with self.writer_lock():
+            con = self.connect(read_only=False)
+            try:
+                if not con.execute("select count(*) from duckdb_tables() where database_name = current_database() "
+                                   "and schema_name = 'ops' and table_name = 'ingest_state'").fetchone()[0]:
+                    return None
+                row = con.execute("select run_id, state from ops.ingest_state where ingest_source = ? "
+                                  "and partition_date = ?", [ingest_source, partition_date]).fetchone()
+            finally:
+                con.close()
+        return (row[0], json.loads(row[1])) if row else None
+
+    def _commit_ingest(
         self, ingest_source: str, partition_date: dt.date, tables: Mapping[str, pl.DataFrame | LakeRowsWrite],
-        quarantine: pl.DataFrame, files_read: int, records_read: int, records_loaded: int, records_quarantined: int,
-        started_at: dt.datetime, notes: list[str] | None,
-    ) -> dict[str, int]:
+        quarantine: pl.DataFrame, totals: IngestTotals, started_at: dt.datetime, state: dict | None,
+        append_to: str | None,
+    ) -> None:
+        """Hold the partition lock. `append_to`: add rows after that run (else replace the day's)."""
+        if append_to is not None:
+            base = self.ingest_state(ingest_source, partition_date)
+            if base is None or base[0] != append_to:
+                raise IncrementStale(f"{ingest_source} {partition_date}: the day was ingested again meanwhile")
         ingested_at = utc_naive()
         for name, frame in tables.items():
             if isinstance(frame, LakeRowsWrite):
                 frame.write.commit()
+            elif name in LAKE_TABLES and append_to is not None:
+                write = self.lake_rows_write(name, partition_date, ingest_source, append=True)
+                write.add(frame)
+                write.write.commit()
             elif name in LAKE_TABLES:
                 self._write_lake_partition(name, partition_date, ingest_source, frame, ingested_at)
-        rows_by_table = {name: frame.rows if isinstance(frame, LakeRowsWrite) else frame.height
-                         for name, frame in tables.items()}
+        run_id = uuid.uuid4().hex
         with self.writer() as con:
             con.execute("begin transaction")
             try:
+                keep = self._insert_rows if append_to is not None else self._replace_rows
                 for name, frame in tables.items():
                     if name in LAKE_TABLES or isinstance(frame, LakeRowsWrite):
                         continue
-                    self._replace_rows(con, contract(name).table, frame, partition_date, ingest_source, ingested_at)
-                self._replace_rows(con, "ops.quarantine", quarantine, partition_date, ingest_source, ingested_at)
+                    keep(con, contract(name).table, frame, partition_date, ingest_source, ingested_at)
+                keep(con, "ops.quarantine", quarantine, partition_date, ingest_source, ingested_at)
                 con.execute(
                     f"insert into ops.ingest_log ({', '.join(INGEST_LOG_COLUMNS)}) "
                     f"values ({', '.join('?' for _ in INGEST_LOG_COLUMNS)})",
                     [
-                        uuid.uuid4().hex,
+                        run_id,
                         ingest_source,
                         partition_date,
-                        files_read,
-                        records_read,
-                        records_loaded,
-                        records_quarantined,
-                        json.dumps(rows_by_table, sort_keys=True),
+                        totals.files_read,
+                        totals.records_read,
+                        totals.records_loaded,
+                        totals.records_quarantined,
+                        json.dumps(totals.rows_by_table, sort_keys=True),
                         started_at,
                         utc_naive(),  # finished: after the lake's commit
-                        json.dumps(notes) if notes else None,
+                        json.dumps(totals.notes) if totals.notes else None,
                     ],
                 )
+                con.execute("delete from ops.ingest_state where ingest_source = ? and partition_date = ?",
+                            [ingest_source, partition_date])
+                if state is not None:
+                    con.execute("insert into ops.ingest_state values (?, ?, ?, ?)",
+                                [ingest_source, partition_date, run_id, json.dumps(state, sort_keys=True)])
                 con.execute("commit")
             except Exception:
                 con.execute("rollback")
                 raise
             self.refresh_lake_views(con)
-        return rows_by_table
 
     def merge_files(
         self, ingest_source: str, partition_date: dt.date, tables: dict[str, pl.DataFrame], source_files: list[str]
@@ -753,10 +723,18 @@ class Warehouse:
             self.lake_table(name), partition_date, self._lake_frame(name, frame, partition_date, ingest_source),
             LAKE_DAY_COLUMN, where={"ingest_source": ingest_source})
 
-    def lake_rows_write(self, name: str, partition_date: dt.date, ingest_source: str) -> LakeRowsWrite:
+    def lake_rows_write(self, name: str, partition_date: dt.date, ingest_source: str,
+                        append: bool = False) -> LakeRowsWrite:
         """A `write_lake_rows` given a slice at a time, committed by `replace_partition` (pass it as
-        the table's rows): the ingest of a large day holds one slice, not the day."""
-        return LakeRowsWrite(self, name, partition_date, ingest_source)
+        the table's rows): the ingest of a large day holds one slice, not the day. With `append`, the rows
+        are added to the day's (for `append_partition`)."""
+        return LakeRowsWrite(self, name, partition_date, ingest_source, append)
+
+    def lake_partition_rows(self, name: str, partition_date: dt.date, ingest_source: str) -> int | None:
+        """The rows a lake table holds for one (day, source), by the Delta log's statistics (None: they
+        cannot tell)."""
+        return self.store.partition_rows(self.lake_table(name), partition_date, LAKE_DAY_COLUMN,
+                                         {"ingest_source": ingest_source})
 
     def _read_lake_rows(self, name: str, partition_date: dt.date, ingest_source: str) -> pl.DataFrame:
         """One (day, source) of a lake table at its latest version (the contract's columns and ingested_at)."""
@@ -775,11 +753,12 @@ class LakeRowsWrite:
     Warehouse.replace_partition commits them all in one Delta commit. ingested_at is when the
     write began."""
 
-    def __init__(self, warehouse: Warehouse, name: str, partition_date: dt.date, ingest_source: str) -> None:
+    def __init__(self, warehouse: Warehouse, name: str, partition_date: dt.date, ingest_source: str,
+                 append: bool = False) -> None:
         self._warehouse, self._name, self._day, self._source = warehouse, name, partition_date, ingest_source
         self._ingested_at = utc_naive()
         self.write = warehouse.store.partition_write(warehouse.lake_table(name), partition_date, LAKE_DAY_COLUMN,
-                                                     where={"ingest_source": ingest_source})
+                                                     where={"ingest_source": ingest_source}, append=append)
 
     @property
     def rows(self) -> int:

@@ -5,13 +5,14 @@ from collections.abc import Iterator
 
 import dagster as dg
 
+from pipelines.assets.ingest_cursor import INGEST_TAG, NEW_FILES
 from pipelines.checks import suite_check_result, suite_check_spec
-from pipelines.ingest import ingest_days
+from pipelines.ingest import ingest_days, ingest_new_files
+from pipelines.ingest_record import IngestReport
 from pipelines.partitions import daily_partitions
 from pipelines.resources.warehouse import WarehouseResource
 from pipelines.schedules import daily_schedule
 from pipelines.sources.registry import SOURCES, IngestSource
-from pipelines.warehouse import IngestReport
 
 # Lineage only: the connector asset that fills a source's landing folder (pipelines.assets.connectors).
 # `ingest_daily` selects the ingest group alone, so it never runs (nor needs) the connectors.
@@ -70,7 +71,10 @@ def _ingest_asset(src: IngestSource) -> dg.AssetsDefinition:
         wh = warehouse.get()
         days = [dt.date.fromisoformat(p) for p in context.partition_keys]
         with wh.publishing("ingest", f"{key.to_user_string()} {days[0]}..{days[-1]}"):  # one release per run
-            reports = ingest_days(wh, src.name, days)
+            if context.run.tags.get(INGEST_TAG) == NEW_FILES:  # an intraday run: what landed since the last
+                reports = [ingest_new_files(wh, src.name, day) for day in days]
+            else:
+                reports = ingest_days(wh, src.name, days)
         for report in reports:
             context.log.info(report.summary())
             for note in report.notes:

@@ -10,6 +10,10 @@ from typing import Self
 import dagster as dg
 
 TRIGGER_TAG = "gpupool/trigger"  # names the sensor that requested a run
+# on an intraday run: the ingest adds the day's files landed since its last run (pipelines/ingest.py
+# ingest_new_files) instead of reading the day whole; a day's last run (FINAL) reads it whole
+INGEST_TAG, NEW_FILES = "gpupool/ingest", "new-files"
+FINAL = "final"
 
 
 class JsonCursor:
@@ -37,7 +41,7 @@ def due_ingests(
     ingests: list[tuple[str, str]] = []
     since = since_ingest if last_day == day else 0
     if last_day is not None and last_day != day and since_ingest > 0:
-        ingests.append((last_day, f"{source}:{last_day}:final"))
+        ingests.append((last_day, f"{source}:{last_day}:{FINAL}"))
     if progressed:
         since += 1
     if since >= every:
@@ -47,10 +51,12 @@ def due_ingests(
 
 
 def ingest_result(
-    ingests: list[tuple[str, str]], sensor: str, cursor: JsonCursor, skip_reason: str
+    ingests: list[tuple[str, str]], sensor: str, cursor: JsonCursor, skip_reason: str, new_files: bool = False
 ) -> dg.SensorResult:
-    """The tick's answer: a run per due ingest (tagged with the sensor), else `skip_reason`; the cursor saved."""
-    runs = [dg.RunRequest(run_key=key, partition_key=day, tags={TRIGGER_TAG: sensor}) for day, key in ingests]
+    """The tick's answer: a run per due ingest (tagged with the sensor), else `skip_reason`; the cursor saved.
+    `new_files`: each run but a day's FINAL one ingests only the files landed since the day's last (INGEST_TAG)."""
+    runs = [dg.RunRequest(run_key=key, partition_key=day, tags={TRIGGER_TAG: sensor} | (
+        {INGEST_TAG: NEW_FILES} if new_files and key.rsplit(":", 1)[-1] != FINAL else {})) for day, key in ingests]
     if runs:
         return dg.SensorResult(run_requests=runs, cursor=cursor.to_json())
     return dg.SensorResult(skip_reason=skip_reason, cursor=cursor.to_json())

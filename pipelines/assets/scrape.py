@@ -136,7 +136,7 @@ def _land(
     record_scrape_gaps(wh, scrape.gaps)
     cursor, ingests = advance(ScrapeCursor.parse(context.cursor), scrape, every)
     context.log.info(f"{scrape.summary()}; written to {path}" if path else scrape.summary())
-    return ingest_result(ingests, name, cursor, scrape.summary())
+    return ingest_result(ingests, name, cursor, scrape.summary(), new_files=True)
 
 
 def build_node_exporter_sensor(
@@ -214,7 +214,7 @@ def build_prometheus_pull_sensor(
                          files=cursor.files + report.files_written, last=report.summary())
         stamp = f"{window[1]:%Y%m%dT%H%M%S}"
         ingests = [(day.isoformat(), f"{PROMETHEUS_SOURCE}:{day}:{stamp}") for day in report.days]
-        return ingest_result(ingests, name, cursor, report.summary())
+        return ingest_result(ingests, name, cursor, report.summary(), new_files=True)
 
     return _pull
 

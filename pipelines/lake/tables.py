@@ -77,6 +77,10 @@ class LakeError(Exception):
     """A lake operation that cannot go ahead; the message says which table and why."""
 
 
+class AppendRefused(LakeError):
+    """Rows that cannot be added to a day as files (PartitionWrite with `append`): nothing was committed."""
+
+
 class UnreadableByFileList(LakeError):
     """The table uses a Delta feature that a plain list of its Parquet files cannot represent."""
 
@@ -234,6 +238,18 @@ def _not_a_file_list(table: DeltaTable) -> str | None:
     return None
 
 
+def _appendable(table: DeltaTable, frame: pl.DataFrame, day_column: str) -> bool:
+    """Whether files of `frame`'s rows can join the table as they are: partitioned by the day alone,
+    its files its rows, the same schema."""
+    if list(table.metadata().partition_columns) != [day_column] or _not_a_file_list(table):
+        return False
+    try:
+        schema = DeltaSchema.from_arrow(frame.head(0).to_arrow().schema)
+    except Exception:  # noqa: BLE001 - a type Delta stores only after delta-rs converts it (a zone other than UTC)
+        return False
+    return schema.to_json() == table.schema().to_json()
+
+
 def _swap_removals(table: DeltaTable, frame: pl.DataFrame, day_column: str, day: date,
                    where: dict[str, str]) -> list[RemoveAction] | None:
     """The remove actions that replace the day's rows matching `where` by a file swap: every file of
@@ -241,13 +257,7 @@ def _swap_removals(table: DeltaTable, frame: pl.DataFrame, day_column: str, day:
     that value only. None when a swap cannot do it and delta-rs' predicate overwrite must: a file with
     those rows and others (or without statistics), a table not partitioned by the day alone, whose
     files are not its rows, or whose schema is not the frame's (delta-rs then reports the mismatch)."""
-    if list(table.metadata().partition_columns) != [day_column] or _not_a_file_list(table):
-        return None
-    try:
-        schema = DeltaSchema.from_arrow(frame.head(0).to_arrow().schema)
-    except Exception:  # noqa: BLE001 - a type Delta stores only after delta-rs converts it (a zone other than UTC)
-        return None
-    if schema.to_json() != table.schema().to_json():
+    if not _appendable(table, frame, day_column):
         return None
     files = pa.table(table.get_add_actions(flatten=True)).to_pylist()
     removals = []
@@ -439,9 +449,29 @@ class DeltaStore:
         return write.commit()
 
     def partition_write(self, name: str, day: date, day_column: str,
-                        where: dict[str, str] | None = None) -> PartitionWrite:
-        """A `replace_partition` of the day given in slices (PartitionWrite.add), committed once."""
-        return PartitionWrite(self, name, day, day_column, dict(where or {}))
+                        where: dict[str, str] | None = None, append: bool = False) -> PartitionWrite:
+        """A `replace_partition` of the day given in slices (PartitionWrite.add), committed once; with
+        `append`, the slices are added to the day's rows instead of replacing them."""
+        return PartitionWrite(self, name, day, day_column, dict(where or {}), append)
+
+    def partition_rows(self, name: str, day: date, day_column: str, where: dict[str, str]) -> int | None:
+        """The rows the latest version holds on `day` whose `where` columns hold those values, by the
+        log's statistics (no file is read); None when the statistics cannot tell (a file with those rows
+        and others, or without statistics). 0 for a table not made yet."""
+        if not self.exists(name):
+            return 0
+        table = self._table(name)
+        if list(table.metadata().partition_columns) != [day_column]:
+            return None
+        rows = 0
+        for f in pa.table(table.get_add_actions(flatten=True)).to_pylist():
+            if f.get(f"partition.{day_column}") != day:
+                continue
+            matches = [_holds_only(f, column, value) for column, value in where.items()]
+            if None in matches:
+                return None
+            rows += f["num_records"] if all(matches) else 0
+        return rows
 
     def _write_file(self, name: str, table: DeltaTable, frame: pl.DataFrame, day_column: str, day: date) -> AddAction:
         """Write the day's rows as one Parquet file in the table (not yet in any version) and return its
@@ -609,12 +639,14 @@ class DeltaStore:
 class PartitionWrite:
     """One day's replacement (DeltaStore.replace_partition) given a slice at a time: each `add` writes
     its rows as a Parquet file of the table that no version holds yet, `commit` adds them all and
-    removes the files they replace, in one Delta commit. The memory is a slice's, whatever the day's
-    size. Files of a write never committed (a crash, a rejected file's slices dropped by `rollback`,
+    removes the files they replace, in one Delta commit (with `append`, removes nothing: the rows join
+    the day's). The memory is a slice's, whatever the day's size. Files of a write never committed (a crash, a rejected file's slices dropped by `rollback`,
     a commit overwriting by predicate) stay unreferenced until vacuum, as delta-rs' own writes left."""
 
-    def __init__(self, store: DeltaStore, name: str, day: date, day_column: str, where: dict[str, str]) -> None:
+    def __init__(self, store: DeltaStore, name: str, day: date, day_column: str, where: dict[str, str],
+                 append: bool = False) -> None:
         self.store, self.name, self.day, self.day_column, self.where = store, name, day, day_column, where
+        self.append = append
         self.files: list[tuple[AddAction, int]] = []  # written, with their row counts
         self._pending: pl.DataFrame | None = None  # a slice kept to be written only if a swap can commit it
         self._empty: pl.DataFrame | None = None  # the first slice's columns and types, as Delta stores them
@@ -665,8 +697,8 @@ class PartitionWrite:
         del self.files[mark:]
 
     def commit(self) -> int:
-        """Swap the written files in for the day's rows (`where`) in one commit; returns the new version.
-        Retried on conflict without writing a file again."""
+        """Swap the written files in for the day's rows (`where`) in one commit (or add them, with
+        `append`); returns the new version. Retried on conflict without writing a file again."""
         if self._empty is None:
             raise LakeError(f"{self.name}: nothing added to the write of {self.day.isoformat()}; "
                             "add at least an empty frame (it gives the table's columns)")
@@ -674,7 +706,13 @@ class PartitionWrite:
 
         def write() -> int:
             table = DeltaTable(self.store.location(self.name), storage_options=self.store.storage_options)
-            removals = _swap_removals(table, self._empty, self.day_column, self.day, self.where)
+            if self.append:
+                removals: list[RemoveAction] | None = []
+                if not _appendable(table, self._empty, self.day_column):
+                    raise AppendRefused(f"{self.name}: the rows cannot be added to {self.day.isoformat()} as files "
+                                        "(the table's schema or layout differs): replace the day instead")
+            else:
+                removals = _swap_removals(table, self._empty, self.day_column, self.day, self.where)
             if removals is None:
                 predicate = " and ".join(f"\"{column}\" = '{str(value).replace(chr(39), chr(39) * 2)}'"
                                          for column, value in replaced.items())

@@ -42,6 +42,11 @@ class IngestSource:
     # records a tenant controls: the field (record key and column of the first table) naming the tenant;
     # the quarantine threshold is then judged per tenant (pipelines/checks.py)
     tenant_field: str | None = None
+    # each landing file's records are its own: no file supersedes another's, no rule of the suites spans
+    # rows (uniqueness), so a day's rows are the union of its files' and the intraday ingest may add the
+    # files landed since its last run to the day (pipelines/ingest.py `ingest_new_files`) instead of
+    # re-reading the day. The telemetry: scrape rounds, Prometheus pulls, exporter files.
+    appends: bool = False
 
     def reads(self, path: Path) -> bool:
         """Whether a file of this name is one this source reads (its patterns; hidden files never)."""
@@ -77,6 +82,7 @@ SOURCES: dict[str, IngestSource] = {
             lambda data, source_file: dcgm_text.parse_dcgm_text(data, source_file),
             parse_path=dcgm_text.parse_dcgm_file,
             time_columns={"dcgm_samples": "sampled_at"},
+            appends=True,
         ),
         IngestSource(
             "dcgm_parquet",
@@ -85,6 +91,7 @@ SOURCES: dict[str, IngestSource] = {
             ("dcgm_samples",),
             dcgm_parquet.parse_dcgm_parquet,
             time_columns={"dcgm_samples": "sampled_at"},
+            appends=True,
         ),
         IngestSource(
             "node_exporter",
@@ -98,6 +105,7 @@ SOURCES: dict[str, IngestSource] = {
             ),
             parse_path=node_exporter.parse_node_exporter_file,
             time_columns={"host_samples": "sampled_at"},
+            appends=True,
         ),
         IngestSource(
             "node_exporter_parquet",
@@ -107,6 +115,7 @@ SOURCES: dict[str, IngestSource] = {
             ("host_samples",),
             node_exporter.parse_node_exporter_parquet,
             time_columns={"host_samples": "sampled_at"},
+            appends=True,
         ),
         IngestSource(
             "prometheus",
@@ -115,6 +124,7 @@ SOURCES: dict[str, IngestSource] = {
             ("dcgm_samples",),
             prometheus.parse_query_range,
             time_columns={"dcgm_samples": "sampled_at"},
+            appends=True,
         ),
         IngestSource(
             "slurm_sacct",

@@ -19,6 +19,7 @@ import requests
 
 from allocator.pool import default_pool
 from allocator.telemetry import render_node_metrics
+from pipelines.assets.ingest_cursor import INGEST_TAG, NEW_FILES, TRIGGER_TAG, ingest_result
 from pipelines.assets.scrape import ScrapeCursor, advance, build_scrape_sensor
 from pipelines.config import ConfigError
 from pipelines.connectors.http import RetryPolicy, with_retries
@@ -397,6 +398,9 @@ def test_cursor_requests_the_days_ingest_every_n_rounds_and_closes_the_day():
     assert (cursor.day, cursor.rounds, cursor.since_ingest, cursor.samples) == ("2026-03-03", 7, 1, 60)
     assert ScrapeCursor.parse(cursor.to_json()) == cursor
     assert ScrapeCursor.parse("not json") == ScrapeCursor()
+    runs = ingest_result([*ingests, ("2026-03-03", "dcgm_parquet:2026-03-03:9")], "dcgm_scrape", cursor, "",
+                         new_files=True).run_requests
+    assert [r.tags.get(INGEST_TAG) for r in runs] == [None, NEW_FILES]  # the day's last run reads it whole
 
 
 def test_sensor_scrapes_live_targets_from_the_config_file(fleet, tmp_path, warehouse):
@@ -423,7 +427,8 @@ def test_sensor_scrapes_live_targets_from_the_config_file(fleet, tmp_path, wareh
     today = dt.datetime.now(dt.UTC).date().isoformat()
     assert [(r.partition_key, r.run_key) for r in results[1].run_requests] == [
         (today, f"dcgm_parquet:{today}:2")
-    ]
+    ]  # an intraday run: it adds the rounds landed since the day's last (pipelines/ingest.py ingest_new_files)
+    assert results[1].run_requests[0].tags == {TRIGGER_TAG: "dcgm_scrape", INGEST_TAG: NEW_FILES}
     state = json.loads(cursor)
     assert (state["rounds"], state["gaps"], state["since_ingest"]) == (2, 4, 0)
     assert state["samples"] == 2 * expected_samples(HOSTS, ROUND_AT).height

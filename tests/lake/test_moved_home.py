@@ -13,8 +13,9 @@ from click.testing import CliRunner
 
 from pipelines.build import build
 from pipelines.cli import main
+from pipelines.lake.mend import RELATIVE_MARK
 from pipelines.lake.reader import search_config
-from pipelines.warehouse import RELATIVE_MARK, Warehouse
+from pipelines.warehouse import Warehouse
 from tests.models.builders import load, series
 
 DAYS = [dt.date(2026, 11, 1) + dt.timedelta(days=n) for n in range(3)]
