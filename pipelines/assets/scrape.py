@@ -110,8 +110,8 @@ def build_scrape_sensor(
         default_status=default_status,
         description=(
             f"Scrapes every dcgm-exporter target each {interval:g} s into landing/{LANDING_SOURCE}/<day>/ "
-            f"(gaps in ops.scrape_gaps) and re-ingests the day's {RAW_DCGM_PARQUET.to_user_string()} "
-            f"partition every {every} rounds."
+            f"(gaps in ops.scrape_gaps) and every {every} rounds adds the rounds landed since to the day's "
+            f"{RAW_DCGM_PARQUET.to_user_string()} partition (the day's last run reads it whole)."
         ),
     )
     def _scrape(
@@ -154,8 +154,9 @@ def build_node_exporter_sensor(
         default_status=default_status,
         description=(
             f"Scrapes every node_exporter target each {settings.interval_s:g} s into "
-            f"landing/{NODE_EXPORTER.landing_source}/<day>/ (gaps in ops.scrape_gaps) and re-ingests the day's "
-            f"{RAW_NODE_EXPORTER_PARQUET.to_user_string()} partition every {settings.ingest_every_rounds} rounds."
+            f"landing/{NODE_EXPORTER.landing_source}/<day>/ (gaps in ops.scrape_gaps) and every "
+            f"{settings.ingest_every_rounds} rounds adds the rounds landed since to the day's "
+            f"{RAW_NODE_EXPORTER_PARQUET.to_user_string()} partition (the day's last run reads it whole)."
         ),
     )
     def _scrape(context: dg.SensorEvaluationContext, warehouse: WarehouseResource) -> dg.SensorResult:
