@@ -37,7 +37,7 @@ from allocator.sim.scaling import scale_pool
 from allocator.telemetry import render_node_metrics
 from pipelines.build import build
 from pipelines.connectors.scrape import DcgmConfig, Scraper, write_round
-from pipelines.ingest import ingest_partition
+from pipelines.ingest import ingest_new_files
 from pipelines.paths import REPO_ROOT
 from pipelines.warehouse import Warehouse
 from tests.components import require_component
@@ -425,30 +425,41 @@ def _as_of_line(page) -> str:
 
 def test_a_round_scraped_while_the_pool_page_is_open_shows_after_one_cycle(context, demo_home, tmp_path, shots):
     """The live chain's promise, in the browser (issue 30): with the dashboards serving, a dcgm-exporter
-    round of one node is scraped, and after one cycle (the day's ingest, the build, its publish, as the
-    live chain runs them) the Pool page reads the new release: its "as of" line and the GPUs' caption
-    give the round's minute. The server's query cache is keyed by release, not only by time."""
+    round of one node is scraped, and after one cycle (the intraday ingest adding that round to the day,
+    the build, its publish, as the live chain runs them) the Pool page reads the new release: its "as of"
+    line and the GPUs' caption give the round's minute. The server's query cache is keyed by release,
+    not only by time."""
     home = copy_home(demo_home, tmp_path / "home")
     wh = Warehouse(home)
     with wh.connect(read_only=True) as con:
         end, release = con.execute("select max(last_telemetry_at), (select release_id from lake.release) "
                                    "from metrics.gpu_status").fetchone()
     pool = scale_pool(default_pool(), 64)  # the demo's pool (tests/conftest.py small_demo_home)
-    round_at = end + dt.timedelta(minutes=3, seconds=7)
-    body = render_node_metrics(pool, {}, pool.nodes[0].host, round_at).encode()
-    exporter = LoopbackServer(lambda request: send(request, 200, body))
+    first_at, round_at = end + dt.timedelta(minutes=2, seconds=7), end + dt.timedelta(minutes=3, seconds=7)
+    assert first_at.date() == round_at.date(), "the two rounds must fall on one day"
+    scraped_at = [first_at]
+    exporter = LoopbackServer(lambda request: send(
+        request, 200, render_node_metrics(pool, {}, pool.nodes[0].host, scraped_at[0]).encode()))
+
+    def scrape_and_land() -> None:
+        scraper = Scraper(DcgmConfig(targets=[f"{exporter.url}/metrics"], retries=0))
+        try:
+            scrape = scraper.scrape_round(scraped_at[0])
+        finally:
+            scraper.close()
+        assert scrape.samples.height > 0 and scrape.records_quarantined == 0 and scrape.gaps.is_empty()
+        write_round(wh.landing, scrape)
+
     try:
+        scrape_and_land()  # the day's rounds so far, read by an earlier cycle
+        assert ingest_new_files(wh, "dcgm_parquet", first_at.date()).how.startswith("whole day")
+        release = wh.current_release()  # that ingest's (the models not built on it yet)
         with serve(home, tmp_path / "streamlit.log") as url:
             page, problems = _open(context, url, "pool")
             assert f"Data as of {end:%Y-%m-%d %H:%M} UTC · release {release}," in _as_of_line(page)
-            scraper = Scraper(DcgmConfig(targets=[f"{exporter.url}/metrics"], retries=0))
-            try:
-                scrape = scraper.scrape_round(round_at)
-            finally:
-                scraper.close()
-            assert scrape.samples.height > 0 and scrape.records_quarantined == 0 and scrape.gaps.is_empty()
-            write_round(wh.landing, scrape)
-            ingest_partition(wh, "dcgm_parquet", round_at.date())
+            scraped_at[0] = round_at
+            scrape_and_land()
+            assert ingest_new_files(wh, "dcgm_parquet", round_at.date()).how == "1 new file(s) added"
             build(wh)
             new_release = wh.current_release()
             assert new_release > release
