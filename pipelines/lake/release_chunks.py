@@ -66,18 +66,23 @@ def write_release(writer_path: Path, target: Path, home: Path,
         con.execute(f"create table r.{RELEASE_CHUNKS} (table_name varchar not null, chunk varchar not null, "
                     "rows bigint not null, path varchar not null)")
         listed: list[tuple[str, str, int, str]] = []
-        for schema, table, names, types in con.execute(
+        tables = con.execute(
                 "select schema_name, table_name, list(column_name order by column_index), "
                 "list(data_type order by column_index) from duckdb_columns() c join duckdb_tables() t "
                 "using (database_name, schema_name, table_name) where database_name = 'w' "
                 # no row ever stored (it counts deleted rows until a checkpoint drops them): copied as it is
-                "and t.estimated_size > 0 group by all order by all").fetchall():
+                "and t.estimated_size > 0 group by all order by all").fetchall()
+        chunked = []
+        for schema, table, names, types in tables:
             columns = list(zip(names, types, strict=True))
             name = f'"{schema}"."{table}"'
             if schema in COPIED_SCHEMAS or not _kept_by_parquet(con, name, columns):
                 con.execute(f"insert into r.{name} select * from w.{name}")
-                continue
-            _chunk_table(con, home, schema, table, columns, listed)
+            else:
+                chunked.append((schema, table, columns))
+        digests = _digests(con, chunked)
+        for schema, table, columns in chunked:
+            _chunk_table(con, home, schema, table, columns, listed, digests.get((schema, table), []))
         # one statement for the list: a statement per chunk cost more than the chunks' digests
         con.execute(f"insert into r.{RELEASE_CHUNKS} select unnest(?), unnest(?), unnest(?), unnest(?)",
                     [list(column) for column in zip(*listed, strict=True)] if listed else [[], [], [], []])
@@ -98,19 +103,39 @@ def _kept_by_parquet(con: duckdb.DuckDBPyConnection, name: str, columns: list[tu
                                                             for c in wide) + f" from w.{name}").fetchone()[0]
 
 
+def _month(columns: list[tuple[str, str]]) -> tuple[str | None, str]:
+    date_column = next((c for c, t in columns if t in DATE_TYPES), None)
+    return date_column, f"date_trunc('month', \"{date_column}\")" if date_column else "null"
+
+
+def _digests(con: duckdb.DuckDBPyConnection, chunked: list[tuple[str, str, list[tuple[str, str]]]]) -> dict:
+    """(schema, table) -> [(month, rows, digest)] of every chunked table, in one query: DuckDB runs its parts
+    side by side, and one statement costs less than one per table."""
+    if not chunked:
+        return {}
+    parts = []
+    for i, (schema, table, columns) in enumerate(chunked):
+        row_hash = "hash(" + ", ".join(f'"{c}"' for c, _ in columns) + ")"
+        parts.append(f"select {i} as part, {_month(columns)[1]} as month, count(*) as n, sum({row_hash}) as digest "
+                     f'from w."{schema}"."{table}" group by all')
+    out: dict = {}
+    for part, month, count, digest in con.execute(" union all ".join(parts) + " order by all").fetchall():
+        schema, table, _ = chunked[part]
+        out.setdefault((schema, table), []).append((month, count, digest))
+    return out
+
+
 def _chunk_table(con: duckdb.DuckDBPyConnection, home: Path, schema: str, table: str,
-                 columns: list[tuple[str, str]], listed: list[tuple[str, str, int, str]]) -> None:
+                 columns: list[tuple[str, str]], listed: list[tuple[str, str, int, str]],
+                 digests: list[tuple]) -> None:
     """Make r's `schema.table` a view over its chunks, writing the chunks no earlier publish wrote (a chunk's
     name is its rows' digest: the same name is the same rows), and add them to `listed`."""
     name = f'"{schema}"."{table}"'
-    date_column = next((c for c, t in columns if t in DATE_TYPES), None)
-    month = f"date_trunc('month', \"{date_column}\")" if date_column else "null"  # a chunk's rows: its month
+    date_column, month = _month(columns)  # a chunk's rows: its month
     shape = hashlib.sha1(repr(columns).encode()).hexdigest()[:12]  # a changed column list is a new chunk
-    row_hash = "hash(" + ", ".join(f'"{c}"' for c, _ in columns) + ")"  # the columns by name: no alias to shadow
     folder = chunks_dir(home) / f"{schema}.{table}"
     rows = []
-    for start, count, digest in con.execute(f"select {month} as month, count(*), sum({row_hash}) from w.{name} "
-                                            "group by all having count(*) > 0 order by all").fetchall():
+    for start, count, digest in digests:
         chunk = start.strftime("%Y-%m") if start else ("none" if date_column else NO_CHUNK)
         path = folder / f"{chunk}-{count}-{digest & (2**128 - 1):032x}-{shape}.parquet"
         if not path.exists():
