@@ -238,12 +238,13 @@ def ingest_new_files(
     files = src.files_in(landing_folder(warehouse, source_name, day))
     stamps = _stamps(files) if src.appends else None
     base = warehouse.ingest_state(source_name, day) if src.appends else None
-    why = _why_whole(warehouse, src, day, base, stamps)
+    state = _DayState.from_json(base[1]) if base is not None else None
+    why = _why_whole(warehouse, src, day, state, stamps)
     if why:
         return ingest_partition(warehouse, source_name, day, validate, on_file, keep_state=src.appends,
                                 how=f"whole day: {why}")
-    assert base is not None and stamps is not None
-    run_id, state = base[0], _DayState.from_json(base[1])
+    assert base is not None and state is not None and stamps is not None
+    run_id = base[0]
     new = [path for path in files if path.name not in state.files]
     if not new:
         return state.report(source_name, day, "no new file")
@@ -284,14 +285,13 @@ def ingest_new_files(
     return after.report(source_name, day, f"{len(new):,} new file(s) added")
 
 
-def _why_whole(warehouse: Warehouse, src: IngestSource, day: dt.date, base: tuple[str, dict] | None,
+def _why_whole(warehouse: Warehouse, src: IngestSource, day: dt.date, state: _DayState | None,
                stamps: dict[str, list[int]] | None) -> str | None:
     """Why the intraday ingest must read the day whole (ingest_new_files), or None: it may add the new files."""
     if not src.appends or stamps is None:
         return "the source's files are not each their own records"
-    if base is None:
+    if state is None:
         return "no intraday run recorded the day"
-    state = _DayState.from_json(base[1])
     changed = sorted(name for name, stamp in state.files.items() if stamps.get(name) != stamp)
     if changed:
         return f"{len(changed):,} file(s) read before changed or went ({changed[0]}...)"
