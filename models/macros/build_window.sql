@@ -465,13 +465,12 @@
              if is_incremental() else 'true') -}}
 {%- endmacro %}
 
-{#- fct_pool_hourly's trailing weeks, aligned on the data's end (week 0 = the last 7 x 24 h): one rule for
-    the model and the update that moves every row's week when the data's end moves -#}
+{#- fct_pool_hourly's trailing weeks, aligned on the data's end (week 0 = the last 7 x 24 h) -#}
 {% macro pool_weeks_before_end(hour_at, as_of_at) -%}
   cast(ceil(epoch({{ as_of_at }} - {{ hour_at }}) / 604800.0) as integer) - 1
 {%- endmacro %}
 
-{#- fct_pool_hourly's series: every queue x GPU model with a quota, an allocation or a pending attempt on
+{#- fct_pool_hours' series: every queue x GPU model with a quota, an allocation or a pending attempt on
     some day, and every GPU model (level_scope pool), with the columns that depend on all days (the queue's
     owner; whether it holds quota). One rule for the model and its window. -#}
 {% macro pool_series() -%}
@@ -513,7 +512,7 @@
   left join queue_owners o on o.queue = k.queue
 {%- endmacro %}
 
-{#- fct_pool_hourly's series rebuilt over all their hours: new, gone, or with a new owner or quota status -#}
+{#- fct_pool_hours' series rebuilt over all their hours: new, gone, or with a new owner or quota status -#}
 {% macro pool_changed_series() -%}
   select level_scope, gpu_model, coalesce(queue, '') as queue_key from (
     (({{ pool_series() }}) except (select distinct level_scope, queue, gpu_model, tenant, is_quota_queue from {{ this }}))
@@ -522,14 +521,14 @@
   )
 {%- endmacro %}
 
-{#- fct_pool_hourly's first rebuilt day: snapshot_days_start(), or the first hour waited by a job the window
+{#- fct_pool_hours' first rebuilt day: snapshot_days_start(), or the first hour waited by a job the window
     reaches (a job's wait that began before the window changes when its end does: fct_wait_causes) -#}
 {% macro pool_hours_start() -%}
   (select least({{ snapshot_days_start() }}, coalesce(cast(min(hour_at) as date), date '2100-01-01'))
    from {{ ref('fct_wait_causes') }} where (source, job_id) in ({{ window_jobs() }}))
 {%- endmacro %}
 
-{#- fct_pool_hourly's rows a build replaces: the hours of the days from pool_hours_start() on (quota,
+{#- fct_pool_hours' rows a build replaces: the hours of the days from pool_hours_start() on (quota,
     capacity, waits and the data's end reach later days) and every hour of a changed series -#}
 {% macro in_window_pool_hours(keys='level_scope, gpu_model, queue') -%}
   {%- set start = pool_hours_start() -%}
@@ -549,28 +548,4 @@
     {{- return("date '" ~ day ~ "'") -}}
   {%- endif -%}
   {{- return(start) -}}
-{%- endmacro %}
-
-{#- fct_pool_hourly's post_hook: the data's end moved, and with it every hour's trailing week; the hours not
-    rebuilt get the new one (a pass over four columns, not a rebuild) -#}
-{% macro pool_hourly_move_weeks() -%}
-  update {{ this }} as h
-  set
-    weeks_before_end = w.weeks_before_end,
-    week_start_at = w.as_of_at - to_days(7 * (w.weeks_before_end + 1)),
-    week_end_at = w.as_of_at - to_days(7 * w.weeks_before_end),
-    is_complete_week = w.as_of_at - to_days(7 * (w.weeks_before_end + 1)) >= w.window_start_at
-  from (
-    select distinct
-      x.hour_at,
-      {{ pool_weeks_before_end('x.hour_at', 'd.as_of_at') }} as weeks_before_end,
-      d.as_of_at,
-      d.window_start_at
-    from (select distinct hour_at from {{ this }}) x
-    cross join (select max(as_of_at) as as_of_at, min(day_start_at) as window_start_at from {{ ref('dim_days') }}) d
-  ) w
-  where h.hour_at = w.hour_at
-    and (h.weeks_before_end is distinct from w.weeks_before_end
-      or h.week_end_at is distinct from w.as_of_at - to_days(7 * w.weeks_before_end)
-      or h.is_complete_week is distinct from (w.as_of_at - to_days(7 * (w.weeks_before_end + 1)) >= w.window_start_at))
 {%- endmacro %}

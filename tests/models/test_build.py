@@ -105,7 +105,9 @@ def test_an_incremental_build_runs_the_tables_a_changed_project_everything_and_a
     # whole as it would a second copy of the project (about 10)
     home, everything = two_days_built
     warehouse = Warehouse(copy_home(home, tmp_path / "gpupool"))
-    tables = {b for b in everything if b.startswith("marts.")} | {"metrics.catalog", "metrics.catalog_version"}
+    marts_views = {"marts.fct_pool_hourly"}  # its weeks move with the data's end: a view over fct_pool_hours
+    tables = {b for b in everything if b.startswith("marts.") and b not in marts_views} | {
+        "metrics.catalog", "metrics.catalog_version"}
 
     _mark_day1(warehouse)
     assert _built(warehouse) == tables  # nothing changed: the tables and incrementals run, no view, no seed

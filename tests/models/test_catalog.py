@@ -136,9 +136,10 @@ def test_marts_are_tables_and_staging_and_metrics_are_views(dbt_nodes):
     """dbt_project.yml materialises per folder (a model's fqn has its folder below the layer, not the
     layer): a marts folder it misses, or a staging folder named like a marts one, shows here."""
     own_tables = {"metrics.catalog", "metrics.catalog_version"}  # rebuilt with the catalog: their own config()
+    own_views = {"marts.fct_pool_hourly"}  # its weeks move with the data's end: computed when read
     wrong = {q: n.config.materialized for q, n in dbt_nodes.items() if n.resource_type == "model"
-             and n.config.materialized not in (("table", "incremental") if n.schema == "marts" or q in own_tables
-                                               else ("view",))}
+             and n.config.materialized not in (("table", "incremental") if (n.schema == "marts" or q in own_tables)
+                                               and q not in own_views else ("view",))}
     assert wrong == {}
 
 

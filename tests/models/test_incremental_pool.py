@@ -12,7 +12,7 @@ from pipelines.warehouse import Warehouse
 from tests.models.builders import DAY1, at, gpu, load, quota, series
 
 # ---- dims, capacity and quota, pool hours, GPU health (fct_gpu_series_daily, fct_capacity_daily,
-# ---- fct_quota_daily, fct_pool_hourly, fct_gpu_health_series_daily, fct_gpu_health_events) ----
+# ---- fct_quota_daily, fct_pool_hours, fct_gpu_health_series_daily, fct_gpu_health_events) ----
 
 GR = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 ECC = "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"
@@ -22,7 +22,7 @@ _DAY1_MARKS = {
     "fct_gpu_series_daily": ("uuid = 'marked'", "uuid = 'marked'", "day"),
     "fct_capacity_daily": ("capacity_gpu_hours = -1", "capacity_gpu_hours = -1", "day"),
     "fct_quota_daily": ("quota_gpu_hours = -1", "quota_gpu_hours = -1", "day"),
-    "fct_pool_hourly": ("capacity_gpu_hours = -1", "capacity_gpu_hours = -1", "day"),
+    "fct_pool_hours": ("capacity_gpu_hours = -1", "capacity_gpu_hours = -1", "day"),
     "fct_gpu_health_series_daily": ("last_value = -1", "last_value = -1", "day"),
     "fct_gpu_health_events": ("event_count = -1", "event_count = -1", "cast(minute_at as date)"),
 }
@@ -66,7 +66,7 @@ def test_a_new_day_keeps_the_earlier_days_of_the_per_day_and_health_marts(home: 
         assert con.execute(
             "select minute_at, event_count from marts.fct_gpu_health_events where minute_at >= ? order by 1",
             [at("00:00", day=4)]).fetchall() == [(at("10:00", day=4), 8.0), (at("10:05", day=4), 2.0)]
-        # every hour, kept or rebuilt, has its trailing week on the new data's end
+        # every hour, kept or rebuilt, has its trailing week on the new data's end (the view computes it)
         as_of = con.execute("select max(as_of_at) from marts.dim_days").fetchone()[0]
         assert as_of == at("10:10", day=4)
         assert con.execute(
