@@ -200,6 +200,7 @@ pool_quota as (
   select day, gpu_model, sum(quota_gpus) as quota_gpus from quotas group by day, gpu_model
 ),
 
+-- the hours the build replaces: from the first rebuilt day on, and every hour of a changed series
 grid as (
   select
     s.level_scope,
@@ -212,19 +213,7 @@ grid as (
   from series s
   cross join hours w
   where w.day >= {{ start_day }}
-  union all
-  select
-    s.level_scope,
-    s.queue,
-    s.gpu_model,
-    w.day,
-    w.hour_at,
-    w.hour_end_at,
-    w.hour_hours
-  from series s
-  cross join hours w
-  where w.day < {{ start_day }}
-    and (s.level_scope, s.gpu_model, coalesce(s.queue, '')) in (select * from changed)
+    or (s.level_scope, s.gpu_model, coalesce(s.queue, '')) in (select * from changed)
 ),
 
 final as (
