@@ -53,4 +53,5 @@ def test_the_policy_comparison_reads_the_same_columns_in_both_warehouses(small_d
     rows = policy_comparison(Warehouse(small_demo_home), Warehouse(small_demo_home))
     assert [name for name, *_ in rows] == [name for name, *_ in POLICY_FIGURES]
     for name, on, off, _unit in rows:
-        assert on == off, name
+        # DuckDB sums doubles in parallel, in no fixed order: a read again may differ in the last bit
+        assert on == pytest.approx(off, rel=1e-12), name
