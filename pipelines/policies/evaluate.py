@@ -12,8 +12,8 @@ from pipelines.contracts import FINDING_SCHEMA, PolicyKind
 from pipelines.policies import health, idle, jobs
 from pipelines.policies.catalog import PolicyCatalog
 from pipelines.policies.host import host_bound
-from pipelines.policies.inputs import PolicyInputs
-from pipelines.policies.model import empty_findings
+from pipelines.policies.inputs import InputError, PolicyInputs
+from pipelines.policies.model import LIVE_KINDS, empty_findings
 
 PolicyFunction = Callable[[PolicyInputs, PolicyCatalog, str, dt.datetime], pl.DataFrame]
 
@@ -34,9 +34,14 @@ def evaluate(
     inputs: PolicyInputs, catalog: PolicyCatalog, now: dt.datetime, kinds: Iterable[PolicyKind] | None = None
 ) -> pl.DataFrame:
     """Findings (FINDING_SCHEMA) of every catalog policy of the given kinds (default: all), sorted
-    by detection time then id. `now`: the data's end (UTC, naive); minutes at or after it are ignored."""
+    by detection time then id. `now`: the data's end (UTC, naive); minutes at or after it are ignored.
+    An attempt with its own evaluated_at (at or before `now`) is judged as of that moment: one pass then
+    evaluates looks taken at different moments, each as if alone (the live kinds only)."""
     now = utc_naive(now)
     wanted = [PolicyKind(k) for k in (kinds if kinds is not None else PolicyKind)]
+    if any(k not in LIVE_KINDS for k in wanted) and inputs.allocations.get_column("evaluated_at").is_not_null().any():
+        raise InputError(f"evaluated_at is read by the live kinds only ({', '.join(sorted(k.value for k in LIVE_KINDS))}); "
+                         "evaluate the others at one `now`")
     idle_policies = [name for kind in wanted if kind in idle.IDLE_KINDS for name in catalog.policies_of(kind)]
     # the idle policies' windows are found together: one pass over the minutes, not one per policy
     shared = {"candidates": idle.shared_candidates(inputs, catalog, idle_policies, now)} if idle_policies else {}

@@ -113,16 +113,19 @@ def candidate_windows(minutes: pl.DataFrame, params: pl.DataFrame, now: dt.datet
 
     The rows are sorted by parameter row and minute once, so the per-row runs are found by whole-frame
     shifts, fills and cumulative sums that stop at a row's first minute, not by a window per row."""
-    for bound in ("started_at", "ended_at"):
+    for bound in ("started_at", "ended_at", "evaluated_at"):
         if bound not in params.columns:
             params = params.with_columns(pl.lit(None, TS).alias(bound))
+    params = params.with_columns(now_at=pl.coalesce("evaluated_at", pl.lit(now, TS)))
     row = pl.col("params_row")
     idle_row = pl.when("is_idle").then(row)
     # only what each minute is judged by travels with the minutes; a row's other columns join its windows
-    per_row = params.select("allocation_id", "min_coverage", "started_at", "ended_at").with_row_index("params_row")
+    per_row = params.select("allocation_id", "min_coverage", "started_at", "ended_at", "now_at").with_row_index("params_row")
     m = (
         _minutes_by_row(minutes.filter(pl.col("minute_at") < now),
-                        params.select("allocation_id", "activity_threshold", "memory_floor_mib", "spike_max_minutes"))
+                        params.select("allocation_id", "activity_threshold", "memory_floor_mib", "spike_max_minutes",
+                                      "now_at"))
+        .filter(pl.col("minute_at") < pl.col("now_at"))  # an attempt evaluated earlier than `now` (evaluated_at)
         .with_columns(
             first=(row != row.shift(1)).fill_null(True),
             last_minute_at=pl.when((row != row.shift(-1)).fill_null(True)).then("minute_at").backward_fill(),
@@ -178,7 +181,7 @@ def candidate_windows(minutes: pl.DataFrame, params: pl.DataFrame, now: dt.datet
         busy_minutes=pl.col("telemetry_minutes") - pl.col("idle_minutes"),
         missing_minutes=pl.col("bucket_minutes") - pl.col("telemetry_minutes"),
         reaches_end=(pl.col("run_last_at") == pl.col("last_minute_at"))
-        & ((pl.lit(now, TS) - pl.col("window_end_at")).dt.total_minutes() <= pl.col("spike_max_minutes")),
+        & ((pl.col("now_at") - pl.col("window_end_at")).dt.total_minutes() <= pl.col("spike_max_minutes")),
     ).filter(
         pl.col("telemetry_minutes") >= pl.col("min_coverage") * pl.col("bucket_minutes")
     ).select("params_row", *(pl.col(c).cast(t) for c, t in WINDOW_SCHEMA.items()))
@@ -207,10 +210,11 @@ def all_idle_spans(windows: pl.DataFrame, holdings: pl.DataFrame, now: dt.dateti
 
     `windows`: idle windows with the attempt key columns; `holdings`: `held()` rows (gpus_held).
     A sweep over window starts (+1) and ends (-1): spans where the count equals gpus_held. A window
-    that reaches the data's end is open: a span made of open windows ends at `now`, is_ongoing_span.
+    that reaches the data's end is open: a span made of open windows ends at the attempt's now_at (`now`
+    unless it is evaluated earlier), is_ongoing_span.
     """
     key = list(ATTEMPT_KEY)
-    open_end = pl.lit(now + dt.timedelta(days=1), TS)
+    open_end = pl.lit(now + dt.timedelta(days=1), TS)  # after every now_at
     w = windows.with_columns(end=pl.when("reaches_end").then(open_end).otherwise("window_end_at"))
     events = (
         pl.concat([
@@ -221,17 +225,17 @@ def all_idle_spans(windows: pl.DataFrame, holdings: pl.DataFrame, now: dt.dateti
         .agg(pl.col("d").sum())
         .sort(*key, "t")
         .with_columns(active=pl.col("d").cum_sum().over(key), next_t=pl.col("t").shift(-1).over(key))
-        .join(holdings.select(*key, "gpus_held"), on=key)
+        .join(holdings.select(*key, "gpus_held", "now_at"), on=key)
         .filter(pl.col("active") >= pl.col("gpus_held"))
         .with_columns(new=(pl.col("t") != pl.col("next_t").shift(1).over(key)).fill_null(True))
         .with_columns(span=pl.col("new").cum_sum().over(key))
     )
     return (
         events.group_by(*key, "span")
-        .agg(span_start_at=pl.col("t").min(), span_end_at=pl.col("next_t").max())
+        .agg(span_start_at=pl.col("t").min(), span_end_at=pl.col("next_t").max(), now_at=pl.col("now_at").first())
         .with_columns(is_ongoing_span=pl.col("span_end_at") == open_end)
-        .with_columns(span_end_at=pl.when("is_ongoing_span").then(pl.lit(now, TS)).otherwise("span_end_at"))
-        .drop("span")
+        .with_columns(span_end_at=pl.when("is_ongoing_span").then("now_at").otherwise("span_end_at"))
+        .drop("span", "now_at")
     )
 
 
@@ -259,7 +263,8 @@ def _rule_params(inputs: PolicyInputs, catalog: PolicyCatalog, policy: str, para
 def rule_candidates(minutes: pl.DataFrame, params: pl.DataFrame, now: dt.datetime) -> pl.DataFrame:
     """`candidate_windows` of each distinct (allocation, idle parameters) of `params`, with the
     parameters as columns: what a policy joins its own allocations' rules to (`_windows_for`)."""
-    distinct = params.select("allocation_id", *IDLE_PARAMS, "started_at", "ended_at").unique(maintain_order=True)
+    distinct = params.select("allocation_id", *IDLE_PARAMS, "started_at", "ended_at", "evaluated_at").unique(
+        maintain_order=True)
     return candidate_windows(minutes, distinct, now).join(
         distinct.select(*IDLE_PARAMS).with_row_index("params_row"), on="params_row").drop("params_row")
 
@@ -405,7 +410,8 @@ def zombie(inputs: PolicyInputs, catalog: PolicyCatalog, policy: str, now: dt.da
         .agg(last_progress_at=pl.col("at").max())
     )
     last_checkpoint = (
-        inputs.progress.filter(pl.col("is_checkpoint").fill_null(False) & (pl.col("at") < now))
+        inputs.progress.join(spans.select("job_id", "attempt", "now_at").unique(), on=["job_id", "attempt"])
+        .filter(pl.col("is_checkpoint").fill_null(False) & (pl.col("at") < pl.col("now_at")))
         .group_by("job_id", "attempt").agg(last_checkpoint_at=pl.col("at").max())
     )
     declared = with_rules(inputs.allocations, catalog, policy, ("limit_minutes",)).group_by(key).agg(

@@ -11,7 +11,10 @@ attempt (the columns of marts.fct_allocations the policies need, plus template f
   optional: user_name, host, gpu, gpu_instance_profile, share_mode, ended_at (null while running),
             expected_runtime_s (declared), max_runtime_s (queue's cap), idle_reminder_s (interactive
             jobs' own reminder), checkpoint_policy, min_replicas, rollback, reservation,
-            queue_low_priority (null: unknown)
+            queue_low_priority (null: unknown), evaluated_at (the attempt's own `now` when one pass
+            evaluates looks taken at different moments, as the simulator batches them: its minutes
+            and progress at or after it are ignored and it ends a running attempt; null: `now`.
+            Only the live kinds read it: idle_allocation, zombie, idle_interactive and overrun)
 MINUTE_SCHEMA: one row per allocation per telemetry minute (marts.fct_allocation_activity); a
   minute without a row had no telemetry, which is never taken as idle.
 PROGRESS_SCHEMA: one row per progress signal of a job attempt (a job event, a checkpoint or artifact
@@ -51,7 +54,7 @@ ALLOCATION_SCHEMA: dict[str, pl.DataType] = {
     "gpu_model": pl.String, "fraction": pl.Float64, "started_at": TS, "ended_at": TS, "is_running": pl.Boolean,
     "expected_runtime_s": pl.Int64, "max_runtime_s": pl.Int64, "idle_reminder_s": pl.Int64,
     "checkpoint_policy": pl.String, "min_replicas": pl.Int64, "rollback": pl.String, "reservation": pl.String,
-    "queue_low_priority": pl.Boolean,
+    "queue_low_priority": pl.Boolean, "evaluated_at": TS,
 }
 ALLOCATION_REQUIRED = ("allocation_id", "source", "job_id", "attempt", "tenant", "queue", "template",
                        "gpu_model", "fraction", "started_at", "is_running")
@@ -176,7 +179,8 @@ def _param_series(name: str, values: list) -> pl.Series:
 
 
 def held(allocations: pl.DataFrame, now: dt.datetime) -> pl.DataFrame:
-    """Per attempt: the GPUs held, their summed fraction, start, end (now while running) and attributes."""
+    """Per attempt: the GPUs held, their summed fraction, start, end (its now_at while running), now_at (the
+    moment it is evaluated at: evaluated_at, else `now`) and attributes."""
     return allocations.group_by(ATTEMPT_KEY).agg(
         pl.col("tenant", "queue", "template", "user_name", "gpu_model").first(),
         gpus_held=pl.len(),
@@ -184,7 +188,8 @@ def held(allocations: pl.DataFrame, now: dt.datetime) -> pl.DataFrame:
         started_at=pl.col("started_at").min(),
         ended_at=pl.when(pl.col("is_running").any()).then(None).otherwise(pl.col("ended_at").max()),
         is_running=pl.col("is_running").any(),
-    ).with_columns(end_at=pl.coalesce("ended_at", pl.lit(now, TS)))
+        now_at=pl.coalesce(pl.col("evaluated_at").first(), pl.lit(now, TS)),
+    ).with_columns(end_at=pl.coalesce("ended_at", "now_at"))
 
 
 def findings(frame: pl.DataFrame, rule: Rule) -> pl.DataFrame:

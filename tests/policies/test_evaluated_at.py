@@ -1,0 +1,93 @@
+"""One pass over looks taken at different moments (each attempt's evaluated_at) finds what each look
+finds on its own, evaluated at its moment: the simulator batches its looks on this."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipelines.contracts import PolicyKind
+from pipelines.policies.catalog import load_catalog
+from pipelines.policies.evaluate import evaluate
+from pipelines.policies.inputs import InputError
+from pipelines.policies.model import LIVE_KINDS
+from tests.policies.frames import T0, activity, alloc, at, idle, inputs
+
+CATALOG = load_catalog()
+# a minute's activity: busy, idle, a short spike, or no telemetry
+LEVELS = st.sampled_from([0.9, 0.0, 0.0, 0.0, 0.01, 0.3, None])
+SEGMENT = st.tuples(LEVELS, st.integers(1, 90))
+
+
+@st.composite
+def looks(draw) -> list[dict]:
+    """Attempts with 1 or 2 GPUs, activity over 4 hours in runs, progress signals, and a moment each is looked at."""
+    out = []
+    for n in range(draw(st.integers(1, 4))):
+        template = draw(st.sampled_from(["training", "interactive", "experiment", "inference"]))
+        started = draw(st.integers(0, 30))
+        gpus = draw(st.integers(1, 2))
+        fields = {"expected_runtime_s": draw(st.sampled_from([None, 1800, 5400])),
+                  "checkpoint_policy": draw(st.sampled_from([None, "every 30 min", "hourly"])),
+                  "idle_reminder_s": draw(st.sampled_from([None, 1200])) if template == "interactive" else None}
+        hangs = draw(st.booleans())  # its GPUs stop working for good at some point (a zombie's pattern)
+        rows, minutes = [], []
+        for g in range(gpus):
+            aid = f"j{n}-g{g}"
+            rows.append(alloc(aid, f"j{n}", 1, template=template, started_at=at(started), gpu=g, **fields))
+            values = [v for level, length in draw(st.lists(SEGMENT, min_size=1, max_size=8)) for v in [level] * length]
+            if hangs:
+                values = values[:draw(st.integers(0, 120))] + [0.0] * 240
+            minutes += activity(aid, values[:240], start=at(started))
+        checkpoints = draw(st.lists(st.integers(started, 240), max_size=3))
+        progress = [{"job_id": f"j{n}", "attempt": 1, "at": at(started), "is_checkpoint": False}]
+        progress += [{"job_id": f"j{n}", "attempt": 1, "at": at(m), "is_checkpoint": True} for m in checkpoints]
+        out.append({"allocations": rows, "minutes": minutes, "progress": progress,
+                    "evaluated_at": at(draw(st.integers(started + 1, 260)))})
+    return out
+
+
+def _rounded(value):
+    """Floats to 9 places: Polars may sum a group's values in another order in a larger frame (the last bit)."""
+    if isinstance(value, float):
+        return round(value, 9)
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    return value
+
+
+def _rows(found: pl.DataFrame) -> list[dict]:
+    return [_rounded(r | {"evidence": json.loads(r["evidence"])}) for r in found.sort("finding_id").to_dicts()]
+
+
+@settings(max_examples=40)
+@given(looks())
+def test_one_pass_over_looks_at_different_moments_equals_each_look_alone(attempts: list[dict]):
+    alone = [
+        evaluate(inputs(a["allocations"], a["minutes"], a["progress"]), CATALOG, a["evaluated_at"], kinds=LIVE_KINDS)
+        for a in attempts
+    ]
+    together = evaluate(
+        inputs([r | {"evaluated_at": a["evaluated_at"]} for a in attempts for r in a["allocations"]],
+               [m for a in attempts for m in a["minutes"]], [p for a in attempts for p in a["progress"]]),
+        CATALOG, max(a["evaluated_at"] for a in attempts) + dt.timedelta(minutes=30), kinds=LIVE_KINDS,
+    )
+    assert _rows(together) == _rows(pl.concat(alone))
+
+
+def test_a_look_ignores_the_minutes_after_its_moment():
+    data = inputs([alloc("a0", evaluated_at=at(45))], activity("a0", idle(120)))
+    found = evaluate(data, CATALOG, at(120), kinds=[PolicyKind.IDLE_ALLOCATION]).to_dicts()
+    assert [(f["window_start_at"], f["window_end_at"], f["is_ongoing"]) for f in found] == [(T0, at(45), True)]
+
+
+def test_a_daily_kind_refuses_a_moment_per_attempt():
+    data = inputs([alloc("a0", evaluated_at=at(45))], activity("a0", idle(60)))
+    with pytest.raises(InputError, match="live kinds only"):
+        evaluate(data, CATALOG, at(60), kinds=[PolicyKind.OVERSIZED])
