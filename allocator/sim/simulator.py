@@ -121,6 +121,16 @@ class SimulatedPool:
         job = self.engine.jobs.get(job_id)
         return job if job is not None and job.state == JobState.RUNNING and job.attempt == attempt else None
 
+    def works_seen(self, job_id: str, since: dt.datetime) -> tuple[Work, ...]:
+        """Every work open after `since` on the units of the job's running attempt (a shared unit's series
+        sums every work on it): what `minutes(job_id, since, until)` reads, so equal works give equal
+        minutes, whenever asked."""
+        run = self._sim.running.get(job_id)
+        if run is None:
+            return ()
+        units = {self._sim.works[wid][0].unit for wid in run.works}
+        return tuple(w for w, _ in self._sim.works.values() if w.unit in units and (w.end is None or w.end > since))
+
     def act(self, action: Action, now: dt.datetime, role: str = "governance_bot") -> ActionResult:
         result = self.engine.apply_action(action, now, actor_role=role)
         self._sim.drain(now)
@@ -134,8 +144,7 @@ class SimulatedPool:
             return []
         sim = self._sim
         mine = [sim.works[wid][0] for wid in run.works]
-        units = {w.unit for w in mine}  # a shared unit's series sums every work on it
-        open_works = [w for w, _ in sim.works.values() if w.unit in units and (w.end is None or w.end > since)]
+        open_works = self.works_seen(job_id, since)
         job = self.engine.jobs[job_id]
         slot_of_unit = {sim.bulk.unit_of(slot.slot_id): slot.slot_id for slot in job.slots}
         ordered = [w.unit for w in mine]

@@ -9,8 +9,14 @@ outbox and its decision log — with two differences that keep a month fast and 
   and asks to be called back when a live policy's threshold could first be crossed, one telemetry
   minute later (the sensor sees a minute once it is over). Work that keeps its GPUs busy is never
   idle for a window, so it is never looked at. After a decision it comes back when the next step is
-  due. The looks due at the same minute are one tick: one `evaluate` over all their attempts, then
-  each attempt is planned and recorded in turn, as separate looks would be.
+  due. The looks due at the same minute are one tick: their attempts' findings come from one
+  `evaluate`, then each attempt is planned and recorded in turn, as separate looks would be.
+- An evaluation's cost grows with the policies it runs, hardly with the attempts: so a pass also
+  evaluates, each at its own moment (the policies' per-attempt `evaluated_at`), the looks of the
+  same policies due in the next `ahead_by` (2 hours) whose attempts are not in it yet, and keeps
+  their findings with what they read (`_evaluated_on`: the attempt's record, its works' telemetry,
+  for the zombie policy its last checkpoint). A look due later takes them when all of that is still
+  the same, which gives the findings an evaluation at its minute would; else it is evaluated then.
 - Its telemetry is the simulator's own (`SimulatedPool.minutes`), the values the day's Parquet
   file will hold, and actions go to the engine in process (`EngineEnforcer`). A share of answers is
   "lost" on the way back, as on a real network, so the outbox re-sends and the engine answers
@@ -51,7 +57,12 @@ from pipelines.paths import MODELS_DIR
 from pipelines.policies.catalog import PolicyCatalog, default_lookback
 from pipelines.policies.evaluate import evaluate
 from pipelines.policies.health import PLATFORM, TELEMETRY_SIGNAL, health_lookback
-from pipelines.policies.idle import CHECKPOINT_TOLERANCE, STALE_IDLE_MINUTES, checkpoint_interval_s
+from pipelines.policies.idle import (
+    CHECKPOINT_TOLERANCE,
+    IDLE_KINDS,
+    STALE_IDLE_MINUTES,
+    checkpoint_interval_s,
+)
 from pipelines.policies.inputs import HEALTH_SCHEMA, MINUTE_SCHEMA, PROGRESS_SCHEMA, PolicyInputs
 from pipelines.policies.model import empty_findings
 from pipelines.policies.planner import RATE_WINDOW, plan
@@ -59,6 +70,7 @@ from pipelines.policies.planner import RATE_WINDOW, plan
 WRITER = "simulated"
 _MINUTE = dt.timedelta(minutes=1)
 _HOUR = dt.timedelta(hours=1)
+AHEAD = dt.timedelta(hours=2)  # how far ahead a pass evaluates the looks already due
 XID_CODES = MODELS_DIR / "seeds" / "xid_codes.csv"
 
 
@@ -108,9 +120,12 @@ class _JobHistory:
 class SimulatedGovernance:
     """Live policies on the simulated pool; decisions land in `<out>/governance_actions/<day>/`."""
 
-    def __init__(self, catalog: PolicyCatalog, state_dir: Path, lose_answers: float = 0.1):
-        self.catalog, self.state_dir, self.lose_answers = catalog, Path(state_dir), lose_answers
-        self.checks = 0
+    def __init__(self, catalog: PolicyCatalog, state_dir: Path, lose_answers: float = 0.1,
+                 ahead_by: dt.timedelta = AHEAD):
+        self.catalog, self.state_dir, self.lose_answers, self.ahead_by = catalog, Path(state_dir), lose_answers, ahead_by
+        self.checks = 0  # looks
+        self.passes = 0  # evaluations, each over one or more looks
+        self.reused = 0  # looks that took findings evaluated ahead
         self.decisions: Counter[str] = Counter()
 
     # -- the Governance protocol ------------------------------------------------------------------
@@ -126,6 +141,8 @@ class SimulatedGovernance:
         self.outbox = Outbox(self.state_dir / "outbox.db", pool.out, writer=WRITER, durable=False)
         self.with_findings: set[tuple[str, int]] = set()  # attempts with a decision recorded
         self.due: dict[dt.datetime, list[tuple[str, int, tuple[PolicyKind, ...]]]] = {}  # looks per minute
+        # looks evaluated ahead, per minute: (job_id, attempt, kinds) -> (what they were evaluated on, findings)
+        self.ahead: dict[dt.datetime, dict[tuple[str, int, tuple[PolicyKind, ...]], tuple[tuple, pl.DataFrame]]] = {}
         self.enforcer = EngineEnforcer(pool, self.lose_answers)
         # per running attempt: its API record and queue as last seen, and its allocation rows then
         self.allocation_rows: dict[tuple[str, int], tuple[str, pl.DataFrame]] = {}
@@ -225,37 +242,80 @@ class SimulatedGovernance:
     # -- a tick: what the sensor's tick does, for the attempts due now --------------------------------
 
     def _tick(self, now: dt.datetime) -> None:
-        """Every look due now: their running attempts evaluated in one pass, then each look planned,
-        recorded and delivered in the order it was asked for. A look whose attempt an earlier look of
-        this tick acted on (or that comes twice) is evaluated again on its own, as it would have been."""
+        """Every look due now: their running attempts' findings (from a pass ahead whose inputs still
+        hold, else from one pass now that also looks ahead), then each look planned, recorded and
+        delivered in the order it was asked for. A look whose attempt an earlier look of this tick acted
+        on (or that comes twice) is evaluated again on its own, as it would have been."""
         looks = self.due.pop(now)
+        ahead = self.ahead.pop(now, {})
         batch: dict[tuple[str, int], tuple[Job, tuple[PolicyKind, ...]]] = {}
         for job_id, attempt, kinds in looks:
             job = self.pool.running(job_id, attempt)
             if job is not None and (job_id, attempt) not in batch:
                 batch[(job_id, attempt)] = (job, kinds)
-        found = self._evaluate(list(batch.values()), now) if batch else empty_findings()
-        # each attempt's findings of its look's kinds, split off in one pass (the frame keeps its order)
-        per_look = {
-            (job_id, attempt): part
-            for (job_id, attempt), part in found.filter(pl.struct("job_id", "attempt", "kind").is_in([
-                {"job_id": job_id, "attempt": attempt, "kind": k.value}
-                for (job_id, attempt), (_, kinds) in batch.items() for k in kinds
-            ])).partition_by("job_id", "attempt", as_dict=True, maintain_order=True).items()
-        } if not found.is_empty() else {}
+        per_look: dict[tuple[str, int], pl.DataFrame] = {}
+        for key, (job, kinds) in batch.items():
+            seen = ahead.get((*key, kinds))
+            if seen is not None and seen[0] == self._evaluated_on(job, now, kinds):
+                per_look[key] = seen[1]
+                self.reused += 1
+        missing = [(now, job, kinds) for key, (job, kinds) in batch.items() if key not in per_look]
+        if missing:
+            per_look |= self._evaluate_ahead(missing, now)
         self.enforcer.acted_on.clear()
         for job_id, attempt, kinds in looks:
             ours = batch.pop((job_id, attempt), None)
             fresh = ours is not None and ours[1] == kinds and job_id not in self.enforcer.acted_on
-            findings = per_look.get((job_id, attempt), found.clear()) if fresh else None
-            self.check(now, job_id, attempt, kinds, findings)
+            self.check(now, job_id, attempt, kinds, per_look[(job_id, attempt)] if fresh else None)
 
-    def _evaluate(self, looks: list[tuple[Job, tuple[PolicyKind, ...]]], now: dt.datetime) -> pl.DataFrame:
-        """Findings of every look's kinds for its attempt (a kind another look asked for may show up
-        for this attempt too; the caller keeps the kinds each look asked for)."""
-        kinds = tuple(dict.fromkeys(k for _, ks in looks for k in ks))
-        return evaluate(self._inputs([(job, self._lookback(job, ks)) for job, ks in looks], now),
-                        self.catalog, now, kinds=kinds)
+    def _evaluate_ahead(self, looks: list[tuple[dt.datetime, Job, tuple[PolicyKind, ...]]],
+                        now: dt.datetime) -> dict[tuple[str, int], pl.DataFrame]:
+        """The findings of these looks due now, from one pass that also evaluates, each at its own
+        moment, the next look due within `ahead_by` of every other running attempt without one evaluated
+        yet. Those are kept with what they were evaluated on (`_evaluated_on`): at their tick, a look
+        whose attempt, works and checkpoints are still the same takes them instead of a pass of its own."""
+        taken = {(job.job_id, job.attempt) for _, job, _ in looks}
+        needed = {k for _, _, kinds in looks for k in kinds}  # a pass's cost grows with its policies, not its looks
+        later = []
+        for at in sorted(at for at in self.due if now < at <= now + self.ahead_by):
+            for job_id, attempt, kinds in self.due[at]:
+                if ((job_id, attempt) in taken or not needed.issuperset(kinds)
+                        or (job_id, attempt, kinds) in self.ahead.get(at, {})):
+                    continue
+                job = self.pool.running(job_id, attempt)
+                if job is not None:
+                    taken.add((job_id, attempt))
+                    later.append((at, job, kinds))
+        found = self._looks_evaluated([*looks, *later])
+        for at, job, kinds in later:
+            self.ahead.setdefault(at, {})[(job.job_id, job.attempt, kinds)] = (
+                self._evaluated_on(job, at, kinds), found[(job.job_id, job.attempt)])
+        return {(job.job_id, job.attempt): found[(job.job_id, job.attempt)] for _, job, _ in looks}
+
+    def _evaluated_on(self, job: Job, at: dt.datetime, kinds: tuple[PolicyKind, ...]) -> tuple:
+        """All a look at `at` reads of its attempt that can change after it is evaluated: the attempt's
+        record and queue; for the zombie policy its last ok checkpoint; for the idle kinds the works on
+        its units (its minutes' source)."""
+        return (self._record(job), job.last_checkpoint_at if PolicyKind.ZOMBIE in kinds else None,
+                self.pool.works_seen(job.job_id, at - self._lookback(job, kinds)) if _reads_minutes(kinds) else ())
+
+    def _looks_evaluated(self, looks: list[tuple[dt.datetime, Job, tuple[PolicyKind, ...]]]
+                         ) -> dict[tuple[str, int], pl.DataFrame]:
+        """Each look's findings of its kinds for its attempt (one look per attempt), from one pass."""
+        found = self._evaluate(looks)
+        wanted = found.filter(pl.struct("job_id", "attempt", "kind").is_in([
+            {"job_id": job.job_id, "attempt": job.attempt, "kind": k.value} for _, job, kinds in looks for k in kinds
+        ])) if not found.is_empty() else found
+        parts = wanted.partition_by("job_id", "attempt", as_dict=True, maintain_order=True) if not wanted.is_empty() else {}
+        return {(job.job_id, job.attempt): parts.get((job.job_id, job.attempt), found.clear()) for _, job, _ in looks}
+
+    def _evaluate(self, looks: list[tuple[dt.datetime, Job, tuple[PolicyKind, ...]]]) -> pl.DataFrame:
+        """Findings of every look's kinds for its attempt, each attempt evaluated at its look's moment
+        (a kind another look asked for may show up for this attempt too; the caller keeps the kinds
+        each look asked for)."""
+        self.passes += 1
+        kinds = tuple(dict.fromkeys(k for _, _, ks in looks for k in ks))
+        return evaluate(self._inputs(looks), self.catalog, max(at for at, _, _ in looks), kinds=kinds)
 
     def _lookback(self, job: Job, kinds: tuple[PolicyKind, ...]) -> dt.timedelta:
         lookback = max(self.lookback[k] for k in kinds)
@@ -277,7 +337,7 @@ class SimulatedGovernance:
                            evaluated_kinds=kinds)
         else:
             if findings is None:
-                findings = self._evaluate([(job, kinds)], now)
+                findings = self._evaluate([(now, job, kinds)])
             planned = plan(findings, self.catalog, history, now, evaluated_kinds=kinds)
         recorded = self.outbox.record(planned, now)
         if recorded:
@@ -316,10 +376,11 @@ class SimulatedGovernance:
                 due.append((at, previous.kind))
         return sorted(set(due))
 
-    def _inputs(self, looks: list[tuple[Job, dt.timedelta]], now: dt.datetime) -> PolicyInputs:
-        """The policies' frames for these running attempts, each with its telemetry over its lookback,
-        built from the simulator's arrays in one go."""
-        allocations = self._allocations([job for job, _ in looks])
+    def _inputs(self, looks: list[tuple[dt.datetime, Job, tuple[PolicyKind, ...]]]) -> PolicyInputs:
+        """The policies' frames for these running attempts, each at its look's moment (evaluated_at),
+        with its telemetry over its kinds' lookback before it (none where only overrun looks: it reads
+        the run time alone), built from the simulator's arrays in one go."""
+        allocations = self._allocations([(job, now) for now, job, _ in looks])
         slots = allocations.select(
             "job_id", "allocation_id",
             slot_id=pl.concat_str("host", pl.lit("/"), pl.col("gpu").cast(pl.String),
@@ -329,7 +390,10 @@ class SimulatedGovernance:
         ids, lengths, stamps, activity, fb = [], [], [], [], []
         # progress: each attempt's start event; its work reports (checkpoints, logs) while it works
         progress = {"job_id": [], "attempt": [], "at": [], "is_checkpoint": []}
-        for job, lookback in looks:
+        for now, job, kinds in looks:
+            if not _reads_minutes(kinds):
+                continue
+            lookback = self._lookback(job, kinds)
             progress["job_id"].append(job.job_id), progress["attempt"].append(job.attempt)
             progress["at"].append(job.started_at), progress["is_checkpoint"].append(False)
             if job.last_checkpoint_at is not None:  # its last ok checkpoint report (the engine keeps it)
@@ -355,13 +419,16 @@ class SimulatedGovernance:
         return PolicyInputs(allocations=allocations, minutes=minutes,
                             progress=pl.DataFrame(progress, schema=PROGRESS_SCHEMA))
 
-    def _allocations(self, jobs: list[Job]) -> pl.DataFrame:
-        """`allocations_from_jobs` of these attempts, built once per attempt while its API record and
-        queue stay the same (a job's rows do not depend on the other jobs')."""
-        seen = {}
-        for job in jobs:
-            queue = self.pool.engine.queues[job.spec.queue]
-            seen[(job.job_id, job.attempt)] = repr((job_view(job), queue.max_runtime_s, queue.low_priority))
+    def _record(self, job: Job) -> str:
+        """The attempt's API record and queue, which its allocation rows are built from."""
+        queue = self.pool.engine.queues[job.spec.queue]
+        return repr((job_view(job), queue.max_runtime_s, queue.low_priority))
+
+    def _allocations(self, looks: list[tuple[Job, dt.datetime]]) -> pl.DataFrame:
+        """`allocations_from_jobs` of these attempts, each evaluated at its moment: built once per
+        attempt while its API record and queue stay the same (a job's rows do not depend on the other jobs')."""
+        jobs = [job for job, _ in looks]
+        seen = {(job.job_id, job.attempt): self._record(job) for job in jobs}
         missing = [job for job in jobs if self.allocation_rows.get((job.job_id, job.attempt), ("",))[0]
                    != seen[(job.job_id, job.attempt)]]
         if missing:
@@ -376,7 +443,9 @@ class SimulatedGovernance:
                 key = (job.job_id, job.attempt)
                 self.allocation_rows[key] = (seen[key], parts.get(key, built.clear()))
         frames = [self.allocation_rows[(job.job_id, job.attempt)][1] for job in jobs]
-        return frames[0] if len(frames) == 1 else pl.concat(frames)
+        moments = pl.Series("evaluated_at", [now for _, now in looks], dtype=pl.Datetime("us"))
+        rows = frames[0] if len(frames) == 1 else pl.concat(frames)
+        return rows.with_columns(moments.gather(np.repeat(np.arange(len(frames)), [f.height for f in frames])))
 
     # -- gpu-health: drains of GPUs and nodes with repeated hardware faults ---------------------------
 
@@ -471,6 +540,11 @@ def health_rows(event: HealthEvent, minute: dt.datetime) -> list[dict]:
     if event.remap_failure:
         rows.append({**base, "signal": "row_remap_failure", "event_count": 1.0, "is_hardware_fault": True})
     return rows
+
+
+def _reads_minutes(kinds: tuple[PolicyKind, ...]) -> bool:
+    """Whether a look of these kinds reads its attempt's minutes and progress (the overrun policy does not)."""
+    return any(k in IDLE_KINDS for k in kinds)
 
 
 def _floor_hour(t: dt.datetime) -> dt.datetime:

@@ -90,3 +90,23 @@ def test_shadow_mode_records_decisions_and_changes_nothing(tmp_path, enforced):
     assert "shadow" in statuses and "queued" not in statuses
     # acting recovers idle time that shadow mode only records
     assert enforced_report.idle_gpu_hours < report.idle_gpu_hours
+
+
+def _rounded(value):
+    """Floats to 9 places: a pass over more looks may sum a finding's GPU-hours in another order (the last bit)."""
+    if isinstance(value, float):
+        return round(value, 9)
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    return value
+
+
+def test_looks_evaluated_ahead_decide_what_looks_evaluated_at_their_minute_decide(tmp_path, enforced):
+    out, report, ahead = enforced
+    governance = SimulatedGovernance(load_catalog(), tmp_path / ".state", ahead_by=dt.timedelta(0))
+    assert simulate(tmp_path, governance=governance, **RUN).final_states == report.final_states
+    assert ahead.reused > 0 and ahead.passes < governance.passes and governance.reused == 0
+    assert ahead.checks == governance.checks and ahead.decisions == governance.decisions
+    assert _rounded(_decisions(out)) == _rounded(_decisions(tmp_path))
