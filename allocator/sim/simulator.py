@@ -65,14 +65,11 @@ from allocator.sim.workload import (
     generate_workload,
 )
 from allocator.telemetry import (
-    IDLE_ACTIVITY,
-    IDLE_WINDOW_S,
     ActivityProfile,
     BulkTelemetry,
     TelemetryUnit,
     Work,
-    _grid,
-    _idle_run_mask,
+    day_figures,
     epoch_seconds,
 )
 
@@ -649,33 +646,6 @@ class _NullSink:
 
     def close(self) -> None:
         pass
-
-
-def day_figures(
-    bulk: BulkTelemetry, day_start: dt.datetime, works: list[Work], fractions: list[float]
-) -> tuple[float, float, float, float]:
-    """The day's allocated, active, idle and rogue-busy GPU-hours exactly as `BulkTelemetry.day` computes
-    them, without building the samples (for runs that write no telemetry)."""
-    times = epoch_seconds(day_start) + np.arange(0, 86400, bulk.interval_s, dtype=np.float64)
-    order = sorted(
-        range(len(works)),
-        key=lambda i: (works[i].unit, epoch_seconds(works[i].start), works[i].job_id or "", works[i].rank),
-    )
-    ordered = [works[i] for i in order]
-    share = np.array([fractions[i] for i in order], dtype=np.float64)
-    grid = _grid(bulk.table, ordered, times)
-    step_h = bulk.interval_s / 3600.0
-    alloc = share[grid.work_rows] if ordered else np.zeros(0)
-    act = grid.activity[grid.work_cell]
-    idle = _idle_run_mask(grid.work_rows, grid.work_cell, act, IDLE_WINDOW_S // bulk.interval_s)
-    rogue = (~grid.occupied) & (grid.activity >= IDLE_ACTIVITY)
-    units = np.repeat(np.arange(len(bulk.table.units)), grid.steps)[rogue]
-    return (
-        float(alloc.sum() * step_h),
-        float((alloc * act).sum() * step_h),
-        float(alloc[idle].sum() * step_h),
-        float(bulk.table.weight[units].sum() * step_h),
-    )
 
 
 def _cancel_reason(waste: Waste | None) -> str:
