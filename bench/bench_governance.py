@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import statistics
 import tempfile
@@ -26,20 +25,10 @@ import time
 from pathlib import Path
 
 from allocator.sim.simulator import simulate
-from pipelines.governance.simulated import AHEAD, SimulatedGovernance
+from pipelines.governance.simulated import AHEAD, SimulatedGovernance, decision_log
 from pipelines.policies.catalog import load_catalog
 
 START = dt.date(2026, 11, 1)
-
-
-def _rounded(value):
-    if isinstance(value, float):
-        return round(value, 9)
-    if isinstance(value, dict):
-        return {k: _rounded(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_rounded(v) for v in value]
-    return value
 
 
 def run(days: int, gpus: int | None, seed: int, ahead_by: dt.timedelta | None) -> tuple[float, dict, list]:
@@ -50,8 +39,7 @@ def run(days: int, gpus: int | None, seed: int, ahead_by: dt.timedelta | None) -
         began = time.perf_counter()
         simulate(Path(tmp) / "out", days=days, gpus=gpus, seed=seed, start=START, governance=governance, write=False)
         wall = time.perf_counter() - began
-        log = [_rounded(json.loads(line)) for path in sorted((Path(tmp) / "out").glob("governance_actions/*/*.jsonl"))
-               for line in path.read_text().splitlines()]
+        log = decision_log(Path(tmp) / "out")
     counters = {} if governance is None else {
         "looks": governance.checks, "passes": governance.passes, "reused": governance.reused,
         "decisions": sum(governance.decisions.values())}

@@ -542,6 +542,25 @@ def health_rows(event: HealthEvent, minute: dt.datetime) -> list[dict]:
     return rows
 
 
+def rounded(value, places: int = 9):
+    """Floats (also inside dicts and lists) to `places`: one evaluation pass over more looks may sum a
+    finding's GPU-hours in another order, which moves the last bit and nothing else."""
+    if isinstance(value, float):
+        return round(value, places)
+    if isinstance(value, dict):
+        return {k: rounded(v, places) for k, v in value.items()}
+    if isinstance(value, list):
+        return [rounded(v, places) for v in value]
+    return value
+
+
+def decision_log(out: Path) -> list[dict]:
+    """Every record of the decision logs a run wrote under `out`, in order, floats `rounded`: what two runs
+    that decide the same hold equal."""
+    return [rounded(json.loads(line)) for path in sorted(out.glob("governance_actions/*/*.jsonl"))
+            for line in path.read_text().splitlines()]
+
+
 def _reads_minutes(kinds: tuple[PolicyKind, ...]) -> bool:
     """Whether a look of these kinds reads its attempt's minutes and progress (the overrun policy does not)."""
     return any(k in IDLE_KINDS for k in kinds)

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipelines.contracts import PolicyKind
+from pipelines.governance.simulated import rounded
 from pipelines.policies.catalog import load_catalog
 from pipelines.policies.evaluate import evaluate
 from pipelines.policies.inputs import InputError
@@ -51,19 +52,8 @@ def looks(draw) -> list[dict]:
     return out
 
 
-def _rounded(value):
-    """Floats to 9 places: Polars may sum a group's values in another order in a larger frame (the last bit)."""
-    if isinstance(value, float):
-        return round(value, 9)
-    if isinstance(value, dict):
-        return {k: _rounded(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_rounded(v) for v in value]
-    return value
-
-
 def _rows(found: pl.DataFrame) -> list[dict]:
-    return [_rounded(r | {"evidence": json.loads(r["evidence"])}) for r in found.sort("finding_id").to_dicts()]
+    return [rounded(r | {"evidence": json.loads(r["evidence"])}) for r in found.sort("finding_id").to_dicts()]
 
 
 @settings(max_examples=40)

@@ -11,7 +11,7 @@ import pytest
 
 from allocator.sim.simulator import simulate
 from pipelines.contracts import Mode
-from pipelines.governance.simulated import SimulatedGovernance
+from pipelines.governance.simulated import SimulatedGovernance, decision_log
 from pipelines.policies.catalog import load_catalog
 from pipelines.sources.allocator_log import parse_audit_log, parse_event_log
 from pipelines.sources.dcgm_parquet import parse_dcgm_parquet
@@ -92,21 +92,10 @@ def test_shadow_mode_records_decisions_and_changes_nothing(tmp_path, enforced):
     assert enforced_report.idle_gpu_hours < report.idle_gpu_hours
 
 
-def _rounded(value):
-    """Floats to 9 places: a pass over more looks may sum a finding's GPU-hours in another order (the last bit)."""
-    if isinstance(value, float):
-        return round(value, 9)
-    if isinstance(value, dict):
-        return {k: _rounded(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_rounded(v) for v in value]
-    return value
-
-
 def test_looks_evaluated_ahead_decide_what_looks_evaluated_at_their_minute_decide(tmp_path, enforced):
     out, report, ahead = enforced
     governance = SimulatedGovernance(load_catalog(), tmp_path / ".state", ahead_by=dt.timedelta(0))
     assert simulate(tmp_path, governance=governance, **RUN).final_states == report.final_states
     assert ahead.reused > 0 and ahead.passes < governance.passes and governance.reused == 0
     assert ahead.checks == governance.checks and ahead.decisions == governance.decisions
-    assert _rounded(_decisions(out)) == _rounded(_decisions(tmp_path))
+    assert decision_log(out) == decision_log(tmp_path)
