@@ -121,12 +121,13 @@ def candidate_windows(minutes: pl.DataFrame, params: pl.DataFrame, now: dt.datet
     idle_row = pl.when("is_idle").then(row)
     # only what each minute is judged by travels with the minutes; a row's other columns join its windows
     per_row = params.select("allocation_id", "min_coverage", "started_at", "ended_at", "now_at").with_row_index("params_row")
-    m = (
-        _minutes_by_row(minutes.filter(pl.col("minute_at") < now),
+    m = _minutes_by_row(minutes.filter(pl.col("minute_at") < now),
                         params.select("allocation_id", "activity_threshold", "memory_floor_mib", "spike_max_minutes",
                                       "now_at"))
-        .filter(pl.col("minute_at") < pl.col("now_at"))  # an attempt evaluated earlier than `now` (evaluated_at)
-        .with_columns(
+    if params.get_column("evaluated_at").null_count() < params.height:  # attempts evaluated before `now`
+        m = m.filter(pl.col("minute_at") < pl.col("now_at"))
+    m = (
+        m.with_columns(
             first=(row != row.shift(1)).fill_null(True),
             last_minute_at=pl.when((row != row.shift(-1)).fill_null(True)).then("minute_at").backward_fill(),
             is_idle=(pl.col("activity") < pl.col("activity_threshold"))
