@@ -12,7 +12,7 @@ from pipelines.contracts import FINDING_SCHEMA, PolicyKind
 from pipelines.policies import health, idle, jobs
 from pipelines.policies.catalog import PolicyCatalog
 from pipelines.policies.host import host_bound
-from pipelines.policies.inputs import InputError, PolicyInputs
+from pipelines.policies.inputs import InputError, PolicyInputs, has_own_moments
 from pipelines.policies.model import LIVE_KINDS, empty_findings
 
 PolicyFunction = Callable[[PolicyInputs, PolicyCatalog, str, dt.datetime], pl.DataFrame]
@@ -39,7 +39,7 @@ def evaluate(
     evaluates looks taken at different moments, each as if alone (the live kinds only)."""
     now = utc_naive(now)
     wanted = [PolicyKind(k) for k in (kinds if kinds is not None else PolicyKind)]
-    if any(k not in LIVE_KINDS for k in wanted) and inputs.allocations.get_column("evaluated_at").is_not_null().any():
+    if any(k not in LIVE_KINDS for k in wanted) and has_own_moments(inputs.allocations):
         raise InputError(f"evaluated_at is read by the live kinds only ({', '.join(sorted(k.value for k in LIVE_KINDS))}); "
                          "evaluate the others at one `now`")
     idle_policies = [name for kind in wanted if kind in idle.IDLE_KINDS for name in catalog.policies_of(kind)]

@@ -29,7 +29,15 @@ import polars as pl
 
 from pipelines.contracts import PolicyKind
 from pipelines.policies.catalog import PolicyCatalog
-from pipelines.policies.inputs import ATTEMPT_KEY, TS, PolicyInputs, findings, held, with_rules
+from pipelines.policies.inputs import (
+    ATTEMPT_KEY,
+    TS,
+    PolicyInputs,
+    findings,
+    has_own_moments,
+    held,
+    with_rules,
+)
 
 IDLE_PARAMS = ("activity_threshold", "memory_floor_mib", "spike_max_minutes", "min_coverage")
 WINDOW_SCHEMA: dict[str, pl.DataType] = {
@@ -124,7 +132,7 @@ def candidate_windows(minutes: pl.DataFrame, params: pl.DataFrame, now: dt.datet
     m = _minutes_by_row(minutes.filter(pl.col("minute_at") < now),
                         params.select("allocation_id", "activity_threshold", "memory_floor_mib", "spike_max_minutes",
                                       "now_at"))
-    if params.get_column("evaluated_at").null_count() < params.height:  # attempts evaluated before `now`
+    if has_own_moments(params):  # attempts evaluated before `now`
         m = m.filter(pl.col("minute_at") < pl.col("now_at"))
     m = (
         m.with_columns(

@@ -178,6 +178,11 @@ def _param_series(name: str, values: list) -> pl.Series:
     return series if series.dtype == pl.Boolean else series.cast(pl.Float64)
 
 
+def has_own_moments(frame: pl.DataFrame) -> bool:
+    """Whether some row of the frame carries its attempt's own evaluated_at (ALLOCATION_SCHEMA)."""
+    return "evaluated_at" in frame.columns and frame.get_column("evaluated_at").null_count() < frame.height
+
+
 def held(allocations: pl.DataFrame, now: dt.datetime) -> pl.DataFrame:
     """Per attempt: the GPUs held, their summed fraction, start, end (its now_at while running), now_at (the
     moment it is evaluated at: evaluated_at, else `now`) and attributes."""
