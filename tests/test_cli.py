@@ -13,8 +13,10 @@ import pytest
 from click.testing import CliRunner, Result
 
 from allocator.sim.simulator import simulate
+from pipelines import duckdb_limits
 from pipelines.cli import main
-from pipelines.cli.demo import PhaseMeter
+from pipelines.cli.beside import machine_allows
+from pipelines.cli.demo import MIN_DAYS_FOR_INGEST_WORKERS, PhaseMeter, _ingest_workers
 
 GPUPOOL = [sys.executable, "-m", "pipelines.cli"]
 
@@ -93,6 +95,25 @@ def test_demo_prints_the_time_and_peak_memory_of_each_phase(demo_run):
     assert list(rows) == phases, table
     for line in rows.values():
         assert re.search(r"\d+\.\d s +[\d,]+ MiB$", line), line
+
+
+@pytest.mark.slow
+def test_the_baseline_month_runs_side_by_side_where_the_machine_allows_and_prints_after(demo_run):
+    """Its printout comes whole after the demo's own month and summary (pipelines/cli/beside.py)."""
+    printout = demo_run[1]
+    said = "the same month with the idle-reclaim policies off, for comparison (run side by side with it)"
+    assert (said in printout) is machine_allows()
+    summary, _, baseline = printout.partition("the same month with the idle-reclaim policies off")
+    assert "with the idle-reclaim policies acting" in summary and "with no idle-reclaim" not in summary
+    assert "with no idle-reclaim" in baseline and "raw_dcgm_parquet:" in baseline
+
+
+@pytest.mark.parametrize(("days", "cpus", "workers"), [
+    (MIN_DAYS_FOR_INGEST_WORKERS, 2, 2), (30, 16, 2), (MIN_DAYS_FOR_INGEST_WORKERS - 1, 2, 1), (30, 1, 1),
+])
+def test_the_demo_ingests_in_two_processes_from_a_week_of_data_on_two_cores(monkeypatch, days, cpus, workers):
+    monkeypatch.setattr(duckdb_limits, "machine_cpus", lambda: cpus)
+    assert _ingest_workers(days) == workers
 
 
 @pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="per-phase peaks need Linux's /proc")

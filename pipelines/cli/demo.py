@@ -8,7 +8,7 @@ import shutil
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import click
@@ -50,27 +50,42 @@ def demo(home: Path | None, days: int, gpus: int | None, start: str, seed: int, 
     wh = warehouse(home)
     first = partition_day(start, "--start")  # the simulated days are ingested into the daily partitions
     partition_day((first + dt.timedelta(days=max(days, 1) - 1)).isoformat(), "--start/--days")
+    from pipelines.cli import beside
+
     meter = PhaseMeter()
     began = time.monotonic()
-    with step_errors(wh, verbose):
-        _demo_month(wh, days, gpus, seed, first, policies, meter, fault_scale=fault_scale)
-    click.echo(f"\nDone in {time.monotonic() - began:.0f} s. Warehouse: {wh.db_path}\n")
-    with meter.phase("summary"):
-        print_summary(wh)
-    if baseline and policies:
-        off = Warehouse(wh.home / "baseline")
-        click.echo("")
-        step("the same month with the idle-reclaim policies off, for comparison")
-        with step_errors(off, verbose):
-            _demo_month(off, days, gpus, seed, first, False, meter, "baseline ", fault_scale=fault_scale)
-        click.echo("")
-        with meter.phase("comparison"):
-            print_policy_comparison(wh, off)
+    off = Warehouse(wh.home / "baseline")
+    compare = baseline and policies
+    # the baseline month runs beside this one where the machine allows (pipelines/cli/beside.py): the
+    # policies' simulation holds one core and leaves the other idle
+    with (beside.Beside(_baseline_month, off.home, days, gpus, seed, first, fault_scale)
+          if compare and beside.machine_allows() else nullcontext()) as pending:
+        with step_errors(wh, verbose):
+            _demo_month(wh, days, gpus, seed, first, policies, meter, fault_scale=fault_scale,
+                        ingest_workers=_ingest_workers(days))
+        click.echo(f"\nDone in {time.monotonic() - began:.0f} s. Warehouse: {wh.db_path}\n")
+        with meter.phase("summary"):
+            print_summary(wh)
+        if compare:
+            click.echo("")
+            step("the same month with the idle-reclaim policies off, for comparison"
+                 + (" (run side by side with it)" if pending else ""))
+            with step_errors(off, verbose):
+                if pending:
+                    printout, rows = pending.result()
+                    click.echo(printout, nl=False)
+                    meter.rows.extend(rows)
+                else:
+                    _demo_month(off, days, gpus, seed, first, False, meter, "baseline ", fault_scale=fault_scale)
+            click.echo("")
+            with meter.phase("comparison"):
+                print_policy_comparison(wh, off)
     click.echo("")
     click.echo(meter.table(time.monotonic() - began))
     click.echo(next_steps(wh.home))
 
 
+MIN_DAYS_FOR_INGEST_WORKERS = 7  # see _ingest_workers
 CODE_LOCATION = "pipelines.definitions"  # Dagster loads it by module: no pyproject.toml needed where it runs
 
 
@@ -82,8 +97,26 @@ def next_steps(home: Path) -> str:
             f"The assets in Dagster: GPUPOOL_HOME={quoted} dagster dev -m {CODE_LOCATION}   (http://localhost:3000)")
 
 
+def _baseline_month(home: Path, days: int, gpus: int | None, seed: int, first: dt.date,
+                    fault_scale: float) -> list[tuple[str, float, int | None]]:
+    """The month with the policies off into `home`, in a process of its own beside the demo's month:
+    its phases' rows ("baseline simulate", ...) for the demo's table."""
+    meter = PhaseMeter()
+    _demo_month(Warehouse(home), days, gpus, seed, first, False, meter, "baseline ", fault_scale=fault_scale)
+    return meter.rows
+
+
+def _ingest_workers(days: int) -> int:
+    """Processes for the demo month's ingest (`gpupool ingest --workers`): two, each a run of days, where
+    the machine has the cores and the month is long enough to repay starting them (bench/README.md,
+    "Figures the code's choices rest on"); else one."""
+    from pipelines.duckdb_limits import machine_cpus
+
+    return 2 if days >= MIN_DAYS_FOR_INGEST_WORKERS and machine_cpus() >= 2 else 1
+
+
 def _demo_month(wh: Warehouse, days: int, gpus: int | None, seed: int, first: dt.date, policies: bool,
-                meter: PhaseMeter, label: str = "", fault_scale: float = 1.0) -> None:
+                meter: PhaseMeter, label: str = "", fault_scale: float = 1.0, ingest_workers: int = 1) -> None:
     """Simulate (policies acting or not), ingest every landed source, build the models; each a phase of
     `meter`, named with `label` in front."""
     from allocator.sim.simulator import simulate as run_simulation
@@ -108,7 +141,7 @@ def _demo_month(wh: Warehouse, days: int, gpus: int | None, seed: int, first: dt
                    + ", ".join(f"{n:,} {k}" for k, n in sorted(governance.decisions.items())))
     sources = [name for name in SOURCES if (wh.landing / name).is_dir()]
     with meter.phase(f"{label}ingest"):
-        outcomes = runner.ingest_days(wh, sources, first, last, on_step=step)
+        outcomes = runner.ingest_days(wh, sources, first, last, on_step=step, workers=ingest_workers)
     for o in outcomes:
         m = o.metadata
         flag = click.style(f"  checks failed: {', '.join(o.checks_failed)}", fg="red") if o.checks_failed else ""
