@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+import types
 
 import pytest
 
@@ -68,6 +69,19 @@ def test_leaving_the_block_stops_a_step_still_running():
         process = step._process
         assert process.is_alive()
     assert not process.is_alive() and time.monotonic() - began < 60
+
+
+def test_a_step_beside_does_not_run_the_parents_main_module_again(monkeypatch, tmp_path):
+    """As Streamlit's tests leave dashboards/app.py as __main__ of a pytest worker: a spawned child would
+    run it again, and it fails outside `streamlit run`."""
+    script = tmp_path / "main.py"
+    script.write_text("raise SystemExit('the parent main ran again in the child')\n")
+    main = types.ModuleType("__main__")
+    main.__file__, main.__spec__ = str(script), None
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    with Beside(prints_and_returns, 3) as step:
+        assert step.result()[1] == [("baseline simulate", 0.5, 3)]
+    assert sys.modules["__main__"] is main
 
 
 @pytest.mark.parametrize(("cpus", "memory_gib", "allowed"), [

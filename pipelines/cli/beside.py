@@ -11,10 +11,12 @@ from __future__ import annotations
 import io
 import multiprocessing
 import signal
+import sys
 import traceback
+import types
 import warnings
-from collections.abc import Callable
-from contextlib import redirect_stderr, redirect_stdout
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from multiprocessing.connection import Connection
 from typing import Any, Self
 
@@ -42,7 +44,8 @@ class Beside:
         context = multiprocessing.get_context("spawn")
         self._receive, send = context.Pipe(duplex=False)
         self._process = context.Process(target=_run, args=(send, fn, args), name=f"beside {fn.__name__}")
-        self._process.start()
+        with _no_main_module():
+            self._process.start()
         send.close()  # the child holds the only sending end: its death ends recv() with EOFError
 
     def result(self) -> tuple[str, Any]:
@@ -68,6 +71,19 @@ class Beside:
 
     def __exit__(self, *_exc: object) -> None:
         self.stop()
+
+
+@contextmanager
+def _no_main_module() -> Iterator[None]:
+    """A spawned child runs the parent's __main__ again (as __mp_main__) unless it has none. `fn` is
+    imported by its module's name and needs nothing of it, and a __main__ that is not the command (a
+    script another library ran as __main__ in this process, Streamlit's in the tests) would fail there."""
+    main = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = main
 
 
 def _run(send: Connection, fn: Callable[..., Any], args: tuple) -> None:
