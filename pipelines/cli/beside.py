@@ -14,7 +14,6 @@ import signal
 import sys
 import traceback
 import types
-import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from multiprocessing.connection import Connection
@@ -91,8 +90,6 @@ def _run(send: Connection, fn: Callable[..., Any], args: tuple) -> None:
     ("failed", printout, cause, detail) sent to the parent."""
     # Ctrl-C reaches the whole process group: the parent stops this process when it stops (Beside.stop)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # the same code runs in the parent, which shows its warnings (Dagster's beta notices) once
-    warnings.simplefilter("ignore")
     printout = io.StringIO()
     try:
         with redirect_stdout(printout), redirect_stderr(printout):
