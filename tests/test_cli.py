@@ -14,7 +14,7 @@ from click.testing import CliRunner, Result
 
 from allocator.sim.simulator import simulate
 from pipelines import duckdb_limits
-from pipelines.cli import main
+from pipelines.cli import beside, main
 from pipelines.cli.beside import machine_allows
 from pipelines.cli.demo import MIN_DAYS_FOR_INGEST_WORKERS, PhaseMeter, _ingest_workers
 
@@ -106,6 +106,17 @@ def test_the_baseline_month_runs_side_by_side_where_the_machine_allows_and_print
     summary, _, baseline = printout.partition("the same month with the idle-reclaim policies off")
     assert "with the idle-reclaim policies acting" in summary and "with no idle-reclaim" not in summary
     assert "with no idle-reclaim" in baseline and "raw_dcgm_parquet:" in baseline
+
+
+@pytest.mark.slow
+def test_below_the_bar_the_baseline_month_runs_after_the_first_in_this_process(monkeypatch, tmp_path):
+    monkeypatch.setattr(beside, "machine_allows", lambda: False)
+    result = invoke("demo", "--days", "1", "--gpus", "8", "--seed", "7", home=tmp_path)
+    assert result.exit_code == 0, result.output
+    assert "for comparison\n" in result.output and "side by side" not in result.output
+    table = result.output.partition("of each phase:")[2]
+    assert all(f"  {phase} " in table for phase in ("baseline simulate", "baseline ingest", "baseline build"))
+    assert "Idle-reclaim policies on vs off" in result.output
 
 
 @pytest.mark.parametrize(("days", "cpus", "workers"), [

@@ -45,13 +45,12 @@ def demo(home: Path | None, days: int, gpus: int | None, start: str, seed: int, 
     """Simulate a month of the default pool on the allocator with the idle-reclaim policies acting on
     it, ingest it through Dagster, build the metrics, print a summary; then the same month with the
     policies off, and what they changed."""
+    from pipelines.cli import beside
     from pipelines.summary import print_policy_comparison, print_summary
 
     wh = warehouse(home)
     first = partition_day(start, "--start")  # the simulated days are ingested into the daily partitions
     partition_day((first + dt.timedelta(days=max(days, 1) - 1)).isoformat(), "--start/--days")
-    from pipelines.cli import beside
-
     meter = PhaseMeter()
     began = time.monotonic()
     off = Warehouse(wh.home / "baseline")
@@ -74,9 +73,9 @@ def demo(home: Path | None, days: int, gpus: int | None, start: str, seed: int, 
                 if pending:
                     printout, rows = pending.result()
                     click.echo(printout, nl=False)
-                    meter.rows.extend(rows)
                 else:
-                    _demo_month(off, days, gpus, seed, first, False, meter, "baseline ", fault_scale=fault_scale)
+                    rows = _baseline_month(off.home, days, gpus, seed, first, fault_scale)
+                meter.rows.extend(rows)
             click.echo("")
             with meter.phase("comparison"):
                 print_policy_comparison(wh, off)
@@ -99,8 +98,8 @@ def next_steps(home: Path) -> str:
 
 def _baseline_month(home: Path, days: int, gpus: int | None, seed: int, first: dt.date,
                     fault_scale: float) -> list[tuple[str, float, int | None]]:
-    """The month with the policies off into `home`, in a process of its own beside the demo's month:
-    its phases' rows ("baseline simulate", ...) for the demo's table."""
+    """The month with the policies off into `home` (in a process of its own beside the demo's month, or
+    after it): its phases' rows ("baseline simulate", ...) for the demo's table."""
     meter = PhaseMeter()
     _demo_month(Warehouse(home), days, gpus, seed, first, False, meter, "baseline ", fault_scale=fault_scale)
     return meter.rows
@@ -112,7 +111,7 @@ def _ingest_workers(days: int) -> int:
     "Figures the code's choices rest on"); else one."""
     from pipelines.duckdb_limits import machine_cpus
 
-    return 2 if days >= MIN_DAYS_FOR_INGEST_WORKERS and machine_cpus() >= 2 else 1
+    return min(2, machine_cpus()) if days >= MIN_DAYS_FOR_INGEST_WORKERS else 1
 
 
 def _demo_month(wh: Warehouse, days: int, gpus: int | None, seed: int, first: dt.date, policies: bool,
