@@ -435,6 +435,8 @@ def _shape_problem(con: duckdb.DuckDBPyConnection, raw: bytes, exc: duckdb.Error
     except UnicodeDecodeError:
         return "not a query response: not JSON, or JSON of another shape (DuckDB's message was unreadable)"
     except duckdb.Error as inner:
+        if not str(inner):  # the message was cut the same way; Python 3.11.2's client leaves it empty
+            return "not a query response: not JSON, or JSON of another shape (DuckDB's message was unreadable)"
         return f"not valid JSON: {_duckdb_message(inner)}"
     if len(rows) == 1:
         status, error_type, error, result_type = rows[0]
@@ -454,8 +456,9 @@ def _failure(response: dict) -> str:
 
 
 def _duckdb_message(exc: duckdb.Error) -> str:
-    message = str(exc).split("Error: ", 1)[-1].splitlines()[0]  # drop DuckDB's hints
-    return re.sub(r' in file "[^"]*"', "", message).strip()
+    lines = str(exc).split("Error: ", 1)[-1].splitlines()[:1]  # drop DuckDB's hints
+    message = re.sub(r' in file "[^"]*"', "", "".join(lines)).strip()
+    return message or f"{type(exc).__name__} with no message"
 
 
 def _rejected(raw: bytes, source_file: str, reason: str) -> ParseResult:

@@ -18,7 +18,7 @@ def _linter() -> Linter:
     return Linter(config=FluffConfig.from_path(str(MODELS_DIR)))
 
 
-@pytest.mark.slow  # about 105 s of CPU for the hundred models (docs/dbt.md "SQL lint")
+@pytest.mark.slow  # about 18 s of CPU for the hundred models with the Rust parser (docs/dbt.md "SQL lint")
 def test_every_model_passes_the_sql_lint():
     # `make lint`'s command in a process of its own: sqlfluff's worker pool, spawned inside a pytest-xdist
     # worker, respawned its children without end and took the worker down. One sqlfluff process, not
