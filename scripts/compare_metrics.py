@@ -119,25 +119,28 @@ def _example_unmatched(before: pl.DataFrame, after: pl.DataFrame, keys: list[str
     return ""
 
 
-def compare(a: duckdb.DuckDBPyConnection, b: duckdb.DuckDBPyConnection, home_a: Path, home_b: Path,
-            schemas: list[str]) -> tuple[int, list[str]]:
-    """(relations compared, the differences named) of two warehouses' relations in `schemas`."""
-    ra, rb = relations(a, schemas), relations(b, schemas)
-    problems = [f"{r}: only in {home_a}" for r in sorted(ra - rb)]
-    problems += [f"{r}: only in {home_b}" for r in sorted(rb - ra)]
-    common = sorted(ra & rb)
+def read_home(home: Path, schemas: list[str]) -> dict[str, pl.DataFrame]:
+    """Every relation of the home's warehouse in `schemas`, read whole (read-only, searching the home for
+    the lake files its views name): one side of compare_read, kept to compare with several homes."""
+    with duckdb.connect(str(home / "warehouse.duckdb"), read_only=True, config=search_config(home)) as con:
+        return {name: read(con, name, home) for name in sorted(relations(con, schemas))}
+
+
+def compare_read(a: dict[str, pl.DataFrame], b: dict[str, pl.DataFrame], home_a: Path,
+                 home_b: Path) -> tuple[int, list[str]]:
+    """(relations compared, the differences named) of two homes' relations as read_home read them."""
+    problems = [f"{r}: only in {home_a}" for r in sorted(a.keys() - b.keys())]
+    problems += [f"{r}: only in {home_b}" for r in sorted(b.keys() - a.keys())]
+    common = sorted(a.keys() & b.keys())
     for name in common:
-        for found in differences(read(a, name, home_a), read(b, name, home_b), name):
+        for found in differences(a[name], b[name], name):
             problems.append(f"{name}: {found}")
     return len(common), problems
 
 
 def compare_homes(before: Path, after: Path, schemas: list[str]) -> tuple[int, list[str]]:
-    """compare() of two homes' warehouses, opened read-only (each searching its own home for the lake
-    files its views name)."""
-    with duckdb.connect(str(before / "warehouse.duckdb"), read_only=True, config=search_config(before)) as a, \
-            duckdb.connect(str(after / "warehouse.duckdb"), read_only=True, config=search_config(after)) as b:
-        return compare(a, b, before, after, schemas)
+    """compare_read() of two homes' warehouses."""
+    return compare_read(read_home(before, schemas), read_home(after, schemas), before, after)
 
 
 def main() -> int:

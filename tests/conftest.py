@@ -2,6 +2,7 @@
 (on no data, and a small demo month: `built_once`), and the real-data samples in tests/fixtures/real-data."""
 from __future__ import annotations
 
+import gc
 import json
 import os
 import shutil
@@ -17,6 +18,12 @@ from hypothesis import settings
 
 from pipelines.build import build
 from pipelines.warehouse import Warehouse
+
+# Fewer, larger collections of Python's cyclic garbage collector in the test processes: they hold large
+# object graphs (dbt's manifest, Dagster's definitions), which the default thresholds (700, 10, 10) had
+# it traverse again and again, a tenth of a model test's CPU (bench/README.md, "Figures the code's
+# choices rest on"). The pipeline's own processes keep Python's defaults.
+gc.set_threshold(20_000, 50, 20)
 
 # a scenario module that test modules run, whose asserts should explain themselves as a test's do
 pytest.register_assert_rewrite("tests.lake.serving")

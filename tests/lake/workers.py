@@ -151,6 +151,9 @@ def reader(home: str, out: str, stop: str) -> None:
             log.write(json.dumps(record, default=str) + "\n")
             log.flush()
             n += 1
+            # then as long again idle: readers that query in a tight loop held both cores of a 2-core
+            # machine, and the writer they watch (and the suite's other tests) waited on them
+            time.sleep(record["seconds"])
 
 
 # -- writers -----------------------------------------------------------------------------------
