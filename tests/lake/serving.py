@@ -1,6 +1,7 @@
 """Serving while loading, a scenario of the lake tests: readers in other processes query the published
-warehouse in a loop while an ingest and a full rebuild run on the same home; none is refused or fails,
-and every answer is one committed release.
+warehouse in a loop (each idle as long as its last answer took: tests/lake/workers.py) while an ingest
+and a full rebuild run on the same home; none is refused or fails, and every answer is one committed
+release.
 
 It runs where its full rebuild is built anyway: on the SQLite registry as the build that follows the
 killed ones of tests/lake/test_kill_writer.py (test_kill_9_mid_build_leaves_the_previous_release), on
