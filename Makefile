@@ -27,11 +27,13 @@ TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 # gpupool, dagster and streamlit processes that would otherwise compile the project's modules each time,
 # and pytest would rewrite the test modules' asserts again in every process. 15% less CPU in tests that
 # start processes (bench/README.md, "Figures the code's choices rest on").
+PYTEST = PYTHONDONTWRITEBYTECODE= .venv/bin/python -m pytest -q -n $(TEST_WORKERS)
+
 test: setup components
-	PYTHONDONTWRITEBYTECODE= .venv/bin/python -m pytest -q -n $(TEST_WORKERS) --durations=25
+	$(PYTEST) --durations=25
 
 test-quick: setup
-	PYTHONDONTWRITEBYTECODE= .venv/bin/python -m pytest -q -n $(TEST_WORKERS) -m "not slow"
+	$(PYTEST) -m "not slow"
 
 lint: setup
 	.venv/bin/ruff check pipelines expectations allocator tests bench

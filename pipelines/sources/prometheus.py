@@ -417,10 +417,7 @@ def _read_response(con: duckdb.DuckDBPyConnection, raw: bytes) -> tuple[dict, st
 
 
 def _shape_problem(con: duckdb.DuckDBPyConnection, raw: bytes, exc: duckdb.Error | UnicodeDecodeError) -> str:
-    """Why the typed read failed: a failed query, a scalar/string result, or not JSON at all.
-
-    DuckDB quotes the offending JSON in its message, cut to a length that can fall inside a UTF-8
-    character; the Python client then raises UnicodeDecodeError instead of the DuckDB error."""
+    """Why the typed read failed: a failed query, a scalar/string result, or not JSON at all."""
     try:
         rows = (
             con.read_json(
@@ -432,21 +429,19 @@ def _shape_problem(con: duckdb.DuckDBPyConnection, raw: bytes, exc: duckdb.Error
             .project("status, errorType, error, data.resultType")
             .fetchall()
         )
-    except UnicodeDecodeError:
-        return "not a query response: not JSON, or JSON of another shape (DuckDB's message was unreadable)"
-    except duckdb.Error as inner:
-        if not str(inner):  # the message was cut the same way; Python 3.11.2's client leaves it empty
-            return "not a query response: not JSON, or JSON of another shape (DuckDB's message was unreadable)"
-        return f"not valid JSON: {_duckdb_message(inner)}"
+    except (duckdb.Error, UnicodeDecodeError) as inner:
+        message = _duckdb_message(inner)
+        if not message:
+            return f"not a query response: not JSON, or JSON of another shape ({_UNREADABLE})"
+        return f"not valid JSON: {message}"
     if len(rows) == 1:
         status, error_type, error, result_type = rows[0]
         if status != "success":
             return _failure({"status": status, "errorType": error_type, "error": error})
         if result_type not in _SERIES_RESULTS:
             return f"resultType {result_type!r} holds no series (expected matrix or vector)"
-    if isinstance(exc, UnicodeDecodeError):
-        return "unexpected response shape (DuckDB's message was unreadable)"
-    return f"unexpected response shape: {_duckdb_message(exc)}"
+    message = _duckdb_message(exc)
+    return f"unexpected response shape: {message}" if message else f"unexpected response shape ({_UNREADABLE})"
 
 
 def _failure(response: dict) -> str:
@@ -455,10 +450,18 @@ def _failure(response: dict) -> str:
     return f"status is {response['status']!r}, not 'success'"
 
 
-def _duckdb_message(exc: duckdb.Error) -> str:
+# DuckDB quotes the offending JSON in its message, cut to a length that can fall inside a UTF-8
+# character: the Python client then raises UnicodeDecodeError instead of DuckDB's error (with Python
+# 3.11.7), or DuckDB's error with an empty message (3.11.2)
+_UNREADABLE = "DuckDB's message was unreadable"
+
+
+def _duckdb_message(exc: duckdb.Error | UnicodeDecodeError) -> str:
+    """DuckDB's message without its hints; empty when it could not be read (_UNREADABLE)."""
+    if isinstance(exc, UnicodeDecodeError):
+        return ""
     lines = str(exc).split("Error: ", 1)[-1].splitlines()[:1]  # drop DuckDB's hints
-    message = re.sub(r' in file "[^"]*"', "", "".join(lines)).strip()
-    return message or f"{type(exc).__name__} with no message"
+    return re.sub(r' in file "[^"]*"', "", "".join(lines)).strip()
 
 
 def _rejected(raw: bytes, source_file: str, reason: str) -> ParseResult:

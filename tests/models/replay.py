@@ -12,6 +12,7 @@ the same runs continues from it."""
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import importlib.util
 import json
 import shutil
@@ -44,8 +45,9 @@ def simulate_landing(landing: Path) -> None:
     simulate(landing, days=len(DAYS), gpus=8, seed=7, start=START, fault_scale=50.0)
 
 
+@functools.cache
 def compare_metrics() -> ModuleType:
-    """scripts/compare_metrics.py (a script, not a package module)."""
+    """scripts/compare_metrics.py (a script, not a package module), loaded once."""
     spec = importlib.util.spec_from_file_location("compare_metrics", REPO_ROOT / "scripts" / "compare_metrics.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -89,14 +91,14 @@ def full_refresh(landing: Path, home: Path, days: list[dt.date]) -> Warehouse:
     return full
 
 
-def assert_equal(wh: Warehouse, full: Warehouse, full_read: dict[str, pl.DataFrame] | None = None) -> None:
-    """Every relation of marts and metrics of `wh` equals the full refresh's (`full_read`: its relations
-    as compare_metrics.read_home read them, when kept)."""
-    compare = compare_metrics()
-    if full_read is None:
-        full_read = compare.read_home(full.home, COMPARED_SCHEMAS)
-    compared, problems = compare.compare_read(compare.read_home(wh.home, COMPARED_SCHEMAS), full_read, wh.home,
-                                              full.home)
+def read_home(home: Path) -> dict[str, pl.DataFrame]:
+    """Every relation of marts and metrics of `home`, read whole (compare_metrics.read_home)."""
+    return compare_metrics().read_home(home, COMPARED_SCHEMAS)
+
+
+def assert_equal(wh: Warehouse, full: Warehouse, full_read: dict[str, pl.DataFrame]) -> None:
+    """Every relation of marts and metrics of `wh` equals the full refresh's (`full_read`: read_home(full))."""
+    compared, problems = compare_metrics().compare_read(read_home(wh.home), full_read, wh.home, full.home)
     assert compared > 50
     assert problems == [], f"{len(problems)} differences:\n" + "\n".join(problems[:30])
 
@@ -186,7 +188,7 @@ class Replays:
         """Play `runs`; every relation of marts and metrics then equals the full refresh's."""
         reference = self.reference(runs)
         if reference.home not in self.references_read:
-            self.references_read[reference.home] = compare_metrics().read_home(reference.home, COMPARED_SCHEMAS)
+            self.references_read[reference.home] = read_home(reference.home)
         assert_equal(self.play(runs), reference, self.references_read[reference.home])
 
     def forget(self) -> None:
