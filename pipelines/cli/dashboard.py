@@ -11,6 +11,21 @@ import click
 
 from pipelines.cli.common import HOME_OPTION, step, warehouse
 
+# Streamlit's options for the dashboards, on `gpupool dashboard`'s command line and in the tests' AppTest.
+# Magic off: the pages write through st calls only, and magic runs each page through ast.parse, which
+# CPython 3.11 before 3.11.8 can fail with "SystemError: AST constructor recursion depth mismatch" when
+# a garbage collection lets another thread parse meanwhile (gh-106905), as concurrent sessions do.
+STREAMLIT_OPTIONS = {"server.headless": True, "browser.gatherUsageStats": False, "client.toolbarMode": "minimal",
+                     "runner.magicEnabled": False}
+
+
+def streamlit_command(app: Path | str, host: str, port: int) -> list[str]:
+    """`streamlit run APP` serving on host:port with STREAMLIT_OPTIONS, in this Python."""
+    options = {**STREAMLIT_OPTIONS, "server.port": port, "server.address": host}
+    flags = [part for name, value in options.items()
+             for part in (f"--{name}", str(value).lower() if isinstance(value, bool) else str(value))]
+    return [sys.executable, "-m", "streamlit", "run", str(app), *flags]
+
 
 @click.command()
 @HOME_OPTION
@@ -44,9 +59,7 @@ def dashboard(home: Path | None, port: int, host: str) -> None:
         step(f"no dashboard users configured: sign in as `operator` with password {password} (this run only; "
               "configure users as docs/dashboards.md says)")
     app = Path(auth.__file__).resolve().parent / "app.py"
-    command = [sys.executable, "-m", "streamlit", "run", str(app), "--server.headless", "true",
-               "--server.port", str(port), "--server.address", host, "--browser.gatherUsageStats", "false",
-               "--client.toolbarMode", "minimal"]
+    command = streamlit_command(app, host, port)
     step(f"dashboards on http://{host}:{port}/ reading {wh.db_path} (Ctrl-C stops)")
     code = serve_until_stopped(command, env)
     if code:

@@ -9,16 +9,20 @@ from pathlib import Path
 
 import pytest
 import streamlit as st
+from streamlit import config as streamlit_config
 from streamlit.testing.v1 import AppTest
 
 from dashboards import fmt
 from dashboards.auth import hash_password
+from pipelines.cli.dashboard import STREAMLIT_OPTIONS
 from pipelines.pack import store
 from pipelines.paths import REPO_ROOT
 from pipelines.warehouse import Warehouse
 from tests.conftest import copy_home
 
 APP = str(REPO_ROOT / "dashboards" / "app.py")
+for option, value in STREAMLIT_OPTIONS.items():  # AppTest runs the app as `gpupool dashboard` serves it
+    streamlit_config.set_option(option, value)
 PASSWORD = "pool-secret"
 USERS = [
     {"name": "ops", "role": "operator", "password_hash": hash_password(PASSWORD, "00ff00ff00ff00ff")},

@@ -23,7 +23,6 @@ import re
 import shutil
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -36,6 +35,7 @@ from allocator.pool import default_pool
 from allocator.sim.scaling import scale_pool
 from allocator.telemetry import render_node_metrics
 from pipelines.build import build
+from pipelines.cli.dashboard import streamlit_command
 from pipelines.connectors.scrape import DcgmConfig, Scraper, write_round
 from pipelines.ingest import ingest_new_files
 from pipelines.paths import REPO_ROOT
@@ -128,9 +128,7 @@ def serve(home: str | Path, log: Path) -> Iterator[str]:
     env = dict(os.environ, GPUPOOL_HOME=str(home), GPUPOOL_DASHBOARD_USERS=json.dumps(USERS))
     with open(log, "w") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "streamlit", "run", APP, "--server.headless", "true", "--server.port", str(port),
-             "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false", "--client.toolbarMode", "minimal"],
-            cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+            streamlit_command(APP, "127.0.0.1", port), cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60

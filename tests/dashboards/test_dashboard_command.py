@@ -2,6 +2,7 @@
 leaves no server behind (issue 33). Served on a home without a warehouse: the server starts all the same."""
 from __future__ import annotations
 
+import ast
 import os
 import signal
 import socket
@@ -14,6 +15,7 @@ import pytest
 import requests
 
 from pipelines.cli.common import EXIT_OK
+from pipelines.cli.dashboard import streamlit_command
 from pipelines.paths import REPO_ROOT
 
 
@@ -70,3 +72,17 @@ def test_a_stop_signal_to_gpupool_dashboard_stops_streamlit_and_exits_0(tmp_path
             proc.wait()
         if streamlit is not None and alive(streamlit):  # what a failing run would leave behind
             os.kill(streamlit, signal.SIGKILL)
+
+
+def test_the_pages_need_no_magic_so_it_is_served_off():
+    """Streamlit's magic would write nothing on any page (its own transform adds no write), so serving with
+    it off (STREAMLIT_OPTIONS: magic's ast.parse races in CPython 3.11 before 3.11.8) changes no page."""
+    from streamlit.runtime.scriptrunner import magic
+
+    app = REPO_ROOT / "dashboards" / "app.py"
+    for page in [app, *sorted((app.parent / "views").glob("*.py"))]:
+        tree = magic.add_magic(page.read_text(), str(page))
+        writes = [node for node in ast.walk(tree) if isinstance(node, ast.Attribute) and node.attr == "transparent_write"]
+        assert writes == [], f"{page}: magic would write what line {writes[0].lineno} computes"
+    command = streamlit_command(app, "127.0.0.1", 8501)
+    assert command[command.index("--runner.magicEnabled") + 1] == "false"
