@@ -294,12 +294,30 @@ def _profile_values(
     return activity, memory
 
 
-def _grid(table: _UnitTable, works: Sequence[Work], times: np.ndarray) -> _Grid:
-    """Evaluate every unit at every time (epoch seconds, ascending). Works must be in a stable order."""
-    n_units, steps = len(table.units), len(times)
+@dataclass(frozen=True)
+class _Cells:
+    """Activity and memory of some units x time steps (flattened, cell = position of the unit in the units
+    asked for * steps + step), and the (work, step) rows they came from."""
+
+    activity: np.ndarray  # the unit's activity (0..1, 6 decimals)
+    fb_used: np.ndarray  # MiB
+    occupied: np.ndarray  # bool: some job holds the unit
+    unit_of_cell: np.ndarray  # the table's unit index of each cell
+    step_of_cell: np.ndarray
+    rows_w: np.ndarray  # per (work, step) row: the work ...
+    cell: np.ndarray  # ... its cell
+    owned: np.ndarray  # ... and whether a job holds it
+
+
+def _cells(table: _UnitTable, works: Sequence[Work], times: np.ndarray, units: np.ndarray) -> _Cells:
+    """Activity and memory of `units` (distinct table indices) at every time (epoch seconds, ascending):
+    a unit's values depend on its own works alone. Works must be on those units, in a stable order."""
+    n_units, steps = len(units), len(times)
     cells = n_units * steps
+    position = np.full(len(table.units), -1, dtype=np.int64)
+    position[units] = np.arange(n_units)
     params = _work_params(works)
-    unit = np.array([w.unit for w in works], dtype=np.int64)
+    unit = position[np.array([w.unit for w in works], dtype=np.int64)]
     first = np.searchsorted(times, params["start"], "left") if works else np.zeros(0, np.int64)
     stop = np.searchsorted(times, params["end"], "left") if works else np.zeros(0, np.int64)
     counts = np.maximum(stop - first, 0)
@@ -324,10 +342,19 @@ def _grid(table: _UnitTable, works: Sequence[Work], times: np.ndarray) -> _Grid:
     filling = (times[step] - params["start"][rows_w]) >= params["mem_full"][rows_w]
     cap = np.where(np.bincount(cell[owned & filling], minlength=cells) > 0, 1.0, 0.97)
     mem_frac = np.where(occupied, np.minimum(mem_sum, cap), rogue_mem)
-    unit_of_cell = np.repeat(np.arange(n_units), steps)
+    unit_of_cell = np.repeat(units, steps)
     step_of_cell = np.tile(np.arange(steps), n_units)
     usable = table.memory[unit_of_cell] - table.reserved[unit_of_cell]
     fb_used = np.floor(np.minimum(mem_frac * table.memory[unit_of_cell], usable))
+    return _Cells(activity, fb_used, occupied, unit_of_cell, step_of_cell, rows_w, cell, owned)
+
+
+def _grid(table: _UnitTable, works: Sequence[Work], times: np.ndarray) -> _Grid:
+    """Evaluate every unit at every time (epoch seconds, ascending). Works must be in a stable order."""
+    steps = len(times)
+    c = _cells(table, works, times, np.arange(len(table.units)))
+    activity, occupied, unit_of_cell, step_of_cell = c.activity, c.occupied, c.unit_of_cell, c.step_of_cell
+    cell, rows_w, owned = c.cell, c.rows_w, c.owned
     # device-level fields: the physical GPU's load is its instances' activity weighted by compute share
     phys_cell = table.phys[unit_of_cell] * steps + step_of_cell
     gpu_load = np.minimum(
@@ -349,7 +376,7 @@ def _grid(table: _UnitTable, works: Sequence[Work], times: np.ndarray) -> _Grid:
     return _Grid(
         steps,
         activity,
-        fb_used,
+        c.fb_used,
         power,
         temp,
         occupied,
@@ -539,11 +566,15 @@ class BulkTelemetry:
         `works` must hold every work open in the window (shared units sum their works)."""
         first = math.ceil(epoch_seconds(start) / self.interval_s) * self.interval_s
         times = np.arange(first, epoch_seconds(end), self.interval_s, dtype=np.float64)
-        ordered = sorted(works, key=lambda w: (w.unit, epoch_seconds(w.start), w.job_id or "", w.rank))
-        grid = _grid(self.table, ordered, times)
-        rows = np.array(units, dtype=np.int64)[:, None] * grid.steps + np.arange(grid.steps)[None, :]
+        asked = np.array(units, dtype=np.int64)
+        distinct = np.unique(asked)  # only these units' cells: a unit's values depend on its own works alone
+        on_them = set(distinct.tolist())
+        ordered = sorted((w for w in works if w.unit in on_them),
+                         key=lambda w: (w.unit, epoch_seconds(w.start), w.job_id or "", w.rank))
+        cells = _cells(self.table, ordered, times, distinct)
+        rows = np.searchsorted(distinct, asked)[:, None] * len(times) + np.arange(len(times))[None, :]
         stamps = (times * 1e6).astype("int64").astype("datetime64[us]")
-        return stamps, grid.activity[rows], grid.fb_used[rows]
+        return stamps, cells.activity[rows], cells.fb_used[rows]
 
     def day(
         self,

@@ -343,7 +343,8 @@ class SimulatedGovernance:
         if recorded:
             self.with_findings.add((job_id, attempt))
         self.decisions.update(f"{p.action.value} {p.status.value}" for p in recorded)
-        self._deliver(now)
+        if any(p.status == DecisionStatus.QUEUED for p in recorded):  # a retry comes back through _retry
+            self._deliver(now)
         if job is not None:
             for at, kind in self._next_steps_due(job, now, kinds):
                 self._look_at(at, job_id, attempt, (kind,))

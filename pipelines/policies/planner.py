@@ -215,18 +215,32 @@ def _runtime_cap(finding: dict, rule: Rule) -> int | None:
     return None
 
 
-@dataclass
 class _Budget:
-    """Reclaims and preempts left this hour, per tenant and in total."""
+    """Reclaims and preempts left this hour, per tenant and in total, and drains: read from the history
+    when a step first needs them (most plans decide no rate-limited step, and the history does not change
+    while a plan is made)."""
 
-    limits: RateLimits
-    per_tenant: Counter
-    total: int
-    drains: int = 0
+    def __init__(self, limits: RateLimits, history: ActionHistory, since: dt.datetime):
+        self.limits, self.history, self.since = limits, history, since
+        self._per_tenant: Counter | None = None
+        self._drains: int | None = None
+
+    @property
+    def per_tenant(self) -> Counter:
+        if self._per_tenant is None:
+            self._per_tenant = Counter(self.history.reclaims_since(self.since))
+        return self._per_tenant
+
+    @property
+    def drains(self) -> int:
+        if self._drains is None:
+            self._drains = self.history.drains_since(self.since)
+        return self._drains
 
     def refusal(self, tenant: str) -> str | None:
-        if self.total >= self.limits.reclaims_per_hour_total:
-            return (f"{self.total} reclaims or preemptions in the last hour in total "
+        total = sum(self.per_tenant.values())
+        if total >= self.limits.reclaims_per_hour_total:
+            return (f"{total} reclaims or preemptions in the last hour in total "
                     f"(limit {self.limits.reclaims_per_hour_total}/h); planned again at the next evaluation")
         used = self.per_tenant[tenant]
         if used >= self.limits.reclaims_per_hour_per_tenant:
@@ -236,13 +250,15 @@ class _Budget:
 
     def spend(self, tenant: str) -> None:
         self.per_tenant[tenant] += 1
-        self.total += 1
 
     def drain_refusal(self) -> str | None:
         if self.drains >= self.limits.drains_per_hour:
             return (f"{self.drains} drains in the last hour (limit {self.limits.drains_per_hour}/h); "
                     "planned again at the next evaluation")
         return None
+
+    def spend_drain(self) -> None:
+        self._drains = self.drains + 1
 
 
 def _next_step(decided_steps: dict[str, list[DeliveredStep]], finding_id: str, steps: tuple[Step, ...],
@@ -340,7 +356,7 @@ def _decide(finding: dict, rule: Rule, index: int, catalog: PlanningCatalog, now
         if refusal is not None:
             status, status_reason = DecisionStatus.RATE_LIMITED, refusal
         else:
-            budget.drains += 1
+            budget.spend_drain()
     evidence = _evidence(finding)
     if following is not None:
         evidence["next_step"] = following
@@ -447,9 +463,7 @@ def plan(
     (None: absent findings are left alone, only those reported not ongoing are dropped).
     """
     ended = set(jobs_ended or ())
-    budget = _Budget(catalog.rate_limits, Counter(history.reclaims_since(now - RATE_WINDOW)), 0)
-    budget.total = sum(budget.per_tenant.values())
-    budget.drains = history.drains_since(now - RATE_WINDOW)
+    budget = _Budget(catalog.rate_limits, history, now - RATE_WINDOW)
     out: list[PlannedAction] = []
     open_before = history.open_findings(now - OPEN_FINDING_LOOKBACK)
     rows = _continued(findings, open_before)
