@@ -348,6 +348,7 @@ class _AuditHandler(http.server.BaseHTTPRequestHandler):
 
     def _send(self, status: int, body: bytes, content_type: str, headers: Mapping[str, str] | None = None) -> None:
         self.answered = status
+        self._count()  # before the answer leaves: a client holding its answer finds the request counted
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
@@ -358,12 +359,18 @@ class _AuditHandler(http.server.BaseHTTPRequestHandler):
 
     @contextmanager
     def _measured(self) -> Iterator[None]:
-        """Count the request in the server's metrics with its answer's status and its latency."""
-        started, self.answered = time.perf_counter(), None
+        """Count the request in the server's metrics with its answer's status and the time until its answer
+        was ready (counted once: when the answer is sent, else when the handler ends without one)."""
+        self.started, self.answered, self.counted = time.perf_counter(), None, False
         try:
             yield
         finally:
-            self.server.metrics.observe(self.command, self.path, self.answered, time.perf_counter() - started)
+            self._count()
+
+    def _count(self) -> None:
+        if not self.counted:
+            self.counted = True
+            self.server.metrics.observe(self.command, self.path, self.answered, time.perf_counter() - self.started)
 
     def do_GET(self) -> None:
         with self._measured():

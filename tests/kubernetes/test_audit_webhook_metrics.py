@@ -4,6 +4,7 @@ readable without the token that guards the POSTs, with a bounded set of route la
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import requests
@@ -65,3 +66,23 @@ def test_two_webhooks_in_one_process_keep_their_own_series(tmp_path: Path) -> No
         assert requests.post(one.url, data=event_list([EVENT]), headers=HEADERS, timeout=10).ok
         assert scrape(one.url)[("gpupool_audit_webhook_events_total", ())] == 1
         assert scrape(two.url)[("gpupool_audit_webhook_events_total", ())] == 0
+
+
+def test_a_request_is_counted_before_its_answer_leaves(tmp_path: Path) -> None:
+    """A client holding its answer finds the request counted (a scrape right after it sees it), even when the
+    server is slow to count it: counting is made to take 50 ms here."""
+    with running_webhook(tmp_path / "landing", TOKEN) as server, requests.Session() as session:
+        observe = server.metrics.observe
+
+        def slow_observe(*args) -> None:
+            time.sleep(0.05)
+            observe(*args)
+
+        server.metrics.observe = slow_observe
+        for n in range(1, 6):
+            assert session.get(server.url + "healthz", timeout=10).ok
+            assert requests_of(counted(server.metrics.registry), "GET", "/healthz", "200") == n
+
+
+def counted(registry) -> dict[tuple[str, tuple], float]:
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value for family in registry.collect() for s in family.samples}
