@@ -353,8 +353,7 @@ def _grid(table: _UnitTable, works: Sequence[Work], times: np.ndarray) -> _Grid:
     """Evaluate every unit at every time (epoch seconds, ascending). Works must be in a stable order."""
     steps = len(times)
     c = _cells(table, works, times, np.arange(len(table.units)))
-    activity, occupied, unit_of_cell, step_of_cell = c.activity, c.occupied, c.unit_of_cell, c.step_of_cell
-    cell, rows_w, owned = c.cell, c.rows_w, c.owned
+    activity, unit_of_cell, step_of_cell = c.activity, c.unit_of_cell, c.step_of_cell
     # device-level fields: the physical GPU's load is its instances' activity weighted by compute share
     phys_cell = table.phys[unit_of_cell] * steps + step_of_cell
     gpu_load = np.minimum(
@@ -369,9 +368,9 @@ def _grid(table: _UnitTable, works: Sequence[Work], times: np.ndarray) -> _Grid:
     temp = np.round(29.0 + 44.0 * gpu_load + 2.0 * jitter)
 
     # rows: each owned (work, step), and each cell no job holds; in cell order, works in input order
-    free_cells = np.flatnonzero(~occupied)
-    row_cell = np.concatenate([cell[owned], free_cells])
-    row_work = np.concatenate([rows_w[owned], np.full(len(free_cells), -1, dtype=np.int64)])
+    free_cells = np.flatnonzero(~c.occupied)
+    row_cell = np.concatenate([c.cell[c.owned], free_cells])
+    row_work = np.concatenate([c.rows_w[c.owned], np.full(len(free_cells), -1, dtype=np.int64)])
     order = np.argsort(row_cell, kind="stable")
     return _Grid(
         steps,
@@ -379,11 +378,11 @@ def _grid(table: _UnitTable, works: Sequence[Work], times: np.ndarray) -> _Grid:
         c.fb_used,
         power,
         temp,
-        occupied,
+        c.occupied,
         row_cell[order],
         row_work[order],
-        rows_w[owned],
-        cell[owned],
+        c.rows_w[c.owned],
+        c.cell[c.owned],
     )
 
 

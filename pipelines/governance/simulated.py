@@ -64,7 +64,7 @@ from pipelines.policies.idle import (
     checkpoint_interval_s,
 )
 from pipelines.policies.inputs import HEALTH_SCHEMA, MINUTE_SCHEMA, PROGRESS_SCHEMA, PolicyInputs
-from pipelines.policies.model import empty_findings
+from pipelines.policies.model import PlannedAction, empty_findings
 from pipelines.policies.planner import RATE_WINDOW, plan
 
 WRITER = "simulated"
@@ -343,8 +343,7 @@ class SimulatedGovernance:
         if recorded:
             self.with_findings.add((job_id, attempt))
         self.decisions.update(f"{p.action.value} {p.status.value}" for p in recorded)
-        if any(p.status == DecisionStatus.QUEUED for p in recorded):  # a retry comes back through _retry
-            self._deliver(now)
+        self._deliver_queued(recorded, now)
         if job is not None:
             for at, kind in self._next_steps_due(job, now, kinds):
                 self._look_at(at, job_id, attempt, (kind,))
@@ -356,6 +355,12 @@ class SimulatedGovernance:
         report = self.outbox.deliver({"allocator": self.enforcer}, now)
         for retry in report.retried:
             self.pool.at(max(retry.next_attempt_at, now + dt.timedelta(seconds=1)), self._retry)
+
+    def _deliver_queued(self, recorded: list[PlannedAction], now: dt.datetime) -> None:
+        """Deliver when these decisions queued an action; nothing else can be due (a retry comes back
+        through _retry at its time)."""
+        if any(p.status == DecisionStatus.QUEUED for p in recorded):
+            self._deliver(now)
 
     def _retry(self, now: dt.datetime) -> None:
         self._deliver(now)
@@ -464,8 +469,7 @@ class SimulatedGovernance:
                          self.catalog, now, kinds=kinds)
         recorded = self.outbox.record(plan(found, self.catalog, self.outbox, now, evaluated_kinds=kinds), now)
         self.decisions.update(f"{p.action.value} {p.status.value}" for p in recorded)
-        if any(p.status == DecisionStatus.QUEUED for p in recorded):
-            self._deliver(now)
+        self._deliver_queued(recorded, now)
         if any(p.status == DecisionStatus.RATE_LIMITED for p in recorded):
             self._health_look_at(now + RATE_WINDOW)  # the drains counted now have left the window by then
         for at in sorted(self._undrains_possible(found, now)):
