@@ -183,6 +183,34 @@ def test_bulk_samples_equal_the_live_values(pool, holders):
         assert (joined.get_column("value") == joined.get_column("value_bulk")).all(), host
 
 
+def test_an_attempts_series_are_its_units_rows_in_the_day_file(pool, holders):
+    """BulkTelemetry.series, what the simulated policies read (computed over the asked units alone), holds
+    the values the day's file holds for those units: a pair of whole GPUs, a MIG instance and a time-sliced
+    GPU that two jobs share (asked twice, through each job's slot), out of the units' order, idle before T0."""
+    bulk = BulkTelemetry(pool)
+    works = _works(pool, holders, bulk)
+    frame = pl.concat(bulk.day(NOW.date(), works, "dcgm_parquet/2026-11-02/samples.parquet").frames)
+    slots = ["l40s-07/0/1", "h100-01/1", "a100-11/0/1", "h100-01/0", "l40s-07/0/0"]
+    units = [bulk.unit_of(slot) for slot in slots]
+    assert units[0] == units[-1], "the time-sliced slots share one unit"
+    stamps, activity, fb_used = bulk.series(works, units, dt.datetime.combine(NOW.date(), dt.time()), NOW)
+    assert len(stamps) == NOW.hour * 60
+    described = telemetry_units(pool.nodes)
+    for i, unit in enumerate(units):
+        u = described[unit]
+        shown = pl.DataFrame({"sampled_at": stamps, "activity": activity[i], "fb_used": fb_used[i]}).with_columns(
+            pl.col("sampled_at").cast(pl.Datetime("us")))
+        rows = frame.filter(pl.col("host") == u.host, pl.col("gpu") == u.gpu,
+                            pl.col("gpu_instance_id").eq_missing(u.gpu_instance_id), pl.col("sampled_at") < NOW)
+        active = rows.filter(pl.col("metric") == u.activity_metric).join(shown, on="sampled_at", how="left")
+        # a unit without profiling reports its activity as a whole percentage (GPU_UTIL)
+        expected = (pl.col("activity") * 100).round(0) if u.activity_metric == GPU_UTIL else pl.col("activity")
+        assert active.height >= len(stamps) and active.filter(pl.col("value") != expected).is_empty(), slots[i]
+        memory = rows.filter(pl.col("metric") == FB_USED).join(shown, on="sampled_at", how="left")
+        assert memory.height >= len(stamps) and memory.filter(pl.col("value") != pl.col("fb_used")).is_empty(), slots[i]
+    assert activity[1, -1] > 0 and activity[1, 0] == 0, "busy after T0, not before"
+
+
 def test_bulk_day_conforms_to_the_contract_and_counts(pool, holders, tmp_path: Path):
     bulk = BulkTelemetry(pool)
     works = _works(pool, holders, bulk)
