@@ -10,7 +10,8 @@ Three runs of the same days and seed, in turn, `--runs` times:
 
 Prints each run's wall time, looks, evaluation passes and looks that took findings evaluated ahead, the
 medians and the ratios; exits 1 when the two runs with policies decide differently (their decision
-logs compared with floats to 9 places: a larger pass may sum a finding's GPU-hours in another order).
+logs compared with `difference`: floats within 1e-9 of each other, since a larger pass may sum a
+finding's GPU-hours in another order).
 
 Run:  .venv/bin/python bench/bench_governance.py [--days 7] [--gpus 256] [--runs 3]
 """
@@ -25,7 +26,7 @@ import time
 from pathlib import Path
 
 from allocator.sim.simulator import simulate
-from pipelines.governance.simulated import AHEAD, SimulatedGovernance, decision_log
+from pipelines.governance.simulated import AHEAD, SimulatedGovernance, decision_log, difference
 from pipelines.policies.catalog import load_catalog
 
 START = dt.date(2026, 11, 1)
@@ -65,8 +66,8 @@ def main() -> None:
             walls[name].append(wall)
             print(f"  run {i + 1} {name:26s} {wall:7.1f} s  " + ", ".join(f"{k} {v:,}" for k, v in counters.items()),
                   flush=True)
-        if logs["on"] != logs["on, one minute at a time"]:
-            raise SystemExit("the runs with policies decided differently: looks evaluated ahead are wrong")
+        if (where := difference(logs["on"], logs["on, one minute at a time"])) is not None:
+            raise SystemExit(f"the runs with policies decided differently ({where}): looks evaluated ahead are wrong")
     median = {name: statistics.median(w) for name, w in walls.items()}
     print("medians: " + ", ".join(f"{name} {s:.1f} s" for name, s in median.items()))
     print(f"policies on / off: {median['on'] / median['off']:.2f}x (one minute at a time: "

@@ -235,6 +235,7 @@ class _Run:
     attempt: int
     started_at: dt.datetime
     writes: AttemptWrites
+    reported: int = 0  # writes reported so far
 
 
 class Checkpoints:
@@ -278,6 +279,18 @@ class Checkpoints:
         self.lost_gpu_s += gpus * (now - saved_at).total_seconds()
         return (saved_at - started_at).total_seconds()
 
+    def due_before(self, job_id: str, attempt: int, before: dt.datetime) -> dt.datetime | None:
+        """When the running attempt's last ok checkpoint not reported yet and due before `before` will be
+        written (None: none), as `_write` reports them while the attempt runs."""
+        run = self.runs.get(job_id)
+        if run is None or run.attempt != attempt:
+            return None
+        for k in range(len(run.writes.offsets_s) - 1, run.reported - 1, -1):
+            when = run.started_at + dt.timedelta(seconds=int(run.writes.offsets_s[k]))
+            if when < before and run.writes.ok[k]:
+                return when
+        return None
+
     def _start(self, job_id: str, attempt: int, plan: PlannedJob, cp: CheckpointPlan, now: dt.datetime) -> None:
         b = plan.behaviour
         progress = self.sim.progress.get(job_id, 0.0)
@@ -299,6 +312,7 @@ class Checkpoints:
             return
         spec, cp = self.sim.plans[job_id].spec, self.sim.plans[job_id].behaviour.checkpoints
         step, ok = int(run.writes.steps[k]), bool(run.writes.ok[k])
+        run.reported = k + 1
         self._report(job_id, spec, now, {
             "kind": "checkpoint",
             "status": "ok" if ok else "failed",

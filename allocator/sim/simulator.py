@@ -128,6 +128,13 @@ class SimulatedPool:
         units = {self._sim.works[wid][0].unit for wid in run.works}
         return tuple(w for w, _ in self._sim.works.values() if w.unit in units and (w.end is None or w.end > since))
 
+    def last_checkpoint(self, job: Job, at: dt.datetime) -> dt.datetime | None:
+        """The running attempt's last ok checkpoint as it will stand at `at` if the attempt runs on: its
+        last one reported, or a write of its plan due before `at` (a write due at `at` may come after a
+        look then: not counted). At the moment being simulated, the engine's."""
+        planned = self._sim.checkpoints.due_before(job.job_id, job.attempt, at)
+        return job.last_checkpoint_at if planned is None else max(filter(None, (job.last_checkpoint_at, planned)))
+
     def act(self, action: Action, now: dt.datetime, role: str = "governance_bot") -> ActionResult:
         result = self.engine.apply_action(action, now, actor_role=role)
         self._sim.drain(now)

@@ -13,9 +13,12 @@ outbox and its decision log — with two differences that keep a month fast and 
   `evaluate`, then each attempt is planned and recorded in turn, as separate looks would be.
 - An evaluation's cost grows with the policies it runs, hardly with the attempts: so a pass also
   evaluates, each at its own moment (the policies' per-attempt `evaluated_at`), the looks of the
-  same policies due in the next `ahead_by` (2 hours) whose attempts are not in it yet, and keeps
-  their findings with what they read (`_evaluated_on`: the attempt's record, its works' telemetry,
-  for the zombie policy its last checkpoint). A look due later takes them when all of that is still
+  same policies due in the next `ahead_by` (2 hours) not evaluated yet, and the looks each look of
+  the pass may ask for next (`_follow_ups`: the next step of its policies, the zombie policy's
+  checkpoint falling due). An attempt looked at at several moments is evaluated under another name
+  at each (`alias`). The pass keeps the findings with what they read (`_evaluated_on`: the attempt's
+  record, its works' telemetry, for the zombie policy its last checkpoint as it will stand then,
+  from the simulator's plan of its writes). A look due later takes them when all of that is still
   the same, which gives the findings an evaluation at its minute would; else it is evaluated then.
 - Its telemetry is the simulator's own (`SimulatedPool.minutes`), the values the day's Parquet
   file will hold, and actions go to the engine in process (`EngineEnforcer`). A share of answers is
@@ -231,13 +234,14 @@ class SimulatedGovernance:
         """A training job's declared checkpoint interval (None: not a training job, or no time interval)."""
         return checkpoint_interval_s(job.spec.checkpoint_policy) if job.spec.template.value == "training" else None
 
-    def _checkpoint_due(self, job: Job) -> dt.datetime | None:
+    def _checkpoint_due(self, job: Job, at: dt.datetime) -> dt.datetime | None:
         """When a running training job's checkpoint is overdue (the zombie policy's reading), as of its last
-        ok checkpoint so far (or its start)."""
+        ok checkpoint at `at` (or its start)."""
         interval = self._checkpoint_interval_s(job)
         if interval is None or job.started_at is None:
             return None
-        return (job.last_checkpoint_at or job.started_at) + dt.timedelta(seconds=interval * CHECKPOINT_TOLERANCE)
+        last = self.pool.last_checkpoint(job, at)
+        return (last or job.started_at) + dt.timedelta(seconds=interval * CHECKPOINT_TOLERANCE)
 
     # -- a tick: what the sensor's tick does, for the attempts due now --------------------------------
 
@@ -248,6 +252,8 @@ class SimulatedGovernance:
         on (or that comes twice) is evaluated again on its own, as it would have been."""
         looks = self.due.pop(now)
         ahead = self.ahead.pop(now, {})
+        for at in [at for at in self.ahead if at < now]:  # follow-ups evaluated ahead that never came
+            del self.ahead[at]
         batch: dict[tuple[str, int], tuple[Job, tuple[PolicyKind, ...]]] = {}
         for job_id, attempt, kinds in looks:
             job = self.pool.running(job_id, attempt)
@@ -271,51 +277,84 @@ class SimulatedGovernance:
     def _evaluate_ahead(self, looks: list[tuple[dt.datetime, Job, tuple[PolicyKind, ...]]],
                         now: dt.datetime) -> dict[tuple[str, int], pl.DataFrame]:
         """The findings of these looks due now, from one pass that also evaluates, each at its own
-        moment, the next look due within `ahead_by` of every other running attempt without one evaluated
-        yet. Those are kept with what they were evaluated on (`_evaluated_on`): at their tick, a look
-        whose attempt, works and checkpoints are still the same takes them instead of a pass of its own."""
-        taken = {(job.job_id, job.attempt) for _, job, _ in looks}
+        moment, the looks due within `ahead_by` not evaluated yet and the looks each look of the pass
+        may ask for next (`_follow_ups`, unless `ahead_by` is 0). Those are kept with what they were
+        evaluated on (`_evaluated_on`): at their tick, a look whose attempt, works and checkpoints are
+        still the same takes them instead of a pass of its own."""
         needed = {k for _, _, kinds in looks for k in kinds}  # a pass's cost grows with its policies, not its looks
-        later = []
-        for at in sorted(at for at in self.due if now < at <= now + self.ahead_by):
+        horizon = now + self.ahead_by
+        planned = {(at, job.job_id, job.attempt, kinds) for at, job, kinds in looks}
+        later: list[tuple[dt.datetime, Job, tuple[PolicyKind, ...]]] = []
+
+        def plan_ahead(at: dt.datetime, job: Job, kinds: tuple[PolicyKind, ...]) -> None:
+            key = (at, job.job_id, job.attempt, kinds)
+            if key not in planned and (job.job_id, job.attempt, kinds) not in self.ahead.get(at, {}):
+                planned.add(key)
+                later.append((at, job, kinds))
+
+        for at in sorted(at for at in self.due if now < at <= horizon):
             for job_id, attempt, kinds in self.due[at]:
-                if ((job_id, attempt) in taken or not needed.issuperset(kinds)
-                        or (job_id, attempt, kinds) in self.ahead.get(at, {})):
-                    continue
                 job = self.pool.running(job_id, attempt)
-                if job is not None:
-                    taken.add((job_id, attempt))
-                    later.append((at, job, kinds))
+                if job is not None and needed.issuperset(kinds):
+                    plan_ahead(at, job, kinds)
+        if self.ahead_by:
+            for at, job, kinds in [*looks, *later]:
+                for follow_up in self._follow_ups(job, at, kinds):
+                    plan_ahead(follow_up, job, kinds)
         found = self._looks_evaluated([*looks, *later])
-        for at, job, kinds in later:
+        for (at, job, kinds), findings in zip(later, found[len(looks):]):
             self.ahead.setdefault(at, {})[(job.job_id, job.attempt, kinds)] = (
-                self._evaluated_on(job, at, kinds), found[(job.job_id, job.attempt)])
-        return {(job.job_id, job.attempt): found[(job.job_id, job.attempt)] for _, job, _ in looks}
+                self._evaluated_on(job, at, kinds), findings)
+        return {(job.job_id, job.attempt): findings for (_, job, _), findings in zip(looks, found)}
+
+    def _follow_ups(self, job: Job, at: dt.datetime, kinds: tuple[PolicyKind, ...]) -> set[dt.datetime]:
+        """When a look at `at` may ask to look again (`check`): a later step of its policies, as due
+        after a step decided then; for the zombie policy, when the attempt's checkpoint falls due as of
+        `at`. A guess, checked like any look evaluated ahead: one that does not come costs a row."""
+        moments = set()
+        for kind in kinds:
+            for name in self.catalog.policies_of(kind):
+                rule = self.catalog.rule(name, queue=job.spec.queue, template=job.spec.template.value)
+                moments.update(at + max(dt.timedelta(seconds=step.after_s), _MINUTE) for step in rule.steps[1:])
+        due = self._checkpoint_due(job, at) if PolicyKind.ZOMBIE in kinds else None
+        if due is not None and due >= at:
+            moments.add(_next_minute(due) + _MINUTE)
+        return {m for m in moments if at < m < self.pool.end}
 
     def _evaluated_on(self, job: Job, at: dt.datetime, kinds: tuple[PolicyKind, ...]) -> tuple:
         """All a look at `at` reads of its attempt that can change after it is evaluated: the attempt's
         record and queue; for the zombie policy its last ok checkpoint; for the idle kinds the works on
         its units (its minutes' source)."""
-        return (self._record(job), job.last_checkpoint_at if PolicyKind.ZOMBIE in kinds else None,
+        return (self._record(job), self.pool.last_checkpoint(job, at) if PolicyKind.ZOMBIE in kinds else None,
                 self.pool.works_seen(job.job_id, at - self._lookback(job, kinds)) if _reads_minutes(kinds) else ())
 
-    def _looks_evaluated(self, looks: list[tuple[dt.datetime, Job, tuple[PolicyKind, ...]]]
-                         ) -> dict[tuple[str, int], pl.DataFrame]:
-        """Each look's findings of its kinds for its attempt (one look per attempt), from one pass."""
-        found = self._evaluate(looks)
+    def _looks_evaluated(self, looks: list[tuple[dt.datetime, Job, tuple[PolicyKind, ...]]]) -> list[pl.DataFrame]:
+        """Each look's findings of its kinds for its attempt, from one pass, in the order of `looks`. An
+        attempt looked at more than once is evaluated at each moment under another name (`alias`):
+        the policies judge each attempt on its own rows, so its findings are those of a pass of its own."""
+        seen: Counter[tuple[str, int]] = Counter()
+        aliases = []
+        for _, job, _ in looks:
+            aliases.append(alias(job.job_id, seen[(job.job_id, job.attempt)]))
+            seen[(job.job_id, job.attempt)] += 1
+        found = self._evaluate(looks, aliases)
         wanted = found.filter(pl.struct("job_id", "attempt", "kind").is_in([
-            {"job_id": job.job_id, "attempt": job.attempt, "kind": k.value} for _, job, kinds in looks for k in kinds
+            {"job_id": name, "attempt": job.attempt, "kind": k.value}
+            for (_, job, kinds), name in zip(looks, aliases) for k in kinds
         ])) if not found.is_empty() else found
         parts = wanted.partition_by("job_id", "attempt", as_dict=True, maintain_order=True) if not wanted.is_empty() else {}
-        return {(job.job_id, job.attempt): parts.get((job.job_id, job.attempt), found.clear()) for _, job, _ in looks}
+        return [unaliased(parts.get((name, job.attempt), found.clear()), job.job_id, name)
+                for (_, job, _), name in zip(looks, aliases)]
 
-    def _evaluate(self, looks: list[tuple[dt.datetime, Job, tuple[PolicyKind, ...]]]) -> pl.DataFrame:
+    def _evaluate(self, looks: list[tuple[dt.datetime, Job, tuple[PolicyKind, ...]]],
+                  aliases: list[str] | None = None) -> pl.DataFrame:
         """Findings of every look's kinds for its attempt, each attempt evaluated at its look's moment
-        (a kind another look asked for may show up for this attempt too; the caller keeps the kinds
-        each look asked for)."""
+        under its alias (default: its job id; a kind another look asked for may show up for this
+        attempt too; the caller keeps the kinds each look asked for)."""
         self.passes += 1
         kinds = tuple(dict.fromkeys(k for _, _, ks in looks for k in ks))
-        return evaluate(self._inputs(looks), self.catalog, max(at for at, _, _ in looks), kinds=kinds)
+        aliases = aliases or [job.job_id for _, job, _ in looks]
+        return evaluate(self._inputs(looks, aliases), self.catalog, max(at for at, _, _ in looks), kinds=kinds)
 
     def _lookback(self, job: Job, kinds: tuple[PolicyKind, ...]) -> dt.timedelta:
         lookback = max(self.lookback[k] for k in kinds)
@@ -347,7 +386,7 @@ class SimulatedGovernance:
         if job is not None:
             for at, kind in self._next_steps_due(job, now, kinds):
                 self._look_at(at, job_id, attempt, (kind,))
-            due = self._checkpoint_due(job) if PolicyKind.ZOMBIE in kinds else None
+            due = self._checkpoint_due(job, now) if PolicyKind.ZOMBIE in kinds else None
             if due is not None and due >= now:  # idle, but its checkpoint is not overdue yet: look again then
                 self._look_at(_next_minute(due) + _MINUTE, job_id, attempt, (PolicyKind.ZOMBIE,))
 
@@ -382,11 +421,11 @@ class SimulatedGovernance:
                 due.append((at, previous.kind))
         return sorted(set(due))
 
-    def _inputs(self, looks: list[tuple[dt.datetime, Job, tuple[PolicyKind, ...]]]) -> PolicyInputs:
-        """The policies' frames for these running attempts, each at its look's moment (evaluated_at),
-        with its telemetry over its kinds' lookback before it (none where only overrun looks: it reads
-        the run time alone), built from the simulator's arrays in one go."""
-        allocations = self._allocations([(job, now) for now, job, _ in looks])
+    def _inputs(self, looks: list[tuple[dt.datetime, Job, tuple[PolicyKind, ...]]], aliases: list[str]) -> PolicyInputs:
+        """The policies' frames for these running attempts, each at its look's moment (evaluated_at)
+        under its alias, with its telemetry over its kinds' lookback before it (none where only overrun
+        looks: it reads the run time alone), built from the simulator's arrays in one go."""
+        allocations = self._allocations([(job, now, name) for (now, job, _), name in zip(looks, aliases)])
         slots = allocations.select(
             "job_id", "allocation_id",
             slot_id=pl.concat_str("host", pl.lit("/"), pl.col("gpu").cast(pl.String),
@@ -396,18 +435,19 @@ class SimulatedGovernance:
         ids, lengths, stamps, activity, fb = [], [], [], [], []
         # progress: each attempt's start event; its work reports (checkpoints, logs) while it works
         progress = {"job_id": [], "attempt": [], "at": [], "is_checkpoint": []}
-        for now, job, kinds in looks:
+        for (now, job, kinds), name in zip(looks, aliases):
             if not _reads_minutes(kinds):
                 continue
             lookback = self._lookback(job, kinds)
-            progress["job_id"].append(job.job_id), progress["attempt"].append(job.attempt)
+            progress["job_id"].append(name), progress["attempt"].append(job.attempt)
             progress["at"].append(job.started_at), progress["is_checkpoint"].append(False)
-            if job.last_checkpoint_at is not None:  # its last ok checkpoint report (the engine keeps it)
-                progress["job_id"].append(job.job_id), progress["attempt"].append(job.attempt)
-                progress["at"].append(job.last_checkpoint_at), progress["is_checkpoint"].append(True)
+            checkpoint = self.pool.last_checkpoint(job, now)  # its last ok checkpoint report at its moment
+            if checkpoint is not None:
+                progress["job_id"].append(name), progress["attempt"].append(job.attempt)
+                progress["at"].append(checkpoint), progress["is_checkpoint"].append(True)
             busy_until = None
             for s in self.pool.minutes(job.job_id, now - lookback, now):
-                ids.append(allocation_of[(job.job_id, s["slot_id"])])
+                ids.append(allocation_of[(name, s["slot_id"])])
                 lengths.append(len(s["minute_at"]))
                 stamps.append(s["minute_at"]), activity.append(s["activity"]), fb.append(s["fb_used_mib"])
                 busy = ~(s["activity"] < 0.05)  # NaN counts as busy, as in Polars' ordering
@@ -415,7 +455,7 @@ class SimulatedGovernance:
                     last = s["minute_at"][busy].max()
                     busy_until = last if busy_until is None else max(busy_until, last)
             if busy_until is not None:
-                progress["job_id"].append(job.job_id), progress["attempt"].append(job.attempt)
+                progress["job_id"].append(name), progress["attempt"].append(job.attempt)
                 progress["at"].append(busy_until.astype(dt.datetime)), progress["is_checkpoint"].append(False)
         minutes = pl.DataFrame({
             "allocation_id": pl.Series(ids, dtype=pl.String).gather(np.repeat(np.arange(len(ids)), lengths)),
@@ -430,10 +470,11 @@ class SimulatedGovernance:
         queue = self.pool.engine.queues[job.spec.queue]
         return repr((job_view(job), queue.max_runtime_s, queue.low_priority))
 
-    def _allocations(self, looks: list[tuple[Job, dt.datetime]]) -> pl.DataFrame:
-        """`allocations_from_jobs` of these attempts, each evaluated at its moment: built once per
-        attempt while its API record and queue stay the same (a job's rows do not depend on the other jobs')."""
-        jobs = [job for job, _ in looks]
+    def _allocations(self, looks: list[tuple[Job, dt.datetime, str]]) -> pl.DataFrame:
+        """`allocations_from_jobs` of these attempts, each evaluated at its moment under its alias: built
+        once per attempt while its API record and queue stay the same (a job's rows do not depend on the
+        other jobs')."""
+        jobs = list({(job.job_id, job.attempt): job for job, _, _ in looks}.values())
         seen = {(job.job_id, job.attempt): self._record(job) for job in jobs}
         missing = [job for job in jobs if self.allocation_rows.get((job.job_id, job.attempt), ("",))[0]
                    != seen[(job.job_id, job.attempt)]]
@@ -448,8 +489,9 @@ class SimulatedGovernance:
             for job in missing:
                 key = (job.job_id, job.attempt)
                 self.allocation_rows[key] = (seen[key], parts.get(key, built.clear()))
-        frames = [self.allocation_rows[(job.job_id, job.attempt)][1] for job in jobs]
-        moments = pl.Series("evaluated_at", [now for _, now in looks], dtype=pl.Datetime("us"))
+        frames = [aliased_allocations(self.allocation_rows[(job.job_id, job.attempt)][1], job.job_id, name)
+                  for job, _, name in looks]
+        moments = pl.Series("evaluated_at", [now for _, now, _ in looks], dtype=pl.Datetime("us"))
         rows = frames[0] if len(frames) == 1 else pl.concat(frames)
         return rows.with_columns(moments.gather(np.repeat(np.arange(len(frames)), [f.height for f in frames])))
 
@@ -547,23 +589,52 @@ def health_rows(event: HealthEvent, minute: dt.datetime) -> list[dict]:
     return rows
 
 
-def rounded(value, places: int = 9):
-    """Floats (also inside dicts and lists) to `places`: one evaluation pass over more looks may sum a
-    finding's GPU-hours in another order, which moves the last bit and nothing else."""
-    if isinstance(value, float):
-        return round(value, places)
-    if isinstance(value, dict):
-        return {k: rounded(v, places) for k, v in value.items()}
-    if isinstance(value, list):
-        return [rounded(v, places) for v in value]
-    return value
-
-
 def decision_log(out: Path) -> list[dict]:
-    """Every record of the decision logs a run wrote under `out`, in order, floats `rounded`: what two runs
-    that decide the same hold equal."""
-    return [rounded(json.loads(line)) for path in sorted(out.glob("governance_actions/*/*.jsonl"))
+    """Every record of the decision logs a run wrote under `out`, in order (compare two with `difference`)."""
+    return [json.loads(line) for path in sorted(out.glob("governance_actions/*/*.jsonl"))
             for line in path.read_text().splitlines()]
+
+
+def difference(a, b, rel: float = 1e-9, path: str = "") -> str | None:
+    """Where two values (dicts and lists of them included) first differ, as a path and both values; None
+    when they are equal, floats within `rel` of each other: one evaluation pass over more looks may sum a
+    finding's GPU-hours or mean activity in another order, which moves the last bits and nothing else."""
+    if isinstance(a, float) and isinstance(b, float):
+        return None if math.isclose(a, b, rel_tol=rel, abs_tol=1e-12) else f"{path}: {a!r} != {b!r}"
+    if isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys():
+        return next((d for k in a if (d := difference(a[k], b[k], rel, f"{path}.{k}")) is not None), None)
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return next((d for i, (x, y) in enumerate(zip(a, b)) if (d := difference(x, y, rel, f"{path}[{i}]")) is not None),
+                    None)
+    return None if a == b else f"{path}: {str(a)[:200]} != {str(b)[:200]}"
+
+
+def alias(job_id: str, n: int) -> str:
+    """The name under which a pass evaluates an attempt's n-th look: its job id (n = 0), else the job id
+    and a mark of the look (`unaliased` takes the mark out again)."""
+    return job_id if n == 0 else f"{job_id}{_mark(n)}"
+
+
+def aliased_allocations(rows: pl.DataFrame, job_id: str, name: str) -> pl.DataFrame:
+    """An attempt's allocation rows under an alias: the mark after its job id and before each allocation
+    id (before, so that the attempt's allocation ids keep their order)."""
+    if name == job_id:
+        return rows
+    mark = name.removeprefix(job_id)
+    return rows.with_columns(job_id=pl.lit(name, pl.String), allocation_id=mark + pl.col("allocation_id"))
+
+
+def unaliased(findings: pl.DataFrame, job_id: str, name: str) -> pl.DataFrame:
+    """Findings evaluated under an alias, as evaluated under the job id: the mark leaves every text it
+    entered (the job id, the finding id, the allocation ids in the evidence)."""
+    if name == job_id or findings.is_empty():
+        return findings
+    return findings.with_columns(pl.col(pl.String).str.replace_all(name.removeprefix(job_id), "", literal=True))
+
+
+def _mark(n: int) -> str:
+    # "|" is in no job id the engine assigns ("j-000123") and JSON writes it as it is
+    return f"|look{n}|"
 
 
 def _reads_minutes(kinds: tuple[PolicyKind, ...]) -> bool:

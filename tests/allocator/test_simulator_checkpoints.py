@@ -55,10 +55,12 @@ def _by_job(records: list[dict], kind: str = "checkpoint") -> dict[str, list[dic
 
 
 class _Watcher:
-    """A governance that only looks: the engine's last checkpoint of each running job, every 20 minutes."""
+    """A governance that only looks: the engine's last checkpoint of each running job, every 20 minutes,
+    and the pool's forecast of it 40 minutes later (what the simulated governance evaluates ahead on)."""
 
     def __init__(self) -> None:
         self.seen: list[tuple[dt.datetime, str, int, dt.datetime | None]] = []
+        self.forecast: dict[tuple[dt.datetime, str, int], tuple[dt.datetime | None, dt.datetime | None]] = {}
 
     def attach(self, pool) -> None:
         self.pool = pool
@@ -72,6 +74,9 @@ class _Watcher:
         for job_id, job in sorted(self.pool.engine.jobs.items()):
             if job.state == JobState.RUNNING:
                 self.seen.append((now, job_id, job.attempt, job.last_checkpoint_at))
+                later = now + dt.timedelta(minutes=40)
+                self.forecast[(later, job_id, job.attempt)] = (job.last_checkpoint_at,
+                                                               self.pool.last_checkpoint(job, later))
 
 
 def _hourly(habit: Habit, drift: float = 1.0) -> CheckpointPlan:
@@ -135,6 +140,15 @@ def test_a_late_job_writes_two_to_four_times_further_apart_and_a_breaker_never(k
     starts = [(_ts(r) - BEGIN).total_seconds() for r in late]
     assert np.all(np.diff(starts) >= 2 * H) and np.all(np.diff(starts) <= 4 * H)
     assert "j-never" not in by_job
+
+
+def test_the_forecast_of_a_running_attempts_last_checkpoint_is_what_the_engine_holds_then(known):
+    _, _, watcher = known
+    held = {(at, job_id, attempt): last for at, job_id, attempt, last in watcher.seen}
+    compared = [(then, forecast, held[k]) for k, (then, forecast) in watcher.forecast.items() if k in held]
+    assert len(compared) > 20
+    assert sum(forecast != then for then, forecast, _ in compared) >= 5  # writes not reported yet, foreseen
+    assert [forecast for _, forecast, _ in compared] == [engine for _, _, engine in compared]
 
 
 def test_a_zombie_stops_checkpointing_when_its_work_stops(known):
