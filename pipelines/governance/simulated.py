@@ -249,33 +249,32 @@ class SimulatedGovernance:
         """Every look due now: their running attempts' findings (from a pass ahead whose inputs still
         hold, else from one pass now that also looks ahead), then each look planned, recorded and
         delivered in the order it was asked for. A look whose attempt an earlier look of this tick acted
-        on (or that comes twice) is evaluated again on its own, as it would have been."""
+        on is evaluated again on its own, as it would have been."""
         looks = self.due.pop(now)
         ahead = self.ahead.pop(now, {})
         for at in [at for at in self.ahead if at < now]:  # follow-ups evaluated ahead that never came
             del self.ahead[at]
-        batch: dict[tuple[str, int], tuple[Job, tuple[PolicyKind, ...]]] = {}
-        for job_id, attempt, kinds in looks:
-            job = self.pool.running(job_id, attempt)
-            if job is not None and (job_id, attempt) not in batch:
-                batch[(job_id, attempt)] = (job, kinds)
-        per_look: dict[tuple[str, int], pl.DataFrame] = {}
-        for key, (job, kinds) in batch.items():
-            seen = ahead.get((*key, kinds))
-            if seen is not None and seen[0] == self._evaluated_on(job, now, kinds):
-                per_look[key] = seen[1]
+        batch: dict[tuple[str, int, tuple[PolicyKind, ...]], Job] = {}
+        for look in looks:
+            job = self.pool.running(*look[:2])
+            if job is not None:
+                batch[look] = job
+        per_look: dict[tuple[str, int, tuple[PolicyKind, ...]], pl.DataFrame] = {}
+        for look, job in batch.items():
+            seen = ahead.get(look)
+            if seen is not None and seen[0] == self._evaluated_on(job, now, look[2]):
+                per_look[look] = seen[1]
                 self.reused += 1
-        missing = [(now, job, kinds) for key, (job, kinds) in batch.items() if key not in per_look]
+        missing = [(now, job, look[2]) for look, job in batch.items() if look not in per_look]
         if missing:
             per_look |= self._evaluate_ahead(missing, now)
         self.enforcer.acted_on.clear()
-        for job_id, attempt, kinds in looks:
-            ours = batch.pop((job_id, attempt), None)
-            fresh = ours is not None and ours[1] == kinds and job_id not in self.enforcer.acted_on
-            self.check(now, job_id, attempt, kinds, per_look[(job_id, attempt)] if fresh else None)
+        for look in looks:
+            fresh = look in per_look and look[0] not in self.enforcer.acted_on
+            self.check(now, *look, per_look[look] if fresh else None)
 
     def _evaluate_ahead(self, looks: list[tuple[dt.datetime, Job, tuple[PolicyKind, ...]]],
-                        now: dt.datetime) -> dict[tuple[str, int], pl.DataFrame]:
+                        now: dt.datetime) -> dict[tuple[str, int, tuple[PolicyKind, ...]], pl.DataFrame]:
         """The findings of these looks due now, from one pass that also evaluates, each at its own
         moment, the looks due within `ahead_by` not evaluated yet and the looks each look of the pass
         may ask for next (`_follow_ups`, unless `ahead_by` is 0). Those are kept with what they were
@@ -305,7 +304,7 @@ class SimulatedGovernance:
         for (at, job, kinds), findings in zip(later, found[len(looks):]):
             self.ahead.setdefault(at, {})[(job.job_id, job.attempt, kinds)] = (
                 self._evaluated_on(job, at, kinds), findings)
-        return {(job.job_id, job.attempt): findings for (_, job, _), findings in zip(looks, found)}
+        return {(job.job_id, job.attempt, kinds): findings for (_, job, kinds), findings in zip(looks, found)}
 
     def _follow_ups(self, job: Job, at: dt.datetime, kinds: tuple[PolicyKind, ...]) -> set[dt.datetime]:
         """When a look at `at` may ask to look again (`check`): a later step of its policies, as due
