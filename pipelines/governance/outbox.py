@@ -203,11 +203,14 @@ def decision_line(planned: PlannedAction, now: dt.datetime) -> dict:
 class Outbox:
     """Decisions, their delivery and the decision log. Implements `ActionHistory` for the planner."""
 
-    def __init__(self, path: Path, landing: Path, writer: str = "outbox", durable: bool = True):
-        """`durable=False` (the simulator) skips the fsync of each transaction: nothing outlives the run."""
+    def __init__(self, path: Path, landing: Path, writer: str = "outbox", durable: bool = True,
+                 flush_each: bool = True):
+        """`durable=False` (the simulator) skips the fsync of each transaction: nothing outlives the run.
+        `flush_each=False` (the simulator) keeps the decision log's lines in the outbox until `flush_log()`
+        instead of appending them to the day files after each record and delivery."""
         self.landing = Path(landing)
         self.writer = writer
-        self.durable = durable
+        self.durable, self.flush_each = durable, flush_each
         path = Path(path)
         # the outbox is state: the owner's only, whatever the umask (SQLite gives -wal and -shm its mode)
         make_dirs(path.parent, PRIVATE_DIR_MODE)
@@ -278,7 +281,8 @@ class Outbox:
             return recorded
 
         recorded = self._transaction(work)
-        self.flush_log()
+        if self.flush_each:
+            self.flush_log()
         return recorded
 
     # -- ActionHistory -----------------------------------------------------------------------------
@@ -411,7 +415,8 @@ class Outbox:
                 report.answered[result.outcome.value] += 1
         if accepted:
             self._remind(accepted, claim, reminders, now, report)
-        self.flush_log()
+        if self.flush_each:
+            self.flush_log()
         return report
 
     def _remind(self, accepted: list[tuple[str, PlannedAction, int, ActionResult, Due]], claim: str,

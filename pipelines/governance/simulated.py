@@ -141,7 +141,8 @@ class SimulatedGovernance:
         while day < pool.end.date():
             shutil.rmtree(pool.out / "governance_actions" / day.isoformat(), ignore_errors=True)
             day += dt.timedelta(days=1)
-        self.outbox = Outbox(self.state_dir / "outbox.db", pool.out, writer=WRITER, durable=False)
+        # the decision log is written at the end of the run (_close): nothing reads it before
+        self.outbox = Outbox(self.state_dir / "outbox.db", pool.out, writer=WRITER, durable=False, flush_each=False)
         self.with_findings: set[tuple[str, int]] = set()  # attempts with a decision recorded
         self.due: dict[dt.datetime, list[tuple[str, int, tuple[PolicyKind, ...]]]] = {}  # looks per minute
         # looks evaluated ahead, per minute: (job_id, attempt, kinds) -> (what they were evaluated on, findings)
