@@ -83,6 +83,8 @@ _SCHEMA = (
     "create index if not exists decisions_job on decisions (job_id, attempt)",
     "create index if not exists decisions_due on decisions (status, next_attempt_at)",
     "create index if not exists decisions_decided on decisions (decided_at)",
+    # a delivery reads back the rows it claimed: without this, a scan of every decision ever made
+    "create index if not exists decisions_claimed on decisions (claimed_by)",
     """create table if not exists log_lines (
         seq integer primary key autoincrement, day text not null, line text not null,
         written integer not null default 0)""",
@@ -315,15 +317,16 @@ class Outbox:
         actions = sorted(a.value for a in RATE_LIMITED_ACTIONS)
         with self._lock:
             rows = self._db.execute(
-                f"select tenant from decisions where decided_at >= ? and action in ({', '.join('?' * len(actions))}) "
-                "and status in (?, ?)",
+                # `+`: searched by decided_at (the hour), not by status (every decision ever answered)
+                f"select tenant from decisions where decided_at >= ? and +action in ({', '.join('?' * len(actions))}) "
+                "and +status in (?, ?)",
                 [_iso(since), *actions, DecisionStatus.QUEUED.value, DecisionStatus.ANSWERED.value]).fetchall()
         return [r[0] for r in rows]
 
     def drains_since(self, since: dt.datetime) -> int:
         with self._lock:
             (count,) = self._db.execute(
-                "select count(*) from decisions where decided_at >= ? and action in (?) and status in (?, ?)",
+                "select count(*) from decisions where decided_at >= ? and +action in (?) and +status in (?, ?)",
                 [_iso(since), *(a.value for a in DRAIN_ACTIONS), DecisionStatus.QUEUED.value,
                  DecisionStatus.ANSWERED.value]).fetchone()
         return count
@@ -331,7 +334,8 @@ class Outbox:
     def open_findings(self, since: dt.datetime, job_id: str | None = None,
                       attempt: int | None = None) -> list[PlannedAction]:
         """The latest step of each finding decided since `since` and not dropped; optionally only
-        those of one job attempt."""
+        those of one job attempt. (`+` keeps SQLite on the decided_at and finding indexes: by status
+        or in finding order it would read every decision ever made.)"""
         job_filter = ""
         params: list = [_iso(since), DecisionStatus.RATE_LIMITED.value]
         if job_id is not None:
@@ -347,8 +351,8 @@ class Outbox:
                    where d.decided_at >= ? and d.status != ? {job_filter}
                      and d.step_index = (select max(step_index) from decisions x
                                          where x.finding_id = d.finding_id and x.status != ?)
-                     and not exists (select 1 from decisions x where x.finding_id = d.finding_id and x.status = ?)
-                   order by d.finding_id""",
+                     and not exists (select 1 from decisions x where x.finding_id = d.finding_id and +x.status = ?)
+                   order by +d.finding_id""",
                 params).fetchall()
         return [planned_from_json(r[0]) for r in rows]
 

@@ -243,3 +243,26 @@ def test_the_steps_of_many_findings_at_once_are_each_findings_steps(outbox, monk
     many = outbox.steps_of([*ids, "no-such-finding"])
     assert many == {fid: outbox.steps(fid) for fid in ids}
     assert all(step.status == DecisionStatus.ANSWERED for steps in many.values() for step in steps)
+
+
+def test_no_query_of_the_outbox_reads_every_decision(outbox):
+    """The outbox keeps every decision ever made, and a live tick asks it for the last hours' and one
+    finding's: each of its queries is served by an index, none scans the decisions (SQLite's plan)."""
+    frame = findings(*(finding(f"j-{n}") for n in range(3)))
+    statements: list[str] = []
+    outbox._db.set_trace_callback(statements.append)
+    outbox.record(plan(frame, catalog(), outbox, T0), T0)
+    outbox.deliver({"allocator": Recorder()}, at(1))
+    outbox.record(plan(frame, catalog(), outbox, at(20)), at(20))
+    outbox.open_findings(at(-60))
+    outbox.open_findings(at(-60), "j-1", 1)
+    outbox.reclaims_since(at(-60))
+    outbox.drains_since(at(-60))
+    outbox.deliver({"allocator": Recorder()}, at(21))
+    outbox._db.set_trace_callback(None)
+    reads = {s for s in statements if s.lstrip().lower().startswith(("select", "update")) and "decisions" in s}
+    assert len(reads) >= 8
+    # a scan reads them all; a search by status alone reads every decision ever answered
+    scans = {s: detail for s in reads for *_, detail in outbox._db.execute(f"explain query plan {s}")
+             if detail.startswith("SCAN") or detail.endswith("(status=?)")}
+    assert scans == {}
