@@ -85,6 +85,7 @@ _SCHEMA = (
     "create index if not exists decisions_decided on decisions (decided_at)",
     # a delivery reads back the rows it claimed: without this, a scan of every decision ever made
     "create index if not exists decisions_claimed on decisions (claimed_by)",
+    "create index if not exists decisions_action on decisions (action, status)",  # the drains in force
     """create table if not exists log_lines (
         seq integer primary key autoincrement, day text not null, line text not null,
         written integer not null default 0)""",
@@ -102,8 +103,8 @@ DRAINS_IN_FORCE_SQL = f"""
            count(distinct d.job_id)
     from decisions d
     where d.action = 'drain' and d.status = 'answered' and d.outcome in {_ACCEPTED}
-      and not exists (select 1 from decisions u where u.finding_id = d.finding_id and u.action = 'undrain'
-                      and u.status = 'answered' and u.outcome in {_ACCEPTED})
+      and not exists (select 1 from decisions u where u.finding_id = d.finding_id and +u.action = 'undrain'
+                      and +u.status = 'answered' and u.outcome in {_ACCEPTED})
     group by 1"""
 
 
