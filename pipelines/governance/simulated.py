@@ -346,14 +346,12 @@ class SimulatedGovernance:
         return [unaliased(parts.get((name, job.attempt), found.clear()), job.job_id, name)
                 for (_, job, _), name in zip(looks, aliases)]
 
-    def _evaluate(self, looks: list[tuple[dt.datetime, Job, tuple[PolicyKind, ...]]],
-                  aliases: list[str] | None = None) -> pl.DataFrame:
+    def _evaluate(self, looks: list[tuple[dt.datetime, Job, tuple[PolicyKind, ...]]], aliases: list[str]) -> pl.DataFrame:
         """Findings of every look's kinds for its attempt, each attempt evaluated at its look's moment
-        under its alias (default: its job id; a kind another look asked for may show up for this
-        attempt too; the caller keeps the kinds each look asked for)."""
+        under its alias (a kind another look asked for may show up for this attempt too; the caller
+        keeps the kinds each look asked for)."""
         self.passes += 1
         kinds = tuple(dict.fromkeys(k for _, _, ks in looks for k in ks))
-        aliases = aliases or [job.job_id for _, job, _ in looks]
         return evaluate(self._inputs(looks, aliases), self.catalog, max(at for at, _, _ in looks), kinds=kinds)
 
     def _lookback(self, job: Job, kinds: tuple[PolicyKind, ...]) -> dt.timedelta:
@@ -376,7 +374,7 @@ class SimulatedGovernance:
                            evaluated_kinds=kinds)
         else:
             if findings is None:
-                findings = self._evaluate([(now, job, kinds)])
+                [findings] = self._looks_evaluated([(now, job, kinds)])
             planned = plan(findings, self.catalog, history, now, evaluated_kinds=kinds)
         recorded = self.outbox.record(planned, now)
         if recorded:
