@@ -32,6 +32,8 @@ from pathlib import Path
 import polars as pl
 
 from allocator.filemodes import READER_MODE, copy_file, make_dirs
+from expectations.suites import rules
+from expectations.validate import EXAMPLES_LIMIT, split_valid
 from pipelines.clock import utc_naive
 from pipelines.contracts import GAPS_SCHEMA, LAKE_TABLES, SCRAPE_GAPS_DDL, contract
 from pipelines.ingest_record import IncrementStale, IngestReport, IngestTotals
@@ -480,7 +482,6 @@ def _merge_outcomes(table: str, batches: list[dict]) -> dict:
     are positions in all the rows, examples the first distinct ones, failures in the suite's order."""
     if len(batches) == 1:
         return batches[0]
-    from expectations.validate import EXAMPLES_LIMIT  # GX, below (see _validate)
 
     failed: dict[tuple, dict] = {}
     offset = 0
@@ -509,10 +510,7 @@ def _merge_outcomes(table: str, batches: list[dict]) -> dict:
 @cache
 def _suite_order(table: str) -> dict[tuple, int]:
     """(expectation, column, reason) -> position in the table's suite (the order failures are listed in)."""
-    from expectations.suites import build_suite, reason_of  # GX, below (see _validate)
-
-    return {(e.expectation_type, getattr(e, "column", None), reason_of(e)): i
-            for i, e in enumerate(build_suite(table).expectations)}
+    return {(rule.kind, rule.column, rule.reason): i for i, rule in enumerate(rules(table))}
 
 
 OWN_DAY = "_own_day"  # bookkeeping column (dropped before writing): the UTC day of the record's own time
@@ -561,10 +559,6 @@ def _validate(
     record is identified by (source_file, line_number) where the table carries line numbers;
     otherwise each rejected row of the source's first table (1:1 with records) is one record.
     """
-    # Great Expectations takes seconds to import: only a process that validates rows pays for it (this
-    # module is imported by every command that runs the Dagster assets, `gpupool build` among them).
-    from expectations.validate import split_valid
-
     kept: dict[str, pl.DataFrame] = {}
     rejected = [empty_quarantine()]
     outcomes: dict[str, dict] = {}
