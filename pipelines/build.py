@@ -35,7 +35,7 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -82,9 +82,11 @@ def build(
     full_refresh: bool = False,
     on_step: Step = lambda _msg: None,
     project_dir: Path = MODELS_DIR,
+    only: Sequence[str] = (),
 ) -> list[ModelBuild]:
     """Build seeds and models into the warehouse; `on_step` gets one line per model as it finishes.
-    Raises BuildError naming the model when one fails (the warehouse is then left as it was), ConfigError
+    `only`: build just these models (by name) and what they read, not the whole project. Raises
+    BuildError naming the model when one fails (the warehouse is then left as it was), ConfigError
     when the site's GPU models table (pipelines/site.py) is bad."""
     project_dir = Path(project_dir).resolve()
     dbt_dir = warehouse.home / "dbt"
@@ -116,10 +118,14 @@ def build(
         ]
         if full_refresh:
             args.append("--full-refresh")
+        selected = [f"+{name}" for name in only]
         if not project_changed:
             # the views and seeds built from this very project are in place (views read their tables
             # when queried): only the tables and incrementals, rebuilt whole on a full refresh
-            args += ["--select", "config.materialized:table", "config.materialized:incremental"]
+            kinds = ["config.materialized:table", "config.materialized:incremental"]
+            selected = [f"{name},{kind}" for name in selected for kind in kinds] if selected else kinds
+        if selected:
+            args += ["--select", *selected]
         args += ["--event-time-start", window[0].isoformat(), "--event-time-end", window[1].isoformat()]
         from dbt.cli.main import dbtRunner
 
@@ -143,6 +149,27 @@ def build(
                    r.execution_time)
         for r in result.result.results
     ]
+
+
+def raw_tables_read(warehouse: Warehouse, models: Sequence[str], project_dir: Path = MODELS_DIR) -> set[str]:
+    """The raw tables (dbt sources) that `models` (by name) read, directly or through other models."""
+    project_dir = Path(project_dir).resolve()
+    dbt_dir = warehouse.home / "dbt"
+    manifest = _manifest(project_dir, dbt_dir, dbt_dir / "build" / warehouse.writer_path.name,
+                         latest_change(project_dir))
+    wanted = {uid for uid, node in manifest.nodes.items() if node.resource_type == "model" and node.name in models}
+    if missing := set(models) - {manifest.nodes[uid].name for uid in wanted}:
+        raise BuildError(f"no model named {', '.join(sorted(missing))} in {project_dir}")
+    tables: set[str] = set()
+    seen: set[str] = set()
+    while wanted:
+        uid = wanted.pop()
+        seen.add(uid)
+        if uid in manifest.sources:
+            tables.add(manifest.sources[uid].name)
+        elif uid in manifest.nodes:
+            wanted.update(set(getattr(manifest.nodes[uid].depends_on, "nodes", ())) - seen)  # a seed reads none
+    return tables
 
 
 def site_project_dir(home: Path) -> Path:

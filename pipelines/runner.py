@@ -186,18 +186,21 @@ def _ingest_runs(resources: dict, wanted: set[str], first: dt.date, last: dt.dat
 
 
 def build_models(warehouse: Warehouse, full_refresh: bool = False,
-                 on_step: Callable[[str], None] = lambda _msg: None) -> list[ModelBuild]:
-    """Build the models (incremental, or everything with `full_refresh`), load the policy exemptions,
-    then run the build's checks: ingest_accounting_balanced warns, catalog_matches_models fails the step."""
-    on_step("build models (seeds, staging, marts, metrics)" + (", full refresh" if full_refresh else ""))
+                 on_step: Callable[[str], None] = lambda _msg: None, only: Sequence[str] = ()) -> list[ModelBuild]:
+    """Build the models (incremental, or everything with `full_refresh`; `only`: just these models and
+    what they read), load the policy exemptions, then run the build's checks: ingest_accounting_balanced
+    warns, catalog_matches_models fails the step (not with `only`: it checks the whole project)."""
+    what = f"{', '.join(only)} and what they read" if only else "seeds, staging, marts, metrics"
+    on_step(f"build models ({what})" + (", full refresh" if full_refresh else ""))
     with warehouse.publishing("build", "full refresh" if full_refresh else None):
-        builds = _build_and_check(warehouse, full_refresh, on_step)
+        builds = _build_and_check(warehouse, full_refresh, on_step, only)
     return builds
 
 
-def _build_and_check(warehouse: Warehouse, full_refresh: bool, on_step: Callable[[str], None]) -> list[ModelBuild]:
+def _build_and_check(warehouse: Warehouse, full_refresh: bool, on_step: Callable[[str], None],
+                     only: Sequence[str] = ()) -> list[ModelBuild]:
     try:
-        builds = build(warehouse, full_refresh=full_refresh, on_step=on_step)
+        builds = build(warehouse, full_refresh=full_refresh, on_step=on_step, only=only)
     except (BuildError, ConfigError, CatalogError) as err:  # the site's files too: the cause, not a traceback
         raise StepFailed(str(err), traceback.format_exc()) from None
     problem = load_exemptions(warehouse)
@@ -206,6 +209,8 @@ def _build_and_check(warehouse: Warehouse, full_refresh: bool, on_step: Callable
     bad = unbalanced_ingests(warehouse)
     if bad:
         on_step(f"warning: check {INGEST_ACCOUNTING} failed on metrics/ingest_daily{_examples([list(r) for r in bad])}")
+    if only:  # the catalog's check is of the whole project: the full build runs it
+        return builds
     problems = catalog_problems(warehouse)
     if problems:
         raise StepFailed(f"blocking check {CATALOG_MATCHES} failed on metrics/catalog{_examples(problems)}")

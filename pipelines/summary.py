@@ -171,6 +171,10 @@ POLICY_FIGURES: tuple[tuple[str, Read, str, float], ...] = (
 )
 
 
+# the views the comparison reads: all a month run only to be compared needs built (pipelines/cli/demo.py)
+POLICY_VIEWS: tuple[str, ...] = tuple(sorted({read.view for _, read, _, _ in POLICY_FIGURES}))
+
+
 def policy_comparison(with_policies: Warehouse, without: Warehouse) -> list[tuple[str, float | None, float | None,
                                                                                  str]]:
     """(figure, with policies, without, unit) for the month run twice: the same metric views read in

@@ -17,6 +17,7 @@ from pipelines import duckdb_limits
 from pipelines.cli import beside, main
 from pipelines.cli.beside import machine_allows
 from pipelines.cli.demo import MIN_DAYS_FOR_INGEST_WORKERS, PhaseMeter, _ingest_workers
+from pipelines.summary import POLICY_VIEWS
 
 GPUPOOL = [sys.executable, "-m", "pipelines.cli"]
 
@@ -106,6 +107,19 @@ def test_the_baseline_month_runs_side_by_side_where_the_machine_allows_and_print
     summary, _, baseline = printout.partition("the same month with the idle-reclaim policies off")
     assert "with the idle-reclaim policies acting" in summary and "with no idle-reclaim" not in summary
     assert "with no idle-reclaim" in baseline and "raw_dcgm_parquet:" in baseline
+
+
+@pytest.mark.slow
+def test_the_baseline_month_loads_and_builds_only_what_the_comparison_reads(demo_run):
+    home, printout = demo_run
+    baseline = printout.partition("the same month with the idle-reclaim policies off")[2]
+    assert "raw_allocator_events:" in baseline and "raw_node_exporter_parquet:" not in baseline
+    relations = {r["name"] for r in sql_json(
+        "select table_schema || '.' || table_name as name from information_schema.tables", home / "baseline")}
+    assert {f"metrics.{view}" for view in POLICY_VIEWS} <= relations
+    assert "marts.fct_gpu_activity" in relations and "marts.fct_host_activity" not in relations
+    assert "marts.fct_host_activity" in {r["name"] for r in sql_json(
+        "select table_schema || '.' || table_name as name from information_schema.tables", home)}
 
 
 @pytest.mark.slow

@@ -99,9 +99,15 @@ def next_steps(home: Path) -> str:
 def _baseline_month(home: Path, days: int, gpus: int | None, seed: int, first: dt.date,
                     fault_scale: float) -> list[tuple[str, float, int | None]]:
     """The month with the policies off into `home` (in a process of its own beside the demo's month, or
-    after it): its phases' rows ("baseline simulate", ...) for the demo's table."""
+    after it): its phases' rows ("baseline simulate", ...) for the demo's table. Only what the comparison
+    reads is ingested and built (summary.POLICY_VIEWS and what they read): the host telemetry and the
+    checkpoints are simulated but not loaded."""
+    from pipelines.summary import POLICY_VIEWS
+
+    shutil.rmtree(home, ignore_errors=True)  # the demo's own: a fresh month, no tables of an earlier run left
     meter = PhaseMeter()
-    _demo_month(Warehouse(home), days, gpus, seed, first, False, meter, "baseline ", fault_scale=fault_scale)
+    _demo_month(Warehouse(home), days, gpus, seed, first, False, meter, "baseline ", fault_scale=fault_scale,
+                only=POLICY_VIEWS)
     return meter.rows
 
 
@@ -115,11 +121,14 @@ def _ingest_workers(days: int) -> int:
 
 
 def _demo_month(wh: Warehouse, days: int, gpus: int | None, seed: int, first: dt.date, policies: bool,
-                meter: PhaseMeter, label: str = "", fault_scale: float = 1.0, ingest_workers: int = 1) -> None:
+                meter: PhaseMeter, label: str = "", fault_scale: float = 1.0, ingest_workers: int = 1,
+                only: tuple[str, ...] = ()) -> None:
     """Simulate (policies acting or not), ingest every landed source, build the models; each a phase of
-    `meter`, named with `label` in front."""
+    `meter`, named with `label` in front. `only`: ingest just the sources these models read, and build
+    just them and what they read."""
     from allocator.sim.simulator import simulate as run_simulation
     from pipelines import runner
+    from pipelines.build import raw_tables_read
     from pipelines.governance.simulated import SimulatedGovernance
     from pipelines.policies.catalog import load_catalog
 
@@ -139,6 +148,9 @@ def _demo_month(wh: Warehouse, days: int, gpus: int | None, seed: int, first: dt
         click.echo(f"    policies looked {governance.checks:,} times; decisions: "
                    + ", ".join(f"{n:,} {k}" for k, n in sorted(governance.decisions.items())))
     sources = [name for name in SOURCES if (wh.landing / name).is_dir()]
+    if only:
+        read = raw_tables_read(wh, only)
+        sources = [name for name in sources if read & set(SOURCES[name].tables)]
     with meter.phase(f"{label}ingest"):
         outcomes = runner.ingest_days(wh, sources, first, last, on_step=step, workers=ingest_workers)
     for o in outcomes:
@@ -149,7 +161,7 @@ def _demo_month(wh: Warehouse, days: int, gpus: int | None, seed: int, first: dt
             f"{m.get('records_quarantined', 0):,} quarantined{flag}"
         )
     with meter.phase(f"{label}build"):
-        runner.build_models(wh, full_refresh=True, on_step=step)
+        runner.build_models(wh, full_refresh=True, on_step=step, only=only)
 
 
 # --- time and peak memory of each phase -----------------------------------------------------------

@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime as dt
 import math
 import random
-
 import subprocess
 import sys
 

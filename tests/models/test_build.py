@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.build import BuildError, ModelBuild, build
+from pipelines.build import BuildError, ModelBuild, build, raw_tables_read
 from pipelines.catalog import load_catalog
 from pipelines.paths import MODELS_DIR
 from pipelines.warehouse import Warehouse
@@ -140,3 +140,13 @@ def test_an_incremental_build_runs_the_tables_a_changed_project_everything_and_a
     with warehouse.connect() as con:
         assert con.execute("select host from metrics.gpu_inventory").fetchall() == [("a100-01",)]
     assert not (warehouse.home / "dbt" / "build").exists()
+
+
+def test_the_raw_tables_a_model_reads_come_from_the_project_graph(tmp_path):
+    wh = Warehouse(tmp_path)
+    assert raw_tables_read(wh, ["host_period"]) == {"host_samples"}
+    comparison = raw_tables_read(wh, ["pool_period", "job_period", "governance_period"])
+    assert {"dcgm_samples", "job_events", "job_gpus", "governance_actions"} <= comparison
+    assert not comparison & {"host_samples", "artifact_events"}
+    with pytest.raises(BuildError, match="no model named nope"):
+        raw_tables_read(wh, ["pool_period", "nope"])
