@@ -81,9 +81,9 @@ def main() -> None:
             seconds: dict[str, list[float]] = {"screen first": [], "GX alone": []}
             verdicts = {}
             for _ in range(args.runs):
-                for label, runs in seconds.items():
+                for label, took_s in seconds.items():
                     took, verdicts[label] = timed(label == "screen first", data_frame, rows)
-                    runs.append(took)
+                    took_s.append(took)
             if verdicts["screen first"] != verdicts["GX alone"]:
                 raise SystemExit(f"{name}: the two ways disagree")
             failing = sum(count for _, count, _, _ in verdicts["GX alone"])
