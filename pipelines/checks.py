@@ -80,6 +80,7 @@ def suite_check_result(
     problems: list[str] = []
     tenant_notes: list[str] = []
     failed_expectations: dict[str, int] = {}
+    results = []
     for report in reports:
         day = day_problems(report)
         problems.extend(day)
@@ -87,18 +88,19 @@ def suite_check_result(
             for f in outcome.get("failed", []):
                 key = f"{table}: {f['reason']}"
                 failed_expectations[key] = failed_expectations.get(key, 0) + f["unexpected_count"]
-        warehouse.record_check(
+        results.append((
             CHECK_NAME, asset_key.to_user_string(), report.partition_date, not day, severity.value,
             report.records_quarantined, {"problems": day, "validation": report.validation},
-        )
+        ))
         if src.tenant_field:
             alone = tenant_warnings(report)
             tenant_notes.extend(alone)
-            warehouse.record_check(
+            results.append((
                 TENANT_CHECK_NAME, asset_key.to_user_string(), report.partition_date, not alone,
                 dg.AssetCheckSeverity.WARN.value, sum(q for _, q in tenants_judged_alone(report).values()),
                 {"tenants": alone},
-            )
+            ))
+    warehouse.record_checks(results)
     return dg.AssetCheckResult(
         asset_key=asset_key,
         check_name=CHECK_NAME,

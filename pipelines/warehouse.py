@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import datetime as dt
 import fcntl
+import functools
+import hashlib
 import json
 import os
 import shutil
@@ -59,6 +61,7 @@ from pipelines.lake.tables import DataFile
 # the readers' (a published release's) limit unless GPUPOOL_DUCKDB_MEMORY_LIMIT says otherwise; writers size theirs
 DEFAULT_MEMORY_LIMIT = "6GB"
 SCHEMAS = ("raw", "seeds", "staging", "marts", "metrics", "ops", "governance")
+SCHEMA_STAMP = "ops.schema_stamp"  # the digest of the statements that made the file's schemas and tables
 LAKE_DAY_COLUMN = "partition_date"
 # Releases kept besides the pinned ones; older ones are deleted when a newer one is published.
 DEFAULT_KEEP_RELEASES = 3
@@ -375,15 +378,22 @@ class Warehouse:
 
     # -- schema ------------------------------------------------------------------------------
     def ensure_schema(self, con: duckdb.DuckDBPyConnection) -> None:
+        """Create the schemas and tables (pipelines/contracts.py) unless the file says it holds them as this
+        code defines them (SCHEMA_STAMP: a digest of the statements), and point the lake views at the
+        lake's latest versions. Every writer connection runs it: an ingest opens several a day."""
         make_dirs(marts_dir(self.home), READER_DIR_MODE)  # the per-minute marts' day files (models/macros/day_files.sql)
+        current = _schema_is_current(con)
         # One transaction: each statement committed on its own flushes the WAL, several times slower
         # (bench/README.md, "Figures the code's choices rest on").
         con.execute("begin transaction")
         try:
-            for schema in SCHEMAS:
-                con.execute(f"create schema if not exists {schema}")
-            for statement in all_ddl():  # every table's DDL lives in pipelines/contracts.py
-                con.execute(statement)
+            if not current:
+                for schema in SCHEMAS:
+                    con.execute(f"create schema if not exists {schema}")
+                for statement in all_ddl():  # every table's DDL lives in pipelines/contracts.py
+                    con.execute(statement)
+                con.execute(f"create or replace table {SCHEMA_STAMP} (digest varchar not null)")
+                con.execute(f"insert into {SCHEMA_STAMP} values (?)", [_schema_digest()])
             self.refresh_lake_views(con)
             con.execute("commit")
         except Exception:
@@ -436,17 +446,31 @@ class Warehouse:
         metadata: dict,
     ) -> None:
         """Keep the latest result of a check per (check, asset, day) for the dashboards."""
+        self.record_checks([(check_name, asset, partition_date, passed, severity, unexpected_count, metadata)])
+
+    def record_checks(self, results: list[tuple[str, str, dt.date | None, bool, str, int, dict]]) -> None:
+        """record_check for several results (check, asset, day, passed, severity, unexpected count,
+        metadata), in one writer connection: an ingest of a month records two a day."""
+        if not results:
+            return
         with self.writer() as con:
-            con.execute(
-                "delete from ops.check_results where check_name = ? and asset = ? "
-                "and partition_date is not distinct from ?",
-                [check_name, asset, partition_date],
-            )
-            con.execute(
-                "insert into ops.check_results values (?, ?, ?, ?, ?, ?, ?, ?)",
-                [check_name, asset, partition_date, passed, severity, unexpected_count,
-                 json.dumps(metadata, default=str, sort_keys=True), utc_naive()],
-            )
+            con.execute("begin transaction")
+            try:
+                for check_name, asset, partition_date, passed, severity, unexpected_count, metadata in results:
+                    con.execute(
+                        "delete from ops.check_results where check_name = ? and asset = ? "
+                        "and partition_date is not distinct from ?",
+                        [check_name, asset, partition_date],
+                    )
+                    con.execute(
+                        "insert into ops.check_results values (?, ?, ?, ?, ?, ?, ?, ?)",
+                        [check_name, asset, partition_date, passed, severity, unexpected_count,
+                         json.dumps(metadata, default=str, sort_keys=True), utc_naive()],
+                    )
+                con.execute("commit")
+            except Exception:
+                con.execute("rollback")
+                raise
 
     # -- partition replacement ---------------------------------------------------------------
     def replace_partition(
@@ -625,6 +649,7 @@ class Warehouse:
         landing path, between `folder/` and `folder0` (min/max statistics prune the lake's files)."""
         low, high = f"{folder.as_posix()}/", f"{folder.as_posix()}0"  # '0' follows '/'
         lake = [t for t in tables if t in LAKE_TABLES]
+        rewritten = False
         for name in lake:
             table = self.lake_table(name)
             if not self.store.exists(table):
@@ -638,6 +663,9 @@ class Warehouse:
                     old = self._read_lake_rows(name, day, ingest_source)
                     self.write_lake_rows(name, day, ingest_source, old.filter(
                         ~((pl.col("source_file") >= low) & (pl.col("source_file") < high))))
+                rewritten = True
+        if not rewritten and all(name in LAKE_TABLES for name in tables):
+            return  # no lake row had moved, and no warehouse table to clean: no writer to open
         with self.writer() as con:
             con.execute("begin transaction")
             try:
@@ -777,3 +805,18 @@ def _days_of(files: list[DataFile]) -> tuple[dt.date | None, dt.date | None]:
     if not bounds or any(b is None for b in bounds):
         return None, None
     return min(low for low, _ in bounds).date(), max(high for _, high in bounds).date()
+
+
+@functools.cache
+def _schema_digest() -> str:
+    """A digest of every statement ensure_schema runs: a change of any table or migration changes it."""
+    return hashlib.sha256("\n".join([*SCHEMAS, *all_ddl()]).encode()).hexdigest()
+
+
+def _schema_is_current(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether the file's schemas and tables were made by this code's statements (SCHEMA_STAMP)."""
+    try:
+        row = con.execute(f"select digest from {SCHEMA_STAMP}").fetchone()
+    except duckdb.CatalogException:  # a new file, or one made before the stamp
+        return False
+    return row is not None and row[0] == _schema_digest()

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pipelines.contracts import RECOMMENDATIONS_TABLE
-from pipelines.warehouse import Warehouse
+from pipelines.warehouse import SCHEMA_STAMP, Warehouse
 from tests.conftest import copy_home
 
 pytestmark = pytest.mark.slow  # the shared 3-day demo
@@ -21,6 +21,7 @@ def test_recommendations_record_and_pin_the_release_they_read(tmp_path: Path, sm
     wh = Warehouse(copy_home(small_demo_home, tmp_path / "gpupool"))
     with wh.writer() as con:  # a warehouse from before releases: the next write adds the column
         con.execute(f"alter table {RECOMMENDATIONS_TABLE} drop column release_id")
+        con.execute(f"drop table {SCHEMA_STAMP}")  # and before the schema stamp, which that code did not write
     read = wh.current_release()
 
     done = subprocess.run([str(Path(sys.executable).parent / "gpupool"), "recommend", "--home", str(wh.home),
