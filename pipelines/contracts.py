@@ -8,15 +8,19 @@
 - The tables the code writes itself (ops.*, governance.*): their DDL and documentation, one
   `CodeTable` each in TABLES (add a new one with `register` at the end of this module).
 
-`all_ddl()` is what `Warehouse.ensure_schema` runs.
+`make_tables` (`all_ddl()`, once per version of the statements: SCHEMA_STAMP) is what
+`Warehouse.ensure_schema` runs.
 """
 from __future__ import annotations
 
+import hashlib
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import cache
 
+import duckdb
 import polars as pl
 import yaml
 
@@ -230,6 +234,34 @@ def all_ddl() -> list[str]:
         if not t.on_demand:
             out += [t.ddl, *t.migrations]
     return out
+
+
+SCHEMA_STAMP = "ops.schema_stamp"  # the digest of the statements that made a file's schemas and tables
+
+
+def make_tables(con: duckdb.DuckDBPyConnection, schemas: Sequence[str]) -> None:
+    """Run the statements that make `schemas` and every table (all_ddl), in `con`'s transaction, unless
+    the file's SCHEMA_STAMP says these very statements made it: every writer connection asks, and an
+    ingest opens several a day. A change of any table or migration changes the digest; a file made
+    before the stamp has none."""
+    digest = schema_digest(tuple(schemas))
+    schema, name = SCHEMA_STAMP.split(".")
+    stamped = con.execute("select count(*) from duckdb_tables() where schema_name = ? and table_name = ?",
+                          [schema, name]).fetchone()[0]
+    if stamped and con.execute(f"select digest from {SCHEMA_STAMP}").fetchone() == (digest,):
+        return
+    for each in schemas:
+        con.execute(f"create schema if not exists {each}")
+    for statement in all_ddl():
+        con.execute(statement)
+    con.execute(f"create or replace table {SCHEMA_STAMP} (digest varchar not null)")
+    con.execute(f"insert into {SCHEMA_STAMP} values (?)", [digest])
+
+
+@cache
+def schema_digest(schemas: tuple[str, ...]) -> str:
+    """A digest of every statement make_tables runs."""
+    return hashlib.sha256("\n".join([*schemas, *all_ddl()]).encode()).hexdigest()
 
 
 # Written by Warehouse.replace_partition.

@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import datetime as dt
 import fcntl
-import functools
-import hashlib
 import json
 import os
 import shutil
@@ -48,7 +46,7 @@ from allocator.filemodes import (
 )
 from pipelines import sandbox
 from pipelines.clock import utc_naive
-from pipelines.contracts import INGEST_LOG_COLUMNS, LAKE_TABLES, LAKE_TIME_COLUMN, all_ddl, contract
+from pipelines.contracts import INGEST_LOG_COLUMNS, LAKE_TABLES, LAKE_TIME_COLUMN, contract, make_tables
 from pipelines.duckdb_limits import MEMORY_LIMIT_ENV, writer_limits
 from pipelines.ingest_record import IncrementStale, IngestReport, IngestTotals
 from pipelines.lake import DeltaStore, LakeError, ReleaseNotFound, ReleaseRegistry, registry_for
@@ -61,7 +59,6 @@ from pipelines.lake.tables import DataFile
 # the readers' (a published release's) limit unless GPUPOOL_DUCKDB_MEMORY_LIMIT says otherwise; writers size theirs
 DEFAULT_MEMORY_LIMIT = "6GB"
 SCHEMAS = ("raw", "seeds", "staging", "marts", "metrics", "ops", "governance")
-SCHEMA_STAMP = "ops.schema_stamp"  # the digest of the statements that made the file's schemas and tables
 LAKE_DAY_COLUMN = "partition_date"
 # Releases kept besides the pinned ones; older ones are deleted when a newer one is published.
 DEFAULT_KEEP_RELEASES = 3
@@ -378,22 +375,14 @@ class Warehouse:
 
     # -- schema ------------------------------------------------------------------------------
     def ensure_schema(self, con: duckdb.DuckDBPyConnection) -> None:
-        """Create the schemas and tables (pipelines/contracts.py) unless the file says it holds them as this
-        code defines them (SCHEMA_STAMP: a digest of the statements), and point the lake views at the
-        lake's latest versions. Every writer connection runs it: an ingest opens several a day."""
+        """Make the schemas and tables where the file lacks them (contracts.make_tables: every table's DDL
+        lives in pipelines/contracts.py), and point the lake views at the lake's latest versions."""
         make_dirs(marts_dir(self.home), READER_DIR_MODE)  # the per-minute marts' day files (models/macros/day_files.sql)
-        current = _schema_is_current(con)
         # One transaction: each statement committed on its own flushes the WAL, several times slower
         # (bench/README.md, "Figures the code's choices rest on").
         con.execute("begin transaction")
         try:
-            if not current:
-                for schema in SCHEMAS:
-                    con.execute(f"create schema if not exists {schema}")
-                for statement in all_ddl():  # every table's DDL lives in pipelines/contracts.py
-                    con.execute(statement)
-                con.execute(f"create or replace table {SCHEMA_STAMP} (digest varchar not null)")
-                con.execute(f"insert into {SCHEMA_STAMP} values (?)", [_schema_digest()])
+            make_tables(con, SCHEMAS)
             self.refresh_lake_views(con)
             con.execute("commit")
         except Exception:
@@ -805,18 +794,3 @@ def _days_of(files: list[DataFile]) -> tuple[dt.date | None, dt.date | None]:
     if not bounds or any(b is None for b in bounds):
         return None, None
     return min(low for low, _ in bounds).date(), max(high for _, high in bounds).date()
-
-
-@functools.cache
-def _schema_digest() -> str:
-    """A digest of every statement ensure_schema runs: a change of any table or migration changes it."""
-    return hashlib.sha256("\n".join([*SCHEMAS, *all_ddl()]).encode()).hexdigest()
-
-
-def _schema_is_current(con: duckdb.DuckDBPyConnection) -> bool:
-    """Whether the file's schemas and tables were made by this code's statements (SCHEMA_STAMP)."""
-    try:
-        row = con.execute(f"select digest from {SCHEMA_STAMP}").fetchone()
-    except duckdb.CatalogException:  # a new file, or one made before the stamp
-        return False
-    return row is not None and row[0] == _schema_digest()

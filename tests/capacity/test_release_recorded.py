@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.contracts import RECOMMENDATIONS_TABLE
-from pipelines.warehouse import SCHEMA_STAMP, Warehouse
+from pipelines.contracts import RECOMMENDATIONS_TABLE, SCHEMA_STAMP
+from pipelines.warehouse import Warehouse
 from tests.conftest import copy_home
 
 pytestmark = pytest.mark.slow  # the shared 3-day demo

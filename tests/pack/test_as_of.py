@@ -17,9 +17,10 @@ from polars.testing import assert_frame_equal
 
 from pipelines.cli.pack import pack as pack_command
 from pipelines.cli.releases import releases as releases_command
+from pipelines.contracts import SCHEMA_STAMP
 from pipelines.lake.reader import search_config
 from pipelines.pack.figures import TABLES
-from pipelines.warehouse import SCHEMA_STAMP, Warehouse
+from pipelines.warehouse import Warehouse
 from tests.conftest import copy_home
 
 pytestmark = pytest.mark.slow  # the shared 3-day demo, then packs (WeasyPrint)

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from pipelines import warehouse as warehouse_module
-from pipelines.warehouse import SCHEMA_STAMP, Warehouse
+from pipelines import contracts
+from pipelines.contracts import SCHEMA_STAMP
+from pipelines.warehouse import Warehouse
 
 COUNT_INGEST_LOG = ("select count(*) from duckdb_tables() where schema_name = 'ops' and table_name = 'ingest_log'")
 
@@ -19,7 +20,7 @@ def test_the_schema_is_made_again_only_when_its_statements_change(tmp_path: Path
         con.execute("drop table ops.ingest_log")
     with wh.writer() as con:  # the stamp says the statements ran: none runs again
         assert con.execute(COUNT_INGEST_LOG).fetchone()[0] == 0
-    monkeypatch.setattr(warehouse_module, "_schema_digest", lambda: "the statements changed")
+    monkeypatch.setattr(contracts, "schema_digest", lambda _schemas: "the statements changed")
     with wh.writer() as con:
         assert con.execute(COUNT_INGEST_LOG).fetchone()[0] == 1
         assert con.execute(f"select digest from {SCHEMA_STAMP}").fetchall() == [("the statements changed",)]
