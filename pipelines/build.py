@@ -118,14 +118,12 @@ def build(
         ]
         if full_refresh:
             args.append("--full-refresh")
-        selected = [f"+{name}" for name in only]
-        if not project_changed:
+        if only:  # these models and everything they read, views and seeds too
+            args += ["--select", *(f"+{name}" for name in only)]
+        elif not project_changed:
             # the views and seeds built from this very project are in place (views read their tables
             # when queried): only the tables and incrementals, rebuilt whole on a full refresh
-            kinds = ["config.materialized:table", "config.materialized:incremental"]
-            selected = [f"{name},{kind}" for name in selected for kind in kinds] if selected else kinds
-        if selected:
-            args += ["--select", *selected]
+            args += ["--select", "config.materialized:table", "config.materialized:incremental"]
         args += ["--event-time-start", window[0].isoformat(), "--event-time-end", window[1].isoformat()]
         from dbt.cli.main import dbtRunner
 
