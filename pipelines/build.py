@@ -51,7 +51,7 @@ from pipelines.paths import MODELS_DIR
 from pipelines.policies.catalog import load_catalog
 from pipelines.policies.idle import idle_rule_rows
 from pipelines.site import SEED_NAME, site_gpu_models
-from pipelines.sources.registry import SOURCES
+from pipelines.sources.registry import sources_filling
 from pipelines.warehouse import Warehouse
 
 if TYPE_CHECKING:
@@ -383,7 +383,7 @@ def _changed_days(con: duckdb.DuckDBPyConnection, since: dt.datetime) -> tuple[l
     samples: ops.ingest_log's runs, and the raw rows the day-by-day models and the governance marts read
     that were written since (a landing file's records on another day are merged into that day without a
     log row)."""
-    host_sources = [s.name for s in SOURCES.values() if "host_samples" in s.tables]
+    host_sources = sources_filling(["host_samples"])
     rows = con.execute(
         "select partition_date, bool_or(is_host) from ("
         " select partition_date, ingest_source in (select unnest(?::varchar[])) as is_host"

@@ -375,19 +375,15 @@ class Warehouse:
 
     # -- schema ------------------------------------------------------------------------------
     def ensure_schema(self, con: duckdb.DuckDBPyConnection) -> None:
-        """Make the schemas and tables where the file lacks them (contracts.make_tables: every table's DDL
-        lives in pipelines/contracts.py), and point the lake views at the lake's latest versions."""
+        """Make the schemas and tables unless the file's stamp says this code's statements made them
+        (contracts.make_tables: every table's DDL lives in pipelines/contracts.py), and point the lake
+        views at the lake's latest versions."""
         make_dirs(marts_dir(self.home), READER_DIR_MODE)  # the per-minute marts' day files (models/macros/day_files.sql)
         # One transaction: each statement committed on its own flushes the WAL, several times slower
         # (bench/README.md, "Figures the code's choices rest on").
-        con.execute("begin transaction")
-        try:
+        with _transaction(con):
             make_tables(con, SCHEMAS)
             self.refresh_lake_views(con)
-            con.execute("commit")
-        except Exception:
-            con.execute("rollback")
-            raise
 
     def refresh_lake_views(self, con: duckdb.DuckDBPyConnection) -> None:
         """Point each lake view at its Delta table's latest version (a list of its Parquet files),
@@ -442,24 +438,18 @@ class Warehouse:
         metadata), in one writer connection: an ingest of a month records two a day."""
         if not results:
             return
-        with self.writer() as con:
-            con.execute("begin transaction")
-            try:
-                for check_name, asset, partition_date, passed, severity, unexpected_count, metadata in results:
-                    con.execute(
-                        "delete from ops.check_results where check_name = ? and asset = ? "
-                        "and partition_date is not distinct from ?",
-                        [check_name, asset, partition_date],
-                    )
-                    con.execute(
-                        "insert into ops.check_results values (?, ?, ?, ?, ?, ?, ?, ?)",
-                        [check_name, asset, partition_date, passed, severity, unexpected_count,
-                         json.dumps(metadata, default=str, sort_keys=True), utc_naive()],
-                    )
-                con.execute("commit")
-            except Exception:
-                con.execute("rollback")
-                raise
+        with self.writer() as con, _transaction(con):
+            for check_name, asset, partition_date, passed, severity, unexpected_count, metadata in results:
+                con.execute(
+                    "delete from ops.check_results where check_name = ? and asset = ? "
+                    "and partition_date is not distinct from ?",
+                    [check_name, asset, partition_date],
+                )
+                con.execute(
+                    "insert into ops.check_results values (?, ?, ?, ?, ?, ?, ?, ?)",
+                    [check_name, asset, partition_date, passed, severity, unexpected_count,
+                     json.dumps(metadata, default=str, sort_keys=True), utc_naive()],
+                )
 
     # -- partition replacement ---------------------------------------------------------------
     def replace_partition(
@@ -558,8 +548,7 @@ class Warehouse:
                 self._write_lake_partition(name, partition_date, ingest_source, frame, ingested_at)
         run_id = uuid.uuid4().hex
         with self.writer() as con:
-            con.execute("begin transaction")
-            try:
+            with _transaction(con):
                 keep = self._insert_rows if append_to is not None else self._replace_rows
                 for name, frame in tables.items():
                     if name in LAKE_TABLES or isinstance(frame, LakeRowsWrite):
@@ -588,10 +577,6 @@ class Warehouse:
                 if state is not None:
                     con.execute("insert into ops.ingest_state values (?, ?, ?, ?)",
                                 [ingest_source, partition_date, run_id, json.dumps(state, sort_keys=True)])
-                con.execute("commit")
-            except Exception:
-                con.execute("rollback")
-                raise
             self.refresh_lake_views(con)
 
     def merge_files(
@@ -613,8 +598,7 @@ class Warehouse:
             if name in LAKE_TABLES:
                 self._merge_lake_partition(name, partition_date, ingest_source, frame, source_files, ingested_at)
         with self.writer() as con:
-            con.execute("begin transaction")
-            try:
+            with _transaction(con):
                 for name, frame in tables.items():
                     if name in LAKE_TABLES:
                         continue
@@ -625,10 +609,6 @@ class Warehouse:
                         [partition_date, ingest_source, source_files],
                     )
                     self._insert_rows(con, table, frame, partition_date, ingest_source, ingested_at)
-                con.execute("commit")
-            except Exception:
-                con.execute("rollback")
-                raise
             self.refresh_lake_views(con)
 
     def drop_moved_rows(self, ingest_source: str, partition_date: dt.date, tables: list[str], folder: Path) -> None:
@@ -656,8 +636,7 @@ class Warehouse:
         if not rewritten and all(name in LAKE_TABLES for name in tables):
             return  # no lake row had moved, and no warehouse table to clean: no writer to open
         with self.writer() as con:
-            con.execute("begin transaction")
-            try:
+            with _transaction(con):
                 for name in tables:
                     if name in LAKE_TABLES:
                         continue
@@ -666,10 +645,6 @@ class Warehouse:
                         "and source_file >= ? and source_file < ?",
                         [ingest_source, partition_date, low, high],
                     )
-                con.execute("commit")
-            except Exception:
-                con.execute("rollback")
-                raise
             if lake:
                 self.refresh_lake_views(con)
 
@@ -794,3 +769,15 @@ def _days_of(files: list[DataFile]) -> tuple[dt.date | None, dt.date | None]:
     if not bounds or any(b is None for b in bounds):
         return None, None
     return min(low for low, _ in bounds).date(), max(high for _, high in bounds).date()
+
+
+@contextmanager
+def _transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """One transaction on `con`: committed when the block ends, rolled back when it raises."""
+    con.execute("begin transaction")
+    try:
+        yield
+    except Exception:
+        con.execute("rollback")
+        raise
+    con.execute("commit")

@@ -22,7 +22,7 @@ from pipelines.cli.common import (
     step_errors,
     warehouse,
 )
-from pipelines.sources.registry import SOURCES
+from pipelines.sources.registry import SOURCES, sources_filling
 from pipelines.warehouse import Warehouse
 
 
@@ -149,8 +149,8 @@ def _demo_month(wh: Warehouse, days: int, gpus: int | None, seed: int, first: dt
                    + ", ".join(f"{n:,} {k}" for k, n in sorted(governance.decisions.items())))
     sources = [name for name in SOURCES if (wh.landing / name).is_dir()]
     if only:
-        read = raw_tables_read(wh, only)
-        sources = [name for name in sources if read & set(SOURCES[name].tables)]
+        needed = sources_filling(raw_tables_read(wh, only))
+        sources = [name for name in sources if name in needed]
     with meter.phase(f"{label}ingest"):
         outcomes = runner.ingest_days(wh, sources, first, last, on_step=step, workers=ingest_workers)
     for o in outcomes:

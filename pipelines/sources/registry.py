@@ -5,7 +5,7 @@ exactly what that source loaded for that day, in every table it writes.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -222,6 +222,12 @@ SOURCES: dict[str, IngestSource] = {
         ),
     )
 }
+
+
+def sources_filling(tables: Iterable[str]) -> list[str]:
+    """The sources that write any of these raw tables, in the registry's order."""
+    wanted = set(tables)
+    return [s.name for s in SOURCES.values() if wanted & set(s.tables)]
 
 
 def source(name: str) -> IngestSource:
