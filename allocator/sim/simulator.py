@@ -125,8 +125,10 @@ class SimulatedPool:
         run = self._sim.running.get(job_id)
         if run is None:
             return ()
-        units = {self._sim.works[wid][0].unit for wid in run.works}
-        return tuple(w for w, _ in self._sim.works.values() if w.unit in units and (w.end is None or w.end > since))
+        sim = self._sim
+        on_units = sorted(set().union(*(sim.unit_works[sim.works[wid][0].unit] for wid in run.works)))
+        # in the works' order (their ids), as a unit's series sums them
+        return tuple(w for w in (sim.works[wid][0] for wid in on_units) if w.end is None or w.end > since)
 
     def last_checkpoint(self, job: Job, at: dt.datetime) -> dt.datetime | None:
         """The running attempt's last ok checkpoint as it will stand at `at` if the attempt runs on: its
@@ -329,6 +331,7 @@ class _Simulation:
         self.progress: dict[str, float] = defaultdict(float)
         self.failures: Counter[str] = Counter()
         self.works: dict[int, tuple[Work, float]] = {}  # open or ended today: work, slot fraction
+        self.unit_works: defaultdict[int, set[int]] = defaultdict(set)  # the works' ids by unit
         self.work_ids = itertools.count()
         self.rogue_unit: dict[str, int] = {}
         self.heap: list[tuple] = []
@@ -493,11 +496,9 @@ class _Simulation:
             slot_id = f"{gpu['host']}/{gpu['gpu']}" + (
                 f"/{gpu['gpu_instance_id']}" if gpu.get("gpu_instance_id") is not None else ""
             )
-            wid = next(self.work_ids)
-            self.works[wid] = (
-                Work(self.bulk.unit_of(slot_id), job_id, rank, now, None, b.profile),
-                self.slot_fraction[slot_id],
-            )
+            wid, unit = next(self.work_ids), self.bulk.unit_of(slot_id)
+            self.works[wid] = (Work(unit, job_id, rank, now, None, b.profile), self.slot_fraction[slot_id])
+            self.unit_works[unit].add(wid)
             ids.append(wid)
         self.running[job_id] = _Attempt(now, ids)
         if attempt == 1:
@@ -615,7 +616,8 @@ class _Simulation:
         self.report.idle_gpu_hours += figures[2]
         self.report.rogue_busy_gpu_hours += figures[3]
         # what ended by midnight is written: keep only the open attempts
-        self.works = {wid: wf for wid, wf in self.works.items() if wf[0].end is None or wf[0].end > day_end}
+        for wid in [wid for wid, (w, _) in self.works.items() if w.end is not None and w.end <= day_end]:
+            self.unit_works[self.works.pop(wid)[0].unit].discard(wid)
 
     def free_unit(self, rogue: RogueProcess, works: list[Work], rogue_end: dt.datetime) -> int:
         """The whole GPU of the rogue's model that jobs hold least during its window (ties: first)."""

@@ -260,6 +260,8 @@ class Outbox:
     def record(self, planned: Iterable[PlannedAction], now: dt.datetime) -> list[PlannedAction]:
         """Store and log the decisions not stored yet; returns those recorded now."""
         actions = list(planned)
+        if not actions:
+            return []
 
         def work() -> list[PlannedAction]:
             recorded = []

@@ -149,7 +149,7 @@ class SimulatedGovernance:
         self.ahead: dict[dt.datetime, dict[tuple[str, int, tuple[PolicyKind, ...]], tuple[tuple, pl.DataFrame]]] = {}
         self.enforcer = EngineEnforcer(pool, self.lose_answers)
         # per running attempt: its API record and queue as last seen, and its allocation rows then
-        self.allocation_rows: dict[tuple[str, int], tuple[str, pl.DataFrame]] = {}
+        self.allocation_rows: dict[tuple[str, int], tuple[tuple, pl.DataFrame]] = {}
         self.forget_above = 1024
         self.lookback = {kind: default_lookback(self.catalog, (kind,)) for kind in PolicyKind}
         self.health_rows: list[dict] = []  # HEALTH_SCHEMA rows of the events so far (telemetry rows: built per look)
@@ -463,10 +463,13 @@ class SimulatedGovernance:
         return PolicyInputs(allocations=allocations, minutes=minutes,
                             progress=pl.DataFrame(progress, schema=PROGRESS_SCHEMA))
 
-    def _record(self, job: Job) -> str:
-        """The attempt's API record and queue, which its allocation rows are built from."""
+    def _record(self, job: Job) -> tuple:
+        """Everything the attempt's API record (`job_view`) and queue give its allocation rows, as values
+        compared by equality: the spec and slots are frozen dataclasses, the rest plain values."""
         queue = self.pool.engine.queues[job.spec.queue]
-        return repr((job_view(job), queue.max_runtime_s, queue.low_priority))
+        return (job.job_id, job.state, job.attempt, job.priority, job.submitted_at, job.admitted_at,
+                job.started_at, job.first_started_at, job.ended_at, job.slots, job.borrowed, job.retries_used,
+                job.runtime_cap_s, job.spec, queue.max_runtime_s, queue.low_priority)
 
     def _allocations(self, looks: list[tuple[Job, dt.datetime, str]]) -> pl.DataFrame:
         """`allocations_from_jobs` of these attempts, each evaluated at its moment under its alias: built
@@ -474,7 +477,7 @@ class SimulatedGovernance:
         other jobs')."""
         jobs = list({(job.job_id, job.attempt): job for job, _, _ in looks}.values())
         seen = {(job.job_id, job.attempt): self._record(job) for job in jobs}
-        missing = [job for job in jobs if self.allocation_rows.get((job.job_id, job.attempt), ("",))[0]
+        missing = [job for job in jobs if self.allocation_rows.get((job.job_id, job.attempt), (None,))[0]
                    != seen[(job.job_id, job.attempt)]]
         if missing:
             if len(self.allocation_rows) >= self.forget_above:  # ended attempts are never looked at again

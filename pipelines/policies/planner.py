@@ -415,7 +415,7 @@ def _continued(findings: pl.DataFrame, open_before: list[PlannedAction]) -> pl.D
     latest: dict[tuple[str, str, str, str, int], PlannedAction] = {}
     for previous in open_before:
         latest[(previous.policy, previous.policy_version, previous.engine, previous.job_id, previous.attempt)] = previous
-    rows = []
+    rows, changed = [], False
     for finding in findings.iter_rows(named=True):
         previous = latest.get((finding["policy"], finding["policy_version"], finding["source"], finding["job_id"],
                                finding["attempt"]))
@@ -426,8 +426,9 @@ def _continued(findings: pl.DataFrame, open_before: list[PlannedAction]) -> pl.D
                 finding = {**finding, "finding_id": previous.finding_id, "detected_at": detected,
                            "window_start_at": min(finding["window_start_at"],
                                                   _evidence_time(previous, "window_start_at") or ended)}
+                changed = True
         rows.append(finding)
-    return pl.DataFrame(rows, schema=findings.schema)
+    return pl.DataFrame(rows, schema=findings.schema) if changed else findings
 
 
 def next_steps(findings: pl.DataFrame, catalog: PlanningCatalog, history: ActionHistory,
@@ -467,7 +468,8 @@ def plan(
     out: list[PlannedAction] = []
     open_before = history.open_findings(now - OPEN_FINDING_LOOKBACK)
     rows = _continued(findings, open_before)
-    rows = rows.sort(["detected_at", "finding_id"]).unique("finding_id", keep="last", maintain_order=True)
+    if rows.height > 1:  # one row is its own order (a simulated look's findings are mostly one)
+        rows = rows.sort(["detected_at", "finding_id"]).unique("finding_id", keep="last", maintain_order=True)
     # every step this plan needs, in one read of the history
     decided = history.steps_of(dict.fromkeys([*rows["finding_id"], *(p.finding_id for p in open_before)]))
     for finding in rows.iter_rows(named=True):
