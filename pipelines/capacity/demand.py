@@ -223,6 +223,8 @@ order by a.job_id, a.attempt
 """
 
 # per job: how busy its working GPUs were, when they went idle for good, how many never worked
+# the activity sums are exact (decimals): a parallel sum of doubles differs between runs in its last
+# bits, and the same warehouse must give the same demand (a replay is kept by it: replay_cache.py)
 _ACTIVITY_SQL = """
 with jobs as (
   select source, job_id from marts.dim_jobs where submitted_at >= $start and submitted_at < $end
@@ -232,20 +234,20 @@ alloc as (
   from marts.fct_allocations a join jobs using (source, job_id)
 ),
 trailing_idle as (
-  select w.allocation_id, min(w.window_start_at) as idle_from, avg(w.mean_activity) as idle_activity
+  select w.allocation_id, min(w.window_start_at) as idle_from, avg(w.mean_activity::decimal(18, 9)) as idle_activity
   from marts.fct_idle_windows w join alloc a using (allocation_id)
   where w.window_end_at >= a.effective_ended_at - interval 2 minute
   group by w.allocation_id
 ),
 minutes as (
   select m.allocation_id,
-    avg(m.activity) filter (where t.idle_from is null or m.minute_at < t.idle_from) as busy_activity,
+    sum(m.activity::decimal(18, 9)) filter (where t.idle_from is null or m.minute_at < t.idle_from) as busy_total,
     count(*) filter (where t.idle_from is null or m.minute_at < t.idle_from) as busy_minutes
   from marts.fct_allocation_activity m join alloc a using (allocation_id) left join trailing_idle t using (allocation_id)
   group by m.allocation_id
 ),
 per_alloc as (
-  select a.job_id, a.attempt, a.started_at, t.idle_from, t.idle_activity, m.busy_activity, m.busy_minutes,
+  select a.job_id, a.attempt, a.started_at, t.idle_from, t.idle_activity, m.busy_total, m.busy_minutes,
     coalesce(t.idle_from <= a.started_at + interval 3 minute, false) as is_idle_throughout
   from alloc a left join trailing_idle t using (allocation_id) left join minutes m using (allocation_id)
 ),
@@ -255,9 +257,9 @@ per_attempt as (
     count(*) filter (where not is_idle_throughout) as working,
     case when count(*) filter (where not is_idle_throughout and idle_from is null) = 0
       then max(epoch(idle_from - started_at)) filter (where not is_idle_throughout) end as busy_for_s,
-    sum(busy_activity * busy_minutes) filter (where not is_idle_throughout) as busy_sum,
+    sum(busy_total) filter (where not is_idle_throughout) as busy_sum,
     sum(busy_minutes) filter (where not is_idle_throughout) as busy_n,
-    avg(idle_activity) as idle_activity
+    avg(idle_activity::decimal(18, 9)) as idle_activity
   from per_alloc group by job_id, attempt
 )
 select job_id,
@@ -265,7 +267,7 @@ select job_id,
   bool_and(working = 0) as never_works,
   arg_max(busy_for_s, attempt) filter (where busy_for_s is not null) as busy_for_s,
   sum(busy_sum) / nullif(sum(busy_n), 0) as level,
-  avg(idle_activity) as idle_level
+  avg(idle_activity::decimal(18, 9)) as idle_level
 from per_attempt group by job_id
 """
 

@@ -46,6 +46,7 @@ from pipelines.yamlfile import load_yaml
 if TYPE_CHECKING:
     from pipelines.capacity.demand import Demand
     from pipelines.capacity.replay import Change, Figures, WhatIfResult
+    from pipelines.capacity.replay_cache import ReplayCache
 
 RULES_PATH = REPO_ROOT / "models" / "capacity" / "rules.yml"
 
@@ -640,20 +641,45 @@ def _replay_size(change: Change | None, policies: bool) -> Figures:
 
 
 def search(demand: Demand, rec: Recommendation, sizes: Mapping[int, Change], rules: dict, *, policies: bool,
-           workers: int | None = None, on_step: Callable[[str], None] = lambda _m: None) -> Search:
+           workers: int | None = None, on_step: Callable[[str], None] = lambda _m: None,
+           cache: ReplayCache | None = None) -> Search:
     """Replay the baseline and the advised size (the largest in `sizes`), then smaller sizes, `workers` at a
     time (next_sizes), until the smallest sufficient one is found; the baseline is replayed once for all.
-    Stops after the first round when the advised change is not sufficient."""
+    Stops after the first round when the advised change is not sufficient. `cache`: replays kept from
+    earlier runs are taken from it (a worker they free replays one more size), and each replay run is kept."""
+    from pipelines.capacity.replay import kept_figures, kept_replay_key
+    from pipelines.capacity.replay_cache import demand_digest
+
     advised = max(sizes)
     workers = workers or side_by_side()
     figures: dict[int, Figures] = {}
     enough: dict[int, bool] = {0: False}
     share: dict[int, float] = {0: 0.0}
+    demand_key = demand_digest(demand) if cache is not None else ""
 
     def label(n: int) -> str:
         return "baseline" if n == 0 else sizes[n].describe()
 
+    def key(n: int) -> str:
+        return kept_replay_key(demand_key, demand, sizes.get(n), policies)
+
+    def take_kept(todo: list[int]) -> list[int]:
+        """The sizes of `todo` still to replay; the others' figures taken from the cache."""
+        left = []
+        for n in todo:
+            kept = kept_figures(cache, key(n)) if cache is not None else None
+            if kept is None:
+                left.append(n)
+            else:
+                figures[n] = kept
+                on_step(f"{label(n)}: kept from an earlier replay, {rec.gpu_model or 'pool'} wait p95 "
+                        f"{_key_wait_s(rec, kept) / 60:,.0f} min")
+        return left
+
     def replay_round(todo: list[int], pool: ProcessPoolExecutor | None) -> None:
+        todo = take_kept(todo)
+        if not todo:
+            return
         on_step(f"replaying {', '.join(label(n) for n in todo)}" + (" side by side" if pool and len(todo) > 1 else ""))
         if pool is None:
             done = ((n, _replay_size(sizes.get(n), policies)) for n in todo)
@@ -662,13 +688,16 @@ def search(demand: Demand, rec: Recommendation, sizes: Mapping[int, Change], rul
             done = ((futures[f], f.result()) for f in as_completed(futures))
         for n, f in done:
             figures[n] = f
+            if cache is not None:
+                cache.put(key(n), f)
             on_step(f"{label(n)}: {rec.gpu_model or 'pool'} wait p95 {_key_wait_s(rec, f) / 60:,.0f} min, "
                     f"pool utilisation {f.pool_utilisation_pct:.1f}% ({f.seconds:.0f} s)")
 
     _hold_demand(demand)  # for the replays run here (one worker, or a 1-CPU machine)
     pool = ProcessPoolExecutor(workers, initializer=_hold_demand, initargs=(demand,)) if workers > 1 else None
     try:
-        replay_round([0, advised, *next_sizes(enough, advised, max(workers - 2, 0))], pool)
+        first = take_kept([0, advised])  # kept ones leave their workers to the sizes between
+        replay_round([*first, *next_sizes(enough, advised, max(workers - len(first), 0))], pool)
         while True:
             for n in sorted(figures.keys() - enough.keys()):
                 enough[n], share[n] = sufficient(rec, rules, figures[0], figures[advised], figures[n])
@@ -709,6 +738,7 @@ def smallest_change(home: Path | str, rec: Recommendation, sizes: Mapping[int, C
     search for the smallest sufficient change, on the month's demand read once from the warehouse."""
     from pipelines.capacity.demand import load_demand
     from pipelines.capacity.replay import WhatIfResult, observed
+    from pipelines.capacity.replay_cache import ReplayCache
     from pipelines.warehouse import Warehouse
 
     con = Warehouse(Path(home)).connect(read_only=True)
@@ -722,7 +752,7 @@ def smallest_change(home: Path | str, rec: Recommendation, sizes: Mapping[int, C
             f"smallest sufficient change up to {sizes[max(sizes)].describe()}, idle-reclaim policies "
             f"{'on' if demand.governed else 'off'}")
     began = time.monotonic()
-    found = search(demand, rec, sizes, rules, policies=demand.governed, on_step=on_step)
+    found = search(demand, rec, sizes, rules, policies=demand.governed, on_step=on_step, cache=ReplayCache(home))
     advised = found.advised
     result = WhatIfResult(demand.start.date(), demand.days, sizes[advised], demand.governed, seen, found.figures[0],
                           found.figures[advised], demand.notes)

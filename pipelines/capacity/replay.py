@@ -27,6 +27,7 @@ from allocator.pool import pool_capacity, validate_pool
 from allocator.sim.simulator import Governance, SimulatedPool, SimulationReport, simulate
 from allocator.telemetry import ActivityProfile
 from pipelines.capacity.demand import Demand, load_demand
+from pipelines.capacity.replay_cache import ReplayCache, demand_digest, replay_key
 from pipelines.contracts import Mode, PolicyKind, StepAction
 from pipelines.policies.catalog import PolicyCatalog, load_catalog
 
@@ -218,7 +219,8 @@ class Figures:
     allocated_gpu_hours: float
     active_gpu_hours: float
     idle_gpu_hours: float  # allocated time in runs below 5% activity lasting 30 min or more
-    seconds: float = 0.0  # wall time of the replay (0 for the observed month)
+    seconds: float = 0.0  # wall time of the replay (0 for the observed month and a replay kept from a run before)
+    kept: bool = False  # taken from a replay run before (pipelines/capacity/replay_cache.py), not run now
 
     @property
     def allocation_rate_pct(self) -> float:
@@ -274,13 +276,11 @@ def replay(
         fixed = {m: v for m, v in quota.items() if (queue, m) not in overridden}
         fixed.update({m: v for (q, m), v in change.quotas.items() if q == queue})
         quota_changes.append((at, queue, fixed))
-    on = demand.governed if policies is None else policies
-    on = on or change.idle_window_minutes is not None or change.idle_threshold is not None
+    rules = acting_rules(demand, change, policies, catalog)
     began = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="gpupool-replay-") as tmp:
         governance = None
-        if on:
-            rules = acting_catalog(changed_catalog(catalog or load_catalog(), change))
+        if rules is not None:
             governance = SimulatedGovernance(rules, Path(tmp) / "governance", lose_answers=0.0)
         report = simulate(
             Path(tmp), days=demand.days, start=demand.start.date(), pool=pool, workload=demand.workload,
@@ -289,6 +289,33 @@ def replay(
         )
         figures = _figures(report, time.monotonic() - began)
     return figures, report
+
+
+def acting_rules(demand: Demand, change: Change, policies: bool | None,
+                 catalog: PolicyCatalog | None = None) -> PolicyCatalog | None:
+    """The catalog the policies act with in `replay` (None: they do not act)."""
+    on = demand.governed if policies is None else policies
+    on = on or change.idle_window_minutes is not None or change.idle_threshold is not None
+    return acting_catalog(changed_catalog(catalog or load_catalog(), change)) if on else None
+
+
+def kept_replay_key(demand_key: str, demand: Demand, change: Change | None, policies: bool | None) -> str:
+    """The key of `replay(demand, change, policies=policies)` in the replays kept (replay_cache.py);
+    `demand_key`: replay_cache.demand_digest(demand), computed once per demand."""
+    change = change or Change()
+    rules = acting_rules(demand, change, policies)
+    return replay_key(demand_key, repr(change), rules is not None, rules)
+
+
+def kept_figures(cache: ReplayCache, key: str) -> Figures | None:
+    """A kept replay's figures, marked kept (no seconds of this run), or None."""
+    fields = cache.get(key)
+    if fields is None:
+        return None
+    try:
+        return Figures(**{**fields, "seconds": 0.0, "kept": True})
+    except TypeError:  # not this code's fields (the key digests the code, so only a hand-made file)
+        return None
 
 
 def _figures(report: SimulationReport, seconds: float) -> Figures:
@@ -404,10 +431,14 @@ class WhatIfResult:
         text.append(
             f"baseline vs observed: {verdict} tolerance (wait p95 ±{TOLERANCE_WAIT_P95:.0%}, utilisation and "
             f"allocation rate ±{TOLERANCE_POINTS:g} pts); policies {'on' if self.policies else 'off'}; "
-            f"replays took {self.baseline.seconds:.0f} s"
-            + (f" and {self.changed.seconds:.0f} s" if self.changed is not None else "")
+            + ", ".join(f"{name} {_took(f)}" for name, f in (("baseline", self.baseline), ("change", self.changed))
+                        if f is not None)
         )
         return "\n".join(text)
+
+
+def _took(figures: Figures) -> str:
+    return "kept from an earlier replay" if figures.kept else f"replayed in {figures.seconds:.0f} s"
 
 
 def _replay_job(args: tuple) -> Figures:
@@ -446,17 +477,27 @@ def whatif(
     on = demand.governed if policies is None else policies
     step(f"{len(demand.workload.jobs):,} jobs from {demand.start:%Y-%m-%d}, {demand.days} days; "
          f"replaying with the idle-reclaim policies {'on' if on else 'off'}")
-    changed = None
-    if change.is_empty:
-        baseline = replay(demand, policies=on, on_progress=on_progress)[0]
-    elif parallel:
+    cache, demand_key = ReplayCache(home), demand_digest(demand)
+    base_key = kept_replay_key(demand_key, demand, None, on)
+    change_key = None if change.is_empty else kept_replay_key(demand_key, demand, change, on)
+    baseline = kept_figures(cache, base_key)
+    changed = None if change_key is None else kept_figures(cache, change_key)
+    if baseline is not None:
+        step("baseline: kept from an earlier replay of this demand")
+    if changed is not None:
+        step(f"with the change ({change.describe()}): kept from an earlier replay")
+    if baseline is None and change_key is not None and changed is None and parallel:
         with ProcessPoolExecutor(max_workers=1) as pool:
             future = pool.submit(_replay_job, (demand, change, on))
             baseline = replay(demand, policies=on, on_progress=on_progress)[0]
             step("baseline done; waiting for the replay with the change")
             changed = future.result()
-    else:
+    if baseline is None:
         baseline = replay(demand, policies=on, on_progress=on_progress)[0]
+    if change_key is not None and changed is None:
         step(f"replaying with the change: {change.describe()}")
         changed = replay(demand, change, policies=on, on_progress=on_progress)[0]
+    for key, figures in ((base_key, baseline), (change_key, changed)):
+        if key is not None and figures is not None and not figures.kept:
+            cache.put(key, figures)
     return WhatIfResult(demand.start.date(), demand.days, change, on, seen, baseline, changed, demand.notes)
