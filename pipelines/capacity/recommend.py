@@ -729,7 +729,8 @@ def search_summary(rec: Recommendation, found: Search, sizes: Mapping[int, Chang
             "smallest_sufficient": smallest,
             "smallest_change": None if smallest is None else sizes[smallest].describe(),
             "decided_by": f"wait_p95_{model}_min", "rule": dict(rules["smallest_change"]), "curve": curve,
-            "replays": len(curve), "replay_seconds": sum(p["replay_seconds"] for p in curve)}
+            "replays": len(curve), "replay_seconds": sum(p["replay_seconds"] for p in curve),
+            "kept_replays": sum(found.figures[n].kept for n in found.figures)}
 
 
 def smallest_change(home: Path | str, rec: Recommendation, sizes: Mapping[int, Change], *, month: str,
@@ -758,10 +759,16 @@ def smallest_change(home: Path | str, rec: Recommendation, sizes: Mapping[int, C
                           found.figures[advised], demand.notes)
     summary = search_summary(rec, found, sizes, rules)
     on_step(f"smallest sufficient change: {summary['smallest_change'] or 'none (the advised change is not enough)'}; "
-            f"{summary['replays']} replays in {time.monotonic() - began:.0f} s")
+            f"{summary['replays']} replays ({kept_text(summary)}) in {time.monotonic() - began:.0f} s")
     return with_whatif(smallest_first(rec, summary), {**whatif_summary(rec, result),
                                                       "smallest_change": summary["smallest_change"], "search": summary},
                        rules)
+
+
+def kept_text(search: dict) -> str:
+    """How many of a search's replays ran now and how many were kept from earlier runs."""
+    kept = search.get("kept_replays", 0)
+    return f"{search['replays'] - kept} run now, {kept} kept from earlier runs"
 
 
 def _sized_text(rec: Recommendation, n: int) -> tuple[str, str]:

@@ -149,11 +149,14 @@ def coverage_line(coverage: Coverage) -> str:
 
 def curve_lines(search: dict, model: str) -> list[str]:
     """The smallest sufficient change and the curve the search explored, as text lines."""
+    from pipelines.capacity.recommend import kept_text
+
     rule = search["rule"]
     found = search["smallest_change"] or "none: the advised change itself is not sufficient"
     head = (f"smallest sufficient change: {found} (sufficient: {model} wait p95 at most "
             f"{rule['target_wait_p95_minutes']:g} min, or at least {rule['min_share_of_full_effect']:.0%} of the cut "
-            f"of the advised +{search['advised']} {search['unit']}; {search['replays']} replays, {search['replay_seconds']:,.0f} s of replay)")
+            f"of the advised +{search['advised']} {search['unit']}; {search['replays']} replays ({kept_text(search)}), "
+            f"{search['replay_seconds']:,.0f} s of replay)")
     from pipelines.cli import render
 
     headers = [search["unit"], f"{model} wait p95", "wait p95", "utilisation", "cut share", "sufficient"]

@@ -12,9 +12,10 @@ import pytest
 
 from pipelines.capacity import recommend
 from pipelines.capacity import replay as replay_module
-from pipelines.capacity.recommend import load_rules, search
+from pipelines.capacity.recommend import load_rules, search, search_summary
 from pipelines.capacity.replay import Change, kept_figures, kept_replay_key, replay, whatif
 from pipelines.capacity.replay_cache import FOLDER, ReplayCache, code_digest, demand_digest, replay_key
+from pipelines.cli.capacity import curve_lines
 from pipelines.policies.catalog import load_catalog
 from tests.capacity.tiny import advice, demand, sizes
 from tests.conftest import copy_home
@@ -41,6 +42,8 @@ def test_a_search_asked_again_takes_every_replay_kept_and_finds_the_same(tmp_pat
     assert {n: _ran_now(f) for n, f in again.figures.items()} == {n: _ran_now(f) for n, f in first.figures.items()}
     assert all(f.kept and f.seconds == 0.0 for f in again.figures.values())
     assert not any(s.startswith("replaying") for s in steps)
+    said = curve_lines(search_summary(advice(4), again, sizes(4), load_rules()), "H100")[0]
+    assert "4 replays (0 run now, 4 kept from earlier runs), 0 s of replay" in said
 
 
 def test_a_kept_baseline_leaves_its_worker_to_a_size_between(tmp_path: Path) -> None:
