@@ -113,16 +113,21 @@ def conform(frame: pl.DataFrame | None, schema: dict[str, pl.DataType], required
     )
 
 
+# the frames an input left out is: one of each, shared (a Polars frame is never changed in place)
+_NO_PROGRESS, _NO_ATTEMPTS = pl.DataFrame(schema=PROGRESS_SCHEMA), pl.DataFrame(schema=ATTEMPT_SCHEMA)
+_NO_HOST_USAGE, _NO_HEALTH = pl.DataFrame(schema=HOST_USAGE_SCHEMA), pl.DataFrame(schema=HEALTH_SCHEMA)
+
+
 @dataclass(frozen=True)
 class PolicyInputs:
     """The frames the policies read, conformed to their schemas on construction."""
 
     allocations: pl.DataFrame
     minutes: pl.DataFrame
-    progress: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=PROGRESS_SCHEMA))
-    attempts: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=ATTEMPT_SCHEMA))
-    host_usage: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=HOST_USAGE_SCHEMA))
-    health: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=HEALTH_SCHEMA))
+    progress: pl.DataFrame = field(default_factory=lambda: _NO_PROGRESS)
+    attempts: pl.DataFrame = field(default_factory=lambda: _NO_ATTEMPTS)
+    host_usage: pl.DataFrame = field(default_factory=lambda: _NO_HOST_USAGE)
+    health: pl.DataFrame = field(default_factory=lambda: _NO_HEALTH)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "allocations",
