@@ -739,7 +739,7 @@ def smallest_change(home: Path | str, rec: Recommendation, sizes: Mapping[int, C
     search for the smallest sufficient change, on the month's demand read once from the warehouse."""
     from pipelines.capacity.demand import load_demand
     from pipelines.capacity.replay import WhatIfResult, observed
-    from pipelines.capacity.replay_cache import ReplayCache
+    from pipelines.capacity.replay_cache import ReplayCache, kept_text
     from pipelines.warehouse import Warehouse
 
     con = Warehouse(Path(home)).connect(read_only=True)
@@ -763,12 +763,6 @@ def smallest_change(home: Path | str, rec: Recommendation, sizes: Mapping[int, C
     return with_whatif(smallest_first(rec, summary), {**whatif_summary(rec, result),
                                                       "smallest_change": summary["smallest_change"], "search": summary},
                        rules)
-
-
-def kept_text(search: dict) -> str:
-    """How many of a search's replays ran now and how many were kept from earlier runs."""
-    kept = search.get("kept_replays", 0)
-    return f"{search['replays'] - kept} run now, {kept} kept from earlier runs"
 
 
 def _sized_text(rec: Recommendation, n: int) -> tuple[str, str]:

@@ -90,3 +90,9 @@ class ReplayCache:
         except OSError:
             pass  # another run pruned beside this one
         return True
+
+
+def kept_text(search: dict) -> str:
+    """How many of a search's replays (its stored summary) ran then and how many were kept from earlier runs."""
+    kept = search.get("kept_replays", 0)
+    return f"{search['replays'] - kept} run now, {kept} kept from earlier runs"

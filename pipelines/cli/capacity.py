@@ -149,7 +149,7 @@ def coverage_line(coverage: Coverage) -> str:
 
 def curve_lines(search: dict, model: str) -> list[str]:
     """The smallest sufficient change and the curve the search explored, as text lines."""
-    from pipelines.capacity.recommend import kept_text
+    from pipelines.capacity.replay_cache import kept_text
 
     rule = search["rule"]
     found = search["smallest_change"] or "none: the advised change itself is not sufficient"

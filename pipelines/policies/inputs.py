@@ -44,7 +44,7 @@ import polars as pl
 
 from pipelines.contracts import FINDING_SCHEMA
 from pipelines.policies.catalog import PolicyCatalog
-from pipelines.policies.model import Rule
+from pipelines.policies.model import Rule, empty_frame
 
 TS = pl.Datetime("us")
 ALLOCATION_SCHEMA: dict[str, pl.DataType] = {
@@ -99,7 +99,7 @@ def conform(frame: pl.DataFrame | None, schema: dict[str, pl.DataType], required
             name: str) -> pl.DataFrame:
     """The frame with every schema column (optional ones added as null) in schema order and types."""
     if frame is None:
-        return pl.DataFrame(schema=schema)
+        return empty_frame(schema)
     missing = [c for c in required if c not in frame.columns]
     if missing:
         raise InputError(f"{name} frame lacks column(s) {missing}; see pipelines/policies/inputs.py")
@@ -113,21 +113,16 @@ def conform(frame: pl.DataFrame | None, schema: dict[str, pl.DataType], required
     )
 
 
-# the frames an input left out is: one of each, shared (a Polars frame is never changed in place)
-_NO_PROGRESS, _NO_ATTEMPTS = pl.DataFrame(schema=PROGRESS_SCHEMA), pl.DataFrame(schema=ATTEMPT_SCHEMA)
-_NO_HOST_USAGE, _NO_HEALTH = pl.DataFrame(schema=HOST_USAGE_SCHEMA), pl.DataFrame(schema=HEALTH_SCHEMA)
-
-
 @dataclass(frozen=True)
 class PolicyInputs:
     """The frames the policies read, conformed to their schemas on construction."""
 
     allocations: pl.DataFrame
     minutes: pl.DataFrame
-    progress: pl.DataFrame = field(default_factory=lambda: _NO_PROGRESS)
-    attempts: pl.DataFrame = field(default_factory=lambda: _NO_ATTEMPTS)
-    host_usage: pl.DataFrame = field(default_factory=lambda: _NO_HOST_USAGE)
-    health: pl.DataFrame = field(default_factory=lambda: _NO_HEALTH)
+    progress: pl.DataFrame = field(default_factory=lambda: empty_frame(PROGRESS_SCHEMA))
+    attempts: pl.DataFrame = field(default_factory=lambda: empty_frame(ATTEMPT_SCHEMA))
+    host_usage: pl.DataFrame = field(default_factory=lambda: empty_frame(HOST_USAGE_SCHEMA))
+    health: pl.DataFrame = field(default_factory=lambda: empty_frame(HEALTH_SCHEMA))
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "allocations",
@@ -207,7 +202,7 @@ def findings(frame: pl.DataFrame, rule: Rule) -> pl.DataFrame:
     policy_version and kind). window_start_at is cut to whole seconds so that finding_id equals
     finding_key(policy, version, job_id, attempt, window_start_at.isoformat())."""
     if frame.is_empty():
-        return pl.DataFrame(schema=FINDING_SCHEMA)
+        return empty_frame(FINDING_SCHEMA)
     out = frame.with_columns(
         pl.col("window_start_at").cast(TS).dt.truncate("1s"),
         policy=pl.lit(rule.policy),

@@ -63,13 +63,21 @@ class RateLimits:
     drains_per_hour: int = 2  # gpu_health drains (nodes and GPUs together): a sick fleet is not emptied at once
 
 
-_NO_FINDINGS = pl.DataFrame(schema=FINDING_SCHEMA)
+_EMPTY: dict[tuple, pl.DataFrame] = {}
+
+
+def empty_frame(schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    """An empty frame of the schema: a copy of one built once per schema. A build from the schema costs
+    every look time, a copy far less (bench/README.md, "Figures the code's choices rest on")."""
+    key = tuple(schema.items())
+    frame = _EMPTY.get(key)
+    if frame is None:
+        frame = _EMPTY[key] = pl.DataFrame(schema=schema)
+    return frame.clone()
 
 
 def empty_findings() -> pl.DataFrame:
-    # a copy of one frame built once: building a frame from the schema costs every look time
-    # (bench/README.md, "Figures the code's choices rest on")
-    return _NO_FINDINGS.clone()
+    return empty_frame(FINDING_SCHEMA)
 
 
 def finding_key(policy: str, version: str, job_id: str, attempt: int, window_start_iso: str) -> str:
