@@ -5,11 +5,11 @@ after it starts from that baseline.
 
 A replay is deterministic (no fault drawn, a fixed seed), so its figures are a function of what the key
 digests: the month's demand as read from the warehouse (a new ingest or build that changes it misses),
-the change, whether the policies act, the catalog they act with, and the source of the code that
-replays (allocator/, pipelines/capacity, governance and policies: an upgrade misses). A key that cannot
-match is only a miss; figures are never shared between keys. Entries are JSON files under
-<home>/capacity/replays/, written whole (a reader sees the old file or the new one), the newest KEEP
-kept."""
+the change, whether the policies act, the catalog they act with, the source of the code that replays
+(allocator/, pipelines/capacity, governance and policies) and the versions of NumPy and Polars (an
+upgrade of either misses). A key that cannot match is only a miss; figures are never shared between
+keys. Entries are JSON files under <home>/capacity/replays/, written whole (a reader sees the old file
+or the new one), the newest KEEP kept."""
 from __future__ import annotations
 
 import dataclasses
@@ -18,6 +18,7 @@ import hashlib
 import io
 import json
 import pickle
+from importlib.metadata import version
 from pathlib import Path
 
 from allocator.filemodes import PRIVATE_DIR_MODE, PRIVATE_MODE, make_dirs, write_atomic
@@ -29,12 +30,14 @@ FOLDER = Path("capacity") / "replays"
 KEEP = 64  # entries kept per home (a month's search is about ten replays)
 # the code a replay's figures depend on: the allocator and simulator, the replay, the policies acting
 CODE = ("allocator", "pipelines/capacity", "pipelines/governance", "pipelines/policies")
+LIBRARIES = ("numpy", "polars")
 
 
 @functools.cache
 def code_digest(root: Path = REPO_ROOT) -> str:
-    """A digest of the Python source of CODE under `root`."""
-    digest = hashlib.sha256()
+    """A digest of the Python source of CODE under `root` and of the versions of the libraries that
+    compute a replay (LIBRARIES: an upgrade may move a float)."""
+    digest = hashlib.sha256("\0".join(f"{name}={version(name)}" for name in LIBRARIES).encode())
     for folder in CODE:
         for path in sorted((root / folder).rglob("*.py")):
             digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
