@@ -25,6 +25,7 @@ sufficient size is below the advised one names it first and the full change besi
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import math
 import os
 import time
@@ -660,6 +661,7 @@ def search(demand: Demand, rec: Recommendation, sizes: Mapping[int, Change], rul
     def label(n: int) -> str:
         return "baseline" if n == 0 else sizes[n].describe()
 
+    @functools.cache  # a key reads the catalog: once per size, not at every look-up and keep
     def key(n: int) -> str:
         return kept_replay_key(demand_key, demand, sizes.get(n), policies)
 
