@@ -19,9 +19,10 @@ demo-pack: setup components
 	.venv/bin/gpupool pack --month 2026-11 --all-tenants
 	.venv/bin/gpupool pack --month 2026-11 --lang zh
 
-# One pytest-xdist worker more than the cores: tests wait on real servers (Slurm, Prometheus, a browser)
-# and on homes another worker builds (built_once), and the spare worker uses the CPU meanwhile.
-TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
+# Two pytest-xdist workers more than the cores: tests wait on real servers (Slurm, Prometheus, a browser)
+# and on homes another worker builds (built_once), and the spare workers use the CPU meanwhile
+# (docs/testing.md).
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 2 )))
 
 # Bytecode caches written even where PYTHONDONTWRITEBYTECODE is set (as on these machines): the tests start
 # gpupool, dagster and streamlit processes that would otherwise compile the project's modules each time,
