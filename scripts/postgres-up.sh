@@ -3,7 +3,8 @@
 # in tests and demos: Debian's `postgresql`, a cluster of its own under $GPUPOOL_PG_STATE (not the
 # Debian `main` cluster), listening on 127.0.0.1:$GPUPOOL_PG_PORT only, with a role and a database
 # `gpupool` (password login over TCP; the role may create databases, so tests can take a fresh one
-# each). Prints the URL last, and writes it to $GPUPOOL_PG_STATE/url.
+# each, and end other sessions to drop it: pg_signal_backend). Prints the URL last, and writes it to
+# $GPUPOOL_PG_STATE/url.
 #
 # Idempotent: installs the package only when missing, creates the cluster only once, starts the
 # server only when it is not running, and re-applies the password (running it again is a no-op
@@ -83,6 +84,10 @@ head -n 1 "$DATA/postmaster.pid" > "$STATE/pid"
 psql_admin -v password="$PASSWORD" <<'SQL' || die "could not create the role and database gpupool"
 select 'create role gpupool' where not exists (select from pg_roles where rolname = 'gpupool') \gexec
 alter role gpupool with login createdb password :'password';
+-- a test's `drop database ... with (force)` ends every session on its database, and an autovacuum
+-- worker's belongs to no role the test role is a member of: without this the drop was refused now
+-- and then ("must be a member of the role whose process is being terminated or member of pg_signal_backend")
+grant pg_signal_backend to gpupool;
 select 'create database gpupool owner gpupool' where not exists (select from pg_database where datname = 'gpupool') \gexec
 SQL
 
