@@ -20,8 +20,8 @@ demo-pack: setup components
 	.venv/bin/gpupool pack --month 2026-11 --lang zh
 
 # Two pytest-xdist workers more than the cores: tests wait on real servers (Slurm, Prometheus, a browser)
-# and on homes another worker builds (built_once), and the spare workers use the CPU meanwhile
-# (docs/testing.md).
+# and on homes another worker builds (built_once), and the spare workers may use the CPU meanwhile
+# (docs/testing.md: a gain not shown against nproc+1 on this machine's drifting speed).
 TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 2 )))
 
 # Bytecode caches written even where PYTHONDONTWRITEBYTECODE is set (as on these machines): the tests start
