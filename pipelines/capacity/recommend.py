@@ -27,7 +27,6 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import math
-import os
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -39,6 +38,7 @@ import duckdb
 import yaml
 from pydantic import BaseModel, ConfigDict
 
+from pipelines.capacity.rounds import side_by_side, sizes_to_probe
 from pipelines.capacity.store import HIGH_CONFIDENCE_FROM, Recommendation
 from pipelines.config import config_relative, section
 from pipelines.paths import REPO_ROOT
@@ -581,10 +581,6 @@ def whatif_summary(rec: Recommendation, result: WhatIfResult) -> dict:
 
 # -- the smallest sufficient change --------------------------------------------------------------
 
-# Replays side by side at most: each holds the month's demand and a simulated pool in memory.
-MAX_SIDE_BY_SIDE = 4
-
-
 @dataclass(frozen=True)
 class Search:
     """The sizes replayed (0: the baseline, the advised size: the advice as written) and what each achieved."""
@@ -611,23 +607,6 @@ def sufficient(rec: Recommendation, rules: dict, baseline: Figures, full: Figure
     return ok, share
 
 
-def next_sizes(enough: Mapping[int, bool], advised: int, k: int) -> list[int]:
-    """Up to k sizes, evenly spaced, strictly between the largest size known not to be enough (0 at first)
-    and the smallest known to be (the advised size until a replay says otherwise): k replays side by side
-    narrow the interval k+1-fold, so a search takes about log(advised)/log(k+1) rounds."""
-    hi = min((n for n, ok in enough.items() if ok), default=advised)
-    lo = max((n for n, ok in enough.items() if not ok and n < hi), default=0)
-    if hi - lo <= k + 1:
-        return list(range(lo + 1, hi))
-    return sorted({lo + round((hi - lo) * j / (k + 1)) for j in range(1, k + 1)})
-
-
-def side_by_side() -> int:
-    """How many replays run at once: the CPUs this process may use, at most MAX_SIDE_BY_SIDE."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1  # not on macOS
-    return max(1, min(cpus, MAX_SIDE_BY_SIDE))
-
-
 _DEMAND: list = []  # a replay worker's copy of the month's demand: sent once per process, not once per size
 
 
@@ -644,10 +623,11 @@ def _replay_size(change: Change | None, policies: bool) -> Figures:
 def search(demand: Demand, rec: Recommendation, sizes: Mapping[int, Change], rules: dict, *, policies: bool,
            workers: int | None = None, on_step: Callable[[str], None] = lambda _m: None,
            cache: ReplayCache | None = None) -> Search:
-    """Replay the baseline and the advised size (the largest in `sizes`), then smaller sizes, `workers` at a
-    time (next_sizes), until the smallest sufficient one is found; the baseline is replayed once for all.
-    Stops after the first round when the advised change is not sufficient. `cache`: replays kept from
-    earlier runs are taken from it (a worker they free replays one more size), and each replay run is kept."""
+    """Replay the baseline and the advised size (the largest in `sizes`), then smaller sizes in rounds of
+    replays side by side on `workers` cores (sizes_to_probe), until the smallest sufficient one is found;
+    the baseline is replayed once for all. Stops after the first round when the advised change is not
+    sufficient. `cache`: replays kept from earlier runs are taken from it (a round that needs fewer replays
+    may probe more sizes), and each replay run is kept."""
     from pipelines.capacity.replay import kept_figures, kept_replay_key
     from pipelines.capacity.replay_cache import demand_digest
 
@@ -696,14 +676,15 @@ def search(demand: Demand, rec: Recommendation, sizes: Mapping[int, Change], rul
                     f"pool utilisation {f.pool_utilisation_pct:.1f}% ({f.seconds:.0f} s)")
 
     _hold_demand(demand)  # for the replays run here (one worker, or a 1-CPU machine)
-    pool = ProcessPoolExecutor(workers, initializer=_hold_demand, initargs=(demand,)) if workers > 1 else None
+    # a round runs up to one replay more than the cores (sizes_to_probe), each in a worker of its own
+    pool = ProcessPoolExecutor(workers + 1, initializer=_hold_demand, initargs=(demand,)) if workers > 1 else None
     try:
         first = take_kept([0, advised])  # kept ones leave their workers to the sizes between
-        replay_round([*first, *next_sizes(enough, advised, max(workers - len(first), 0))], pool)
+        replay_round([*first, *sizes_to_probe(enough, advised, workers, fixed=len(first))], pool)
         while True:
             for n in sorted(figures.keys() - enough.keys()):
                 enough[n], share[n] = sufficient(rec, rules, figures[0], figures[advised], figures[n])
-            todo = next_sizes(enough, advised, workers) if enough[advised] else []
+            todo = sizes_to_probe(enough, advised, workers) if enough[advised] else []
             if not todo:
                 break
             replay_round(todo, pool)

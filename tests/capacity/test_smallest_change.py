@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.capacity.recommend import load_rules, next_sizes, search, search_summary
+from pipelines.capacity.recommend import load_rules, search, search_summary
+from pipelines.capacity.rounds import next_sizes, sizes_to_probe
 from pipelines.cli.capacity import curve_lines
 from tests.capacity.tiny import advice, demand, sizes
 
@@ -26,15 +27,18 @@ def test_one_node_is_enough_where_three_are_advised(workers: int) -> None:
 def test_the_search_narrows_to_the_smallest_size_that_is_enough() -> None:
     # 8 jobs x 2 GPUs: +1 node runs half of them (the rest wait 6 h, under 80% of the cut), +2 runs all
     rules = load_rules()
-    found = search(demand(8), advice(4), sizes(4), rules, policies=False, workers=2)
+    steps: list[str] = []
+    found = search(demand(8), advice(4), sizes(4), rules, policies=False, workers=2, on_step=steps.append)
     assert found.smallest == 2
-    assert found.enough == {0: False, 1: False, 2: True, 3: True, 4: True}  # rounds: {0, 4}, {1, 3}, {2}
+    assert found.enough == {0: False, 1: False, 2: True, 4: True}  # rounds: {0, 4, 2}, then {1}
+    assert [s for s in steps if s.startswith("replaying")] == [
+        "replaying baseline, +4 H100 nodes, +2 H100 nodes side by side", "replaying +1 H100 node"]
     summary = search_summary(advice(4), found, sizes(4), rules)
-    assert summary["smallest_change"] == "+2 H100 nodes" and summary["replays"] == 5
-    assert [p["size"] for p in summary["curve"]] == [0, 1, 2, 3, 4]
+    assert summary["smallest_change"] == "+2 H100 nodes" and summary["replays"] == 4
+    assert [p["size"] for p in summary["curve"]] == [0, 1, 2, 4]
     assert summary["curve"][1]["wait_p95_H100_min"] == pytest.approx(6 * 60, rel=0.05)
     lines = curve_lines(summary, "H100")
-    assert lines[0].startswith("smallest sufficient change: +2 H100 nodes") and len(lines) == 2 + 5
+    assert lines[0].startswith("smallest sufficient change: +2 H100 nodes") and len(lines) == 2 + 4
 
 
 def test_a_change_that_helps_nobody_is_not_searched_below() -> None:
@@ -49,3 +53,42 @@ def test_next_sizes_split_the_open_interval() -> None:
     assert next_sizes({0: False, 6: True, 2: False, 4: True}, 6, 1) == [3]
     assert next_sizes({0: False, 1: True}, 1, 3) == []
     assert next_sizes({0: False}, 8, 0) == []  # the first round's spare workers: none beyond baseline and advice
+
+
+def test_a_round_probes_what_makes_the_worst_case_shortest() -> None:
+    # 2 cores, +6 advised: one size beside the baseline and +6 (half a replay longer) saves a third round
+    assert sizes_to_probe({0: False}, 6, 2, fixed=2) == [3]
+    assert sizes_to_probe({0: False, 6: True, 3: False}, 6, 2) == [4, 5]
+    assert sizes_to_probe({0: False, 6: True, 3: True}, 6, 2) == [1, 2]
+    assert sizes_to_probe({0: False}, 6, 2, fixed=1) == [3]  # a kept baseline leaves its place to nobody more
+    assert sizes_to_probe({0: False}, 6, 1, fixed=2) == []  # one core: the baseline and advice alone, then halves
+    assert sizes_to_probe({0: False, 6: True}, 6, 1) == [3]
+    assert sizes_to_probe({0: False, 1: True}, 1, 2) == []
+    assert sizes_to_probe({0: False}, 1, 2, fixed=2) == []
+
+
+def _planned_search(advised: int, cores: int, smallest: int, plan) -> tuple[int, float]:
+    """(The smallest sufficient size found, the wall time in replay times: max(1, n / cores) a round of n)
+    of a search whose sizes from `smallest` on are sufficient, each round's sizes from `plan`."""
+    enough: dict[int, bool] = {0: False}
+    todo, wall = [0, advised, *plan(enough, advised, cores, 2)], 0.0
+    while todo:
+        assert len(todo) <= cores + 1 and not set(todo) & (enough.keys() - {0})
+        wall += max(1.0, len(todo) / cores)
+        enough |= {n: n >= smallest for n in todo if n}
+        todo = plan(enough, advised, cores, 0)
+    return min(n for n, ok in enough.items() if ok), wall
+
+
+def _cores_at_a_time(enough, advised, cores, fixed):  # the plan before: a round of at most the cores
+    return next_sizes(enough, advised, cores - fixed if fixed else cores)
+
+
+@pytest.mark.parametrize("cores", [1, 2, 3, 4])
+def test_the_planned_rounds_find_the_smallest_size_and_never_take_longer_at_worst(cores: int) -> None:
+    for advised in range(1, 25):
+        planned = [_planned_search(advised, cores, a, lambda e, ad, c, f: sizes_to_probe(e, ad, c, fixed=f))
+                   for a in range(1, advised + 1)]
+        before = [_planned_search(advised, cores, a, _cores_at_a_time) for a in range(1, advised + 1)]
+        assert [found for found, _ in planned] == list(range(1, advised + 1))
+        assert max(w for _, w in planned) <= max(w for _, w in before), (advised, planned, before)
