@@ -78,8 +78,8 @@ def whatif(home: Path | None, month: str | None, days: int | None, add_nodes: tu
 @click.option("--month", default=None, help=MONTH_HELP)
 @click.option("--whatif-top", default=1, show_default=True, type=click.IntRange(min=0),
               help="Test this many of the top recommendations with the what-if replay (0: none); for advice "
-                   "that adds nodes or moves quota, search the smallest sufficient change (a few replays, "
-                   "side by side: ~2 min each with the policies on).")
+                   "that adds nodes or moves quota, search the smallest sufficient change (a few rounds of "
+                   "replays side by side, each round about as long as a `gpupool whatif`).")
 def recommend(home: Path | None, month: str | None, whatif_top: int) -> None:
     """Capacity recommendations for a month, from the metric views, with their evidence and confidence;
     the top ones replayed through the allocator with the change, and the smallest sufficient change
