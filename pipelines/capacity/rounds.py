@@ -49,7 +49,8 @@ def sizes_to_probe(enough: Mapping[int, bool], advised: int, cores: int, fixed: 
 def _round_choices(unknown: int, fixed: int, cores: int) -> range:
     """How many sizes a round may probe: at least one unless it runs `fixed` replays anyway, and at most as
     many as keep the round to one replay more than the cores (each replay holds the month in memory)."""
-    return range(0 if fixed else 1, max(min(unknown, cores + 1 - fixed), 0 if fixed else 1) + 1)
+    least = 0 if fixed else 1
+    return range(least, max(least, min(unknown, cores + 1 - fixed)) + 1)
 
 
 def _round_then_rest(unknown: int, k: int, fixed: int, cores: int) -> tuple[float, int, int]:
@@ -57,7 +58,7 @@ def _round_then_rest(unknown: int, k: int, fixed: int, cores: int) -> tuple[floa
     them probing `unknown` sizes, and the search after it: compared in that order, so that a tie goes to
     fewer replays, then to fewer side by side."""
     wall, replays = _worst_case(_largest_gap(unknown, k), cores)
-    return (max(1.0, (fixed + k) / cores) if fixed + k else 0.0) + wall, k + replays, k
+    return max(1.0, (fixed + k) / cores) + wall, k + replays, k
 
 
 @functools.cache

@@ -60,7 +60,7 @@ def test_a_round_probes_what_makes_the_worst_case_shortest() -> None:
     assert sizes_to_probe({0: False}, 6, 2, fixed=2) == [3]
     assert sizes_to_probe({0: False, 6: True, 3: False}, 6, 2) == [4, 5]
     assert sizes_to_probe({0: False, 6: True, 3: True}, 6, 2) == [1, 2]
-    assert sizes_to_probe({0: False}, 6, 2, fixed=1) == [3]  # a kept baseline leaves its place to nobody more
+    assert sizes_to_probe({0: False}, 6, 2, fixed=1) == [3]  # a kept baseline: the same size, one replay fewer
     assert sizes_to_probe({0: False}, 6, 1, fixed=2) == []  # one core: the baseline and advice alone, then halves
     assert sizes_to_probe({0: False, 6: True}, 6, 1) == [3]
     assert sizes_to_probe({0: False, 1: True}, 1, 2) == []
@@ -81,7 +81,7 @@ def _planned_search(advised: int, cores: int, smallest: int, plan) -> tuple[int,
 
 
 def _cores_at_a_time(enough, advised, cores, fixed):  # the plan before: a round of at most the cores
-    return next_sizes(enough, advised, cores - fixed if fixed else cores)
+    return next_sizes(enough, advised, max(cores - fixed, 0) if fixed else cores)
 
 
 @pytest.mark.parametrize("cores", [1, 2, 3, 4])
