@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from typing import NamedTuple
 
 import numpy as np
 import polars as pl
@@ -34,7 +35,6 @@ from pipelines.policies.inputs import (
     TS,
     PolicyInputs,
     findings,
-    has_own_moments,
     held,
     with_rules,
 )
@@ -46,7 +46,7 @@ WINDOW_SCHEMA: dict[str, pl.DataType] = {
     "missing_minutes": pl.Int64, "mean_activity": pl.Float64, "peak_fb_used_mib": pl.Float64,
     "reaches_end": pl.Boolean,
 }
-_MINUTE = dt.timedelta(minutes=1)
+_MINUTE_US = 60_000_000
 CHECKPOINT_TOLERANCE = 1.5  # overdue past the declared interval x this (fct_attempt_checkpoints' gap_tolerance)
 STALE_IDLE_MINUTES = 20  # every GPU idle this long, with an overdue checkpoint, is a zombie (before idle-allocation's 30)
 _EVERY = re.compile(r"every\s*([0-9]+(?:\.[0-9]+)?)?\s*(s|secs?|seconds?|m|mins?|minutes?|h|hrs?|hours?)")
@@ -115,103 +115,147 @@ def idle_windows(minutes: pl.DataFrame, params: pl.DataFrame, now: dt.datetime) 
 
 def candidate_windows(minutes: pl.DataFrame, params: pl.DataFrame, now: dt.datetime) -> pl.DataFrame:
     """The idle windows of each row of `params` before the length rule (window_minutes): WINDOW_SCHEMA
-    plus params_row, the row's index in `params`, unsorted. An allocation may have several rows,
-    one per parameter set (`shared_candidates`), each judged on its own; `params` needs allocation_id
-    and IDLE_PARAMS, started_at and ended_at optional (see `idle_windows`).
+    plus params_row, the row's index in `params`, in the order of the rows and then of the windows. An
+    allocation may have several rows, one per parameter set (`shared_candidates`), each judged on its own;
+    `params` needs allocation_id and IDLE_PARAMS, started_at, ended_at and evaluated_at optional (see
+    `idle_windows`; a row with evaluated_at is judged on its minutes before it).
 
-    The rows are sorted by parameter row and minute once, so the per-row runs are found by whole-frame
-    shifts, fills and cumulative sums that stop at a row's first minute, not by a window per row."""
-    for bound in ("started_at", "ended_at", "evaluated_at"):
-        if bound not in params.columns:
-            params = params.with_columns(pl.lit(None, TS).alias(bound))
-    params = params.with_columns(now_at=pl.coalesce("evaluated_at", pl.lit(now, TS)))
-    row = pl.col("params_row")
-    idle_row = pl.when("is_idle").then(row)
-    # only what each minute is judged by travels with the minutes; a row's other columns join its windows
-    per_row = params.select("allocation_id", "min_coverage", "started_at", "ended_at", "now_at").with_row_index("params_row")
-    m = _minutes_by_row(minutes.filter(pl.col("minute_at") < now),
-                        params.select("allocation_id", "activity_threshold", "memory_floor_mib", "spike_max_minutes",
-                                      "now_at"))
-    if has_own_moments(params):  # attempts evaluated before `now`
-        m = m.filter(pl.col("minute_at") < pl.col("now_at"))
-    m = (
-        m.with_columns(
-            first=(row != row.shift(1)).fill_null(True),
-            last_minute_at=pl.when((row != row.shift(-1)).fill_null(True)).then("minute_at").backward_fill(),
-            is_idle=(pl.col("activity") < pl.col("activity_threshold"))
-            & (pl.col("memory_floor_mib").is_null() | (pl.col("fb_used_mib") < pl.col("memory_floor_mib")))
-            .fill_null(False),
-        )
-        .with_columns(
-            # the last idle minute before this one in the same row: fills carry the row along
-            previous_idle_at=pl.when(idle_row.shift(1).forward_fill() == row)
-            .then(pl.when("is_idle").then("minute_at").shift(1).forward_fill()),
-            # (a row's first minute follows another row's last: it is never inside a window unless idle)
-            spike_starts=(~pl.col("is_idle") & pl.col("is_idle").shift(1)).fill_null(False),
-        )
-        .with_columns(
-            breaks=pl.col("is_idle")
-            & (
-                pl.col("previous_idle_at").is_null()
-                | ((pl.col("minute_at") - pl.col("previous_idle_at")).dt.total_minutes() - 1
-                   > pl.col("spike_max_minutes"))
-            )
-        )
-        # run: the idle run's number in the whole frame (counted in a row's first minutes, each row's
-        # first idle minute breaks, so an idle minute is always in a run); null where breaks is
-        .with_columns(run=pl.col("breaks").fill_null(False).cum_sum())
-        .with_columns(
-            run=pl.when(pl.col("breaks").is_not_null() & (pl.col("run") > pl.when("first").then(
-                pl.col("run") - pl.col("breaks").fill_null(False)).forward_fill())).then("run")
-        )
-        # a run ends at its last idle minute: the next idle minute at or after a kept minute is its run's
-        .filter(pl.col("run").is_not_null() & (pl.when("is_idle").then("run").backward_fill() == pl.col("run")))
-    )
-    windows = (
-        m.group_by("run")
-        .agg(
-            pl.col("params_row", "spike_max_minutes", "last_minute_at").first(),
-            window_start_at=pl.col("minute_at").min(),
-            run_last_at=pl.col("minute_at").max(),
-            telemetry_minutes=pl.len(),
-            idle_minutes=pl.col("is_idle").sum(),
-            spikes=pl.col("spike_starts").sum(),
-            mean_activity=pl.col("activity").mean(),
-            peak_fb_used_mib=pl.col("fb_used_mib").max(),
-        )
-        .join(per_row, on="params_row")
-    )
-    return windows.with_columns(
-        bucket_minutes=(pl.col("run_last_at") - pl.col("window_start_at")).dt.total_minutes() + 1,
-        window_start_at=pl.max_horizontal("window_start_at", "started_at"),
-        window_end_at=pl.min_horizontal(pl.col("run_last_at") + _MINUTE, "ended_at"),
-    ).with_columns(
-        span_minutes=(pl.col("window_end_at") - pl.col("window_start_at")).dt.total_seconds(fractional=True) / 60,
-        busy_minutes=pl.col("telemetry_minutes") - pl.col("idle_minutes"),
-        missing_minutes=pl.col("bucket_minutes") - pl.col("telemetry_minutes"),
-        reaches_end=(pl.col("run_last_at") == pl.col("last_minute_at"))
-        & ((pl.col("now_at") - pl.col("window_end_at")).dt.total_minutes() <= pl.col("spike_max_minutes")),
-    ).filter(
-        pl.col("telemetry_minutes") >= pl.col("min_coverage") * pl.col("bucket_minutes")
-    ).select("params_row", *(pl.col(c).cast(t) for c, t in WINDOW_SCHEMA.items()))
+    Computed over arrays: each row's minutes are gathered by position, in the order of the rows and then
+    of minute_at, and its runs found by cumulative sums and fills that stop at the row's first minute. A
+    pass of the simulated governance judges tens of rows, where each Polars operation's fixed cost was
+    most of the time. A comparison with a null (a minute without activity, a rule without a parameter)
+    is null, as in Polars and SQL: a minute whose idleness is unknown is kept inside a run it does not
+    break, and never starts one."""
+    m = _RowMinutes(minutes, params, now)
+    at, row, p = m.at, m.row, m.params
+    threshold, floor, spike = p["activity_threshold"][row], p["memory_floor_mib"][row], p["spike_max_minutes"][row]
+    activity, fb = m.minute("activity"), m.minute("fb_used_mib")
+    # is_idle in three values: true, unknown (activity or threshold null) or false
+    memory_ok = floor.null | (~fb.null & (fb.value < floor.value))
+    unknown = (activity.null | threshold.null) & memory_ok
+    idle = ~unknown & (activity.value < threshold.value) & memory_ok
+    not_idle = ~idle & ~unknown
+    position = np.arange(at.size)
+    # the last idle minute before each minute, when it is in the same row
+    previous = np.concatenate(([-1], np.maximum.accumulate(np.where(idle, position, -1))))[:-1]
+    has_previous = previous >= m.row_first
+    gap = (at - at[np.maximum(previous, 0)]) // _MINUTE_US - 1
+    # breaks = is_idle and (no previous idle minute, or one more than spike_max_minutes before)
+    far = ~has_previous | (~spike.null & (gap > spike.value))
+    near = has_previous & ~spike.null & ~(gap > spike.value)
+    breaks = idle & far
+    breaks_unknown = ~breaks & ~(not_idle | near)
+    # run: the idle run's number, counted from the row's first break; none before it or where breaks is unknown
+    run = np.cumsum(breaks)
+    in_run = ~breaks_unknown & (run > (run - breaks)[m.row_first])
+    # a run ends at its last idle minute: a minute is kept when the next idle minute at or after it is in its run
+    following = np.minimum.accumulate(np.where(idle & in_run, position, at.size)[::-1])[::-1]
+    keep = in_run & (following < at.size)
+    keep[keep] = run[following[keep]] == run[keep]
+    kept = np.flatnonzero(keep)
+    starts = np.flatnonzero(np.diff(run[kept], prepend=-1))  # a run's kept minutes are consecutive
+    first, last = kept[starts], kept[np.append(starts[1:], kept.size)[:starts.size] - 1]
+    spike_starts = not_idle & np.concatenate(([False], idle))[:-1]
+
+    def total(values: np.ndarray) -> np.ndarray:
+        values = values[kept].astype(np.int64) if values.dtype == bool else values[kept]
+        return np.add.reduceat(values, starts) if kept.size else np.zeros(0, values.dtype)
+
+    telemetry, idle_minutes, known_activity = np.diff(np.append(starts, kept.size)), total(idle), total(~activity.null)
+    activity_sum = total(np.where(activity.null, 0.0, activity.value))
+    peak = np.fmax.reduceat(np.where(fb.null, np.nan, fb.value)[kept], starts) if kept.size else np.zeros(0)
+    win_row = row[first]
+    started, ended, now_at = p["started_at"][win_row], p["ended_at"][win_row], p["now_at"][win_row]
+    coverage, spike_w = p["min_coverage"][win_row], p["spike_max_minutes"][win_row]
+    window_start, run_last = at[first], at[last]
+    bucket = (run_last - window_start) // _MINUTE_US + 1
+    window_start = np.where(started.null, window_start, np.maximum(window_start, started.value))
+    window_end = np.where(ended.null, run_last + _MINUTE_US, np.minimum(run_last + _MINUTE_US, ended.value))
+    to_now = now_at.value - window_end
+    late = np.sign(to_now) * (np.abs(to_now) // _MINUTE_US)  # whole minutes, truncated as Polars does
+    at_end = run_last == m.last_at[win_row]
+    ok = ~coverage.null & (telemetry >= coverage.value * bucket)
+    columns = {
+        "params_row": pl.Series(win_row[ok], dtype=pl.UInt32),
+        "allocation_id": pl.Series(m.allocation_ids[win_row[ok]], dtype=pl.String),
+        "window_start_at": window_start[ok].astype("datetime64[us]"),
+        "window_end_at": window_end[ok].astype("datetime64[us]"),
+        "span_minutes": (window_end - window_start)[ok] / 1e6 / 60,
+        "telemetry_minutes": telemetry[ok],
+        "idle_minutes": idle_minutes[ok],
+        "busy_minutes": (telemetry - idle_minutes)[ok],
+        "spikes": total(spike_starts)[ok],
+        "missing_minutes": (bucket - telemetry)[ok],
+        "mean_activity": np.ma.masked_array(activity_sum / np.maximum(known_activity, 1), known_activity == 0)[ok],
+        "peak_fb_used_mib": np.ma.masked_array(peak, total(~fb.null) == 0)[ok],
+        "reaches_end": np.ma.masked_array(at_end & ~spike_w.null & (late <= spike_w.value), at_end & spike_w.null)[ok],
+    }
+    return pl.DataFrame({name: pl.Series(name, values, dtype=WINDOW_SCHEMA.get(name)) for name, values in columns.items()})
 
 
-def _minutes_by_row(minutes: pl.DataFrame, params: pl.DataFrame) -> pl.DataFrame:
-    """The minutes of each row of `params`, with its columns (allocation_id aside) and params_row (its index), in the order of
-    the rows and then of minute_at: an allocation's minutes repeated for each of its rows, gathered by
-    position rather than joined and sorted (a sort of the repeated rows cost more than the rest)."""
-    minutes = minutes.sort("allocation_id", "minute_at")
-    starts = (pl.col("allocation_id") != pl.col("allocation_id").shift(1)).fill_null(True).arg_true()
-    slices = minutes.select(pl.col("allocation_id").gather(starts), start=starts).with_columns(
-        length=pl.col("start").shift(-1, fill_value=minutes.height) - pl.col("start"))
-    rows = params.with_row_index("params_row").join(slices, on="allocation_id", how="inner", maintain_order="left")
-    lengths = rows["length"].to_numpy().astype(np.int64)
-    begins = np.cumsum(lengths) - lengths  # where each row's minutes begin in the output
-    index = np.repeat(rows["start"].to_numpy().astype(np.int64) - begins, lengths) + np.arange(lengths.sum())
-    return pl.concat([
-        minutes.drop("allocation_id")[index],
-        rows.drop("start", "length", "allocation_id")[np.repeat(np.arange(rows.height), lengths)],
-    ], how="horizontal")
+class _Column(NamedTuple):
+    """Values of a column as an array (anything where null) and where it is null."""
+    value: np.ndarray
+    null: np.ndarray
+
+    def __getitem__(self, index):  # type: ignore[override]
+        return _Column(self.value[index], self.null[index])
+
+
+_ROW_FLOATS = ("activity_threshold", "memory_floor_mib", "spike_max_minutes", "min_coverage")
+_ROW_TIMES = ("started_at", "ended_at", "now_at")
+
+
+class _RowMinutes:
+    """The minutes of each row of `params` before its now_at (evaluated_at, else `now`), gathered by position in
+    the order of the rows and then of minute_at (an allocation's minutes repeated for each of its rows): per
+    minute `at` (epoch microseconds), `row` (its params row) and `row_first` (the position of its row's
+    first minute); per params row `params` (its parameters and bounds as `_Column`s) and `last_at` (its
+    last minute)."""
+
+    def __init__(self, minutes: pl.DataFrame, params: pl.DataFrame, now: dt.datetime):
+        given = set(params.columns)
+
+        def bound(name: str) -> pl.Expr:
+            return (pl.col(name) if name in given else pl.lit(None)).cast(TS).alias(name)
+
+        wide = params.select(
+            *(pl.col(p).cast(pl.Float64) for p in _ROW_FLOATS), bound("started_at"), bound("ended_at"),
+            now_at=pl.coalesce(bound("evaluated_at"), pl.lit(now, TS)),
+        ).select(
+            *(pl.col(c).fill_null(np.nan) for c in _ROW_FLOATS), *(pl.col(c).dt.epoch("us").fill_null(0) for c in _ROW_TIMES),
+            *(pl.col(c).is_null().alias(f"{c} null") for c in (*_ROW_FLOATS, *_ROW_TIMES)),
+        )
+        self.params = {c: _Column(wide.get_column(c).to_numpy(), wide.get_column(f"{c} null").to_numpy())
+                       for c in (*_ROW_FLOATS, *_ROW_TIMES)}
+        self.allocation_ids = np.array(params.get_column("allocation_id").to_list(), dtype=object)
+        self.minutes = minutes.filter(pl.col("minute_at") < now, pl.col("allocation_id").is_not_null()).sort(
+            "allocation_id", "minute_at").select(
+            "allocation_id", series=pl.col("allocation_id").rle_id(), at=pl.col("minute_at").dt.epoch("us"),
+            **{c: pl.col(c).fill_null(np.nan) for c in ("activity", "fb_used_mib")},
+            **{f"{c} null": pl.col(c).is_null() for c in ("activity", "fb_used_mib")},
+        )
+        series = self.minutes.get_column("series").to_numpy().astype(np.int64)
+        starts = np.flatnonzero(np.diff(series, prepend=-1))
+        lengths_of = np.diff(np.append(starts, series.size))
+        names = self.minutes.get_column("allocation_id").unique(maintain_order=True).to_list()
+        slice_of = dict(zip(names, range(starts.size)))
+        which = np.array([slice_of.get(a, -1) for a in self.allocation_ids], dtype=np.int64)
+        rows = np.flatnonzero(which >= 0)
+        lengths = lengths_of[which[rows]]
+        index = np.repeat(starts[which[rows]] - (np.cumsum(lengths) - lengths), lengths) + np.arange(lengths.sum())
+        row = np.repeat(rows, lengths)
+        at = self.minutes.get_column("at").to_numpy()[index]
+        inside = at < self.params["now_at"].value[row]
+        self.index, self.row, self.at = index[inside], row[inside], at[inside]
+        first = np.diff(self.row, prepend=-1) != 0
+        self.row_first = np.maximum.accumulate(np.where(first, np.arange(self.at.size), 0))
+        self.last_at = np.zeros(params.height, np.int64)
+        self.last_at[self.row[first]] = self.at[np.append(np.flatnonzero(first)[1:], self.at.size)[:first.sum()] - 1]
+
+    def minute(self, name: str) -> _Column:
+        return _Column(self.minutes.get_column(name).to_numpy()[self.index],
+                       self.minutes.get_column(f"{name} null").to_numpy()[self.index])
 
 
 def all_idle_spans(windows: pl.DataFrame, holdings: pl.DataFrame, now: dt.datetime) -> pl.DataFrame:
