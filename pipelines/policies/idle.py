@@ -47,6 +47,7 @@ WINDOW_SCHEMA: dict[str, pl.DataType] = {
     "reaches_end": pl.Boolean,
 }
 _MINUTE_US = 60_000_000
+_EPOCH = dt.datetime(1970, 1, 1)
 CHECKPOINT_TOLERANCE = 1.5  # overdue past the declared interval x this (fct_attempt_checkpoints' gap_tolerance)
 STALE_IDLE_MINUTES = 20  # every GPU idle this long, with an overdue checkpoint, is a zombie (before idle-allocation's 30)
 _EVERY = re.compile(r"every\s*([0-9]+(?:\.[0-9]+)?)?\s*(s|secs?|seconds?|m|mins?|minutes?|h|hrs?|hours?)")
@@ -264,32 +265,48 @@ def all_idle_spans(windows: pl.DataFrame, holdings: pl.DataFrame, now: dt.dateti
     `windows`: idle windows with the attempt key columns; `holdings`: `held()` rows (gpus_held).
     A sweep over window starts (+1) and ends (-1): spans where the count equals gpus_held. A window
     that reaches the data's end is open: a span made of open windows ends at the attempt's now_at (`now`
-    unless it is evaluated earlier), is_ongoing_span.
+    unless it is evaluated earlier), is_ongoing_span. Swept over arrays, as `candidate_windows` is found.
     """
     key = list(ATTEMPT_KEY)
-    open_end = pl.lit(now + dt.timedelta(days=1), TS)  # after every now_at
-    w = windows.with_columns(end=pl.when("reaches_end").then(open_end).otherwise("window_end_at"))
-    events = (
-        pl.concat([
-            w.select(*key, t=pl.col("window_start_at"), d=pl.lit(1)),
-            w.select(*key, t=pl.col("end"), d=pl.lit(-1)),
-        ])
-        .group_by(*key, "t")
-        .agg(pl.col("d").sum())
-        .sort(*key, "t")
-        .with_columns(active=pl.col("d").cum_sum().over(key), next_t=pl.col("t").shift(-1).over(key))
-        .join(holdings.select(*key, "gpus_held", "now_at"), on=key)
-        .filter(pl.col("active") >= pl.col("gpus_held"))
-        .with_columns(new=(pl.col("t") != pl.col("next_t").shift(1).over(key)).fill_null(True))
-        .with_columns(span=pl.col("new").cum_sum().over(key))
-    )
-    return (
-        events.group_by(*key, "span")
-        .agg(span_start_at=pl.col("t").min(), span_end_at=pl.col("next_t").max(), now_at=pl.col("now_at").first())
-        .with_columns(is_ongoing_span=pl.col("span_end_at") == open_end)
-        .with_columns(span_end_at=pl.when("is_ongoing_span").then("now_at").otherwise("span_end_at"))
-        .drop("span", "now_at")
-    )
+    held_rows = holdings.select(*key, "gpus_held", pl.col("now_at").dt.epoch("us")).rows()
+    code_of = {row[:3]: i for i, row in enumerate(held_rows)}
+    w = windows.select(*key, start=pl.col("window_start_at").dt.epoch("us"), end=pl.col("window_end_at").dt.epoch("us"),
+                       open=pl.col("reaches_end").fill_null(False))
+    code = np.array([code_of.get(k, -1) for k in zip(*(w.get_column(c).to_list() for c in key))], dtype=np.int64)
+    mine = code >= 0  # an attempt without holdings has no span (the join's inner side)
+    open_end = int((now + dt.timedelta(days=1) - _EPOCH) / dt.timedelta(microseconds=1))  # after every now_at
+    ends = np.where(w.get_column("open").to_numpy(), open_end, w.get_column("end").to_numpy())
+    codes = np.concatenate([code[mine], code[mine]])
+    times = np.concatenate([w.get_column("start").to_numpy()[mine], ends[mine]])
+    steps = np.concatenate([np.ones(mine.sum(), np.int64), -np.ones(mine.sum(), np.int64)])
+    order = np.lexsort((times, codes))
+    codes, times, steps = codes[order], times[order], steps[order]
+    # one event per (attempt, time): its windows' starts and ends summed
+    first = np.flatnonzero((np.diff(codes, prepend=-1) != 0) | (np.diff(times, prepend=-1) != 0))
+    codes, times = codes[first], times[first]
+    steps = np.add.reduceat(steps, first) if first.size else steps[:0]
+    attempt_first = np.diff(codes, prepend=-1) != 0
+    total = np.cumsum(steps)
+    active = total - (total - steps)[np.maximum.accumulate(np.where(attempt_first, np.arange(codes.size), 0))]
+    # the next event's time (an attempt's last event, where every window has ended, is never kept)
+    next_t = np.append(times[1:], 0)
+    gpus_held = np.array([row[3] for row in held_rows], dtype=np.int64)
+    kept = np.flatnonzero(active >= gpus_held[codes])
+    k_codes, k_times, k_next = codes[kept], times[kept], next_t[kept]
+    # a span starts at a kept event that does not follow on from the kept event before it in the attempt
+    new = (np.diff(k_codes, prepend=-1) != 0) | (k_times != np.concatenate(([-1], k_next[:-1])))
+    starts = np.flatnonzero(new)
+    stops = np.append(starts[1:], kept.size)[:starts.size] - 1
+    span_end = k_next[stops]
+    ongoing = span_end == open_end
+    now_at = np.array([row[4] for row in held_rows], dtype=np.int64)
+    attempts = [held_rows[c][:3] for c in k_codes[starts]]
+    return pl.DataFrame({
+        **{c: pl.Series(c, [a[i] for a in attempts], dtype=holdings.schema[c]) for i, c in enumerate(key)},
+        "span_start_at": k_times[starts].astype("datetime64[us]"),
+        "span_end_at": np.where(ongoing, now_at[k_codes[starts]], span_end).astype("datetime64[us]"),
+        "is_ongoing_span": ongoing,
+    })
 
 
 def _gpu_evidence() -> pl.Expr:

@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from pipelines.policies.idle import candidate_windows
+from pipelines.policies.idle import all_idle_spans, candidate_windows
 from pipelines.policies.inputs import MINUTE_SCHEMA, TS
 from tests.policies.frames import T0, at
 
@@ -82,3 +82,39 @@ def test_rows_judged_together_find_what_each_finds_alone(seed):
         for i, p in enumerate(params)])
     assert together.height > 10
     assert_frame_equal(together, alone)  # NaN activity averages to NaN in both
+
+
+@pytest.mark.parametrize("seed", [4, 5])
+def test_every_gpu_idle_spans_are_the_minutes_all_held_gpus_sit_in_a_window(seed):
+    """The sweep's spans equal a minute-by-minute count: maximal runs of minutes where every GPU the
+    attempt holds is inside one of its windows; a run reaching windows still open at the data's end is
+    ongoing and ends at the attempt's now_at."""
+    rng = np.random.default_rng(seed)
+    windows, holdings, expected = [], [], set()
+    for a in range(6):
+        job, gpus, now_at = f"j{a}", int(rng.integers(1, 4)), at(int(rng.integers(200, 260)))
+        holdings.append({"source": "allocator", "job_id": job, "attempt": 1, "gpus_held": gpus, "now_at": now_at})
+        idle_at = np.zeros((gpus, 400), bool)  # minute by minute; an open window runs to the grid's end
+        for g in range(gpus):
+            minute = 0
+            while minute < 180:
+                minute += int(rng.integers(0, 30))
+                length, still_open = int(rng.integers(1, 80)), bool(rng.random() < 0.15)
+                idle_at[g, minute:400 if still_open else minute + length] = True
+                windows.append({"source": "allocator", "job_id": job, "attempt": 1, "window_start_at": at(minute),
+                                "window_end_at": at(minute + length), "reaches_end": still_open})
+                minute += length + 1
+                if still_open:
+                    break
+        every = np.concatenate(([False], idle_at.all(axis=0), [False]))
+        for start, stop in zip(np.flatnonzero(every[1:] & ~every[:-1]), np.flatnonzero(~every[1:] & every[:-1])):
+            ongoing = stop == 400
+            expected.add((job, at(int(start)), now_at if ongoing else at(int(stop)), bool(ongoing)))
+    spans = all_idle_spans(
+        pl.DataFrame(windows, schema={"source": pl.String, "job_id": pl.String, "attempt": pl.Int64,
+                                      "window_start_at": TS, "window_end_at": TS, "reaches_end": pl.Boolean}),
+        pl.DataFrame(holdings, schema={"source": pl.String, "job_id": pl.String, "attempt": pl.Int64,
+                                       "gpus_held": pl.UInt32, "now_at": TS}),
+        at(300))
+    assert len(expected) > 5
+    assert set(spans.select("job_id", "span_start_at", "span_end_at", "is_ongoing_span").rows()) == expected
