@@ -11,6 +11,12 @@ def utc_naive(moment: dt.datetime | None = None) -> dt.datetime:
     return moment.astimezone(dt.UTC).replace(tzinfo=None) if moment.tzinfo else moment
 
 
+def parse_utc(text: str) -> dt.datetime:
+    """An ISO 8601 time as an API writes it ('...Z', '...+02:00', or without a zone: UTC) as naive UTC.
+    An offset is converted, not dropped: '10:00+02:00' is 08:00."""
+    return utc_naive(dt.datetime.fromisoformat(str(text)))
+
+
 def duration_text(seconds: float) -> str:
     """'45 s', '15 min', '2 h', '1 h 30 min', '3 d 4 h'."""
     seconds = round(seconds)

@@ -33,6 +33,8 @@ from pathlib import Path
 
 import polars as pl
 
+from pipelines.clock import parse_utc
+
 log = logging.getLogger(__name__)
 
 ACTIVITY_METRICS = ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED")
@@ -249,7 +251,7 @@ _JOB_SCHEMA = {
 
 
 def _ts(value: str | None) -> dt.datetime | None:
-    return None if value is None else dt.datetime.fromisoformat(value.rstrip("Z")).replace(tzinfo=None)
+    return None if value is None else parse_utc(value)
 
 
 def _timestamps(column: pl.Series) -> pl.Series:

@@ -51,7 +51,7 @@ from typing import Protocol
 
 import polars as pl
 
-from pipelines.clock import utc_naive
+from pipelines.clock import parse_utc, utc_naive
 from pipelines.connectors.allocator import LANDING
 from pipelines.enforcement.base import Enforcer
 from pipelines.governance.live import allocation_minutes, allocations_from_jobs, recent_gpu_minutes
@@ -141,7 +141,7 @@ def recent_progress(landing: Path, jobs: list[dict], now: dt.datetime, lookback:
         for record in _records(landing, source, reach, now):
             try:
                 key = (record["job_id"], int(record["attempt"]))
-                at = _ts(record["ts"])
+                at = parse_utc(record["ts"])
             except (ValueError, KeyError, TypeError):
                 continue  # a record without a job or attempt (an MLflow one): not a progress signal here
             ok_checkpoint = record.get("kind") == "checkpoint" and record.get("status") == "ok"
@@ -154,7 +154,7 @@ def recent_progress(landing: Path, jobs: list[dict], now: dt.datetime, lookback:
 
 def _starts(jobs: list[dict]) -> list[tuple]:
     """PROGRESS_SCHEMA rows of the running attempts' starts."""
-    return [(job["job_id"], job["attempt"], _ts(job["started_at"]), False) for job in jobs if job.get("started_at")]
+    return [(job["job_id"], job["attempt"], parse_utc(job["started_at"]), False) for job in jobs if job.get("started_at")]
 
 
 def _records(landing: Path, source: str, since: dt.datetime, now: dt.datetime):
@@ -325,10 +325,6 @@ def _running_text(total: int | None, by_source: dict[str, int | None]) -> str:
         return f"{total} running jobs"
     parts = ", ".join(f"{s} {'unreadable' if n is None else n}" for s, n in by_source.items())
     return f"{total} running jobs ({parts})"
-
-
-def _ts(value: str) -> dt.datetime:
-    return dt.datetime.fromisoformat(str(value).rstrip("Z")).replace(tzinfo=None)
 
 
 def _describe(exc: BaseException) -> str:

@@ -38,7 +38,7 @@ from typing import Any, Protocol
 import polars as pl
 
 from allocator.records import rfc3339
-from pipelines.clock import duration_text
+from pipelines.clock import duration_text, parse_utc
 from pipelines.contracts import DecisionStatus, Mode, PolicyKind, StepAction
 from pipelines.policies.model import PlannedAction, RateLimits, Rule, Step, action_key
 
@@ -399,7 +399,7 @@ def _vanished(previous: PlannedAction, rule: Rule, index: int) -> PlannedAction:
 
 def _evidence_time(previous: PlannedAction, name: str) -> dt.datetime | None:
     value = previous.evidence.get(name)
-    return dt.datetime.fromisoformat(str(value).rstrip("Z")).replace(tzinfo=None) if value else None
+    return parse_utc(value) if value else None
 
 
 def _continued(findings: pl.DataFrame, open_before: list[PlannedAction]) -> pl.DataFrame:

@@ -78,6 +78,18 @@ def test_running_jobs_of_the_real_squeue_as_job_views():
     assert allocations["source"].unique().to_list() == ["slurm"] and allocations["is_running"].all()
 
 
+def test_a_start_written_with_an_offset_is_read_as_the_same_moment_in_utc():
+    """A reader or API that writes its times with an offset instead of Z: the allocation starts at the
+    same moment in UTC (the offset converted, not dropped), beside one written with Z."""
+    work = slurm_running_work(SQUEUE.read_bytes(), SCOPE)
+    offset = [dict(job, started_at="2026-12-03T09:18:17+02:00") if job["job_id"] == "73" else job
+              for job in work.jobs]
+    allocations = allocations_from_jobs(offset, {}, source="slurm")
+    started = dict(allocations.select("job_id", "started_at").unique().iter_rows())
+    assert started["73"] == dt.datetime(2026, 12, 3, 7, 18, 17)
+    assert started["75"] == dt.datetime(2026, 12, 3, 7, 18, 31)
+
+
 def test_only_the_partitions_in_scope_are_read_and_the_queue_may_be_the_qos():
     scope = SlurmGovernance(partitions=["batch"], queue_from="qos", template_by_qos={"normal": "experiment"},
                             template_by_partition={"batch": "training"}, template_comment_prefix=None)
