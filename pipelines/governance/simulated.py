@@ -52,6 +52,7 @@ from allocator.sim.health import HealthEvent
 from allocator.sim.simulator import SimulatedPool
 from allocator.store import job_view
 from allocator.telemetry import ActivityProfile
+from pipelines.clock import parse_utc
 from pipelines.contracts import DecisionStatus, PolicyKind, StepAction
 from pipelines.enforcement.allocator import DeliveryError
 from pipelines.governance.live import allocations_from_jobs
@@ -527,7 +528,7 @@ class SimulatedGovernance:
                 healthy = self._healthy(finding.policy)
                 moments.add(self.outbox.steps(finding.finding_id)[-1].decided_at + healthy)
         for policy, evidence in found.select("policy", "evidence").iter_rows():
-            last_fault = dt.datetime.fromisoformat(json.loads(evidence)["last_fault_at"].rstrip("Z"))
+            last_fault = parse_utc(json.loads(evidence)["last_fault_at"])
             moments.add(last_fault + self._healthy(policy))
         return {m for m in moments if m > now}
 

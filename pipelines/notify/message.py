@@ -13,7 +13,7 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-from pipelines.clock import duration_text
+from pipelines.clock import duration_text, parse_utc
 from pipelines.policies.model import PlannedAction
 
 LANGUAGES = ("en", "zh")
@@ -269,7 +269,7 @@ def _time(value: object, default: dt.datetime) -> dt.datetime:
     if isinstance(value, dt.datetime):
         return value
     try:
-        return dt.datetime.fromisoformat(str(value).rstrip("Z"))
+        return parse_utc(str(value))
     except ValueError:
         return default
 

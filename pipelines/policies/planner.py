@@ -290,8 +290,8 @@ def _undrain_due(finding: dict, rule: Rule, due: tuple[int, dt.datetime]) -> tup
     (`due`'s time, the undrain's after_s being 0) and the last fault; None while no telemetry was
     seen in the period's last hour (a silent GPU is not a healthy one; telemetry rows are hourly)."""
     evidence = json.loads(finding["evidence"] or "{}")
-    last_fault = dt.datetime.fromisoformat(str(evidence["last_fault_at"]).rstrip("Z"))
-    last_seen = dt.datetime.fromisoformat(str(evidence["last_seen_at"]).rstrip("Z"))
+    last_fault = parse_utc(evidence["last_fault_at"])
+    last_seen = parse_utc(evidence["last_seen_at"])
     at = max(due[1], last_fault) + dt.timedelta(hours=float(rule.params["healthy_hours"]))
     return (due[0], at) if last_seen >= at - SEEN_SLACK else None
 
@@ -494,7 +494,7 @@ def plan(
             if previous.finding_id in reported or previous.kind.value not in kinds:
                 continue
             rule = catalog.rule(previous.policy, queue=previous.queue, template=previous.evidence.get("template"))
-            detected = dt.datetime.fromisoformat(str(previous.evidence.get("detected_at")).rstrip("Z"))
+            detected = parse_utc(previous.evidence.get("detected_at"))
             due = _next_step(decided, previous.finding_id, rule.steps, detected)
             if due is not None and due[1] is not None and now >= due[1]:
                 out.append(_vanished(previous, rule, due[0]))
