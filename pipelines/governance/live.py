@@ -250,17 +250,13 @@ _JOB_SCHEMA = {
 }
 
 
-def _ts(value: str | None) -> dt.datetime | None:
-    return None if value is None else parse_utc(value)
-
-
 def _timestamps(column: pl.Series) -> pl.Series:
     """The API's RFC 3339 times as naive UTC, parsed at once; the rare value in another ISO form
-    (an offset) is parsed as `_ts` does."""
+    (an offset) is parsed as `parse_utc` does."""
     parsed = column.str.strip_suffix("Z").str.to_datetime("%Y-%m-%dT%H:%M:%S%.f", time_unit="us", strict=False)
     missed = parsed.is_null() & column.is_not_null()
     if missed.any():
-        parsed = parsed.scatter(missed.arg_true(), pl.Series([_ts(v) for v in column.filter(missed)],
+        parsed = parsed.scatter(missed.arg_true(), pl.Series([parse_utc(v) for v in column.filter(missed)],
                                                                dtype=pl.Datetime("us")))
     return parsed
 

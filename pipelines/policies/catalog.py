@@ -20,7 +20,7 @@ import yaml
 from pydantic import BaseModel
 
 from allocator.model import TEMPLATES
-from pipelines.clock import utc_naive
+from pipelines.clock import parse_utc, utc_naive
 from pipelines.config import config_relative, section
 from pipelines.contracts import Mode, PolicyKind, StepAction
 from pipelines.paths import MODELS_DIR
@@ -432,7 +432,7 @@ def _expiry(value: Any, path: Path, at: str) -> dt.datetime:
         return dt.datetime.combine(value, dt.time())
     if isinstance(value, str):
         try:
-            return utc_naive(dt.datetime.fromisoformat(value))
+            return parse_utc(value)
         except ValueError:
             pass
     raise _fail(path, at, f"{value!r}: required, an RFC 3339 time such as \"2026-12-31T00:00:00Z\"; "
