@@ -114,12 +114,14 @@ def ingest_partition(
                                          for t in src.tables if t in LAKE_TABLES})
     _read_files(load, src, files, on_file)
     quarantine = pl.concat(load.quarantines, how="vertical")
+    folder = landing_folder(warehouse, source_name, day)
     if src.time_columns:
-        warehouse.drop_moved_rows(source_name, day, list(src.time_columns), landing_folder(warehouse, source_name, day))
+        warehouse.drop_moved_lake_rows(source_name, day, list(src.time_columns), folder)
     carried = {} if carried is None else carried
     for table, frames in carried.pop(day, {}).items():
         load.keep(table, frames)
     notes = load.notes
+    merges: list[tuple[dt.date, dict[str, pl.DataFrame]]] = []
     for other, other_tables in sorted(load.elsewhere().items()):
         rows = other_tables[src.tables[0]].height  # the first table is 1:1 with the records
         if run_last is not None and day < other <= run_last:
@@ -129,7 +131,7 @@ def ingest_partition(
                 and not run_first <= other <= run_last:
             spilled.append((other, other_tables, [str(f) for f in files]))
         else:
-            warehouse.merge_files(source_name, other, other_tables, [str(f) for f in files])
+            merges.append((other, other_tables))
         notes.append(f"{rows:,} record(s) timestamped {other} went to that day's partition")
     tenants = {tenant: list(counts) for tenant, counts in load.tenants.items()}
     state = _DayState(stamps, len(files), load.records_read, load.records_loaded - load.validate_rejected,
@@ -147,7 +149,11 @@ def ingest_partition(
         started_at=started_at,
         notes=notes + _tenant_notes(tenants),
         state=state.to_json() if state is not None else None,
+        # one writer session for the day: the rows an earlier ingest moved away go in its commit
+        moved_from=(folder, list(src.time_columns)) if src.time_columns else None,
     )
+    for other, other_tables in merges:  # after that commit, which deleted what they replace
+        warehouse.merge_files(source_name, other, other_tables, [str(f) for f in files])
     return dataclasses.replace(report, validation=load.outcomes(), files_empty=load.files_empty,
                                tenants=load.tenants, how=how)
 

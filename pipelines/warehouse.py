@@ -27,7 +27,7 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
@@ -465,6 +465,7 @@ class Warehouse:
         started_at: dt.datetime | None = None,
         notes: list[str] | None = None,
         state: dict | None = None,
+        moved_from: tuple[Path, Sequence[str]] | None = None,
     ) -> IngestReport:
         """Replace everything one ingest source loaded for one day, atomically per store.
 
@@ -474,9 +475,13 @@ class Warehouse:
 
         Lake tables: one Delta commit per table replaces the (day, source) rows, outside the
         writers' lock (a crash leaves the previous commit; other days load at the same time).
-        Warehouse tables, the quarantine and the ingest log: delete then insert in one transaction,
-        which also points the lake views at the new commit. Tables this source does not produce are
-        left alone. ops.ingest_state's row for the day becomes `state` (none: deleted).
+        Warehouse tables, the quarantine and the ingest log: delete then insert in one transaction, in
+        a writer session that first points the lake views at the new commit (`writer` runs
+        `ensure_schema`, after the lake's commits). Tables this source does not produce are
+        left alone. ops.ingest_state's row for the day becomes `state` (none: deleted). `moved_from`:
+        (the day's landing folder, tables): rows of these warehouse tables that an earlier ingest of the
+        day moved to other days (their records timestamped there) are deleted in the same transaction
+        (the lake's: `drop_moved_lake_rows`, before).
         """
         if records_quarantined is None:
             records_quarantined = quarantine.height
@@ -485,7 +490,7 @@ class Warehouse:
         totals = IngestTotals(files_read, records_read, records_loaded, records_quarantined, rows_by_table, notes or [])
         with self.partition_lock((ingest_source, partition_date)):
             self._commit_ingest(ingest_source, partition_date, tables, quarantine, totals,
-                                started_at or utc_naive(), state, append_to=None)
+                                started_at or utc_naive(), state, append_to=None, moved_from=moved_from)
         return totals.report(ingest_source, partition_date)
 
     def append_partition(
@@ -529,9 +534,10 @@ class Warehouse:
     def _commit_ingest(
         self, ingest_source: str, partition_date: dt.date, tables: Mapping[str, pl.DataFrame | LakeRowsWrite],
         quarantine: pl.DataFrame, totals: IngestTotals, started_at: dt.datetime, state: dict | None,
-        append_to: str | None,
+        append_to: str | None, moved_from: tuple[Path, Sequence[str]] | None = None,
     ) -> None:
-        """Hold the partition lock. `append_to`: add rows after that run (else replace the day's)."""
+        """Hold the partition lock. `append_to`: add rows after that run (else replace the day's);
+        `moved_from`: as replace_partition's."""
         if append_to is not None:
             base = self.ingest_state(ingest_source, partition_date)
             if base is None or base[0] != append_to:
@@ -547,37 +553,37 @@ class Warehouse:
             elif name in LAKE_TABLES:
                 self._write_lake_partition(name, partition_date, ingest_source, frame, ingested_at)
         run_id = uuid.uuid4().hex
-        with self.writer() as con:
-            with _transaction(con):
-                keep = self._insert_rows if append_to is not None else self._replace_rows
-                for name, frame in tables.items():
-                    if name in LAKE_TABLES or isinstance(frame, LakeRowsWrite):
-                        continue
-                    keep(con, contract(name).table, frame, partition_date, ingest_source, ingested_at)
-                keep(con, "ops.quarantine", quarantine, partition_date, ingest_source, ingested_at)
-                con.execute(
-                    f"insert into ops.ingest_log ({', '.join(INGEST_LOG_COLUMNS)}) "
-                    f"values ({', '.join('?' for _ in INGEST_LOG_COLUMNS)})",
-                    [
-                        run_id,
-                        ingest_source,
-                        partition_date,
-                        totals.files_read,
-                        totals.records_read,
-                        totals.records_loaded,
-                        totals.records_quarantined,
-                        json.dumps(totals.rows_by_table, sort_keys=True),
-                        started_at,
-                        utc_naive(),  # finished: after the lake's commit
-                        json.dumps(totals.notes) if totals.notes else None,
-                    ],
-                )
-                con.execute("delete from ops.ingest_state where ingest_source = ? and partition_date = ?",
-                            [ingest_source, partition_date])
-                if state is not None:
-                    con.execute("insert into ops.ingest_state values (?, ?, ?, ?)",
-                                [ingest_source, partition_date, run_id, json.dumps(state, sort_keys=True)])
-            self.refresh_lake_views(con)
+        with self.writer() as con, _transaction(con):
+            if moved_from is not None:
+                _delete_moved_rows(con, ingest_source, partition_date, *moved_from)
+            keep = self._insert_rows if append_to is not None else self._replace_rows
+            for name, frame in tables.items():
+                if name in LAKE_TABLES or isinstance(frame, LakeRowsWrite):
+                    continue
+                keep(con, contract(name).table, frame, partition_date, ingest_source, ingested_at)
+            keep(con, "ops.quarantine", quarantine, partition_date, ingest_source, ingested_at)
+            con.execute(
+                f"insert into ops.ingest_log ({', '.join(INGEST_LOG_COLUMNS)}) "
+                f"values ({', '.join('?' for _ in INGEST_LOG_COLUMNS)})",
+                [
+                    run_id,
+                    ingest_source,
+                    partition_date,
+                    totals.files_read,
+                    totals.records_read,
+                    totals.records_loaded,
+                    totals.records_quarantined,
+                    json.dumps(totals.rows_by_table, sort_keys=True),
+                    started_at,
+                    utc_naive(),  # finished: after the lake's commit
+                    json.dumps(totals.notes) if totals.notes else None,
+                ],
+            )
+            con.execute("delete from ops.ingest_state where ingest_source = ? and partition_date = ?",
+                        [ingest_source, partition_date])
+            if state is not None:
+                con.execute("insert into ops.ingest_state values (?, ?, ?, ?)",
+                            [ingest_source, partition_date, run_id, json.dumps(state, sort_keys=True)])
 
     def merge_files(
         self, ingest_source: str, partition_date: dt.date, tables: dict[str, pl.DataFrame], source_files: list[str]
@@ -597,29 +603,31 @@ class Warehouse:
         for name, frame in tables.items():
             if name in LAKE_TABLES:
                 self._merge_lake_partition(name, partition_date, ingest_source, frame, source_files, ingested_at)
-        with self.writer() as con:
-            with _transaction(con):
-                for name, frame in tables.items():
-                    if name in LAKE_TABLES:
-                        continue
-                    table = contract(name).table
-                    con.execute(
-                        f"delete from {table} where partition_date = ? and ingest_source = ? "
-                        "and list_contains(?, source_file)",
-                        [partition_date, ingest_source, source_files],
-                    )
-                    self._insert_rows(con, table, frame, partition_date, ingest_source, ingested_at)
-            self.refresh_lake_views(con)
+        with self.writer() as con, _transaction(con):
+            for name, frame in tables.items():
+                if name in LAKE_TABLES:
+                    continue
+                table = contract(name).table
+                con.execute(
+                    f"delete from {table} where partition_date = ? and ingest_source = ? "
+                    "and list_contains(?, source_file)",
+                    [partition_date, ingest_source, source_files],
+                )
+                self._insert_rows(con, table, frame, partition_date, ingest_source, ingested_at)
 
-    def drop_moved_rows(self, ingest_source: str, partition_date: dt.date, tables: list[str], folder: Path) -> None:
-        """Delete, from the other days' partitions, the rows an earlier ingest of `partition_date` moved
-        there (records of that day's landing files timestamped on another day): re-ingesting a day
-        replaces everything its files loaded, wherever it went. Rows are found by source_file, the
-        landing path, between `folder/` and `folder0` (min/max statistics prune the lake's files)."""
-        low, high = f"{folder.as_posix()}/", f"{folder.as_posix()}0"  # '0' follows '/'
-        lake = [t for t in tables if t in LAKE_TABLES]
-        rewritten = False
-        for name in lake:
+    def drop_moved_lake_rows(self, ingest_source: str, partition_date: dt.date, tables: list[str],
+                             folder: Path) -> None:
+        """Rewrite, in the other days' partitions of the lake tables among `tables`, the rows an earlier
+        ingest of `partition_date` moved there (records of that day's landing files timestamped on another
+        day), without them: re-ingesting a day replaces everything its files loaded, wherever it went. Rows
+        are found by source_file, the landing path, between `folder/` and `folder0` (min/max statistics
+        prune the lake's files). The warehouse tables' moved rows go in the day's own commit
+        (replace_partition's `moved_from`), whose writer session also points the lake views at these
+        versions."""
+        low, high = _folder_range(folder)
+        for name in tables:
+            if name not in LAKE_TABLES:
+                continue
             table = self.lake_table(name)
             if not self.store.exists(table):
                 continue
@@ -632,21 +640,6 @@ class Warehouse:
                     old = self._read_lake_rows(name, day, ingest_source)
                     self.write_lake_rows(name, day, ingest_source, old.filter(
                         ~((pl.col("source_file") >= low) & (pl.col("source_file") < high))))
-                rewritten = True
-        if not rewritten and all(name in LAKE_TABLES for name in tables):
-            return  # no lake row had moved, and no warehouse table to clean: no writer to open
-        with self.writer() as con:
-            with _transaction(con):
-                for name in tables:
-                    if name in LAKE_TABLES:
-                        continue
-                    con.execute(
-                        f"delete from {contract(name).table} where ingest_source = ? and partition_date <> ? "
-                        "and source_file >= ? and source_file < ?",
-                        [ingest_source, partition_date, low, high],
-                    )
-            if lake:
-                self.refresh_lake_views(con)
 
     def _merge_lake_partition(self, name: str, partition_date: dt.date, ingest_source: str, frame: pl.DataFrame,
                               source_files: list[str], ingested_at: dt.datetime) -> None:
@@ -781,3 +774,24 @@ def _transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
         con.execute("rollback")
         raise
     con.execute("commit")
+
+
+def _folder_range(folder: Path) -> tuple[str, str]:
+    """The source_file values of the files under a landing folder: from `folder/` up to `folder0` ('0'
+    follows '/')."""
+    return f"{folder.as_posix()}/", f"{folder.as_posix()}0"
+
+
+def _delete_moved_rows(con: duckdb.DuckDBPyConnection, ingest_source: str, partition_date: dt.date, folder: Path,
+                       tables: Sequence[str]) -> None:
+    """Delete, from the other days' partitions of these warehouse tables, the rows of `folder`'s files
+    (moved there by an earlier ingest of `partition_date`)."""
+    low, high = _folder_range(folder)
+    for name in tables:
+        if name in LAKE_TABLES:
+            continue
+        con.execute(
+            f"delete from {contract(name).table} where ingest_source = ? and partition_date <> ? "
+            "and source_file >= ? and source_file < ?",
+            [ingest_source, partition_date, low, high],
+        )

@@ -225,6 +225,37 @@ def test_a_run_over_days_keeps_records_carried_across_midnight_and_reingest_drop
     assert _day_rows(wh, D1) == []
 
 
+def _audit_line(real_data: Path, moment: str, audit_id: str) -> str:
+    event = json.loads((real_data / "k8s-audit" / "falco_k8s_audit_events.jsonl").read_text().splitlines()[0])
+    for field in ("timestamp", "requestReceivedTimestamp", "stageTimestamp"):
+        event[field] = moment
+    event["metadata"]["creationTimestamp"] = moment
+    return json.dumps(event | {"auditID": audit_id}) + "\n"
+
+
+def test_reingesting_a_day_keeps_the_records_its_files_put_on_an_earlier_day_once_and_drops_those_gone(
+        tmp_path, real_data):
+    """A warehouse table's moved rows: a day-2 file's record timestamped day 1 is merged into day 1, and
+    deleting what an earlier ingest of day 2 moved must come before that merge, not after it."""
+    wh = Warehouse(tmp_path / "home")
+    audit = tmp_path / "audit.jsonl"
+    audit.write_text(_audit_line(real_data, "2026-11-01T23:59:00Z", "early")
+                     + _audit_line(real_data, "2026-11-02T08:00:00Z", "own"))
+    stage_files(wh, "k8s_audit", audit, D2)
+
+    def per_day() -> list[tuple]:
+        return rows(wh, "select partition_date, count(*) from raw.audit_events group by 1 order by 1")
+
+    ingest_partition(wh, "k8s_audit", D2)
+    assert per_day() == [(D1, 1), (D2, 1)]
+    ingest_partition(wh, "k8s_audit", D2)  # again: the day-1 record is there once, not twice, not gone
+    assert per_day() == [(D1, 1), (D2, 1)]
+    (wh.landing / "k8s_audit" / D2.isoformat() / "audit.jsonl").write_text(
+        _audit_line(real_data, "2026-11-02T08:00:00Z", "own"))
+    ingest_partition(wh, "k8s_audit", D2)  # the file no longer holds it: it leaves day 1 too
+    assert per_day() == [(D2, 1)]
+
+
 def test_audit_events_go_to_their_own_day(tmp_path, real_data):
     wh = Warehouse(tmp_path / "home")
     stage_files(wh, "k8s_audit", real_data / "k8s-audit" / "falco_k8s_audit_events.jsonl", D1)
