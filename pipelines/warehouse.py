@@ -397,12 +397,12 @@ class Warehouse:
         seen = {name: (version, location) for name, version, location, first_day
                 in con.execute("select table_name, version, location, first_day from ops.lake_versions").fetchall()
                 if first_day is not None or version is None}
+        present = {f"{schema}.{name}" for schema, name
+                   in con.execute("select table_schema, table_name from information_schema.tables").fetchall()}
         for name in LAKE_TABLES:
             c = contract(name)
             version, location = self.store.version(c.table), str(self.store.path(c.table))
-            exists = con.execute("select count(*) from information_schema.tables where table_schema = ? "
-                                 "and table_name = ?", c.table.split(".", 1)).fetchall()[0][0]
-            if exists and seen.get(c.table) == (version, location):
+            if c.table in present and seen.get(c.table) == (version, location):
                 continue
             days: tuple[dt.date | None, dt.date | None] = (None, None)
             if version is None:

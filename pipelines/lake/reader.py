@@ -20,6 +20,7 @@ a typed constant, one `union all` branch per partition value.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from collections import defaultdict
 from pathlib import Path
@@ -44,6 +45,13 @@ def _literal(value: Any) -> str:
 def duckdb_types(schema: pa.Schema) -> dict[str, str]:
     """Each column's DuckDB type, as DuckDB itself maps the Arrow type (timestamp without zone ->
     TIMESTAMP, with -> TIMESTAMP WITH TIME ZONE, large_string -> VARCHAR, nested types spelled out)."""
+    return dict(_duckdb_types(schema))
+
+
+@functools.lru_cache(maxsize=64)
+def _duckdb_types(schema: pa.Schema) -> dict[str, str]:
+    # kept per schema: a DuckDB instance of its own costs about 35 ms, and an ingest re-points a lake
+    # table's view after each of its commits, always with the same few schemas
     con = duckdb.connect()
     try:
         relation = con.from_arrow(schema.empty_table())
