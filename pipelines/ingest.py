@@ -9,7 +9,8 @@ snapshot) go to the day being ingested. Re-ingesting a day replaces that day's p
 landing file's records on another day are merged into that day's partition per file (the rows
 that came from the same file are replaced), so they never clobber what that day's own ingest
 loaded. In a run over several days, records that fall on a later day of the run are carried to
-it. Quarantined records and ops.ingest_log stay with the day being ingested.
+it, and a source without lake tables commits the run's days together (`ingest_days`). Quarantined
+records and ops.ingest_log stay with the day being ingested.
 
 Empty files (no bytes, or only white space) are not parsed: they count as read with no record,
 with the note "empty file", the same in every source. A well-formed answer that holds no record
@@ -36,7 +37,7 @@ from expectations.suites import rules
 from expectations.validate import EXAMPLES_LIMIT, split_valid
 from pipelines.clock import utc_naive
 from pipelines.contracts import GAPS_SCHEMA, LAKE_TABLES, SCRAPE_GAPS_DDL, contract
-from pipelines.ingest_record import IncrementStale, IngestReport, IngestTotals
+from pipelines.ingest_record import DayCommit, IncrementStale, IngestReport, IngestTotals
 from pipelines.lake.tables import AppendRefused
 from pipelines.sources import dcgm_parquet
 from pipelines.sources.base import ParseResult, empty_quarantine
@@ -75,14 +76,21 @@ def ingest_days(
 ) -> list[IngestReport]:
     """Ingest several days of one source in order; records of a later day of the run are carried to it.
     With `spilled`, records timestamped outside first..last day of the run are appended there instead
-    of merged into their day: runs of other days may be loading those days at the same time."""
+    of merged into their day: runs of other days may be loading those days at the same time.
+
+    A source with lake tables commits each day as it is read (the lake's rows are written a slice at a
+    time and never held). A source of warehouse tables alone (small: events, audit records, decisions)
+    commits the run's days together, in one writer session, once they are all read: opening the
+    writers' file was most of such a day's ingest."""
     carried: Carried = {}
     ordered = sorted(days)
-    return [
-        ingest_partition(warehouse, source_name, day, validate, on_file, carried=carried, run_last=ordered[-1],
-                         run_first=ordered[0] if spilled is not None else None, spilled=spilled)
-        for day in ordered
-    ]
+    run = {"carried": carried, "run_last": ordered[-1], "run_first": ordered[0] if spilled is not None else None,
+           "spilled": spilled}
+    if any(table in LAKE_TABLES for table in source(source_name).tables):
+        return [ingest_partition(warehouse, source_name, day, validate, on_file, **run) for day in ordered]
+    loaded = [_load_day(warehouse, source_name, day, validate, on_file, **run) for day in ordered]
+    reports = warehouse.replace_partitions(source_name, [day.commit for day in loaded])
+    return [day.finish(warehouse, source_name, report) for day, report in zip(loaded, reports, strict=True)]
 
 
 def ingest_partition(
@@ -106,15 +114,53 @@ def ingest_partition(
     a batch of at least SLICE_ROWS rows at a time (every file's records when the day is smaller),
     and the lake tables' rows are written as each batch's Parquet files, all committed at the end.
     Sources in SLICED read a large file a slice at a time too (`_take_slices`)."""
+    loaded = _load_day(warehouse, source_name, day, validate, on_file, carried, run_last, run_first, spilled,
+                       keep_state)
+    [report] = warehouse.replace_partitions(source_name, [loaded.commit])
+    return loaded.finish(warehouse, source_name, report, how)
+
+
+@dataclasses.dataclass
+class _LoadedDay:
+    """A day read and ready to commit (`commit`), and what follows its commit: the records of its files
+    timestamped on days outside the run, merged into those days (`finish`)."""
+
+    commit: DayCommit
+    load: _DayLoad
+    files: list[Path]
+    merges: list[tuple[dt.date, dict[str, pl.DataFrame]]]
+
+    def finish(self, warehouse: Warehouse, source_name: str, report: IngestReport, how: str = "") -> IngestReport:
+        for other, other_tables in self.merges:  # after the day's commit, which deleted what they replace
+            warehouse.merge_files(source_name, other, other_tables, [str(f) for f in self.files])
+        return dataclasses.replace(report, validation=self.load.outcomes(), files_empty=self.load.files_empty,
+                                   tenants=self.load.tenants, how=how)
+
+
+def _load_day(
+    warehouse: Warehouse,
+    source_name: str,
+    day: dt.date,
+    validate: bool,
+    on_file: Callable[[Path], None] | None,
+    carried: Carried | None,
+    run_last: dt.date | None,
+    run_first: dt.date | None,
+    spilled: Spilled | None,
+    keep_state: bool = False,
+) -> _LoadedDay:
+    """Read the day's landing files: its own rows (and those carried to it), its lake rows written,
+    the rows its files moved to other days of a lake table gone from there; carried and spilled
+    records handed on; nothing committed."""
     src = source(source_name)
     started_at = utc_naive()
-    files = src.files_in(landing_folder(warehouse, source_name, day))
+    folder = landing_folder(warehouse, source_name, day)
+    files = src.files_in(folder)
     stamps = _stamps(files) if keep_state else None
     load = _DayLoad(src, day, validate, {t: warehouse.lake_rows_write(t, day, source_name)
                                          for t in src.tables if t in LAKE_TABLES})
     _read_files(load, src, files, on_file)
     quarantine = pl.concat(load.quarantines, how="vertical")
-    folder = landing_folder(warehouse, source_name, day)
     if src.time_columns:
         warehouse.drop_moved_lake_rows(source_name, day, list(src.time_columns), folder)
     carried = {} if carried is None else carried
@@ -137,25 +183,15 @@ def ingest_partition(
     state = _DayState(stamps, len(files), load.records_read, load.records_loaded - load.validate_rejected,
                       load.parse_quarantined + load.validate_rejected, load.rows_by_table(), notes, load.files_empty,
                       load.outcomes(), tenants) if stamps is not None else None
-    report = warehouse.replace_partition(
-        ingest_source=source_name,
-        partition_date=day,
-        tables=load.tables(),
-        quarantine=quarantine,
-        files_read=len(files),
-        records_read=load.records_read,
+    commit = DayCommit.of(
+        day, load.tables(), quarantine, files_read=len(files), records_read=load.records_read,
         records_loaded=load.records_loaded - load.validate_rejected,
-        records_quarantined=load.parse_quarantined + load.validate_rejected,
-        started_at=started_at,
-        notes=notes + _tenant_notes(tenants),
-        state=state.to_json() if state is not None else None,
-        # one writer session for the day: the rows an earlier ingest moved away go in its commit
+        records_quarantined=load.parse_quarantined + load.validate_rejected, started_at=started_at,
+        notes=notes + _tenant_notes(tenants), state=state.to_json() if state is not None else None,
+        # the rows an earlier ingest moved away go in the day's own commit: one writer session
         moved_from=(folder, list(src.time_columns)) if src.time_columns else None,
     )
-    for other, other_tables in merges:  # after that commit, which deleted what they replace
-        warehouse.merge_files(source_name, other, other_tables, [str(f) for f in files])
-    return dataclasses.replace(report, validation=load.outcomes(), files_empty=load.files_empty,
-                               tenants=load.tenants, how=how)
+    return _LoadedDay(commit, load, files, merges)
 
 
 def _read_files(load: _DayLoad, src: IngestSource, files: list[Path], on_file: Callable[[Path], None] | None) -> None:

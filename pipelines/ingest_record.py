@@ -1,10 +1,18 @@
 """What an ingest of a day records (ops.ingest_log) and reports (Warehouse.replace_partition and
-append_partition, pipelines/ingest.py)."""
+append_partition, pipelines/ingest.py), and a day ready to commit (`DayCommit`)."""
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
 
+import duckdb
+import polars as pl
+
+from pipelines.clock import utc_naive
+from pipelines.contracts import LAKE_TABLES, contract
 from pipelines.lake import LakeError
 
 
@@ -55,4 +63,59 @@ class IngestReport:
             f"{self.ingest_source} {self.partition_date}: {self.files_read} files, "
             f"{self.records_read} read, {self.records_loaded} loaded, {self.records_quarantined} quarantined"
             + (f" ({self.how})" if self.how else "")
+        )
+
+
+class WrittenRows(Protocol):
+    """A lake table's rows already written for the commit (Warehouse.lake_rows_write)."""
+
+    @property
+    def rows(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class DayCommit:
+    """One ingest source's day, parsed and ready to commit: `Warehouse.replace_partition`'s arguments."""
+
+    partition_date: dt.date
+    tables: Mapping[str, pl.DataFrame | WrittenRows]
+    quarantine: pl.DataFrame
+    totals: IngestTotals
+    started_at: dt.datetime
+    state: dict | None = None
+    moved_from: tuple[Path, Sequence[str]] | None = None
+
+    @classmethod
+    def of(cls, partition_date: dt.date, tables: Mapping[str, pl.DataFrame | WrittenRows], quarantine: pl.DataFrame,
+           files_read: int, records_read: int, records_loaded: int, records_quarantined: int | None = None,
+           started_at: dt.datetime | None = None, notes: list[str] | None = None, state: dict | None = None,
+           moved_from: tuple[Path, Sequence[str]] | None = None) -> DayCommit:
+        """The day with its totals counted: rows per table, and the quarantine's rows where
+        `records_quarantined` is not given (a record may yield several quarantine rows)."""
+        if records_quarantined is None:
+            records_quarantined = quarantine.height
+        rows_by_table = {name: frame.height if isinstance(frame, pl.DataFrame) else frame.rows
+                         for name, frame in tables.items()}
+        totals = IngestTotals(files_read, records_read, records_loaded, records_quarantined, rows_by_table, notes or [])
+        return cls(partition_date, tables, quarantine, totals, started_at or utc_naive(), state, moved_from)
+
+
+def folder_range(folder: Path) -> tuple[str, str]:
+    """The source_file values of the files under a landing folder: from `folder/` up to `folder0` ('0'
+    follows '/')."""
+    return f"{folder.as_posix()}/", f"{folder.as_posix()}0"
+
+
+def delete_moved_rows(con: duckdb.DuckDBPyConnection, ingest_source: str, partition_date: dt.date, folder: Path,
+                      tables: Sequence[str]) -> None:
+    """Delete, from the other days' partitions of these warehouse tables, the rows of `folder`'s files
+    (moved there by an earlier ingest of `partition_date`)."""
+    low, high = folder_range(folder)
+    for name in tables:
+        if name in LAKE_TABLES:
+            continue
+        con.execute(
+            f"delete from {contract(name).table} where ingest_source = ? and partition_date <> ? "
+            "and source_file >= ? and source_file < ?",
+            [ingest_source, partition_date, low, high],
         )

@@ -48,7 +48,14 @@ from pipelines import sandbox
 from pipelines.clock import utc_naive
 from pipelines.contracts import INGEST_LOG_COLUMNS, LAKE_TABLES, LAKE_TIME_COLUMN, contract, make_tables
 from pipelines.duckdb_limits import MEMORY_LIMIT_ENV, writer_limits
-from pipelines.ingest_record import IncrementStale, IngestReport, IngestTotals
+from pipelines.ingest_record import (
+    DayCommit,
+    IncrementStale,
+    IngestReport,
+    IngestTotals,
+    delete_moved_rows,
+    folder_range,
+)
 from pipelines.lake import DeltaStore, LakeError, ReleaseNotFound, ReleaseRegistry, registry_for
 from pipelines.lake.mart_files import marts_dir
 from pipelines.lake.mend import mend_releases
@@ -483,15 +490,19 @@ class Warehouse:
         day moved to other days (their records timestamped there) are deleted in the same transaction
         (the lake's: `drop_moved_lake_rows`, before).
         """
-        if records_quarantined is None:
-            records_quarantined = quarantine.height
-        rows_by_table = {name: frame.rows if isinstance(frame, LakeRowsWrite) else frame.height
-                         for name, frame in tables.items()}
-        totals = IngestTotals(files_read, records_read, records_loaded, records_quarantined, rows_by_table, notes or [])
-        with self.partition_lock((ingest_source, partition_date)):
-            self._commit_ingest(ingest_source, partition_date, tables, quarantine, totals,
-                                started_at or utc_naive(), state, append_to=None, moved_from=moved_from)
-        return totals.report(ingest_source, partition_date)
+        [report] = self.replace_partitions(ingest_source, [DayCommit.of(
+            partition_date, tables, quarantine, files_read, records_read, records_loaded, records_quarantined,
+            started_at, notes, state, moved_from)])
+        return report
+
+    def replace_partitions(self, ingest_source: str, days: Sequence[DayCommit]) -> list[IngestReport]:
+        """`replace_partition` for several days of one ingest source, in order, in one writer session (a
+        transaction per day): a run of days of a source without lake tables opens the writers' file
+        once, not once a day (bench/README.md, "Figures the code's choices rest on"). The days'
+        partition locks are held together, taken in sorted order."""
+        with self.partition_lock(*((ingest_source, day.partition_date) for day in days)):
+            self._commit_ingest(ingest_source, days, append_to=None)
+        return [day.totals.report(ingest_source, day.partition_date) for day in days]
 
     def append_partition(
         self,
@@ -511,7 +522,7 @@ class Warehouse:
         in its newest row), `state` the day's new ops.ingest_state. IncrementStale, before anything is
         committed, when the day's newest run is not `after_run` (another ingest of the day came between)."""
         with self.partition_lock((ingest_source, partition_date)):
-            self._commit_ingest(ingest_source, partition_date, tables, quarantine, totals, started_at, state,
+            self._commit_ingest(ingest_source, [DayCommit(partition_date, tables, quarantine, totals, started_at, state)],
                                 append_to=after_run)
         return totals.report(ingest_source, partition_date)
 
@@ -531,59 +542,66 @@ class Warehouse:
                 con.close()
         return (row[0], json.loads(row[1])) if row else None
 
-    def _commit_ingest(
-        self, ingest_source: str, partition_date: dt.date, tables: Mapping[str, pl.DataFrame | LakeRowsWrite],
-        quarantine: pl.DataFrame, totals: IngestTotals, started_at: dt.datetime, state: dict | None,
-        append_to: str | None, moved_from: tuple[Path, Sequence[str]] | None = None,
-    ) -> None:
-        """Hold the partition lock. `append_to`: add rows after that run (else replace the day's);
-        `moved_from`: as replace_partition's."""
+    def _commit_ingest(self, ingest_source: str, days: Sequence[DayCommit], append_to: str | None) -> None:
+        """Hold the days' partition locks. Each day's lake tables by a Delta commit, then the warehouse's
+        in one writer session, a transaction per day in order. `append_to` (one day): add rows after that
+        run (else replace the days')."""
         if append_to is not None:
-            base = self.ingest_state(ingest_source, partition_date)
+            [day] = days
+            base = self.ingest_state(ingest_source, day.partition_date)
             if base is None or base[0] != append_to:
-                raise IncrementStale(f"{ingest_source} {partition_date}: the day was ingested again meanwhile")
+                raise IncrementStale(f"{ingest_source} {day.partition_date}: the day was ingested again meanwhile")
         ingested_at = utc_naive()
-        for name, frame in tables.items():
-            if isinstance(frame, LakeRowsWrite):
-                frame.write.commit()
-            elif name in LAKE_TABLES and append_to is not None:
-                write = self.lake_rows_write(name, partition_date, ingest_source, append=True)
-                write.add(frame)
-                write.write.commit()
-            elif name in LAKE_TABLES:
-                self._write_lake_partition(name, partition_date, ingest_source, frame, ingested_at)
+        for day in days:
+            for name, frame in day.tables.items():
+                if isinstance(frame, LakeRowsWrite):
+                    frame.write.commit()
+                elif name in LAKE_TABLES and append_to is not None:
+                    write = self.lake_rows_write(name, day.partition_date, ingest_source, append=True)
+                    write.add(frame)
+                    write.write.commit()
+                elif name in LAKE_TABLES:
+                    self._write_lake_partition(name, day.partition_date, ingest_source, frame, ingested_at)
+        with self.writer() as con:
+            for day in days:
+                with _transaction(con):
+                    self._commit_day(con, ingest_source, day, ingested_at, append_to)
+
+    def _commit_day(self, con: duckdb.DuckDBPyConnection, ingest_source: str, day: DayCommit,
+                    ingested_at: dt.datetime, append_to: str | None) -> None:
+        """One day's warehouse tables, quarantine, ingest log and ingest state, inside a transaction."""
+        partition_date, totals = day.partition_date, day.totals
+        if day.moved_from is not None:
+            delete_moved_rows(con, ingest_source, partition_date, *day.moved_from)
+        keep = self._insert_rows if append_to is not None else self._replace_rows
+        for name, frame in day.tables.items():
+            if name in LAKE_TABLES or isinstance(frame, LakeRowsWrite):
+                continue
+            keep(con, contract(name).table, frame, partition_date, ingest_source, ingested_at)
+        keep(con, "ops.quarantine", day.quarantine, partition_date, ingest_source, ingested_at)
         run_id = uuid.uuid4().hex
-        with self.writer() as con, _transaction(con):
-            if moved_from is not None:
-                _delete_moved_rows(con, ingest_source, partition_date, *moved_from)
-            keep = self._insert_rows if append_to is not None else self._replace_rows
-            for name, frame in tables.items():
-                if name in LAKE_TABLES or isinstance(frame, LakeRowsWrite):
-                    continue
-                keep(con, contract(name).table, frame, partition_date, ingest_source, ingested_at)
-            keep(con, "ops.quarantine", quarantine, partition_date, ingest_source, ingested_at)
-            con.execute(
-                f"insert into ops.ingest_log ({', '.join(INGEST_LOG_COLUMNS)}) "
-                f"values ({', '.join('?' for _ in INGEST_LOG_COLUMNS)})",
-                [
-                    run_id,
-                    ingest_source,
-                    partition_date,
-                    totals.files_read,
-                    totals.records_read,
-                    totals.records_loaded,
-                    totals.records_quarantined,
-                    json.dumps(totals.rows_by_table, sort_keys=True),
-                    started_at,
-                    utc_naive(),  # finished: after the lake's commit
-                    json.dumps(totals.notes) if totals.notes else None,
-                ],
-            )
-            con.execute("delete from ops.ingest_state where ingest_source = ? and partition_date = ?",
-                        [ingest_source, partition_date])
-            if state is not None:
-                con.execute("insert into ops.ingest_state values (?, ?, ?, ?)",
-                            [ingest_source, partition_date, run_id, json.dumps(state, sort_keys=True)])
+        con.execute(
+            f"insert into ops.ingest_log ({', '.join(INGEST_LOG_COLUMNS)}) "
+            f"values ({', '.join('?' for _ in INGEST_LOG_COLUMNS)})",
+            [
+                run_id,
+                ingest_source,
+                partition_date,
+                totals.files_read,
+                totals.records_read,
+                totals.records_loaded,
+                totals.records_quarantined,
+                json.dumps(totals.rows_by_table, sort_keys=True),
+                day.started_at,
+                utc_naive(),  # finished: after the lake's commit
+                json.dumps(totals.notes) if totals.notes else None,
+            ],
+        )
+        con.execute("delete from ops.ingest_state where ingest_source = ? and partition_date = ?",
+                    [ingest_source, partition_date])
+        if day.state is not None:
+            con.execute("insert into ops.ingest_state values (?, ?, ?, ?)",
+                        [ingest_source, partition_date, run_id, json.dumps(day.state, sort_keys=True)])
 
     def merge_files(
         self, ingest_source: str, partition_date: dt.date, tables: dict[str, pl.DataFrame], source_files: list[str]
@@ -624,7 +642,7 @@ class Warehouse:
         prune the lake's files). The warehouse tables' moved rows go in the day's own commit
         (replace_partition's `moved_from`), whose writer session also points the lake views at these
         versions."""
-        low, high = _folder_range(folder)
+        low, high = folder_range(folder)
         for name in tables:
             if name not in LAKE_TABLES:
                 continue
@@ -774,24 +792,3 @@ def _transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
         con.execute("rollback")
         raise
     con.execute("commit")
-
-
-def _folder_range(folder: Path) -> tuple[str, str]:
-    """The source_file values of the files under a landing folder: from `folder/` up to `folder0` ('0'
-    follows '/')."""
-    return f"{folder.as_posix()}/", f"{folder.as_posix()}0"
-
-
-def _delete_moved_rows(con: duckdb.DuckDBPyConnection, ingest_source: str, partition_date: dt.date, folder: Path,
-                       tables: Sequence[str]) -> None:
-    """Delete, from the other days' partitions of these warehouse tables, the rows of `folder`'s files
-    (moved there by an earlier ingest of `partition_date`)."""
-    low, high = _folder_range(folder)
-    for name in tables:
-        if name in LAKE_TABLES:
-            continue
-        con.execute(
-            f"delete from {contract(name).table} where ingest_source = ? and partition_date <> ? "
-            "and source_file >= ? and source_file < ?",
-            [ingest_source, partition_date, low, high],
-        )

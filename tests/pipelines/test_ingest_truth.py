@@ -256,6 +256,42 @@ def test_reingesting_a_day_keeps_the_records_its_files_put_on_an_earlier_day_onc
     assert per_day() == [(D2, 1)]
 
 
+def test_a_run_of_days_of_a_source_without_lake_tables_commits_once_and_ends_as_day_by_day(
+        tmp_path, real_data, monkeypatch):
+    """Audit records whose files sit on the day before or after their own, some inside the run (carried,
+    or merged into a day already committed) and some after it (merged): the run commits its days in one
+    writer session and ends with the same rows and ingest log as the same run committing each day as it
+    is read (ingest_partition over the run's days, carrying as the run does)."""
+    d3, d4 = D2 + dt.timedelta(days=1), D2 + dt.timedelta(days=2)
+    landed = {D1: [("2026-11-01T10:00:00Z", "a"), ("2026-11-02T00:00:30Z", "b")],  # b: carried to day 2
+              D2: [("2026-11-01T23:59:59Z", "c"), ("2026-11-02T12:00:00Z", "d")],  # c: merged into day 1
+              d3: [("2026-11-03T01:00:00Z", "e"), ("2026-11-04T00:00:01Z", "f")]}  # f: after the run
+    homes = {}
+    for how in ("run", "day by day"):
+        wh = homes[how] = Warehouse(tmp_path / how.replace(" ", "_"))
+        for day, records in landed.items():
+            path = tmp_path / f"{how}-{day}.jsonl"
+            path.write_text("".join(_audit_line(real_data, moment, audit_id) for moment, audit_id in records))
+            stage_files(wh, "k8s_audit", path, day)
+    sessions = []
+    real_writer = Warehouse.writer
+    monkeypatch.setattr(Warehouse, "writer", lambda self: sessions.append(1) or real_writer(self))
+    ingest_days(homes["run"], "k8s_audit", [D1, D2, d3])
+    assert len(sessions) == 3  # the three days' commit, then the merges into day 1 and day 4
+    carried: dict = {}
+    for day in (D1, D2, d3):
+        ingest_partition(homes["day by day"], "k8s_audit", day, carried=carried, run_last=d3)
+
+    def contents(wh: Warehouse) -> tuple[list[tuple], list[tuple]]:
+        return (rows(wh, "select partition_date, audit_id, occurred_at from raw.audit_events order by all"),
+                rows(wh, "select partition_date, files_read, records_read, records_loaded, records_quarantined, "
+                         "rows_by_table, notes from ops.ingest_log order by all"))
+
+    assert contents(homes["run"]) == contents(homes["day by day"])
+    assert [(day, audit_id) for day, audit_id, _ in contents(homes["run"])[0]] == [
+        (D1, "a"), (D1, "c"), (D2, "b"), (D2, "d"), (d3, "e"), (d4, "f")]
+
+
 def test_audit_events_go_to_their_own_day(tmp_path, real_data):
     wh = Warehouse(tmp_path / "home")
     stage_files(wh, "k8s_audit", real_data / "k8s-audit" / "falco_k8s_audit_events.jsonl", D1)
