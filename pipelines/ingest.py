@@ -79,18 +79,31 @@ def ingest_days(
     of merged into their day: runs of other days may be loading those days at the same time.
 
     A source with lake tables commits each day as it is read (the lake's rows are written a slice at a
-    time and never held). A source of warehouse tables alone (small: events, audit records, decisions)
-    commits the run's days together, in one writer session, once they are all read: opening the
-    writers' file was most of such a day's ingest."""
+    time and never held). A source of warehouse tables alone (events, audit records, decisions) commits
+    its days together, in one writer session, once they are read: opening the writers' file was most
+    of such a day's ingest. Days are held until they add up to SLICE_ROWS rows (a large cluster's
+    sacct, say), then committed, so the memory stays a slice's, as for the lake's rows."""
     carried: Carried = {}
     ordered = sorted(days)
     run = {"carried": carried, "run_last": ordered[-1], "run_first": ordered[0] if spilled is not None else None,
            "spilled": spilled}
     if any(table in LAKE_TABLES for table in source(source_name).tables):
         return [ingest_partition(warehouse, source_name, day, validate, on_file, **run) for day in ordered]
-    loaded = [_load_day(warehouse, source_name, day, validate, on_file, **run) for day in ordered]
-    reports = warehouse.replace_partitions(source_name, [day.commit for day in loaded])
-    return [day.finish(warehouse, source_name, report) for day, report in zip(loaded, reports, strict=True)]
+    reports: list[IngestReport] = []
+    held: list[_LoadedDay] = []
+
+    def commit_held() -> None:
+        committed = warehouse.replace_partitions(source_name, [day.commit for day in held])
+        reports.extend(day.finish(warehouse, source_name, report) for day, report in zip(held, committed, strict=True))
+        held.clear()
+
+    for day in ordered:
+        held.append(_load_day(warehouse, source_name, day, validate, on_file, **run))
+        if sum(loaded.rows for loaded in held) >= SLICE_ROWS:
+            commit_held()
+    if held:
+        commit_held()
+    return reports
 
 
 def ingest_partition(
@@ -129,6 +142,11 @@ class _LoadedDay:
     load: _DayLoad
     files: list[Path]
     merges: list[tuple[dt.date, dict[str, pl.DataFrame]]]
+
+    @property
+    def rows(self) -> int:
+        """The rows held for the commit: its tables' and its quarantine's."""
+        return sum(self.commit.totals.rows_by_table.values()) + self.commit.quarantine.height
 
     def finish(self, warehouse: Warehouse, source_name: str, report: IngestReport, how: str = "") -> IngestReport:
         for other, other_tables in self.merges:  # after the day's commit, which deleted what they replace

@@ -16,6 +16,7 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
+from pipelines import ingest as ingest_module
 from pipelines.cli import main
 from pipelines.cli.common import EXIT_BLOCKED, EXIT_FAILED, EXIT_NOTHING_READ, EXIT_USAGE
 from pipelines.ingest import ingest_days, ingest_partition, stage_files
@@ -256,12 +257,16 @@ def test_reingesting_a_day_keeps_the_records_its_files_put_on_an_earlier_day_onc
     assert per_day() == [(D2, 1)]
 
 
-def test_a_run_of_days_of_a_source_without_lake_tables_commits_once_and_ends_as_day_by_day(
-        tmp_path, real_data, monkeypatch):
+@pytest.mark.parametrize(("slice_rows", "commits"), [(None, 1), (3, 2)])
+def test_a_run_of_days_of_a_source_without_lake_tables_commits_together_and_ends_as_day_by_day(
+        tmp_path, real_data, monkeypatch, slice_rows, commits):
     """Audit records whose files sit on the day before or after their own, some inside the run (carried,
     or merged into a day already committed) and some after it (merged): the run commits its days in one
-    writer session and ends with the same rows and ingest log as the same run committing each day as it
-    is read (ingest_partition over the run's days, carrying as the run does)."""
+    writer session (two when the days held pass a slice's rows: days 1 and 2, then day 3) and ends with
+    the same rows and ingest log as the same run committing each day as it is read (ingest_partition
+    over the run's days, carrying as the run does)."""
+    if slice_rows is not None:
+        monkeypatch.setattr(ingest_module, "SLICE_ROWS", slice_rows)
     d3, d4 = D2 + dt.timedelta(days=1), D2 + dt.timedelta(days=2)
     landed = {D1: [("2026-11-01T10:00:00Z", "a"), ("2026-11-02T00:00:30Z", "b")],  # b: carried to day 2
               D2: [("2026-11-01T23:59:59Z", "c"), ("2026-11-02T12:00:00Z", "d")],  # c: merged into day 1
@@ -277,7 +282,7 @@ def test_a_run_of_days_of_a_source_without_lake_tables_commits_once_and_ends_as_
     real_writer = Warehouse.writer
     monkeypatch.setattr(Warehouse, "writer", lambda self: sessions.append(1) or real_writer(self))
     ingest_days(homes["run"], "k8s_audit", [D1, D2, d3])
-    assert len(sessions) == 3  # the three days' commit, then the merges into day 1 and day 4
+    assert len(sessions) == commits + 2  # the days' commits, then the merges into day 1 and day 4
     carried: dict = {}
     for day in (D1, D2, d3):
         ingest_partition(homes["day by day"], "k8s_audit", day, carried=carried, run_last=d3)
