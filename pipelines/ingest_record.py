@@ -83,6 +83,8 @@ class DayCommit:
     totals: IngestTotals
     started_at: dt.datetime
     state: dict | None = None
+    # (the day's landing folder, its tables): the rows an earlier ingest of the day moved to other days,
+    # deleted in the day's own transaction (delete_moved_rows)
     moved_from: tuple[Path, Sequence[str]] | None = None
 
     @classmethod

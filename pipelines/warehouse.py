@@ -472,7 +472,6 @@ class Warehouse:
         started_at: dt.datetime | None = None,
         notes: list[str] | None = None,
         state: dict | None = None,
-        moved_from: tuple[Path, Sequence[str]] | None = None,
     ) -> IngestReport:
         """Replace everything one ingest source loaded for one day, atomically per store.
 
@@ -485,14 +484,13 @@ class Warehouse:
         Warehouse tables, the quarantine and the ingest log: delete then insert in one transaction, in
         a writer session that first points the lake views at the new commit (`writer` runs
         `ensure_schema`, after the lake's commits). Tables this source does not produce are
-        left alone. ops.ingest_state's row for the day becomes `state` (none: deleted). `moved_from`:
-        (the day's landing folder, tables): rows of these warehouse tables that an earlier ingest of the
-        day moved to other days (their records timestamped there) are deleted in the same transaction
-        (the lake's: `drop_moved_lake_rows`, before).
+        left alone. ops.ingest_state's row for the day becomes `state` (none: deleted). The ingest
+        commits through `replace_partitions`, whose DayCommit also names the rows an earlier ingest of
+        the day moved to other days (`DayCommit.moved_from`), deleted in the same transaction.
         """
         [report] = self.replace_partitions(ingest_source, [DayCommit.of(
             partition_date, tables, quarantine, files_read, records_read, records_loaded, records_quarantined,
-            started_at, notes, state, moved_from)])
+            started_at, notes, state)])
         return report
 
     def replace_partitions(self, ingest_source: str, days: Sequence[DayCommit]) -> list[IngestReport]:
@@ -640,7 +638,7 @@ class Warehouse:
         day), without them: re-ingesting a day replaces everything its files loaded, wherever it went. Rows
         are found by source_file, the landing path, between `folder/` and `folder0` (min/max statistics
         prune the lake's files). The warehouse tables' moved rows go in the day's own commit
-        (replace_partition's `moved_from`), whose writer session also points the lake views at these
+        (`DayCommit.moved_from`), whose writer session also points the lake views at these
         versions."""
         low, high = folder_range(folder)
         for name in tables:
