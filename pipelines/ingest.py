@@ -5,10 +5,10 @@ Pure of Dagster so the CLI, the assets and the tests share one code path.
 Which day a record belongs to: a source's timestamped records (`IngestSource.time_columns`:
 telemetry samples, audit and allocator events, governance decisions) go to the UTC day of their
 own time; records without one (and sources that are snapshots: sacct, Kueue, squeue, the pool
-snapshot) go to the day being ingested. Re-ingesting a day replaces that day's partition; a
-landing file's records on another day are merged into that day's partition per file (the rows
-that came from the same file are replaced), so they never clobber what that day's own ingest
-loaded. In a run over several days, records that fall on a later day of the run are carried to
+snapshot) go to the day being ingested. Re-ingesting a day replaces what that day's landing files
+loaded, on it and on other days, and keeps the rows other days' files put on it; a landing file's
+records on another day are merged into that day's partition per file (the rows that came from the
+same file are replaced), so they never clobber what that day's own ingest loaded. In a run over several days, records that fall on a later day of the run are carried to
 it, and a source without lake tables commits the run's days together (`ingest_days`). Quarantined
 records and ops.ingest_log stay with the day being ingested.
 
@@ -206,8 +206,8 @@ def _load_day(
         records_loaded=load.records_loaded - load.validate_rejected,
         records_quarantined=load.parse_quarantined + load.validate_rejected, started_at=started_at,
         notes=notes + _tenant_notes(tenants), state=state.to_json() if state is not None else None,
-        # the rows an earlier ingest moved away go in the day's own commit: one writer session
-        moved_from=(folder, list(src.time_columns)) if src.time_columns else None,
+        # other days' files' rows on this day stay; what an earlier ingest of it moved away goes, in its commit
+        landing=(folder, list(src.time_columns)) if src.time_columns else None,
     )
     return _LoadedDay(commit, load, files, merges)
 

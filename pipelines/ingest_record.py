@@ -3,6 +3,8 @@ append_partition, pipelines/ingest.py), and a day ready to commit (`DayCommit`).
 from __future__ import annotations
 
 import datetime as dt
+import json
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,7 +14,7 @@ import duckdb
 import polars as pl
 
 from pipelines.clock import utc_naive
-from pipelines.contracts import LAKE_TABLES, contract
+from pipelines.contracts import INGEST_LOG_COLUMNS, LAKE_TABLES, contract
 from pipelines.lake import LakeError
 
 
@@ -83,15 +85,17 @@ class DayCommit:
     totals: IngestTotals
     started_at: dt.datetime
     state: dict | None = None
-    # (the day's landing folder, its tables): the rows an earlier ingest of the day moved to other days,
-    # deleted in the day's own transaction (delete_moved_rows)
-    moved_from: tuple[Path, Sequence[str]] | None = None
+    # (the day's landing folder, the source's timed tables), for a source whose records go to their own
+    # day: the commit replaces the rows of this folder's files and keeps those other days' files put on
+    # the day (`from_other_days`); the rows an earlier ingest of the day moved to other days are deleted
+    # in the day's own transaction (delete_moved_rows). None: the commit replaces the day's every row.
+    landing: tuple[Path, Sequence[str]] | None = None
 
     @classmethod
     def of(cls, partition_date: dt.date, tables: Mapping[str, pl.DataFrame | WrittenRows], quarantine: pl.DataFrame,
            files_read: int, records_read: int, records_loaded: int, records_quarantined: int | None = None,
            started_at: dt.datetime | None = None, notes: list[str] | None = None, state: dict | None = None,
-           moved_from: tuple[Path, Sequence[str]] | None = None) -> DayCommit:
+           landing: tuple[Path, Sequence[str]] | None = None) -> DayCommit:
         """The day with its totals counted: rows per table, and the quarantine's rows where
         `records_quarantined` is not given (a record may yield several quarantine rows)."""
         if records_quarantined is None:
@@ -99,13 +103,68 @@ class DayCommit:
         rows_by_table = {name: frame.height if isinstance(frame, pl.DataFrame) else frame.rows
                          for name, frame in tables.items()}
         totals = IngestTotals(files_read, records_read, records_loaded, records_quarantined, rows_by_table, notes or [])
-        return cls(partition_date, tables, quarantine, totals, started_at or utc_naive(), state, moved_from)
+        return cls(partition_date, tables, quarantine, totals, started_at or utc_naive(), state, landing)
+
+
+def log_day(con: duckdb.DuckDBPyConnection, ingest_source: str, day: DayCommit) -> None:
+    """The day's ops.ingest_log row (its totals, the run's id) and its ops.ingest_state (`day.state`:
+    none deletes it), in the caller's transaction."""
+    partition_date, totals = day.partition_date, day.totals
+    run_id = uuid.uuid4().hex
+    con.execute(
+        f"insert into ops.ingest_log ({', '.join(INGEST_LOG_COLUMNS)}) "
+        f"values ({', '.join('?' for _ in INGEST_LOG_COLUMNS)})",
+        [
+            run_id,
+            ingest_source,
+            partition_date,
+            totals.files_read,
+            totals.records_read,
+            totals.records_loaded,
+            totals.records_quarantined,
+            json.dumps(totals.rows_by_table, sort_keys=True),
+            day.started_at,
+            utc_naive(),  # finished: after the lake's commit
+            json.dumps(totals.notes) if totals.notes else None,
+        ],
+    )
+    con.execute("delete from ops.ingest_state where ingest_source = ? and partition_date = ?",
+                [ingest_source, partition_date])
+    if day.state is not None:
+        con.execute("insert into ops.ingest_state values (?, ?, ?, ?)",
+                    [ingest_source, partition_date, run_id, json.dumps(day.state, sort_keys=True)])
 
 
 def folder_range(folder: Path) -> tuple[str, str]:
     """The source_file values of the files under a landing folder: from `folder/` up to `folder0` ('0'
     follows '/')."""
     return f"{folder.as_posix()}/", f"{folder.as_posix()}0"
+
+
+def from_other_days(folder: Path) -> pl.Expr:
+    """The rows of a day's partition that the files of the source's other days' landing folders put
+    there (records timestamped on the day, carried or merged by those days' ingest): a re-ingest of
+    the day alone keeps them. A row from a path outside the source's landing (a home moved since)
+    or without one is not such a row."""
+    own_low, own_high = folder_range(folder)
+    low, high = folder_range(folder.parent)
+    path = pl.col("source_file")
+    return ((path >= low) & (path < high) & ~((path >= own_low) & (path < own_high))).fill_null(False)
+
+
+def delete_day_rows(con: duckdb.DuckDBPyConnection, table: str, ingest_source: str, partition_date: dt.date,
+                    folder: Path | None) -> None:
+    """Delete one source's day from a warehouse table: every row, or with `folder` (the day's landing
+    folder) all but the rows other days' files put there (`from_other_days`)."""
+    keep, params = "", []
+    if folder is not None:
+        own_low, own_high = folder_range(folder)
+        low, high = folder_range(folder.parent)
+        keep = ("and not coalesce(source_file >= ? and source_file < ? "
+                "and not (source_file >= ? and source_file < ?), false)")
+        params = [low, high, own_low, own_high]
+    con.execute(f"delete from {table} where partition_date = ? and ingest_source = ? {keep}",
+                [partition_date, ingest_source, *params])
 
 
 def delete_moved_rows(con: duckdb.DuckDBPyConnection, ingest_source: str, partition_date: dt.date, folder: Path,

@@ -46,15 +46,18 @@ from allocator.filemodes import (
 )
 from pipelines import sandbox
 from pipelines.clock import utc_naive
-from pipelines.contracts import INGEST_LOG_COLUMNS, LAKE_TABLES, LAKE_TIME_COLUMN, contract, make_tables
+from pipelines.contracts import LAKE_TABLES, LAKE_TIME_COLUMN, contract, make_tables
 from pipelines.duckdb_limits import MEMORY_LIMIT_ENV, writer_limits
 from pipelines.ingest_record import (
     DayCommit,
     IncrementStale,
     IngestReport,
     IngestTotals,
+    delete_day_rows,
     delete_moved_rows,
     folder_range,
+    from_other_days,
+    log_day,
 )
 from pipelines.lake import DeltaStore, LakeError, ReleaseNotFound, ReleaseRegistry, registry_for
 from pipelines.lake.mart_files import marts_dir
@@ -486,7 +489,8 @@ class Warehouse:
         `ensure_schema`, after the lake's commits). Tables this source does not produce are
         left alone. ops.ingest_state's row for the day becomes `state` (none: deleted). The ingest
         commits through `replace_partitions`, whose DayCommit also names the rows an earlier ingest of
-        the day moved to other days (`DayCommit.moved_from`), deleted in the same transaction.
+        the day moved to other days (`DayCommit.landing`), deleted in the same transaction, and keeps the
+        rows other days' files put on the day.
         """
         [report] = self.replace_partitions(ingest_source, [DayCommit.of(
             partition_date, tables, quarantine, files_read, records_read, records_loaded, records_quarantined,
@@ -552,14 +556,20 @@ class Warehouse:
         ingested_at = utc_naive()
         for day in days:
             for name, frame in day.tables.items():
+                if name not in LAKE_TABLES and not isinstance(frame, LakeRowsWrite):
+                    continue
+                # the rows other days' files put on the day stay: read under the day's lock, as merges write
+                kept = self._read_lake_rows(name, day.partition_date, ingest_source, from_other_days(day.landing[0])) \
+                    if append_to is None and day.landing is not None else None
                 if isinstance(frame, LakeRowsWrite):
+                    frame.keep(kept)
                     frame.write.commit()
-                elif name in LAKE_TABLES and append_to is not None:
+                elif append_to is not None:
                     write = self.lake_rows_write(name, day.partition_date, ingest_source, append=True)
                     write.add(frame)
                     write.write.commit()
-                elif name in LAKE_TABLES:
-                    self._write_lake_partition(name, day.partition_date, ingest_source, frame, ingested_at)
+                else:
+                    self._write_lake_partition(name, day.partition_date, ingest_source, frame, ingested_at, kept)
         with self.writer() as con:
             for day in days:
                 with _transaction(con):
@@ -568,38 +578,19 @@ class Warehouse:
     def _commit_day(self, con: duckdb.DuckDBPyConnection, ingest_source: str, day: DayCommit,
                     ingested_at: dt.datetime, append_to: str | None) -> None:
         """One day's warehouse tables, quarantine, ingest log and ingest state, inside a transaction."""
-        partition_date, totals = day.partition_date, day.totals
-        if day.moved_from is not None:
-            delete_moved_rows(con, ingest_source, partition_date, *day.moved_from)
-        keep = self._insert_rows if append_to is not None else self._replace_rows
-        for name, frame in day.tables.items():
-            if name in LAKE_TABLES or isinstance(frame, LakeRowsWrite):
-                continue
-            keep(con, contract(name).table, frame, partition_date, ingest_source, ingested_at)
-        keep(con, "ops.quarantine", day.quarantine, partition_date, ingest_source, ingested_at)
-        run_id = uuid.uuid4().hex
-        con.execute(
-            f"insert into ops.ingest_log ({', '.join(INGEST_LOG_COLUMNS)}) "
-            f"values ({', '.join('?' for _ in INGEST_LOG_COLUMNS)})",
-            [
-                run_id,
-                ingest_source,
-                partition_date,
-                totals.files_read,
-                totals.records_read,
-                totals.records_loaded,
-                totals.records_quarantined,
-                json.dumps(totals.rows_by_table, sort_keys=True),
-                day.started_at,
-                utc_naive(),  # finished: after the lake's commit
-                json.dumps(totals.notes) if totals.notes else None,
-            ],
-        )
-        con.execute("delete from ops.ingest_state where ingest_source = ? and partition_date = ?",
-                    [ingest_source, partition_date])
-        if day.state is not None:
-            con.execute("insert into ops.ingest_state values (?, ?, ?, ?)",
-                        [ingest_source, partition_date, run_id, json.dumps(day.state, sort_keys=True)])
+        partition_date = day.partition_date
+        folder = day.landing[0] if day.landing is not None else None
+        if day.landing is not None:
+            delete_moved_rows(con, ingest_source, partition_date, *day.landing)
+        rows = [(contract(name).table, frame, folder) for name, frame in day.tables.items()
+                if name not in LAKE_TABLES and not isinstance(frame, LakeRowsWrite)]
+        rows.append(("ops.quarantine", day.quarantine, None))  # it stays with the day ingested: all its files'
+        for table, frame, keeping in rows:
+            if append_to is None:
+                self._replace_rows(con, table, frame, partition_date, ingest_source, ingested_at, keeping)
+            else:
+                self._insert_rows(con, table, frame, partition_date, ingest_source, ingested_at)
+        log_day(con, ingest_source, day)
 
     def merge_files(
         self, ingest_source: str, partition_date: dt.date, tables: dict[str, pl.DataFrame], source_files: list[str]
@@ -638,7 +629,7 @@ class Warehouse:
         day), without them: re-ingesting a day replaces everything its files loaded, wherever it went. Rows
         are found by source_file, the landing path, between `folder/` and `folder0` (min/max statistics
         prune the lake's files). The warehouse tables' moved rows go in the day's own commit
-        (`DayCommit.moved_from`), whose writer session also points the lake views at these
+        (`DayCommit.landing`), whose writer session also points the lake views at these
         versions."""
         low, high = folder_range(folder)
         for name in tables:
@@ -674,8 +665,11 @@ class Warehouse:
         partition_date: dt.date,
         ingest_source: str,
         ingested_at: dt.datetime,
+        folder: Path | None = None,
     ) -> None:
-        con.execute(f"delete from {table} where partition_date = ? and ingest_source = ?", [partition_date, ingest_source])
+        """The source's day becomes `frame`; with `folder` (the day's landing folder), the rows other days'
+        files put on the day stay (`delete_day_rows`)."""
+        delete_day_rows(con, table, ingest_source, partition_date, folder)
         Warehouse._insert_rows(con, table, frame, partition_date, ingest_source, ingested_at)
 
     @staticmethod
@@ -700,11 +694,12 @@ class Warehouse:
         finally:
             con.unregister("_gpupool_batch")
 
-    def _write_lake_partition(
-        self, name: str, partition_date: dt.date, ingest_source: str, frame: pl.DataFrame, ingested_at: dt.datetime
-    ) -> None:
-        self.write_lake_rows(name, partition_date, ingest_source,
-                              frame.with_columns(ingested_at=pl.lit(ingested_at, dtype=pl.Datetime("us"))))
+    def _write_lake_partition(self, name: str, partition_date: dt.date, ingest_source: str, frame: pl.DataFrame,
+                              ingested_at: dt.datetime, kept: pl.DataFrame | None = None) -> None:
+        rows = frame.with_columns(ingested_at=pl.lit(ingested_at, dtype=pl.Datetime("us")))
+        if kept is not None and kept.height:
+            rows = pl.concat([kept, rows.select(kept.columns)], how="vertical_relaxed")
+        self.write_lake_rows(name, partition_date, ingest_source, rows)
 
     def _lake_frame(self, name: str, frame: pl.DataFrame, partition_date: dt.date, ingest_source: str) -> pl.DataFrame:
         """The rows as the Delta table stores them: the contract's columns and types, then
@@ -737,15 +732,17 @@ class Warehouse:
         return self.store.partition_rows(self.lake_table(name), partition_date, LAKE_DAY_COLUMN,
                                          {"ingest_source": ingest_source})
 
-    def _read_lake_rows(self, name: str, partition_date: dt.date, ingest_source: str) -> pl.DataFrame:
-        """One (day, source) of a lake table at its latest version (the contract's columns and ingested_at)."""
+    def _read_lake_rows(self, name: str, partition_date: dt.date, ingest_source: str,
+                        where: pl.Expr | None = None) -> pl.DataFrame:
+        """One (day, source) of a lake table at its latest version (the contract's columns and ingested_at),
+        its rows matching `where` if given."""
         table = self.lake_table(name)
         columns = [*contract(name).column_names, "ingested_at"]
         if not self.store.exists(table):
             return self._lake_frame(name, contract(name).empty_frame(), partition_date, ingest_source).select(columns)
+        rows = (pl.col(LAKE_DAY_COLUMN) == partition_date) & (pl.col("ingest_source") == ingest_source)
         return (pl.scan_delta(str(self.store.path(table)))
-                .filter((pl.col(LAKE_DAY_COLUMN) == partition_date) & (pl.col("ingest_source") == ingest_source))
-                .select(columns).collect())
+                .filter(rows if where is None else rows & where).select(columns).collect())
 
 
 class LakeRowsWrite:
@@ -766,9 +763,15 @@ class LakeRowsWrite:
         return self.write.rows
 
     def add(self, frame: pl.DataFrame) -> None:
-        self.write.add(self._warehouse._lake_frame(
-            self._name, frame.with_columns(ingested_at=pl.lit(self._ingested_at, dtype=pl.Datetime("us"))),
-            self._day, self._source))
+        self._add(frame.with_columns(ingested_at=pl.lit(self._ingested_at, dtype=pl.Datetime("us"))))
+
+    def keep(self, frame: pl.DataFrame | None) -> None:
+        """Add rows already stored, with their own ingested_at (the rows a replace keeps)."""
+        if frame is not None and frame.height:
+            self._add(frame)
+
+    def _add(self, frame: pl.DataFrame) -> None:
+        self.write.add(self._warehouse._lake_frame(self._name, frame, self._day, self._source))
 
 
 def _days_of(files: list[DataFile]) -> tuple[dt.date | None, dt.date | None]:

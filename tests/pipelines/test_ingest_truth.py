@@ -170,7 +170,7 @@ def _day_rows(wh: Warehouse, day: dt.date) -> list[tuple]:
     )
 
 
-def test_samples_spanning_midnight_land_on_their_own_day_and_reingesting_that_day_replaces_them(tmp_path):
+def test_samples_spanning_midnight_land_on_their_own_day_and_reingesting_that_day_replaces_its_files_rows(tmp_path):
     home = tmp_path / "home"
     span = tmp_path / "span.prom"
     span.write_text(prom(("GPU-1", "2026-11-01T23:59:00", 10), ("GPU-1", "2026-11-02T00:01:00", 20)))
@@ -182,8 +182,12 @@ def test_samples_spanning_midnight_land_on_their_own_day_and_reingesting_that_da
     day2 = tmp_path / "day2.prom"
     day2.write_text(prom(("GPU-1", "2026-11-02T00:01:00", 25), ("GPU-1", "2026-11-02T06:00:00", 70)))
     assert gpupool("ingest", "dcgm_text", str(day2), "--date", "2026-11-02", "--no-build", home=home).exit_code == 0
-    assert _day_rows(wh, D2) == [("GPU-1", "00:01", 25.0), ("GPU-1", "06:00", 70.0)]
+    # day 1's file still holds its 00:01 sample: both deliveries are kept (the staging reads the latest)
+    assert _day_rows(wh, D2) == [("GPU-1", "00:01", 20.0), ("GPU-1", "00:01", 25.0), ("GPU-1", "06:00", 70.0)]
     assert _day_rows(wh, D1) == [("GPU-1", "23:59", 10.0)]
+    day2.write_text(prom(("GPU-1", "2026-11-02T06:00:00", 71)))
+    assert gpupool("ingest", "dcgm_text", str(day2), "--date", "2026-11-02", "--no-build", home=home).exit_code == 0
+    assert _day_rows(wh, D2) == [("GPU-1", "00:01", 20.0), ("GPU-1", "06:00", 71.0)]
 
 
 def test_lines_without_a_timestamp_go_to_the_date_given(tmp_path, real_data):
@@ -255,6 +259,48 @@ def test_reingesting_a_day_keeps_the_records_its_files_put_on_an_earlier_day_onc
         _audit_line(real_data, "2026-11-02T08:00:00Z", "own"))
     ingest_partition(wh, "k8s_audit", D2)  # the file no longer holds it: it leaves day 1 too
     assert per_day() == [(D2, 1)]
+
+
+@pytest.mark.parametrize("how", ["run", "day by day"])
+def test_reingesting_a_day_alone_keeps_what_the_day_befores_files_put_on_it(tmp_path, real_data, how):
+    """Records of day 1's files timestamped on day 2 (carried there by a run, or merged by day 1's own
+    ingest) belong to day 1's files: re-ingesting day 2 alone replaces day 2's files' rows and keeps
+    them, in a warehouse table (audit events) and a lake table (DCGM samples); re-ingesting day 1 once
+    its file no longer holds them takes them away."""
+    wh = Warehouse(tmp_path / "home")
+    landed = {
+        "k8s_audit": {D1: ("jsonl", _audit_line(real_data, "2026-11-01T10:00:00Z", "a")
+                           + _audit_line(real_data, "2026-11-02T00:00:30Z", "b")),
+                      D2: ("jsonl", _audit_line(real_data, "2026-11-02T12:00:00Z", "d"))},
+        "dcgm_text": {D1: ("prom", prom(("GPU-1", "2026-11-01T23:59:00", 1), ("GPU-1", "2026-11-02T00:01:00", 2))),
+                      D2: ("prom", prom(("GPU-2", "2026-11-02T12:00:00", 3)))},
+    }
+    for source, days in landed.items():
+        for day, (suffix, text) in days.items():
+            path = tmp_path / f"{source}-{day}.{suffix}"
+            path.write_text(text)
+            stage_files(wh, source, path, day)
+        if how == "run":
+            ingest_days(wh, source, [D1, D2])
+        else:
+            ingest_partition(wh, source, D1)
+            ingest_partition(wh, source, D2)
+
+    def on_day_2() -> tuple[list[tuple], list[tuple]]:
+        return (rows(wh, "select audit_id from raw.audit_events where partition_date = ? order by 1", [D2]),
+                _day_rows(wh, D2))
+
+    both = ([("b",), ("d",)], [("GPU-1", "00:01", 2.0), ("GPU-2", "12:00", 3.0)])
+    assert on_day_2() == both
+    for source in landed:
+        ingest_partition(wh, source, D2)
+    assert on_day_2() == both  # not lost, not twice
+    for source, (suffix, _) in (("k8s_audit", ("jsonl", "")), ("dcgm_text", ("prom", ""))):
+        (wh.landing / source / D1.isoformat() / f"{source}-{D1}.{suffix}").write_text(
+            _audit_line(real_data, "2026-11-01T10:00:00Z", "a") if source == "k8s_audit"
+            else prom(("GPU-1", "2026-11-01T23:59:00", 1)))
+        ingest_partition(wh, source, D1)
+    assert on_day_2() == ([("d",)], [("GPU-2", "12:00", 3.0)])
 
 
 @pytest.mark.parametrize(("slice_rows", "commits"), [(None, 1), (3, 2)])
