@@ -559,6 +559,7 @@ class Warehouse:
                 if name not in LAKE_TABLES and not isinstance(frame, LakeRowsWrite):
                     continue
                 # the rows other days' files put on the day stay: read under the day's lock, as merges write
+                # (about 30 ms a day: bench/README.md, "Figures the code's choices rest on")
                 kept = self._read_lake_rows(name, day.partition_date, ingest_source, from_other_days(day.landing[0])) \
                     if append_to is None and day.landing is not None else None
                 if isinstance(frame, LakeRowsWrite):
