@@ -146,10 +146,14 @@ def from_other_days(folder: Path) -> pl.Expr:
     there (records timestamped on the day, carried or merged by those days' ingest): a re-ingest of
     the day alone keeps them. A row from a path outside the source's landing (a home moved since)
     or without one is not such a row."""
-    own_low, own_high = folder_range(folder)
-    low, high = folder_range(folder.parent)
+    low, high, own_low, own_high = _other_days_bounds(folder)
     path = pl.col("source_file")
     return ((path >= low) & (path < high) & ~((path >= own_low) & (path < own_high))).fill_null(False)
+
+
+def _other_days_bounds(folder: Path) -> tuple[str, str, str, str]:
+    """source_file from the source's landing folders (its days' parent), less those from this day's."""
+    return (*folder_range(folder.parent), *folder_range(folder))
 
 
 def delete_day_rows(con: duckdb.DuckDBPyConnection, table: str, ingest_source: str, partition_date: dt.date,
@@ -158,11 +162,9 @@ def delete_day_rows(con: duckdb.DuckDBPyConnection, table: str, ingest_source: s
     folder) all but the rows other days' files put there (`from_other_days`)."""
     keep, params = "", []
     if folder is not None:
-        own_low, own_high = folder_range(folder)
-        low, high = folder_range(folder.parent)
         keep = ("and not coalesce(source_file >= ? and source_file < ? "
                 "and not (source_file >= ? and source_file < ?), false)")
-        params = [low, high, own_low, own_high]
+        params = list(_other_days_bounds(folder))
     con.execute(f"delete from {table} where partition_date = ? and ingest_source = ? {keep}",
                 [partition_date, ingest_source, *params])
 
