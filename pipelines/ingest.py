@@ -259,6 +259,9 @@ class _DayState:
     files_empty: int
     validation: dict[str, dict]
     tenants: dict[str | None, list[int]]
+    # per lake table, the rows other days' files had put on the day, kept by its last whole ingest
+    # (Warehouse._commit_ingest records them): the lake holds these beside rows_by_table
+    rows_of_other_days: dict[str, int] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict:
         fields = dataclasses.asdict(self)
@@ -338,6 +341,7 @@ def ingest_new_files(
         validation={t: _merge_outcomes(t, [state.validation[t], outcomes[t]]) if t in state.validation and t in outcomes
                     else outcomes.get(t, state.validation.get(t)) for t in {*state.validation, *outcomes}},
         tenants=tenants,
+        rows_of_other_days=state.rows_of_other_days,
     )
     try:
         warehouse.append_partition(source_name, day, load.tables(), pl.concat(load.quarantines, how="vertical"),
@@ -361,8 +365,9 @@ def _why_whole(warehouse: Warehouse, src: IngestSource, day: dt.date, state: _Da
     for table in src.tables:
         if table in LAKE_TABLES:
             held = warehouse.lake_partition_rows(table, day, src.name)
-            if held != state.rows_by_table.get(table, 0):
-                return f"the lake holds {held} row(s) of {table} for the day, the record {state.rows_by_table.get(table, 0)}"
+            recorded = state.rows_by_table.get(table, 0) + state.rows_of_other_days.get(table, 0)
+            if held != recorded:
+                return f"the lake holds {held} row(s) of {table} for the day, the record {recorded}"
     return None
 
 

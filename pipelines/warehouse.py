@@ -562,6 +562,8 @@ class Warehouse:
                 # (about 30 ms a day: bench/README.md, "Figures the code's choices rest on")
                 kept = self._read_lake_rows(name, day.partition_date, ingest_source, from_other_days(day.landing[0])) \
                     if append_to is None and day.landing is not None else None
+                if kept is not None and day.state is not None:  # the intraday ingest's record counts them
+                    day.state.setdefault("rows_of_other_days", {})[name] = kept.height
                 if isinstance(frame, LakeRowsWrite):
                     frame.keep(kept)
                     frame.write.commit()

@@ -155,6 +155,26 @@ def test_an_ingest_of_the_day_in_between_makes_the_run_read_the_day_whole(tmp_pa
     assert ingest_new_files(wh, SOURCE, DAY).how == "1 new file(s) added"  # the whole day's run recorded its files
 
 
+def test_rows_the_day_befores_files_put_on_the_day_do_not_make_every_run_read_it_whole(tmp_path):
+    """Round 9 of day 1 holds samples of day 2; day 2's own rounds then land in its folder. Day 2's whole
+    ingest keeps day 1's rows and its record counts them, so the next run adds its new file."""
+    wh = Warehouse(tmp_path / "intraday")
+    land_round(wh, 9)
+    ingest_partition(wh, SOURCE, DAY)
+    next_day = DAY + dt.timedelta(days=1)
+    folder = wh.landing / SOURCE / next_day.isoformat()
+    folder.mkdir(parents=True)
+    for k in range(2):
+        pl.DataFrame({"sampled_at": [dt.datetime(2026, 11, 2, 9, k)] * 2, "host": ["h100-00"] * 2,
+                      "gpu": [0, 1], "metric": ["DCGM_FI_PROF_SM_ACTIVE"] * 2, "value": [0.5, 0.25]},
+                     schema_overrides={"gpu": pl.Int32}).write_parquet(folder / f"scrape-{k:04d}.parquet")
+        report = ingest_new_files(wh, SOURCE, next_day)
+        assert report.how == ("whole day: no intraday run recorded the day" if k == 0 else "1 new file(s) added")
+    with wh.connect() as con:
+        assert con.execute("select count(*) filter (where source_file like '%/2026-11-01/%'), count(*) "
+                           "from raw.dcgm_samples where partition_date = ?", [next_day]).fetchone() == (4, 8)
+
+
 def test_the_daily_ingest_of_the_whole_day_forgets_the_record(tmp_path):
     wh = Warehouse(tmp_path / "home")
     for k in range(3):
