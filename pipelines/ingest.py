@@ -79,17 +79,15 @@ def ingest_days(
     With `spilled`, records timestamped outside first..last day of the run are appended there instead
     of merged into their day: runs of other days may be loading those days at the same time.
 
-    A source with lake tables commits each day as it is read (the lake's rows are written a slice at a
-    time and never held). A source of warehouse tables alone (events, audit records, decisions) commits
-    its days together, in one writer session, once they are read: opening the writers' file was most
-    of such a day's ingest. Days are held until they add up to SLICE_ROWS rows (a large cluster's
-    sacct, say), then committed, so the memory stays a slice's, as for the lake's rows."""
+    The run's days are committed together, in one writer session (a Delta commit per day and lake table,
+    then a transaction per day), once they are read: opening the writers' file was most of a small day's
+    ingest. Days are held until the rows they hold in memory add up to SLICE_ROWS (a large cluster's
+    sacct, say), then committed, so the memory stays a slice's; a lake table's rows are not held (they
+    are written as Parquet files a slice at a time, and committed with their day)."""
     carried: Carried = {}
     ordered = sorted(days)
     run = {"carried": carried, "run_last": ordered[-1], "run_first": ordered[0] if spilled is not None else None,
            "spilled": spilled}
-    if any(table in LAKE_TABLES for table in source(source_name).tables):
-        return [ingest_partition(warehouse, source_name, day, validate, on_file, **run) for day in ordered]
     reports: list[IngestReport] = []
     held: list[_LoadedDay] = []
 
@@ -146,8 +144,11 @@ class _LoadedDay:
 
     @property
     def rows(self) -> int:
-        """The rows held for the commit: its tables' and its quarantine's."""
-        return sum(self.commit.totals.rows_by_table.values()) + self.commit.quarantine.height
+        """The rows held in memory for the commit: its warehouse tables', its quarantine's and those to merge
+        into other days (a lake table's are written already)."""
+        held = [frame for frame in self.commit.tables.values() if isinstance(frame, pl.DataFrame)]
+        held += [frame for _, tables in self.merges for frame in tables.values()]
+        return sum(frame.height for frame in held) + self.commit.quarantine.height
 
     def finish(self, warehouse: Warehouse, source_name: str, report: IngestReport, how: str = "") -> IngestReport:
         for other, other_tables in self.merges:  # after the day's commit, which deleted what they replace

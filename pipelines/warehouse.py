@@ -499,7 +499,7 @@ class Warehouse:
 
     def replace_partitions(self, ingest_source: str, days: Sequence[DayCommit]) -> list[IngestReport]:
         """`replace_partition` for several days of one ingest source, in order, in one writer session (a
-        transaction per day): a run of days of a source without lake tables opens the writers' file
+        transaction per day, after each day's Delta commits): a run of days opens the writers' file
         once, not once a day (bench/README.md, "Figures the code's choices rest on"). The days'
         partition locks are held together, taken in sorted order."""
         with self.partition_lock(*((ingest_source, day.partition_date) for day in days)):

@@ -304,42 +304,58 @@ def test_reingesting_a_day_alone_keeps_what_the_day_befores_files_put_on_it(tmp_
 
 
 @pytest.mark.parametrize(("slice_rows", "commits"), [(None, 1), (3, 2)])
-def test_a_run_of_days_of_a_source_without_lake_tables_commits_together_and_ends_as_day_by_day(
-        tmp_path, real_data, monkeypatch, slice_rows, commits):
-    """Audit records whose files sit on the day before or after their own, some inside the run (carried,
-    or merged into a day already committed) and some after it (merged): the run commits its days in one
-    writer session (two when the days held pass a slice's rows: days 1 and 2, then day 3) and ends with
-    the same rows and ingest log as the same run committing each day as it is read (ingest_partition
-    over the run's days, carrying as the run does)."""
+@pytest.mark.parametrize("source_name", ["k8s_audit", "dcgm_text"])
+def test_a_run_of_days_commits_together_and_ends_as_day_by_day(tmp_path, real_data, monkeypatch, slice_rows,
+                                                              commits, source_name):
+    """Records whose files sit on the day before or after their own, some inside the run (carried, or
+    merged into a day already committed) and some after it (merged), in a warehouse table (audit events)
+    and a lake table (DCGM samples): the run commits its days in one writer session (two when the rows
+    the days hold in memory pass a slice: days 1 and 2, then day 3) and ends with the same rows and
+    ingest log as the same run committing each day as it is read (ingest_partition over the run's days,
+    carrying as the run does)."""
     if slice_rows is not None:
         monkeypatch.setattr(ingest_module, "SLICE_ROWS", slice_rows)
     d3, d4 = D2 + dt.timedelta(days=1), D2 + dt.timedelta(days=2)
     landed = {D1: [("2026-11-01T10:00:00Z", "a"), ("2026-11-02T00:00:30Z", "b")],  # b: carried to day 2
               D2: [("2026-11-01T23:59:59Z", "c"), ("2026-11-02T12:00:00Z", "d")],  # c: merged into day 1
               d3: [("2026-11-03T01:00:00Z", "e"), ("2026-11-04T00:00:01Z", "f")]}  # f: after the run
+    if source_name == "dcgm_text":  # a day's bad line is its quarantine, the rows a slice counts
+        landed[D1].append(("2026-11-01T11:00:00Z", "bad"))
+        landed[D2].append(("2026-11-02T13:00:00Z", "bad"))
+
+    def text(records: list[tuple[str, str]]) -> str:
+        if source_name == "k8s_audit":
+            return "".join(_audit_line(real_data, moment, audit_id) for moment, audit_id in records)
+        return "".join("DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",UUID=\"GPU-" + name + "\",Hostname=\"n1\"} "
+                       + ("not-a-number" if name == "bad" else "1") + f" {ms(moment.rstrip('Z'))}\n"
+                       for moment, name in records)
+
     homes = {}
     for how in ("run", "day by day"):
         wh = homes[how] = Warehouse(tmp_path / how.replace(" ", "_"))
         for day, records in landed.items():
-            path = tmp_path / f"{how}-{day}.jsonl"
-            path.write_text("".join(_audit_line(real_data, moment, audit_id) for moment, audit_id in records))
-            stage_files(wh, "k8s_audit", path, day)
+            path = tmp_path / f"{how}-{day}.{'jsonl' if source_name == 'k8s_audit' else 'prom'}"
+            path.write_text(text(records))
+            stage_files(wh, source_name, path, day)
     sessions = []
     real_writer = Warehouse.writer
     monkeypatch.setattr(Warehouse, "writer", lambda self: sessions.append(1) or real_writer(self))
-    ingest_days(homes["run"], "k8s_audit", [D1, D2, d3])
+    ingest_days(homes["run"], source_name, [D1, D2, d3])
     assert len(sessions) == commits + 2  # the days' commits, then the merges into day 1 and day 4
     carried: dict = {}
     for day in (D1, D2, d3):
-        ingest_partition(homes["day by day"], "k8s_audit", day, carried=carried, run_last=d3)
+        ingest_partition(homes["day by day"], source_name, day, carried=carried, run_last=d3)
 
     def contents(wh: Warehouse) -> tuple[list[tuple], list[tuple]]:
-        return (rows(wh, "select partition_date, audit_id, occurred_at from raw.audit_events order by all"),
+        records = ("select partition_date, audit_id, occurred_at from raw.audit_events order by all"
+                   if source_name == "k8s_audit" else
+                   "select partition_date, substr(uuid, 5), sampled_at from raw.dcgm_samples order by all")
+        return (rows(wh, records),
                 rows(wh, "select partition_date, files_read, records_read, records_loaded, records_quarantined, "
                          "rows_by_table, notes from ops.ingest_log order by all"))
 
     assert contents(homes["run"]) == contents(homes["day by day"])
-    assert [(day, audit_id) for day, audit_id, _ in contents(homes["run"])[0]] == [
+    assert [(day, name) for day, name, _ in contents(homes["run"])[0]] == [
         (D1, "a"), (D1, "c"), (D2, "b"), (D2, "d"), (d3, "e"), (d4, "f")]
 
 
