@@ -9,8 +9,8 @@ snapshot) go to the day being ingested. Re-ingesting a day replaces what that da
 loaded, on it and on other days, and keeps the rows other days' files put on it; a landing file's
 records on another day are merged into that day's partition per file (the rows that came from the
 same file are replaced), so they never clobber what that day's own ingest loaded. In a run over
-several days, records that fall on a later day of the run are carried to it, and a source without
-lake tables commits the run's days together (`ingest_days`). Quarantined records and ops.ingest_log
+several days, records that fall on a later day of the run are carried to it, and the run's days are
+committed together (`ingest_days`). Quarantined records and ops.ingest_log
 stay with the day being ingested.
 
 Empty files (no bytes, or only white space) are not parsed: they count as read with no record,

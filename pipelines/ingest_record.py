@@ -146,9 +146,13 @@ def from_other_days(folder: Path) -> pl.Expr:
     there (records timestamped on the day, carried or merged by those days' ingest): a re-ingest of
     the day alone keeps them. A row from a path outside the source's landing (a home moved since)
     or without one is not such a row."""
-    low, high, own_low, own_high = _other_days_bounds(folder)
-    path = pl.col("source_file")
-    return ((path >= low) & (path < high) & ~((path >= own_low) & (path < own_high))).fill_null(False)
+    return from_folder(folder.parent) & ~from_folder(folder)
+
+
+def from_folder(folder: Path) -> pl.Expr:
+    """The rows whose source_file is a file under `folder` (`folder_range`); none without a source_file."""
+    low, high = folder_range(folder)
+    return ((pl.col("source_file") >= low) & (pl.col("source_file") < high)).fill_null(False)
 
 
 def _other_days_bounds(folder: Path) -> tuple[str, str, str, str]:

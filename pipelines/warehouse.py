@@ -55,7 +55,7 @@ from pipelines.ingest_record import (
     IngestTotals,
     delete_day_rows,
     delete_moved_rows,
-    folder_range,
+    from_folder,
     from_other_days,
     log_day,
 )
@@ -634,7 +634,6 @@ class Warehouse:
         prune the lake's files). The warehouse tables' moved rows go in the day's own commit
         (`DayCommit.landing`), whose writer session also points the lake views at these
         versions."""
-        low, high = folder_range(folder)
         for name in tables:
             if name not in LAKE_TABLES:
                 continue
@@ -642,14 +641,13 @@ class Warehouse:
             if not self.store.exists(table):
                 continue
             moved = (pl.col("ingest_source") == ingest_source) & (pl.col(LAKE_DAY_COLUMN) != partition_date) \
-                & (pl.col("source_file") >= low) & (pl.col("source_file") < high)
+                & from_folder(folder)
             days = (pl.scan_delta(str(self.store.path(table))).filter(moved)
                     .select(LAKE_DAY_COLUMN).unique().collect().get_column(LAKE_DAY_COLUMN).to_list())
             for day in sorted(days):
                 with self.partition_lock((ingest_source, day)):  # one at a time: no lock order to get wrong
                     old = self._read_lake_rows(name, day, ingest_source)
-                    self.write_lake_rows(name, day, ingest_source, old.filter(
-                        ~((pl.col("source_file") >= low) & (pl.col("source_file") < high))))
+                    self.write_lake_rows(name, day, ingest_source, old.filter(~from_folder(folder)))
 
     def _merge_lake_partition(self, name: str, partition_date: dt.date, ingest_source: str, frame: pl.DataFrame,
                               source_files: list[str], ingested_at: dt.datetime) -> None:

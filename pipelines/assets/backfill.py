@@ -10,8 +10,8 @@ the ingest asset runs (`pipelines.ingest.ingest_days` and the expectations check
 asset's materialization per (source, day) and its check per source, so the asset catalog sees the
 backfill as if the assets had run. Raw telemetry of different days commits to Delta concurrently; the
 small tables, the quarantine and the ingest log serialise on the writers' lock (a short transaction
-a day; a source without telemetry, all of a step's days in one session of the writers' file); a
-(source, day) partition is written by one process at a time (Warehouse.partition_lock).
+a day, a step's days in one session of the writers' file); a (source, day) partition is written by
+one process at a time (Warehouse.partition_lock).
 
 Records timestamped outside their step's days are not merged by the step (the step that owns that
 day might replace its partition after): each step returns them and the last step, `merge_spilled`,
