@@ -20,6 +20,7 @@ from pipelines.paths import REPO_ROOT
 from tests.allocator.helpers import ADMIN, BOT, TOKENS
 
 SERVER_TOKENS = {token: TOKENS[token] for token in (ADMIN, BOT)}  # an admin and the governance bot
+START_TIMEOUT_S = 120
 
 
 def free_port() -> int:
@@ -72,7 +73,9 @@ def start_server(
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
+    # a process that exits is seen at once: the long deadline only bounds one that hangs, and leaves room
+    # for imports on a loaded CI machine (mlflow's server took over 90 s there, 2026-12-07)
+    deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"server exited with {process.returncode}:\n{log.read_text()}")
@@ -81,7 +84,7 @@ def start_server(
                 return Server(url, process, log)
         time.sleep(0.05)
     process.kill()
-    raise RuntimeError(f"server did not answer within 30 s:\n{log.read_text()}")
+    raise RuntimeError(f"server did not answer within {START_TIMEOUT_S} s:\n{log.read_text()}")
 
 
 @contextlib.contextmanager
