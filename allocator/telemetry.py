@@ -32,9 +32,9 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from allocator.model import Job, NodeSpec, PoolConfig, ShareMode, Template
+from allocator.sample_parquet import ROW_GROUP_ROWS, sample_writer
 from allocator.telemetry_units import GPU_UTIL, GR_ENGINE_ACTIVE, TelemetryUnit, telemetry_units
 
 DRIVER_VERSION = "580.105.08"
@@ -632,15 +632,8 @@ class BulkTelemetry:
                     continue
                 if writer is None:
                     path.parent.mkdir(parents=True, exist_ok=True)
-                    # no Arrow schema in the file: readers see plain strings, not dictionaries
-                    writer = pq.ParquetWriter(
-                        path,
-                        table.schema,
-                        compression="zstd",
-                        store_schema=False,
-                        write_statistics=_STATISTICS,
-                    )
-                writer.write_table(table, row_group_size=1 << 20)
+                    writer = sample_writer(path, table.schema, _STATISTICS)
+                writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
                 del table
         finally:
             if writer is not None:

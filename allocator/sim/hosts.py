@@ -17,9 +17,9 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from allocator.model import PoolConfig
+from allocator.sample_parquet import ROW_GROUP_ROWS, sample_writer
 from allocator.telemetry import WorkLoad, _constant, _hash01, _key64, _UnitTable, epoch_seconds
 
 HOST_SOURCE = "node_exporter_parquet"
@@ -164,15 +164,8 @@ class HostTelemetry:
                     }
                 )
                 if writer is None:
-                    # no Arrow schema in the file: readers see plain strings, as with the DCGM Parquet
-                    writer = pq.ParquetWriter(
-                        path,
-                        table.schema,
-                        compression="zstd",
-                        store_schema=False,
-                        write_statistics=["sampled_at", "host", "metric", "value"],
-                    )
-                writer.write_table(table, row_group_size=1 << 20)
+                    writer = sample_writer(path, table.schema, ["sampled_at", "host", "metric", "value"])
+                writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
         finally:
             if writer is not None:
                 writer.close()

@@ -5,6 +5,9 @@ from __future__ import annotations
 import datetime as dt
 import json
 import warnings
+from pathlib import Path
+
+import pyarrow.parquet as pq
 
 with warnings.catch_warnings():  # Starlette 1.x prefers httpx2 for its test client; httpx works
     warnings.simplefilter("ignore")
@@ -158,3 +161,14 @@ SHARE_MODE_JOBS = [
         "job_name": "shared",
     },
 ]
+
+
+def column_encodings(path: Path) -> dict[str, set[str]]:
+    """The Parquet encodings of each column of a file, over all its row groups."""
+    meta = pq.ParquetFile(path).metadata
+    found: dict[str, set[str]] = {}
+    for group in range(meta.num_row_groups):
+        for i in range(meta.num_columns):
+            column = meta.row_group(group).column(i)
+            found.setdefault(column.path_in_schema, set()).update(column.encodings)
+    return found

@@ -7,6 +7,7 @@ import polars as pl
 
 from allocator.sim.simulator import simulate
 from allocator.sim.workload import CALIBRATION
+from tests.allocator.helpers import column_encodings
 
 START = dt.date(2026, 11, 1)
 
@@ -30,6 +31,8 @@ def test_host_samples_follow_the_jobs(tmp_path):
         "source_file",
     ]
     assert set(rows["source"]) == {"node_exporter_parquet"}
+    encodings = column_encodings(files[0])  # as the DCGM files: allocator/sample_parquet.py
+    assert "RLE_DICTIONARY" in encodings["metric"] and "RLE_DICTIONARY" not in encodings["value"]
     cpu = rows.filter(pl.col("metric") == "node_cpu_seconds_total")
     assert set(cpu["cpu"]) == {"all"} and set(cpu["mode"]) == {"idle", "user", "system", "iowait"}
     # counters never go back, across the day boundary too

@@ -27,6 +27,7 @@ from allocator.telemetry import (
 from pipelines.contracts import contract
 from pipelines.sources.dcgm_parquet import parse_dcgm_parquet
 from pipelines.sources.dcgm_text import parse_dcgm_text
+from tests.allocator.helpers import column_encodings
 
 T0 = dt.datetime(2026, 11, 2, 6, 0)
 NOW = dt.datetime(2026, 11, 2, 10, 0)
@@ -232,6 +233,9 @@ def test_bulk_day_conforms_to_the_contract_and_counts(pool, holders, tmp_path: P
     assert written.frames == () and written.samples == day.samples
     on_disk = pl.read_parquet(tmp_path / name)
     assert on_disk.schema == schema and on_disk.equals(frame)
+    # labels in dictionaries, the (mostly distinct) values plain: allocator/sample_parquet.py
+    encodings = column_encodings(tmp_path / name)
+    assert "RLE_DICTIONARY" in encodings["host"] and "RLE_DICTIONARY" not in encodings["value"]
     loaded = parse_dcgm_parquet((tmp_path / name).read_bytes(), name)
     assert loaded.quarantine.height == 0 and loaded.records_loaded == frame.height
 
