@@ -7,11 +7,12 @@ telemetry samples, audit and allocator events, governance decisions) go to the U
 own time; records without one (and sources that are snapshots: sacct, Kueue, squeue, the pool
 snapshot) go to the day being ingested. Re-ingesting a day replaces what that day's landing files
 loaded, on it and on other days, and keeps the rows other days' files put on it; a landing file's
-records on another day are merged into that day's partition per file (the rows that came from the
-same file are replaced), so they never clobber what that day's own ingest loaded. In a run over
-several days, records that fall on a later day of the run are carried to it, and the run's days are
-committed together (`ingest_days`). Quarantined records and ops.ingest_log
-stay with the day being ingested.
+records on another day are merged into that day's partition after the day's commit (the rows that
+came from the same files are replaced: from every file of the folder, on a whole day's ingest), so
+they never clobber what that day's own ingest loaded, and a failure in between leaves the rows they
+replace. In a run over several days, records that fall on a later day of the run are carried to it
+(its commit replaces the rows of the run's earlier days' files), and the run's days are committed
+together (`ingest_days`). Quarantined records and ops.ingest_log stay with the day being ingested.
 
 Empty files (no bytes, or only white space) are not parsed: they count as read with no record,
 with the note "empty file", the same in every source. A well-formed answer that holds no record
@@ -97,7 +98,8 @@ def ingest_days(
         held.clear()
 
     for day in ordered:
-        held.append(_load_day(warehouse, source_name, day, validate, on_file, **run))
+        earlier = [d for d in ordered if d < day]
+        held.append(_load_day(warehouse, source_name, day, validate, on_file, **run, earlier=earlier))
         if sum(loaded.rows for loaded in held) >= SLICE_ROWS:
             commit_held()
     if held:
@@ -117,6 +119,7 @@ def ingest_partition(
     spilled: Spilled | None = None,
     keep_state: bool = False,
     how: str = "",
+    earlier: list[dt.date] | None = None,
 ) -> IngestReport:
     """Parse the day's landing files of one source and replace that source's partition (module doc).
     `keep_state`: record the files read (stamped before they are read) and the day's totals in
@@ -125,9 +128,10 @@ def ingest_partition(
     Memory is bounded by SLICE_ROWS, not by the day: parsed records are validated and split by day
     a batch of at least SLICE_ROWS rows at a time (every file's records when the day is smaller),
     and the lake tables' rows are written as each batch's Parquet files, all committed at the end.
-    Sources in SLICED read a large file a slice at a time too (`_take_slices`)."""
+    Sources in SLICED read a large file a slice at a time too (`_take_slices`). With `carried`, the day is
+    one of a run (`ingest_days`) whose days before it are `earlier`."""
     loaded = _load_day(warehouse, source_name, day, validate, on_file, carried, run_last, run_first, spilled,
-                       keep_state)
+                       keep_state, earlier or [])
     [report] = warehouse.replace_partitions(source_name, [loaded.commit])
     return loaded.finish(warehouse, source_name, report, how)
 
@@ -141,6 +145,12 @@ class _LoadedDay:
     load: _DayLoad
     files: list[Path]
     merges: list[tuple[dt.date, dict[str, pl.DataFrame]]]
+    # the other days of its lake tables that hold rows of its folder's files
+    holding: set[dt.date] = dataclasses.field(default_factory=set)
+    # the days not to touch after the commit: the run's later days, up to this (they replace those rows in
+    # their own commits), and the days its spilled records go to (the caller merges them)
+    run_last: dt.date | None = None
+    spilled_to: set[dt.date] = dataclasses.field(default_factory=set)
 
     @property
     def rows(self) -> int:
@@ -151,8 +161,16 @@ class _LoadedDay:
         return sum(frame.height for frame in held) + self.commit.quarantine.height
 
     def finish(self, warehouse: Warehouse, source_name: str, report: IngestReport, how: str = "") -> IngestReport:
-        for other, other_tables in self.merges:  # after the day's commit, which deleted what they replace
-            warehouse.merge_files(source_name, other, other_tables, [str(f) for f in self.files])
+        """After the day's commit: on each other day its files' records go to or an earlier ingest put
+        them on, those rows become the new ones (none: they go), a day at a time. A run killed before
+        leaves those days with the rows they had: re-run the day."""
+        merges, day, landing = dict(self.merges), self.commit.partition_date, self.commit.landing
+        for other in sorted({*merges, *self.holding, *self.commit.moved_to} - self.spilled_to):
+            if self.run_last is not None and day < other <= self.run_last:
+                continue
+            tables = merges.get(other) or {t: contract(t).empty_frame() for t in self.load.src.tables}
+            warehouse.merge_files(source_name, other, tables, [str(f) for f in self.files],
+                                  folder=landing[0] if landing is not None else None)
         return dataclasses.replace(report, validation=self.load.outcomes(), files_empty=self.load.files_empty,
                                    tenants=self.load.tenants, how=how)
 
@@ -168,10 +186,11 @@ def _load_day(
     run_first: dt.date | None,
     spilled: Spilled | None,
     keep_state: bool = False,
+    earlier: list[dt.date] | None = None,
 ) -> _LoadedDay:
-    """Read the day's landing files: its own rows (and those carried to it), its lake rows written,
-    the rows its files moved to other days of a lake table gone from there; carried and spilled
-    records handed on; nothing committed."""
+    """Read the day's landing files: its own rows (and those carried to it from the run's `earlier`
+    days), its lake rows written; carried and spilled records handed on; nothing committed, nothing
+    written on other days."""
     src = source(source_name)
     started_at = utc_naive()
     folder = landing_folder(warehouse, source_name, day)
@@ -181,8 +200,9 @@ def _load_day(
                                          for t in src.tables if t in LAKE_TABLES})
     _read_files(load, src, files, on_file)
     quarantine = pl.concat(load.quarantines, how="vertical")
-    if src.time_columns:
-        warehouse.drop_moved_lake_rows(source_name, day, list(src.time_columns), folder)
+    holding = warehouse.lake_days_holding(source_name, day, list(src.time_columns), folder) \
+        if src.time_columns else set()
+    spilled_to: set[dt.date] = set()
     carried = {} if carried is None else carried
     for table, frames in carried.pop(day, {}).items():
         load.keep(table, frames)
@@ -196,6 +216,7 @@ def _load_day(
         elif spilled is not None and run_first is not None and run_last is not None \
                 and not run_first <= other <= run_last:
             spilled.append((other, other_tables, [str(f) for f in files]))
+            spilled_to.add(other)
         else:
             merges.append((other, other_tables))
         notes.append(f"{rows:,} record(s) timestamped {other} went to that day's partition")
@@ -208,10 +229,11 @@ def _load_day(
         records_loaded=load.records_loaded - load.validate_rejected,
         records_quarantined=load.parse_quarantined + load.validate_rejected, started_at=started_at,
         notes=notes + _tenant_notes(tenants), state=state.to_json() if state is not None else None,
-        # other days' files' rows on this day stay; what an earlier ingest of it moved away goes, in its commit
+        # other days' files' rows on this day stay; what an earlier ingest of it moved away is replaced after
         landing=(folder, list(src.time_columns)) if src.time_columns else None,
+        replaced=[landing_folder(warehouse, source_name, d) for d in earlier or []],
     )
-    return _LoadedDay(commit, load, files, merges)
+    return _LoadedDay(commit, load, files, merges, holding, run_last, spilled_to)
 
 
 def _read_files(load: _DayLoad, src: IngestSource, files: list[Path], on_file: Callable[[Path], None] | None) -> None:

@@ -87,15 +87,22 @@ class DayCommit:
     state: dict | None = None
     # (the day's landing folder, the source's timed tables), for a source whose records go to their own
     # day: the commit replaces the rows of this folder's files and keeps those other days' files put on
-    # the day (`from_other_days`); the rows an earlier ingest of the day moved to other days are deleted
-    # in the day's own transaction (delete_moved_rows). None: the commit replaces the day's every row.
+    # the day (`from_other_days`), but for those of `replaced`. It leaves other days alone: the rows an
+    # earlier ingest of the day moved there are replaced after it, a day at a time (pipelines/ingest.py
+    # `_LoadedDay.finish`). None: the commit replaces the day's every row.
     landing: tuple[Path, Sequence[str]] | None = None
+    # the landing folders of the run's earlier days: their records on this day are carried into this
+    # commit, so it replaces their rows here too
+    replaced: tuple[Path, ...] = ()
+    # filled by the commit: the other days of the warehouse's timed tables that hold rows of the day's
+    # landing folder (`moved_days`)
+    moved_to: set[dt.date] = field(default_factory=set)
 
     @classmethod
     def of(cls, partition_date: dt.date, tables: Mapping[str, pl.DataFrame | WrittenRows], quarantine: pl.DataFrame,
            files_read: int, records_read: int, records_loaded: int, records_quarantined: int | None = None,
            started_at: dt.datetime | None = None, notes: list[str] | None = None, state: dict | None = None,
-           landing: tuple[Path, Sequence[str]] | None = None) -> DayCommit:
+           landing: tuple[Path, Sequence[str]] | None = None, replaced: Sequence[Path] = ()) -> DayCommit:
         """The day with its totals counted: rows per table, and the quarantine's rows where
         `records_quarantined` is not given (a record may yield several quarantine rows)."""
         if records_quarantined is None:
@@ -103,7 +110,8 @@ class DayCommit:
         rows_by_table = {name: frame.height if isinstance(frame, pl.DataFrame) else frame.rows
                          for name, frame in tables.items()}
         totals = IngestTotals(files_read, records_read, records_loaded, records_quarantined, rows_by_table, notes or [])
-        return cls(partition_date, tables, quarantine, totals, started_at or utc_naive(), state, landing)
+        return cls(partition_date, tables, quarantine, totals, started_at or utc_naive(), state, landing,
+                   tuple(replaced))
 
 
 def log_day(con: duckdb.DuckDBPyConnection, ingest_source: str, day: DayCommit) -> None:
@@ -141,12 +149,15 @@ def folder_range(folder: Path) -> tuple[str, str]:
     return f"{folder.as_posix()}/", f"{folder.as_posix()}0"
 
 
-def from_other_days(folder: Path) -> pl.Expr:
+def from_other_days(folder: Path, replaced: Sequence[Path] = ()) -> pl.Expr:
     """The rows of a day's partition that the files of the source's other days' landing folders put
-    there (records timestamped on the day, carried or merged by those days' ingest): a re-ingest of
-    the day alone keeps them. A row from a path outside the source's landing (a home moved since)
-    or without one is not such a row."""
-    return from_folder(folder.parent) & ~from_folder(folder)
+    there (records timestamped on the day, carried or merged by those days' ingest), but for the
+    folders `replaced`: a re-ingest of the day keeps them. A row from a path outside the source's
+    landing (a home moved since) or without one is not such a row."""
+    kept = from_folder(folder.parent) & ~from_folder(folder)
+    for other in replaced:
+        kept = kept & ~from_folder(other)
+    return kept
 
 
 def from_folder(folder: Path) -> pl.Expr:
@@ -155,34 +166,30 @@ def from_folder(folder: Path) -> pl.Expr:
     return ((pl.col("source_file") >= low) & (pl.col("source_file") < high)).fill_null(False)
 
 
-def _other_days_bounds(folder: Path) -> tuple[str, str, str, str]:
-    """source_file from the source's landing folders (its days' parent), less those from this day's."""
-    return (*folder_range(folder.parent), *folder_range(folder))
-
-
 def delete_day_rows(con: duckdb.DuckDBPyConnection, table: str, ingest_source: str, partition_date: dt.date,
-                    folder: Path | None) -> None:
+                    folder: Path | None, replaced: Sequence[Path] = ()) -> None:
     """Delete one source's day from a warehouse table: every row, or with `folder` (the day's landing
-    folder) all but the rows other days' files put there (`from_other_days`)."""
+    folder) all but the rows other days' files put there (`from_other_days`, `replaced` included)."""
     keep, params = "", []
     if folder is not None:
-        keep = ("and not coalesce(source_file >= ? and source_file < ? "
-                "and not (source_file >= ? and source_file < ?), false)")
-        params = list(_other_days_bounds(folder))
+        outside = " and ".join("not (source_file >= ? and source_file < ?)" for _ in (folder, *replaced))
+        keep = f"and not coalesce(source_file >= ? and source_file < ? and {outside}, false)"
+        params = [*folder_range(folder.parent), *(bound for f in (folder, *replaced) for bound in folder_range(f))]
     con.execute(f"delete from {table} where partition_date = ? and ingest_source = ? {keep}",
                 [partition_date, ingest_source, *params])
 
 
-def delete_moved_rows(con: duckdb.DuckDBPyConnection, ingest_source: str, partition_date: dt.date, folder: Path,
-                      tables: Sequence[str]) -> None:
-    """Delete, from the other days' partitions of these warehouse tables, the rows of `folder`'s files
-    (moved there by an earlier ingest of `partition_date`)."""
+def moved_days(con: duckdb.DuckDBPyConnection, ingest_source: str, partition_date: dt.date, folder: Path,
+               tables: Sequence[str]) -> set[dt.date]:
+    """The other days of these warehouse tables that hold rows of `folder`'s files (put there by an
+    earlier ingest of `partition_date`)."""
     low, high = folder_range(folder)
+    days: set[dt.date] = set()
     for name in tables:
         if name in LAKE_TABLES:
             continue
-        con.execute(
-            f"delete from {contract(name).table} where ingest_source = ? and partition_date <> ? "
-            "and source_file >= ? and source_file < ?",
-            [ingest_source, partition_date, low, high],
-        )
+        days.update(day for (day,) in con.execute(
+            f"select distinct partition_date from {contract(name).table} where ingest_source = ? "
+            "and partition_date <> ? and source_file >= ? and source_file < ?",
+            [ingest_source, partition_date, low, high]).fetchall())
+    return days

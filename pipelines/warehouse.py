@@ -54,10 +54,11 @@ from pipelines.ingest_record import (
     IngestReport,
     IngestTotals,
     delete_day_rows,
-    delete_moved_rows,
+    folder_range,
     from_folder,
     from_other_days,
     log_day,
+    moved_days,
 )
 from pipelines.lake import DeltaStore, LakeError, ReleaseNotFound, ReleaseRegistry, registry_for
 from pipelines.lake.mart_files import marts_dir
@@ -488,9 +489,8 @@ class Warehouse:
         a writer session that first points the lake views at the new commit (`writer` runs
         `ensure_schema`, after the lake's commits). Tables this source does not produce are
         left alone. ops.ingest_state's row for the day becomes `state` (none: deleted). The ingest
-        commits through `replace_partitions`, whose DayCommit also names the rows an earlier ingest of
-        the day moved to other days (`DayCommit.landing`), deleted in the same transaction, and keeps the
-        rows other days' files put on the day.
+        commits through `replace_partitions`, whose DayCommit also names the day's landing folder
+        (`DayCommit.landing`): the commit keeps the rows other days' files put on the day.
         """
         [report] = self.replace_partitions(ingest_source, [DayCommit.of(
             partition_date, tables, quarantine, files_read, records_read, records_loaded, records_quarantined,
@@ -560,7 +560,8 @@ class Warehouse:
                     continue
                 # the rows other days' files put on the day stay: read under the day's lock, as merges write
                 # (about 30 ms a day: bench/README.md, "Figures the code's choices rest on")
-                kept = self._read_lake_rows(name, day.partition_date, ingest_source, from_other_days(day.landing[0])) \
+                kept = self._read_lake_rows(name, day.partition_date, ingest_source,
+                                            from_other_days(day.landing[0], day.replaced)) \
                     if append_to is None and day.landing is not None else None
                 if kept is not None and day.state is not None:  # the intraday ingest's record counts them
                     day.state.setdefault("rows_of_other_days", {})[name] = kept.height
@@ -583,77 +584,75 @@ class Warehouse:
         """One day's warehouse tables, quarantine, ingest log and ingest state, inside a transaction."""
         partition_date = day.partition_date
         folder = day.landing[0] if day.landing is not None else None
-        if day.landing is not None:
-            delete_moved_rows(con, ingest_source, partition_date, *day.landing)
+        if day.landing is not None and append_to is None:  # replaced after the commit (`merge_files`)
+            day.moved_to.update(moved_days(con, ingest_source, partition_date, *day.landing))
         rows = [(contract(name).table, frame, folder) for name, frame in day.tables.items()
                 if name not in LAKE_TABLES and not isinstance(frame, LakeRowsWrite)]
         rows.append(("ops.quarantine", day.quarantine, None))  # it stays with the day ingested: all its files'
         for table, frame, keeping in rows:
             if append_to is None:
-                self._replace_rows(con, table, frame, partition_date, ingest_source, ingested_at, keeping)
+                self._replace_rows(con, table, frame, partition_date, ingest_source, ingested_at, keeping,
+                                   day.replaced)
             else:
                 self._insert_rows(con, table, frame, partition_date, ingest_source, ingested_at)
         log_day(con, ingest_source, day)
 
-    def merge_files(
-        self, ingest_source: str, partition_date: dt.date, tables: dict[str, pl.DataFrame], source_files: list[str]
-    ) -> None:
-        """Replace, in one day's partition, only the rows that came from `source_files`.
+    def merge_files(self, ingest_source: str, partition_date: dt.date, tables: dict[str, pl.DataFrame],
+                    source_files: list[str], folder: Path | None = None) -> None:
+        """Replace, in one day's partition, only the rows that came from `source_files` (with `folder`, a
+        day's landing folder ingested whole: the rows of every file under it, those gone included), each
+        table's in one commit: its lake tables' by a Delta commit each, then the others' in a transaction.
 
         For records that carry their own time on another day than the ingest's: a file of one day
         adds its records to the other day without disturbing what that day's own ingest loaded.
         """
         with self.partition_lock((ingest_source, partition_date)):
-            self._merge_files_locked(ingest_source, partition_date, tables, source_files)
+            self._merge_files_locked(ingest_source, partition_date, tables, source_files, folder)
 
-    def _merge_files_locked(
-        self, ingest_source: str, partition_date: dt.date, tables: dict[str, pl.DataFrame], source_files: list[str]
-    ) -> None:
+    def _merge_files_locked(self, ingest_source: str, partition_date: dt.date, tables: dict[str, pl.DataFrame],
+                            source_files: list[str], folder: Path | None) -> None:
         ingested_at = utc_naive()
+        from_files = from_folder(folder) if folder is not None else pl.col("source_file").is_in(source_files)
         for name, frame in tables.items():
             if name in LAKE_TABLES:
-                self._merge_lake_partition(name, partition_date, ingest_source, frame, source_files, ingested_at)
-        with self.writer() as con, _transaction(con):
+                self._merge_lake_partition(name, partition_date, ingest_source, frame, from_files, ingested_at)
+        with self.writer() as con, _transaction(con):  # its session also points the lake views at the merge
             for name, frame in tables.items():
                 if name in LAKE_TABLES:
                     continue
                 table = contract(name).table
-                con.execute(
-                    f"delete from {table} where partition_date = ? and ingest_source = ? "
-                    "and list_contains(?, source_file)",
-                    [partition_date, ingest_source, source_files],
-                )
+                which, params = "list_contains(?, source_file)", [source_files]
+                if folder is not None:
+                    which, params = "source_file >= ? and source_file < ?", list(folder_range(folder))
+                con.execute(f"delete from {table} where partition_date = ? and ingest_source = ? and {which}",
+                            [partition_date, ingest_source, *params])
                 self._insert_rows(con, table, frame, partition_date, ingest_source, ingested_at)
 
-    def drop_moved_lake_rows(self, ingest_source: str, partition_date: dt.date, tables: list[str],
-                             folder: Path) -> None:
-        """Rewrite, in the other days' partitions of the lake tables among `tables`, the rows an earlier
-        ingest of `partition_date` moved there (records of that day's landing files timestamped on another
-        day), without them: re-ingesting a day replaces everything its files loaded, wherever it went. Rows
-        are found by source_file, the landing path, between `folder/` and `folder0` (min/max statistics
-        prune the lake's files). The warehouse tables' moved rows go in the day's own commit
-        (`DayCommit.landing`), whose writer session also points the lake views at these
-        versions."""
+    def lake_days_holding(self, ingest_source: str, partition_date: dt.date, tables: list[str],
+                          folder: Path) -> set[dt.date]:
+        """The other days of the lake tables among `tables` that hold rows of `folder`'s files (records of
+        that day's landing files timestamped on another day, put there by an earlier ingest of
+        `partition_date`): the days its re-ingest replaces them on (`merge_files` with the folder). Rows are
+        found by source_file, the landing path, between `folder/` and `folder0` (min/max statistics prune
+        the lake's files)."""
+        days: set[dt.date] = set()
         for name in tables:
-            if name not in LAKE_TABLES:
-                continue
-            table = self.lake_table(name)
-            if not self.store.exists(table):
+            table = self.lake_table(name) if name in LAKE_TABLES else None
+            if table is None or not self.store.exists(table):
                 continue
             moved = (pl.col("ingest_source") == ingest_source) & (pl.col(LAKE_DAY_COLUMN) != partition_date) \
                 & from_folder(folder)
-            days = (pl.scan_delta(str(self.store.path(table))).filter(moved)
-                    .select(LAKE_DAY_COLUMN).unique().collect().get_column(LAKE_DAY_COLUMN).to_list())
-            for day in sorted(days):
-                with self.partition_lock((ingest_source, day)):  # one at a time: no lock order to get wrong
-                    old = self._read_lake_rows(name, day, ingest_source)
-                    self.write_lake_rows(name, day, ingest_source, old.filter(~from_folder(folder)))
+            days.update(pl.scan_delta(str(self.store.path(table))).filter(moved)
+                        .select(LAKE_DAY_COLUMN).unique().collect().get_column(LAKE_DAY_COLUMN).to_list())
+        return days
 
     def _merge_lake_partition(self, name: str, partition_date: dt.date, ingest_source: str, frame: pl.DataFrame,
-                              source_files: list[str], ingested_at: dt.datetime) -> None:
+                              from_files: pl.Expr, ingested_at: dt.datetime) -> None:
         kept = frame.with_columns(ingested_at=pl.lit(ingested_at, dtype=pl.Datetime("us")))
-        old = self._read_lake_rows(name, partition_date, ingest_source)
-        old = old.filter(~pl.col("source_file").is_in(source_files))
+        whole = self._read_lake_rows(name, partition_date, ingest_source)
+        old = whole.filter(~from_files)
+        if not kept.height and old.height == whole.height:
+            return  # nothing to add, nothing to take away
         if old.height:
             kept = pl.concat([old, kept.select(old.columns)], how="vertical_relaxed")
         self.write_lake_rows(name, partition_date, ingest_source, kept)
@@ -667,10 +666,11 @@ class Warehouse:
         ingest_source: str,
         ingested_at: dt.datetime,
         folder: Path | None = None,
+        replaced: Sequence[Path] = (),
     ) -> None:
         """The source's day becomes `frame`; with `folder` (the day's landing folder), the rows other days'
-        files put on the day stay (`delete_day_rows`)."""
-        delete_day_rows(con, table, ingest_source, partition_date, folder)
+        files put on the day stay, but for the folders `replaced` (`delete_day_rows`)."""
+        delete_day_rows(con, table, ingest_source, partition_date, folder, replaced)
         Warehouse._insert_rows(con, table, frame, partition_date, ingest_source, ingested_at)
 
     @staticmethod

@@ -18,6 +18,7 @@ day might replace its partition after): each step returns them and the last step
 merges them once every day is loaded. Within a step they are carried or merged as in one process.
 """
 import datetime as dt
+from pathlib import Path
 
 import dagster as dg
 
@@ -98,7 +99,7 @@ def merge_spilled(context: dg.OpExecutionContext, warehouse: WarehouseResource, 
         for other, tables, files, name in sorted(
                 ((other, tables, files, name) for step in steps for other, tables, files, name in step),
                 key=lambda item: (item[3], item[0], item[2])):
-            wh.merge_files(name, other, tables, files)
+            wh.merge_files(name, other, tables, files, folder=Path(files[0]).parent)
             rows = sum(frame.height for frame in tables.values())
             context.log.info(f"{name}: {rows:,} record(s) from {len(files)} file(s) merged into {other}")
 

@@ -303,6 +303,56 @@ def test_reingesting_a_day_alone_keeps_what_the_day_befores_files_put_on_it(tmp_
     assert on_day_2() == ([("d",)], [("GPU-2", "12:00", 3.0)])
 
 
+@pytest.mark.parametrize("failing", ["_commit_ingest", "merge_files"])
+def test_a_reingest_that_fails_leaves_the_next_days_rows_of_its_files_as_they_were(tmp_path, real_data, monkeypatch,
+                                                                                   failing):
+    """Day 1's files put a record on day 2, in a warehouse table (audit events) and a lake table (DCGM
+    samples). A re-ingest of day 1 with that record changed that fails at its commit, or after it and
+    before its records are merged into day 2, leaves day 2 with the record it had, not without it (it
+    used to take them off day 2 before its commit), also once day 2 is ingested again; run again, it
+    ends with the new record."""
+    wh = Warehouse(tmp_path / "home")
+
+    def day_1_file(source: str, name: str, value: int) -> tuple[str, str]:
+        if source == "k8s_audit":
+            return "jsonl", (_audit_line(real_data, "2026-11-01T10:00:00Z", "a")
+                             + _audit_line(real_data, "2026-11-02T00:00:30Z", name))
+        return "prom", prom(("GPU-1", "2026-11-01T23:59:00", 1), ("GPU-1", "2026-11-02T00:01:00", value))
+
+    for source in ("k8s_audit", "dcgm_text"):
+        for day, (suffix, text) in ((D1, day_1_file(source, "b", 2)), (D2, (
+                ("jsonl", _audit_line(real_data, "2026-11-02T12:00:00Z", "d")) if source == "k8s_audit"
+                else ("prom", prom(("GPU-2", "2026-11-02T12:00:00", 3)))))):
+            path = tmp_path / f"{source}-{day}.{suffix}"
+            path.write_text(text)
+            stage_files(wh, source, path, day)
+        ingest_days(wh, source, [D1, D2])
+
+    def on_day_2() -> tuple[list[tuple], list[tuple]]:
+        return (rows(wh, "select audit_id from raw.audit_events where partition_date = ? order by 1", [D2]),
+                _day_rows(wh, D2))
+
+    assert on_day_2() == ([("b",), ("d",)], [("GPU-1", "00:01", 2.0), ("GPU-2", "12:00", 3.0)])
+    for source in ("k8s_audit", "dcgm_text"):
+        suffix, text = day_1_file(source, "b2", 5)
+        (wh.landing / source / D1.isoformat() / f"{source}-{D1}.{suffix}").write_text(text)
+
+    def fail(*_args, **_kwargs):
+        raise RuntimeError("killed")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(Warehouse, failing, fail)
+        for source in ("k8s_audit", "dcgm_text"):
+            with pytest.raises(RuntimeError, match="killed"):
+                ingest_partition(wh, source, D1)
+    for source in ("k8s_audit", "dcgm_text"):  # day 2 read again from the lake's newest version
+        ingest_partition(wh, source, D2)
+    assert on_day_2() == ([("b",), ("d",)], [("GPU-1", "00:01", 2.0), ("GPU-2", "12:00", 3.0)])
+    for source in ("k8s_audit", "dcgm_text"):
+        ingest_partition(wh, source, D1)
+    assert on_day_2() == ([("b2",), ("d",)], [("GPU-1", "00:01", 5.0), ("GPU-2", "12:00", 3.0)])
+
+
 @pytest.mark.parametrize(("slice_rows", "commits"), [(None, 1), (3, 2)])
 @pytest.mark.parametrize("source_name", ["k8s_audit", "dcgm_text"])
 def test_a_run_of_days_commits_together_and_ends_as_day_by_day(tmp_path, real_data, monkeypatch, slice_rows,
@@ -344,7 +394,8 @@ def test_a_run_of_days_commits_together_and_ends_as_day_by_day(tmp_path, real_da
     assert len(sessions) == commits + 2  # the days' commits, then the merges into day 1 and day 4
     carried: dict = {}
     for day in (D1, D2, d3):
-        ingest_partition(homes["day by day"], source_name, day, carried=carried, run_last=d3)
+        ingest_partition(homes["day by day"], source_name, day, carried=carried, run_last=d3,
+                         earlier=[d for d in (D1, D2) if d < day])
 
     def contents(wh: Warehouse) -> tuple[list[tuple], list[tuple]]:
         records = ("select partition_date, audit_id, occurred_at from raw.audit_events order by all"
