@@ -12,15 +12,18 @@ import json
 import shutil
 from pathlib import Path
 
+import dagster as dg
 import polars as pl
 import pytest
 from click.testing import CliRunner
 
 from pipelines import ingest as ingest_module
+from pipelines.assets.backfill import merge_spilled
 from pipelines.cli import main
 from pipelines.cli.common import EXIT_BLOCKED, EXIT_FAILED, EXIT_NOTHING_READ, EXIT_USAGE
-from pipelines.ingest import ingest_days, ingest_partition, stage_files
+from pipelines.ingest import Spilled, ingest_days, ingest_partition, stage_files
 from pipelines.partitions import FIRST_DAY
+from pipelines.resources.warehouse import WarehouseResource
 from pipelines.sources.registry import SOURCES
 from pipelines.sources.slurm_sacct import parse_sacct_json, parse_sacct_parsable2
 from pipelines.warehouse import Warehouse
@@ -351,6 +354,50 @@ def test_a_reingest_that_fails_leaves_the_next_days_rows_of_its_files_as_they_we
     for source in ("k8s_audit", "dcgm_text"):
         ingest_partition(wh, source, D1)
     assert on_day_2() == ([("b2",), ("d",)], [("GPU-1", "00:01", 5.0), ("GPU-2", "12:00", 3.0)])
+
+
+def test_chunks_ingested_side_by_side_replace_what_their_files_put_on_each_others_days(tmp_path, real_data):
+    """The backfill's chunks (days 1 and 2 here, each its own run): day 1's file puts a record on day 2;
+    its chunk spills it and `merge_spilled` merges it once both chunks are in. Ingested again, the record
+    changed, it is replaced; then with the record gone from day 1's file, it leaves day 2 (day 1's
+    chunk takes it off after its commit, as nothing spills there), in a warehouse and a lake table."""
+    wh = Warehouse(tmp_path / "home")
+
+    def day_1_text(source: str, second: str | None) -> str:
+        if source == "k8s_audit":
+            return _audit_line(real_data, "2026-11-01T10:00:00Z", "a") + (
+                _audit_line(real_data, "2026-11-02T00:00:30Z", second) if second else "")
+        return prom(("GPU-1", "2026-11-01T23:59:00", 1), *([("GPU-1", "2026-11-02T00:01:00", int(second))]
+                                                          if second else []))
+
+    def backfill() -> None:
+        steps = []
+        for source in ("k8s_audit", "dcgm_text"):
+            for day in (D1, D2):  # each day a chunk of its own
+                spilled: Spilled = []
+                ingest_days(wh, source, [day], spilled=spilled)
+                steps.append([(other, tables, files, source) for other, tables, files in spilled])
+        merge_spilled(dg.build_op_context(), warehouse=WarehouseResource(home=str(wh.home)), steps=steps)
+
+    def on_day_2() -> tuple[list[tuple], list[tuple]]:
+        return (rows(wh, "select audit_id from raw.audit_events where partition_date = ? order by 1", [D2]),
+                _day_rows(wh, D2))
+
+    for source, suffix in (("k8s_audit", "jsonl"), ("dcgm_text", "prom")):
+        for day, text in ((D1, day_1_text(source, "2")), (D2, _audit_line(real_data, "2026-11-02T12:00:00Z", "d")
+                                                           if source == "k8s_audit"
+                                                           else prom(("GPU-2", "2026-11-02T12:00:00", 3)))):
+            path = tmp_path / f"{source}-{day}.{suffix}"
+            path.write_text(text)
+            stage_files(wh, source, path, day)
+    backfill()
+    assert on_day_2() == ([("2",), ("d",)], [("GPU-1", "00:01", 2.0), ("GPU-2", "12:00", 3.0)])
+    for second, expected in (("5", ([("5",), ("d",)], [("GPU-1", "00:01", 5.0), ("GPU-2", "12:00", 3.0)])),
+                             (None, ([("d",)], [("GPU-2", "12:00", 3.0)]))):
+        for source, suffix in (("k8s_audit", "jsonl"), ("dcgm_text", "prom")):
+            (wh.landing / source / D1.isoformat() / f"{source}-{D1}.{suffix}").write_text(day_1_text(source, second))
+        backfill()
+        assert on_day_2() == expected
 
 
 @pytest.mark.parametrize(("slice_rows", "commits"), [(None, 1), (3, 2)])
