@@ -87,8 +87,9 @@ def ingest_days(
     are written as Parquet files a slice at a time, and committed with their day)."""
     carried: Carried = {}
     ordered = sorted(days)
-    run = {"carried": carried, "run_last": ordered[-1], "run_first": ordered[0] if spilled is not None else None,
-           "spilled": spilled}
+    if (ordered[-1] - ordered[0]).days != len(ordered) - 1:  # what is carried to a day must be committed with it
+        raise ValueError(f"a run's days are consecutive, not {', '.join(map(str, ordered))}")
+    run = {"carried": carried, "run_last": ordered[-1], "run_first": ordered[0], "spilled": spilled}
     reports: list[IngestReport] = []
     held: list[_LoadedDay] = []
 
@@ -98,8 +99,7 @@ def ingest_days(
         held.clear()
 
     for day in ordered:
-        earlier = [d for d in ordered if d < day]
-        held.append(_load_day(warehouse, source_name, day, validate, on_file, **run, earlier=earlier))
+        held.append(_load_day(warehouse, source_name, day, validate, on_file, **run))
         if sum(loaded.rows for loaded in held) >= SLICE_ROWS:
             commit_held()
     if held:
@@ -119,7 +119,6 @@ def ingest_partition(
     spilled: Spilled | None = None,
     keep_state: bool = False,
     how: str = "",
-    earlier: list[dt.date] | None = None,
 ) -> IngestReport:
     """Parse the day's landing files of one source and replace that source's partition (module doc).
     `keep_state`: record the files read (stamped before they are read) and the day's totals in
@@ -129,9 +128,9 @@ def ingest_partition(
     a batch of at least SLICE_ROWS rows at a time (every file's records when the day is smaller),
     and the lake tables' rows are written as each batch's Parquet files, all committed at the end.
     Sources in SLICED read a large file a slice at a time too (`_take_slices`). With `carried`, the day is
-    one of a run (`ingest_days`) whose days before it are `earlier`."""
+    one of a run (`ingest_days`) of the days `run_first`..`run_last`."""
     loaded = _load_day(warehouse, source_name, day, validate, on_file, carried, run_last, run_first, spilled,
-                       keep_state, earlier or [])
+                       keep_state)
     [report] = warehouse.replace_partitions(source_name, [loaded.commit])
     return loaded.finish(warehouse, source_name, report, how)
 
@@ -145,8 +144,6 @@ class _LoadedDay:
     load: _DayLoad
     files: list[Path]
     merges: list[tuple[dt.date, dict[str, pl.DataFrame]]]
-    # the other days of its lake tables that hold rows of its folder's files
-    holding: set[dt.date] = dataclasses.field(default_factory=set)
     # the days not to touch after the commit: the run's later days, up to this (they replace those rows in
     # their own commits), and the days its spilled records go to (the caller merges them)
     run_last: dt.date | None = None
@@ -165,7 +162,7 @@ class _LoadedDay:
         them on, those rows become the new ones (none: they go), a day at a time. A run killed before
         leaves those days with the rows they had: re-run the day."""
         merges, day, landing = dict(self.merges), self.commit.partition_date, self.commit.landing
-        for other in sorted({*merges, *self.holding, *self.commit.moved_to} - self.spilled_to):
+        for other in sorted({*merges, *self.commit.moved_to} - self.spilled_to):
             if self.run_last is not None and day < other <= self.run_last:
                 continue
             tables = merges.get(other) or {t: contract(t).empty_frame() for t in self.load.src.tables}
@@ -186,11 +183,10 @@ def _load_day(
     run_first: dt.date | None,
     spilled: Spilled | None,
     keep_state: bool = False,
-    earlier: list[dt.date] | None = None,
 ) -> _LoadedDay:
-    """Read the day's landing files: its own rows (and those carried to it from the run's `earlier`
-    days), its lake rows written; carried and spilled records handed on; nothing committed, nothing
-    written on other days."""
+    """Read the day's landing files: its own rows (and those carried to it from the run's earlier days),
+    its lake rows written; carried and spilled records handed on; nothing committed, nothing written on
+    other days."""
     src = source(source_name)
     started_at = utc_naive()
     folder = landing_folder(warehouse, source_name, day)
@@ -200,8 +196,6 @@ def _load_day(
                                          for t in src.tables if t in LAKE_TABLES})
     _read_files(load, src, files, on_file)
     quarantine = pl.concat(load.quarantines, how="vertical")
-    holding = warehouse.lake_days_holding(source_name, day, list(src.time_columns), folder) \
-        if src.time_columns else set()
     spilled_to: set[dt.date] = set()
     carried = {} if carried is None else carried
     for table, frames in carried.pop(day, {}).items():
@@ -231,9 +225,9 @@ def _load_day(
         notes=notes + _tenant_notes(tenants), state=state.to_json() if state is not None else None,
         # other days' files' rows on this day stay; what an earlier ingest of it moved away is replaced after
         landing=(folder, list(src.time_columns)) if src.time_columns else None,
-        replaced=[landing_folder(warehouse, source_name, d) for d in earlier or []],
+        run_first=run_first,
     )
-    return _LoadedDay(commit, load, files, merges, holding, run_last, spilled_to)
+    return _LoadedDay(commit, load, files, merges, run_last, spilled_to)
 
 
 def _read_files(load: _DayLoad, src: IngestSource, files: list[Path], on_file: Callable[[Path], None] | None) -> None:

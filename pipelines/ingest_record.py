@@ -87,22 +87,21 @@ class DayCommit:
     state: dict | None = None
     # (the day's landing folder, the source's timed tables), for a source whose records go to their own
     # day: the commit replaces the rows of this folder's files and keeps those other days' files put on
-    # the day (`from_other_days`), but for those of `replaced`. It leaves other days alone: the rows an
-    # earlier ingest of the day moved there are replaced after it, a day at a time (pipelines/ingest.py
-    # `_LoadedDay.finish`). None: the commit replaces the day's every row.
+    # the day (`from_other_days`), but for those of the run's earlier days. It leaves other days alone:
+    # the rows an earlier ingest of the day moved there are replaced after it, a day at a time
+    # (pipelines/ingest.py `_LoadedDay.finish`). None: the commit replaces the day's every row.
     landing: tuple[Path, Sequence[str]] | None = None
-    # the landing folders of the run's earlier days: their records on this day are carried into this
-    # commit, so it replaces their rows here too
-    replaced: tuple[Path, ...] = ()
-    # filled by the commit: the other days of the warehouse's timed tables that hold rows of the day's
-    # landing folder (`moved_days`)
+    # the first day of the run the day is part of (consecutive days, `ingest_days`): the records of its
+    # earlier days' files on this day are carried into this commit, so it replaces their rows here too
+    run_first: dt.date | None = None
+    # filled by the commit: the other days that hold rows of the day's landing folder's files
     moved_to: set[dt.date] = field(default_factory=set)
 
     @classmethod
     def of(cls, partition_date: dt.date, tables: Mapping[str, pl.DataFrame | WrittenRows], quarantine: pl.DataFrame,
            files_read: int, records_read: int, records_loaded: int, records_quarantined: int | None = None,
            started_at: dt.datetime | None = None, notes: list[str] | None = None, state: dict | None = None,
-           landing: tuple[Path, Sequence[str]] | None = None, replaced: Sequence[Path] = ()) -> DayCommit:
+           landing: tuple[Path, Sequence[str]] | None = None, run_first: dt.date | None = None) -> DayCommit:
         """The day with its totals counted: rows per table, and the quarantine's rows where
         `records_quarantined` is not given (a record may yield several quarantine rows)."""
         if records_quarantined is None:
@@ -111,7 +110,7 @@ class DayCommit:
                          for name, frame in tables.items()}
         totals = IngestTotals(files_read, records_read, records_loaded, records_quarantined, rows_by_table, notes or [])
         return cls(partition_date, tables, quarantine, totals, started_at or utc_naive(), state, landing,
-                   tuple(replaced))
+                   run_first)
 
 
 def log_day(con: duckdb.DuckDBPyConnection, ingest_source: str, day: DayCommit) -> None:
@@ -149,32 +148,42 @@ def folder_range(folder: Path) -> tuple[str, str]:
     return f"{folder.as_posix()}/", f"{folder.as_posix()}0"
 
 
-def from_other_days(folder: Path, replaced: Sequence[Path] = ()) -> pl.Expr:
+def replaced_range(folder: Path, run_first: dt.date | None = None) -> tuple[str, str]:
+    """The source_file values a day's commit replaces: its landing folder's files, and with `run_first`
+    those of the run's earlier days too (day folders are ISO dates, so theirs sort together)."""
+    first = folder.parent / run_first.isoformat() if run_first is not None else folder
+    return folder_range(first)[0], folder_range(folder)[1]
+
+
+def from_other_days(folder: Path, run_first: dt.date | None = None) -> pl.Expr:
     """The rows of a day's partition that the files of the source's other days' landing folders put
-    there (records timestamped on the day, carried or merged by those days' ingest), but for the
-    folders `replaced`: a re-ingest of the day keeps them. A row from a path outside the source's
-    landing (a home moved since) or without one is not such a row."""
-    kept = from_folder(folder.parent) & ~from_folder(folder)
-    for other in replaced:
-        kept = kept & ~from_folder(other)
-    return kept
+    there (records timestamped on the day, carried or merged by those days' ingest), but for the run's
+    earlier days' (`replaced_range`): a re-ingest of the day keeps them. A row from a path outside the
+    source's landing (a home moved since) or without one is not such a row."""
+    return from_folder(folder.parent) & ~_between(*replaced_range(folder, run_first))
 
 
 def from_folder(folder: Path) -> pl.Expr:
     """The rows whose source_file is a file under `folder` (`folder_range`); none without a source_file."""
-    low, high = folder_range(folder)
+    return _between(*folder_range(folder))
+
+
+def _between(low: str, high: str) -> pl.Expr:
     return ((pl.col("source_file") >= low) & (pl.col("source_file") < high)).fill_null(False)
 
 
+# source_file in [?, ?): a folder's files (`folder_range`) in SQL
+IN_RANGE_SQL = "source_file >= ? and source_file < ?"
+
+
 def delete_day_rows(con: duckdb.DuckDBPyConnection, table: str, ingest_source: str, partition_date: dt.date,
-                    folder: Path | None, replaced: Sequence[Path] = ()) -> None:
+                    folder: Path | None, run_first: dt.date | None = None) -> None:
     """Delete one source's day from a warehouse table: every row, or with `folder` (the day's landing
-    folder) all but the rows other days' files put there (`from_other_days`, `replaced` included)."""
+    folder) all but the rows other days' files put there (`from_other_days`)."""
     keep, params = "", []
     if folder is not None:
-        outside = " and ".join("not (source_file >= ? and source_file < ?)" for _ in (folder, *replaced))
-        keep = f"and not coalesce(source_file >= ? and source_file < ? and {outside}, false)"
-        params = [*folder_range(folder.parent), *(bound for f in (folder, *replaced) for bound in folder_range(f))]
+        keep = f"and not coalesce({IN_RANGE_SQL} and not ({IN_RANGE_SQL}), false)"
+        params = [*folder_range(folder.parent), *replaced_range(folder, run_first)]
     con.execute(f"delete from {table} where partition_date = ? and ingest_source = ? {keep}",
                 [partition_date, ingest_source, *params])
 
@@ -183,13 +192,12 @@ def moved_days(con: duckdb.DuckDBPyConnection, ingest_source: str, partition_dat
                tables: Sequence[str]) -> set[dt.date]:
     """The other days of these warehouse tables that hold rows of `folder`'s files (put there by an
     earlier ingest of `partition_date`)."""
-    low, high = folder_range(folder)
     days: set[dt.date] = set()
     for name in tables:
         if name in LAKE_TABLES:
             continue
         days.update(day for (day,) in con.execute(
             f"select distinct partition_date from {contract(name).table} where ingest_source = ? "
-            "and partition_date <> ? and source_file >= ? and source_file < ?",
-            [ingest_source, partition_date, low, high]).fetchall())
+            f"and partition_date <> ? and {IN_RANGE_SQL}",
+            [ingest_source, partition_date, *folder_range(folder)]).fetchall())
     return days

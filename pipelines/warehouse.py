@@ -49,6 +49,7 @@ from pipelines.clock import utc_naive
 from pipelines.contracts import LAKE_TABLES, LAKE_TIME_COLUMN, contract, make_tables
 from pipelines.duckdb_limits import MEMORY_LIMIT_ENV, writer_limits
 from pipelines.ingest_record import (
+    IN_RANGE_SQL,
     DayCommit,
     IncrementStale,
     IngestReport,
@@ -555,13 +556,15 @@ class Warehouse:
                 raise IncrementStale(f"{ingest_source} {day.partition_date}: the day was ingested again meanwhile")
         ingested_at = utc_naive()
         for day in days:
+            if day.landing is not None and append_to is None:  # replaced after the commit (`merge_files`)
+                day.moved_to.update(self.lake_days_holding(ingest_source, day.partition_date, *day.landing))
             for name, frame in day.tables.items():
                 if name not in LAKE_TABLES and not isinstance(frame, LakeRowsWrite):
                     continue
                 # the rows other days' files put on the day stay: read under the day's lock, as merges write
                 # (about 30 ms a day: bench/README.md, "Figures the code's choices rest on")
                 kept = self._read_lake_rows(name, day.partition_date, ingest_source,
-                                            from_other_days(day.landing[0], day.replaced)) \
+                                            from_other_days(day.landing[0], day.run_first)) \
                     if append_to is None and day.landing is not None else None
                 if kept is not None and day.state is not None:  # the intraday ingest's record counts them
                     day.state.setdefault("rows_of_other_days", {})[name] = kept.height
@@ -584,7 +587,7 @@ class Warehouse:
         """One day's warehouse tables, quarantine, ingest log and ingest state, inside a transaction."""
         partition_date = day.partition_date
         folder = day.landing[0] if day.landing is not None else None
-        if day.landing is not None and append_to is None:  # replaced after the commit (`merge_files`)
+        if day.landing is not None and append_to is None:
             day.moved_to.update(moved_days(con, ingest_source, partition_date, *day.landing))
         rows = [(contract(name).table, frame, folder) for name, frame in day.tables.items()
                 if name not in LAKE_TABLES and not isinstance(frame, LakeRowsWrite)]
@@ -592,7 +595,7 @@ class Warehouse:
         for table, frame, keeping in rows:
             if append_to is None:
                 self._replace_rows(con, table, frame, partition_date, ingest_source, ingested_at, keeping,
-                                   day.replaced)
+                                   day.run_first)
             else:
                 self._insert_rows(con, table, frame, partition_date, ingest_source, ingested_at)
         log_day(con, ingest_source, day)
@@ -623,13 +626,13 @@ class Warehouse:
                 table = contract(name).table
                 which, params = "list_contains(?, source_file)", [source_files]
                 if folder is not None:
-                    which, params = "source_file >= ? and source_file < ?", list(folder_range(folder))
+                    which, params = IN_RANGE_SQL, list(folder_range(folder))
                 con.execute(f"delete from {table} where partition_date = ? and ingest_source = ? and {which}",
                             [partition_date, ingest_source, *params])
                 self._insert_rows(con, table, frame, partition_date, ingest_source, ingested_at)
 
-    def lake_days_holding(self, ingest_source: str, partition_date: dt.date, tables: list[str],
-                          folder: Path) -> set[dt.date]:
+    def lake_days_holding(self, ingest_source: str, partition_date: dt.date, folder: Path,
+                          tables: Sequence[str]) -> set[dt.date]:
         """The other days of the lake tables among `tables` that hold rows of `folder`'s files (records of
         that day's landing files timestamped on another day, put there by an earlier ingest of
         `partition_date`): the days its re-ingest replaces them on (`merge_files` with the folder). Rows are
@@ -637,8 +640,7 @@ class Warehouse:
         the lake's files)."""
         days: set[dt.date] = set()
         for name in tables:
-            table = self.lake_table(name) if name in LAKE_TABLES else None
-            if table is None or not self.store.exists(table):
+            if name not in LAKE_TABLES or not self.store.exists(table := self.lake_table(name)):
                 continue
             moved = (pl.col("ingest_source") == ingest_source) & (pl.col(LAKE_DAY_COLUMN) != partition_date) \
                 & from_folder(folder)
@@ -666,11 +668,11 @@ class Warehouse:
         ingest_source: str,
         ingested_at: dt.datetime,
         folder: Path | None = None,
-        replaced: Sequence[Path] = (),
+        run_first: dt.date | None = None,
     ) -> None:
         """The source's day becomes `frame`; with `folder` (the day's landing folder), the rows other days'
-        files put on the day stay, but for the folders `replaced` (`delete_day_rows`)."""
-        delete_day_rows(con, table, ingest_source, partition_date, folder, replaced)
+        files put on the day stay, but for the run's earlier days' (`delete_day_rows`)."""
+        delete_day_rows(con, table, ingest_source, partition_date, folder, run_first)
         Warehouse._insert_rows(con, table, frame, partition_date, ingest_source, ingested_at)
 
     @staticmethod

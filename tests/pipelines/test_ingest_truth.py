@@ -400,6 +400,13 @@ def test_chunks_ingested_side_by_side_replace_what_their_files_put_on_each_other
         assert on_day_2() == expected
 
 
+def test_a_run_of_days_that_are_not_consecutive_is_refused(tmp_path):
+    """What a run carries to its later days is committed with them, and a day's commit replaces the rows
+    of the run's earlier days' files: a gap in the run would lose the records carried to it."""
+    with pytest.raises(ValueError, match="consecutive"):
+        ingest_days(Warehouse(tmp_path / "home"), "k8s_audit", [D1, D1 + dt.timedelta(days=2)])
+
+
 @pytest.mark.parametrize(("slice_rows", "commits"), [(None, 1), (3, 2)])
 @pytest.mark.parametrize("source_name", ["k8s_audit", "dcgm_text"])
 def test_a_run_of_days_commits_together_and_ends_as_day_by_day(tmp_path, real_data, monkeypatch, slice_rows,
@@ -441,8 +448,7 @@ def test_a_run_of_days_commits_together_and_ends_as_day_by_day(tmp_path, real_da
     assert len(sessions) == commits + 2  # the days' commits, then the merges into day 1 and day 4
     carried: dict = {}
     for day in (D1, D2, d3):
-        ingest_partition(homes["day by day"], source_name, day, carried=carried, run_last=d3,
-                         earlier=[d for d in (D1, D2) if d < day])
+        ingest_partition(homes["day by day"], source_name, day, carried=carried, run_first=D1, run_last=d3)
 
     def contents(wh: Warehouse) -> tuple[list[tuple], list[tuple]]:
         records = ("select partition_date, audit_id, occurred_at from raw.audit_events order by all"
