@@ -28,7 +28,7 @@ import datetime as dt
 import itertools
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import cache
 from pathlib import Path
 
@@ -165,7 +165,7 @@ class _LoadedDay:
         for other in sorted({*merges, *self.commit.moved_to} - self.spilled_to):
             if self.run_last is not None and day < other <= self.run_last:
                 continue
-            tables = merges.get(other) or {t: contract(t).empty_frame() for t in self.load.src.tables}
+            tables = _every_table(self.load.src.tables, merges.get(other, {}))  # none left: their rows go
             warehouse.merge_files(source_name, other, tables, [str(f) for f in self.files],
                                   folder=landing[0] if landing is not None else None)
         return dataclasses.replace(report, validation=self.load.outcomes(), files_empty=self.load.files_empty,
@@ -627,10 +627,13 @@ def _split_by_day(
         away = frame.filter(~mine)
         for (other,), rows in away.partition_by(OWN_DAY, as_dict=True, maintain_order=True).items():
             elsewhere.setdefault(other, {})[table] = rows.drop(OWN_DAY)
-    for other_tables in elsewhere.values():  # every table of the source, so each is merged per file
-        for table in tables:
-            other_tables.setdefault(table, contract(table).empty_frame())
-    return here, elsewhere
+    return here, {other: _every_table(tables, other_tables) for other, other_tables in elsewhere.items()}
+
+
+def _every_table(names: Iterable[str], frames: Mapping[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
+    """`frames` with an empty frame for each of `names` it lacks: a merge into another day replaces the rows
+    of its files in every table of the source, so a table none of whose records go there loses them."""
+    return {**frames, **{name: contract(name).empty_frame() for name in names if name not in frames}}
 
 
 def _validate(
