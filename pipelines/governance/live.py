@@ -228,37 +228,30 @@ def recent_gpu_minutes(landing: Path, now: dt.datetime, lookback: dt.timedelta) 
     return minutes_of_partials(partials if one_minute else combine_partials(partials))
 
 
-ALLOCATION_COLUMNS = {
-    "allocation_id": pl.String, "source": pl.String, "job_id": pl.String, "attempt": pl.Int64,
-    "tenant": pl.String, "queue": pl.String, "template": pl.String, "user_name": pl.String,
-    "host": pl.String, "gpu": pl.Int64, "gpu_instance_id": pl.Int64, "gpu_instance_profile": pl.String,
-    "share_mode": pl.String, "gpu_model": pl.String, "fraction": pl.Float64,
-    "started_at": pl.Datetime("us"), "ended_at": pl.Datetime("us"), "is_running": pl.Boolean,
-    "expected_runtime_s": pl.Int64, "max_runtime_s": pl.Int64, "idle_reminder_s": pl.Int64,
-    "checkpoint_policy": pl.String, "min_replicas": pl.Int64, "rollback": pl.String,
-    "reservation": pl.String, "queue_low_priority": pl.Boolean,
-}
 _SPEC_FIELDS = {"template": pl.String, "share_mode": pl.String, "gpu_model": pl.String,
                 "expected_runtime_s": pl.Int64, "idle_reminder_s": pl.Int64, "checkpoint_policy": pl.String,
                 "min_replicas": pl.Int64, "rollback": pl.String, "reservation": pl.String}
-_JOB_SCHEMA = {
-    "job_id": pl.String, "attempt": pl.Int64, "tenant": pl.String, "queue": pl.String, "user": pl.String,
-    "state": pl.String, "started_at": pl.String, "ended_at": pl.String,
-    "gpus": pl.List(pl.Struct({"host": pl.String, "gpu": pl.Int64, "gpu_instance_id": pl.Int64,
-                               "gpu_instance_profile": pl.String, "fraction": pl.Float64})),
-    "spec": pl.Struct(_SPEC_FIELDS),
-}
+_JOB_FIELDS = {"job_id": pl.String, "attempt": pl.Int64, "tenant": pl.String, "queue": pl.String, "user": pl.String,
+               "state": pl.String, "started_at": pl.String, "ended_at": pl.String}
+_GPU_FIELDS = {"host": pl.String, "gpu": pl.Int64, "gpu_instance_id": pl.Int64, "gpu_instance_profile": pl.String,
+               "fraction": pl.Float64}
+_QUEUE_FIELDS = {"max_runtime_s": pl.Int64, "queue_low_priority": pl.Boolean}  # GET /v1/queues: low_priority
+_RFC3339 = "%Y-%m-%dT%H:%M:%S%.f"
 
 
-def _timestamps(column: pl.Series) -> pl.Series:
-    """The API's RFC 3339 times as naive UTC, parsed at once; the rare value in another ISO form
-    (an offset) is parsed as `parse_utc` does."""
-    parsed = column.str.strip_suffix("Z").str.to_datetime("%Y-%m-%dT%H:%M:%S%.f", time_unit="us", strict=False)
+def _timestamp(name: str) -> pl.Expr:
+    """An API time (RFC 3339, UTC) as naive UTC; null where it is in another form (`_other_timestamps`)."""
+    return pl.col(name).str.strip_suffix("Z").str.to_datetime(_RFC3339, time_unit="us", strict=False)
+
+
+def _other_timestamps(column: pl.Series, parsed: pl.Series) -> pl.Series | None:
+    """`parsed` with the rare value in another ISO form (an offset) parsed as `parse_utc` does; None when
+    there is none."""
     missed = parsed.is_null() & column.is_not_null()
-    if missed.any():
-        parsed = parsed.scatter(missed.arg_true(), pl.Series([parse_utc(v) for v in column.filter(missed)],
-                                                               dtype=pl.Datetime("us")))
-    return parsed
+    if not missed.any():
+        return None
+    return parsed.scatter(missed.arg_true(), pl.Series([parse_utc(v) for v in column.filter(missed)],
+                                                       dtype=pl.Datetime("us")))
 
 
 def allocations_from_jobs(jobs: list[dict], queues: dict[str, dict] | None = None,
@@ -266,36 +259,34 @@ def allocations_from_jobs(jobs: list[dict], queues: dict[str, dict] | None = Non
     """The allocations frame (pipelines.policies.inputs.ALLOCATION_SCHEMA) of running jobs as the
     allocator's API lists them (`job_view`: GET /v1/jobs?state=RUNNING); `queues` by name as
     GET /v1/queues gives them (max_runtime_s, low_priority). One row per placed GPU, slice or share,
-    in the jobs' order; built by Polars from the API's records, not row by row."""
-    if not jobs:
-        return pl.DataFrame(schema=ALLOCATION_COLUMNS)
-    queue_frame = pl.DataFrame(
-        [(name, q.get("max_runtime_s"), q.get("low_priority")) for name, q in (queues or {}).items()],
-        schema={"queue": pl.String, "max_runtime_s": pl.Int64, "queue_low_priority": pl.Boolean}, orient="row")
-    frame = (
-        pl.from_dicts(jobs, schema=_JOB_SCHEMA)
-        .explode("gpus", empty_as_null=False)
-        .drop_nulls("gpus")
-        .unnest("gpus")
-        .unnest("spec")
-        .join(queue_frame, on="queue", how="left", maintain_order="left")
-    )
+    in the jobs' order. The records' fields are gathered per column and the rows made by one Polars
+    select: the policy tick and the simulated governance call it for a few jobs at a time, where
+    each Polars operation's fixed cost is most of the time."""
+    placed = [(job, gpu) for job in jobs for gpu in (job.get("gpus") or ()) if gpu is not None]
+    specs = [job.get("spec") or {} for job, _ in placed]
+    limits = [(queues or {}).get(job.get("queue")) or {} for job, _ in placed]
+    frame = pl.DataFrame({
+        **{name: [job.get(name) for job, _ in placed] for name in _JOB_FIELDS},
+        **{name: [gpu.get(name) for _, gpu in placed] for name in _GPU_FIELDS},
+        **{name: [spec.get(name) for spec in specs] for name in _SPEC_FIELDS},
+        "max_runtime_s": [q.get("max_runtime_s") for q in limits],
+        "queue_low_priority": [q.get("low_priority") for q in limits],
+    }, schema=_JOB_FIELDS | _GPU_FIELDS | _SPEC_FIELDS | _QUEUE_FIELDS)
     instance = pl.col("gpu_instance_id")
-    return frame.with_columns(
-        started_at=_timestamps(frame["started_at"]),
-        ended_at=_timestamps(frame["ended_at"]),
-    ).select(
+    rows = frame.select(
         pl.concat_str(pl.lit(f"{source}:"), "job_id", pl.lit(":"), pl.col("attempt").cast(pl.String), pl.lit(":"),
                       "host", pl.lit("/"), pl.col("gpu").cast(pl.String),
                       pl.when(instance.is_not_null()).then(pl.lit("/") + instance.cast(pl.String)).otherwise(pl.lit("")),
                       ).alias("allocation_id"),
         pl.lit(source).alias("source"), "job_id", "attempt", "tenant", "queue", "template",
         pl.col("user").alias("user_name"), "host", "gpu", "gpu_instance_id", "gpu_instance_profile", "share_mode",
-        "gpu_model", pl.col("fraction").fill_null(1.0), "started_at", "ended_at",
+        "gpu_model", pl.col("fraction").fill_null(1.0), _timestamp("started_at"), _timestamp("ended_at"),
         (pl.col("state") == "RUNNING").fill_null(False).alias("is_running"),
         "expected_runtime_s", "max_runtime_s", "idle_reminder_s", "checkpoint_policy", "min_replicas",
         "rollback", "reservation", "queue_low_priority",
-    ).cast(ALLOCATION_COLUMNS)
+    )
+    other = [_other_timestamps(frame.get_column(name), rows.get_column(name)) for name in ("started_at", "ended_at")]
+    return rows.with_columns(s for s in other if s is not None) if any(s is not None for s in other) else rows
 
 
 def _series_key(host: str, gpu: str, instance: str) -> pl.Expr:

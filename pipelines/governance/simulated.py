@@ -67,7 +67,13 @@ from pipelines.policies.idle import (
     STALE_IDLE_MINUTES,
     checkpoint_interval_s,
 )
-from pipelines.policies.inputs import HEALTH_SCHEMA, MINUTE_SCHEMA, PROGRESS_SCHEMA, PolicyInputs
+from pipelines.policies.inputs import (
+    ALLOCATION_SCHEMA,
+    HEALTH_SCHEMA,
+    MINUTE_SCHEMA,
+    PROGRESS_SCHEMA,
+    PolicyInputs,
+)
 from pipelines.policies.model import PlannedAction, empty_findings
 from pipelines.policies.planner import RATE_WINDOW, plan
 
@@ -150,7 +156,7 @@ class SimulatedGovernance:
         self.ahead: dict[dt.datetime, dict[tuple[str, int, tuple[PolicyKind, ...]], tuple[tuple, pl.DataFrame]]] = {}
         self.enforcer = EngineEnforcer(pool, self.lose_answers)
         # per running attempt: its API record and queue as last seen, and its allocation rows then
-        self.allocation_rows: dict[tuple[str, int], tuple[tuple, pl.DataFrame]] = {}
+        self.allocation_rows: dict[tuple[str, int], tuple[tuple, _AttemptRows]] = {}
         self.forget_above = 1024
         self.lookback = {kind: default_lookback(self.catalog, (kind,)) for kind in PolicyKind}
         self.health_rows: list[dict] = []  # HEALTH_SCHEMA rows of the events so far (telemetry rows: built per look)
@@ -339,13 +345,16 @@ class SimulatedGovernance:
             aliases.append(alias(job.job_id, seen[(job.job_id, job.attempt)]))
             seen[(job.job_id, job.attempt)] += 1
         found = self._evaluate(looks, aliases)
-        wanted = found.filter(pl.struct("job_id", "attempt", "kind").is_in([
-            {"job_id": name, "attempt": job.attempt, "kind": k.value}
-            for (_, job, kinds), name in zip(looks, aliases) for k in kinds
-        ])) if not found.is_empty() else found
-        parts = wanted.partition_by("job_id", "attempt", as_dict=True, maintain_order=True) if not wanted.is_empty() else {}
-        return [unaliased(parts.get((name, job.attempt), found.clear()), job.job_id, name)
-                for (_, job, _), name in zip(looks, aliases)]
+        if found.is_empty():
+            return [found] * len(looks)
+        # each look's rows: its alias, attempt and the kinds it asked for, under the job id again
+        asked = pl.DataFrame(
+            [(name, job.attempt, k.value, i) for i, ((_, job, kinds), name) in enumerate(zip(looks, aliases)) for k in kinds],
+            schema={"job_id": pl.String, "attempt": pl.Int64, "kind": pl.String, "look": pl.Int64}, orient="row")
+        parts = (found.join(asked, on=["job_id", "attempt", "kind"], maintain_order="left")
+                 .with_columns(unaliased_texts())
+                 .partition_by("look", as_dict=True, include_key=False))
+        return [parts.get((i,), found.clear()) for i in range(len(looks))]
 
     def _evaluate(self, looks: list[tuple[dt.datetime, Job, tuple[PolicyKind, ...]]], aliases: list[str]) -> pl.DataFrame:
         """Findings of every look's kinds for its attempt, each attempt evaluated at its look's moment
@@ -424,13 +433,7 @@ class SimulatedGovernance:
         """The policies' frames for these running attempts, each at its look's moment (evaluated_at)
         under its alias, with its telemetry over its kinds' lookback before it (none where only overrun
         looks: it reads the run time alone), built from the simulator's arrays in one go."""
-        allocations = self._allocations([(job, now, name) for (now, job, _), name in zip(looks, aliases)])
-        slots = allocations.select(
-            "job_id", "allocation_id",
-            slot_id=pl.concat_str("host", pl.lit("/"), pl.col("gpu").cast(pl.String),
-                                  ("/" + pl.col("gpu_instance_id").cast(pl.String)).fill_null("")),
-        )
-        allocation_of = dict(zip(zip(slots["job_id"], slots["slot_id"]), slots["allocation_id"]))
+        allocations, allocation_of = self._allocations([(job, now, name) for (now, job, _), name in zip(looks, aliases)])
         ids, lengths, stamps, activity, fb = [], [], [], [], []
         # progress: each attempt's start event; its work reports (checkpoints, logs) while it works
         progress = {"job_id": [], "attempt": [], "at": [], "is_checkpoint": []}
@@ -472,10 +475,11 @@ class SimulatedGovernance:
                 job.started_at, job.first_started_at, job.ended_at, job.slots, job.borrowed, job.retries_used,
                 job.runtime_cap_s, job.spec, queue.max_runtime_s, queue.low_priority)
 
-    def _allocations(self, looks: list[tuple[Job, dt.datetime, str]]) -> pl.DataFrame:
-        """`allocations_from_jobs` of these attempts, each evaluated at its moment under its alias: built
-        once per attempt while its API record and queue stay the same (a job's rows do not depend on the
-        other jobs')."""
+    def _allocations(self, looks: list[tuple[Job, dt.datetime, str]]) -> tuple[pl.DataFrame, dict[tuple[str, str], str]]:
+        """`allocations_from_jobs` of these attempts, each evaluated at its moment under its alias, and each
+        (alias, slot id)'s allocation id. An attempt's rows are built once while its API record and queue
+        stay the same (a job's rows do not depend on the other jobs') and kept as values: a pass's frame is
+        then one constructor, whatever the number of its looks."""
         jobs = list({(job.job_id, job.attempt): job for job, _, _ in looks}.values())
         seen = {(job.job_id, job.attempt): self._record(job) for job in jobs}
         missing = [job for job in jobs if self.allocation_rows.get((job.job_id, job.attempt), (None,))[0]
@@ -487,15 +491,24 @@ class SimulatedGovernance:
             queues = {q.name: {"max_runtime_s": q.max_runtime_s, "low_priority": q.low_priority}
                       for q in (self.pool.engine.queues[name] for name in {job.spec.queue for job in missing})}
             built = allocations_from_jobs([job_view(job) for job in missing], queues)
-            parts = built.partition_by("job_id", "attempt", as_dict=True, maintain_order=True)
+            values = {name: built.get_column(name).to_list() for name in _ROW_COLUMNS}
+            rows_of: dict[tuple[str, int], list[int]] = {}  # an attempt's rows are consecutive, in the jobs' order
+            for i, key in enumerate(zip(values["job_id"], values["attempt"])):
+                rows_of.setdefault(key, [i, i])[1] = i + 1
             for job in missing:
                 key = (job.job_id, job.attempt)
-                self.allocation_rows[key] = (seen[key], parts.get(key, built.clear()))
-        frames = [aliased_allocations(self.allocation_rows[(job.job_id, job.attempt)][1], job.job_id, name)
-                  for job, _, name in looks]
-        moments = pl.Series("evaluated_at", [now for _, now, _ in looks], dtype=pl.Datetime("us"))
-        rows = frames[0] if len(frames) == 1 else pl.concat(frames)
-        return rows.with_columns(moments.gather(np.repeat(np.arange(len(frames)), [f.height for f in frames])))
+                first, end = rows_of.get(key, (0, 0))
+                self.allocation_rows[key] = (seen[key], _AttemptRows({c: v[first:end] for c, v in values.items()}))
+        columns: dict[str, list] = {name: [] for name in ALLOCATION_SCHEMA}
+        allocation_of = {}
+        for job, now, name in looks:
+            rows = self.allocation_rows[(job.job_id, job.attempt)][1]
+            aliased = rows.aliased(job.job_id, name)
+            for column, values in aliased.items():
+                columns[column].extend(values)
+            columns["evaluated_at"].extend([now] * rows.height)
+            allocation_of.update(zip(zip([name] * rows.height, rows.slot_ids), aliased["allocation_id"]))
+        return pl.DataFrame(columns, schema=ALLOCATION_SCHEMA), allocation_of
 
     # -- gpu-health: drains of GPUs and nodes with repeated hardware faults ---------------------------
 
@@ -613,30 +626,50 @@ def difference(a, b, rel: float = 1e-9, path: str = "") -> str | None:
 
 def alias(job_id: str, n: int) -> str:
     """The name under which a pass evaluates an attempt's n-th look: its job id (n = 0), else the job id
-    and a mark of the look (`unaliased` takes the mark out again)."""
+    and a mark of the look (`unaliased_texts` takes the mark out again)."""
     return job_id if n == 0 else f"{job_id}{_mark(n)}"
 
 
-def aliased_allocations(rows: pl.DataFrame, job_id: str, name: str) -> pl.DataFrame:
-    """An attempt's allocation rows under an alias: the mark after its job id and before each allocation
-    id (before, so that the attempt's allocation ids keep their order)."""
-    if name == job_id:
-        return rows
+class _AttemptRows:
+    """An attempt's allocation rows (`allocations_from_jobs`) as values per ALLOCATION_SCHEMA column, with each
+    row's slot id (host/gpu[/instance], as the simulator's minutes name a slot)."""
+
+    def __init__(self, values: dict[str, list]):
+        self.height = len(values["allocation_id"])
+        self.columns = {name: values[name] for name in ALLOCATION_SCHEMA if name != "evaluated_at"}
+        self.slot_ids = [None if host is None or gpu is None else f"{host}/{gpu}" + ("" if instance is None else f"/{instance}")
+                         for host, gpu, instance in zip(values["host"], values["gpu"], values["gpu_instance_id"])]
+
+    def aliased(self, job_id: str, name: str) -> dict[str, list]:
+        """The rows under an alias: `aliased_ids` of the allocation ids, the alias for the job id."""
+        if name == job_id:
+            return self.columns
+        return self.columns | {"job_id": [name] * self.height,
+                               "allocation_id": aliased_ids(self.columns["allocation_id"], job_id, name)}
+
+
+_ROW_COLUMNS = [*(name for name in ALLOCATION_SCHEMA if name != "evaluated_at"), "gpu_instance_id"]
+
+
+def aliased_ids(allocation_ids: list[str], job_id: str, name: str) -> list[str]:
+    """An attempt's allocation ids under an alias: the mark after its job id goes before each (before, so
+    that the attempt's allocation ids keep their order)."""
     mark = name.removeprefix(job_id)
-    return rows.with_columns(job_id=pl.lit(name, pl.String), allocation_id=mark + pl.col("allocation_id"))
+    return [mark + a for a in allocation_ids]
 
 
-def unaliased(findings: pl.DataFrame, job_id: str, name: str) -> pl.DataFrame:
-    """Findings evaluated under an alias, as evaluated under the job id: the mark leaves every text it
-    entered (the job id, the finding id, the allocation ids in the evidence)."""
-    if name == job_id or findings.is_empty():
-        return findings
-    return findings.with_columns(pl.col(pl.String).str.replace_all(name.removeprefix(job_id), "", literal=True))
+def unaliased_texts() -> pl.Expr:
+    """Every text of findings evaluated under aliases as evaluated under the job id: the look's mark leaves
+    every text it entered (the job id, the finding id, the allocation ids in the evidence)."""
+    return pl.col(pl.String).str.replace_all(_MARKS, "")
 
 
 def _mark(n: int) -> str:
     # "|" is in no job id the engine assigns ("j-000123") and JSON writes it as it is
     return f"|look{n}|"
+
+
+_MARKS = r"\|look[0-9]+\|"  # every `_mark`
 
 
 def _reads_minutes(kinds: tuple[PolicyKind, ...]) -> bool:

@@ -25,6 +25,7 @@ from pipelines.governance.live import SAMPLE_SCHEMA, SCRAPE_SOURCE, allocations_
 from pipelines.governance.outbox import Outbox
 from pipelines.governance.running import AllocatorWork, SlurmWork, slurm_running_work
 from pipelines.governance.tick import governance_tick
+from pipelines.policies.inputs import ALLOCATION_SCHEMA
 from tests.conftest import REAL_DATA
 from tests.governance.conftest import Recorder, catalog
 
@@ -88,6 +89,23 @@ def test_a_start_written_with_an_offset_is_read_as_the_same_moment_in_utc():
     started = dict(allocations.select("job_id", "started_at").unique().iter_rows())
     assert started["73"] == dt.datetime(2026, 12, 3, 7, 18, 17)
     assert started["75"] == dt.datetime(2026, 12, 3, 7, 18, 31)
+
+
+def test_records_with_parts_missing_give_one_row_per_placed_gpu():
+    """A record without GPUs (none, an empty list) gives no row, a null entry in its list is skipped, a
+    record without spec gives null spec fields, and the queue's limits come from the queues by name."""
+    jobs = [{"job_id": "1", "attempt": 1, "queue": "batch", "state": "RUNNING", "started_at": "2026-12-03T07:18:17Z",
+             "gpus": [{"host": "n1", "gpu": 0}, None, {"host": "n1", "gpu": 1, "gpu_instance_id": 3, "fraction": 0.5}]},
+            {"job_id": "2", "attempt": 1, "queue": "batch", "gpus": None},
+            {"job_id": "3", "attempt": 1, "queue": "urgent", "gpus": [],
+             "spec": {"template": "training", "expected_runtime_s": 60}}]
+    allocations = allocations_from_jobs(jobs, {"batch": {"max_runtime_s": 3600, "low_priority": True}}, source="slurm")
+    assert allocations.select("allocation_id", "fraction", "max_runtime_s", "queue_low_priority", "template",
+                              "is_running").rows() == [
+        ("slurm:1:1:n1/0", 1.0, 3600, True, None, True), ("slurm:1:1:n1/1/3", 0.5, 3600, True, None, True)]
+    assert {name: dtype for name, dtype in allocations.schema.items() if name in ALLOCATION_SCHEMA} == {
+        name: dtype for name, dtype in ALLOCATION_SCHEMA.items() if name != "evaluated_at"}
+    assert allocations_from_jobs([]).schema == allocations.schema
 
 
 def test_only_the_partitions_in_scope_are_read_and_the_queue_may_be_the_qos():

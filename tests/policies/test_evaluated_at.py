@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipelines.contracts import PolicyKind
-from pipelines.governance.simulated import alias, aliased_allocations, difference, unaliased
+from pipelines.governance.simulated import alias, aliased_ids, difference, unaliased_texts
 from pipelines.policies.catalog import load_catalog
 from pipelines.policies.evaluate import evaluate
 from pipelines.policies.inputs import InputError, PolicyInputs
@@ -81,7 +81,9 @@ def test_one_pass_over_an_attempt_at_several_moments_equals_each_look_alone(atte
         first = int((started - T0).total_seconds() // 60) + 1
         for n, moment in enumerate(data.draw(st.lists(st.integers(first, 260), min_size=1, max_size=3, unique=True))):
             name = alias(job_id, n)
-            rows = aliased_allocations(pl.from_dicts(a["allocations"], infer_schema_length=None), job_id, name)
+            frame = pl.from_dicts(a["allocations"], infer_schema_length=None)
+            rows = frame.with_columns(job_id=pl.lit(name, pl.String), allocation_id=pl.Series(
+                aliased_ids(frame.get_column("allocation_id").to_list(), job_id, name), dtype=pl.String))
             renamed = dict(zip((r["allocation_id"] for r in a["allocations"]), rows.get_column("allocation_id")))
             allocations.append(rows.with_columns(evaluated_at=pl.lit(at(moment))))
             minutes += [m | {"allocation_id": renamed[m["allocation_id"]]} for m in a["minutes"]]
@@ -93,7 +95,7 @@ def test_one_pass_over_an_attempt_at_several_moments_equals_each_look_alone(atte
                         CATALOG, at(300), kinds=LIVE_KINDS)
     for a, moment, job_id, name in looked:
         alone = evaluate(inputs(a["allocations"], a["minutes"], a["progress"]), CATALOG, moment, kinds=LIVE_KINDS)
-        mine = unaliased(together.filter(pl.col("job_id") == name), job_id, name)
+        mine = together.filter(pl.col("job_id") == name).with_columns(unaliased_texts())
         assert difference(_rows(mine), _rows(alone)) is None, (job_id, name, moment)
 
 
