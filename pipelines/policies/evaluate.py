@@ -42,9 +42,9 @@ def evaluate(
     if any(k not in LIVE_KINDS for k in wanted) and has_own_moments(inputs.allocations):
         raise InputError(f"evaluated_at is read by the live kinds only ({', '.join(sorted(k.value for k in LIVE_KINDS))}); "
                          "evaluate the others at one `now`")
-    idle_policies = [name for kind in wanted if kind in idle.IDLE_KINDS for name in catalog.policies_of(kind)]
-    # the idle policies' windows are found together: one pass over the minutes, not one per policy
-    shared = {"candidates": idle.shared_candidates(inputs, catalog, idle_policies, now)} if idle_policies else {}
+    idle_kinds = [kind for kind in wanted if kind in idle.IDLE_KINDS and catalog.policies_of(kind)]
+    # the idle policies' rules and windows are found together: one pass over the minutes, not one per policy
+    shared = idle.shared_windows(inputs, catalog, idle_kinds, now) if idle_kinds else {}
     frames = [
         FUNCTIONS[kind](inputs, catalog, name, now, **(shared if kind in idle.IDLE_KINDS else {}))
         for kind in wanted

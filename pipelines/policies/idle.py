@@ -5,7 +5,7 @@ allocation's minutes, where a short busy or unreported run (at most spike_max_mi
 minutes does not break the run, because keep-alive pings and scrape hiccups would otherwise let any
 job dodge the policy. Missing telemetry is never evidence of idleness: a window needs min_coverage
 of its minutes reported, and a longer gap breaks it. `evaluate` finds the windows of all three in one
-pass over the minutes (`shared_candidates`), an allocation judged once per distinct rule it is given. Idle allocation then groups a job attempt's
+pass over the minutes (`shared_windows`), an allocation judged once per distinct rule it is given. Idle allocation then groups a job attempt's
 overlapping GPU windows into one finding (so 7 idle GPUs of 8 are one finding, not seven); zombie
 and idle interactive need every GPU of the attempt idle at once (`all_idle_spans`).
 
@@ -117,7 +117,7 @@ def idle_windows(minutes: pl.DataFrame, params: pl.DataFrame, now: dt.datetime) 
 def candidate_windows(minutes: pl.DataFrame, params: pl.DataFrame, now: dt.datetime) -> pl.DataFrame:
     """The idle windows of each row of `params` before the length rule (window_minutes): WINDOW_SCHEMA
     plus params_row, the row's index in `params`, in the order of the rows and then of the windows. An
-    allocation may have several rows, one per parameter set (`shared_candidates`), each judged on its own;
+    allocation may have several rows, one per parameter set (`shared_windows`), each judged on its own;
     `params` needs allocation_id and IDLE_PARAMS, started_at, ended_at and evaluated_at optional (see
     `idle_windows`; a row with evaluated_at is judged on its minutes before it).
 
@@ -220,22 +220,22 @@ class _RowMinutes:
         def bound(name: str) -> pl.Expr:
             return (pl.col(name) if name in given else pl.lit(None)).cast(TS).alias(name)
 
-        wide = params.select(
+        wide = params.lazy().select(
             *(pl.col(p).cast(pl.Float64) for p in _ROW_FLOATS), bound("started_at"), bound("ended_at"),
             now_at=pl.coalesce(bound("evaluated_at"), pl.lit(now, TS)),
         ).select(
             *(pl.col(c).fill_null(np.nan) for c in _ROW_FLOATS), *(pl.col(c).dt.epoch("us").fill_null(0) for c in _ROW_TIMES),
             *(pl.col(c).is_null().alias(f"{c} null") for c in (*_ROW_FLOATS, *_ROW_TIMES)),
-        )
+        ).collect(optimizations=pl.QueryOptFlags.none())
         self.params = {c: _Column(wide.get_column(c).to_numpy(), wide.get_column(f"{c} null").to_numpy())
                        for c in (*_ROW_FLOATS, *_ROW_TIMES)}
         self.allocation_ids = np.array(params.get_column("allocation_id").to_list(), dtype=object)
-        self.minutes = minutes.filter(pl.col("minute_at") < now, pl.col("allocation_id").is_not_null()).sort(
+        self.minutes = minutes.lazy().filter(pl.col("minute_at") < now, pl.col("allocation_id").is_not_null()).sort(
             "allocation_id", "minute_at").select(
             "allocation_id", series=pl.col("allocation_id").rle_id(), at=pl.col("minute_at").dt.epoch("us"),
             **{c: pl.col(c).fill_null(np.nan) for c in ("activity", "fb_used_mib")},
             **{f"{c} null": pl.col(c).is_null() for c in ("activity", "fb_used_mib")},
-        )
+        ).collect(optimizations=pl.QueryOptFlags.none())
         series = self.minutes.get_column("series").to_numpy().astype(np.int64)
         starts = np.flatnonzero(np.diff(series, prepend=-1))
         lengths_of = np.diff(np.append(starts, series.size))
@@ -319,6 +319,9 @@ def _gpu_evidence() -> pl.Expr:
 
 
 IDLE_KINDS = (PolicyKind.IDLE_ALLOCATION, PolicyKind.ZOMBIE, PolicyKind.IDLE_INTERACTIVE)
+# the parameter that sets each idle kind's window length
+WINDOW_PARAM = {PolicyKind.IDLE_ALLOCATION: "window_minutes", PolicyKind.ZOMBIE: "limit_minutes",
+                PolicyKind.IDLE_INTERACTIVE: "remind_after_minutes"}
 
 
 def _rule_params(inputs: PolicyInputs, catalog: PolicyCatalog, policy: str, params: tuple[str, ...] = ()) -> pl.DataFrame:
@@ -335,22 +338,32 @@ def rule_candidates(minutes: pl.DataFrame, params: pl.DataFrame, now: dt.datetim
     parameters as columns: what a policy joins its own allocations' rules to (`_windows_for`)."""
     distinct = params.select("allocation_id", *IDLE_PARAMS, "started_at", "ended_at", "evaluated_at").unique(
         maintain_order=True)
-    return candidate_windows(minutes, distinct, now).join(
-        distinct.select(*IDLE_PARAMS).with_row_index("params_row"), on="params_row").drop("params_row")
+    windows = candidate_windows(minutes, distinct, now)
+    # each window's parameters are its params row's: a gather, not a join
+    found = windows.hstack(distinct.select(pl.col(IDLE_PARAMS).gather(windows.get_column("params_row"))))
+    found.drop_in_place("params_row")
+    return found
 
 
-def shared_candidates(inputs: PolicyInputs, catalog: PolicyCatalog, policies: list[str], now: dt.datetime) -> pl.DataFrame:
-    """The candidate windows of every idle policy named, found in one pass over the minutes: an
-    allocation is judged once per distinct set of idle parameters its policies give it (evaluate's)."""
-    return rule_candidates(inputs.minutes, pl.concat([_rule_params(inputs, catalog, p) for p in policies]), now)
+def shared_windows(inputs: PolicyInputs, catalog: PolicyCatalog, kinds: list[PolicyKind],
+                   now: dt.datetime) -> dict[str, object]:
+    """What every idle policy of these kinds reads, found once for all (evaluate's): `rules`, each policy's
+    allocations with its rule (`_rule_params`, its window parameter included), and `candidates`, their
+    candidate windows in one pass over the minutes: an allocation is judged once per distinct set of idle
+    parameters its policies give it."""
+    rules = {name: _rule_params(inputs, catalog, name, (WINDOW_PARAM[kind],))
+             for kind in kinds for name in catalog.policies_of(kind)}
+    return {"rules": rules,
+            "candidates": rule_candidates(inputs.minutes, pl.concat(list(rules.values()), how="diagonal"), now)}
 
 
 def _windows_for(inputs: PolicyInputs, catalog: PolicyCatalog, policy: str, now: dt.datetime,
-                 window_param: str, shortest: float | None = None, candidates: pl.DataFrame | None = None) -> pl.DataFrame:
+                 window_param: str, shortest: float | None = None, candidates: pl.DataFrame | None = None,
+                 rules: dict[str, pl.DataFrame] | None = None) -> pl.DataFrame:
     """Idle windows of the allocations the policy is enabled for, with their parameters and attempt;
     `shortest`: keep windows this long when the parameter asks for longer ones (the caller filters);
-    `candidates`: `rule_candidates` covering the policy's rules (found here when not given)."""
-    allocs = _rule_params(inputs, catalog, policy, (window_param,))
+    `candidates` and `rules`: `shared_windows`' (found here when not given)."""
+    allocs = rules[policy] if rules is not None else _rule_params(inputs, catalog, policy, (window_param,))
     if window_param == "remind_after_minutes":  # an interactive job's own idle_reminder_s wins
         allocs = allocs.with_columns(
             pl.coalesce((pl.col("idle_reminder_s") / 60).ceil(), pl.col(window_param)).alias(window_param)
@@ -374,7 +387,7 @@ def _windows_for(inputs: PolicyInputs, catalog: PolicyCatalog, policy: str, now:
 
 
 def idle_allocation(inputs: PolicyInputs, catalog: PolicyCatalog, policy: str, now: dt.datetime,
-                    candidates: pl.DataFrame | None = None) -> pl.DataFrame:
+                    candidates: pl.DataFrame | None = None, rules: dict[str, pl.DataFrame] | None = None) -> pl.DataFrame:
     """One finding per job attempt per group of overlapping GPU idle windows.
 
     gpus_flagged of gpus_held: the attempt's GPUs with a window in the group; gpu_hours: the
@@ -384,7 +397,7 @@ def idle_allocation(inputs: PolicyInputs, catalog: PolicyCatalog, policy: str, n
     does not hide later idleness: every qualifying window is a finding, the trailing one included.
     """
     rule = catalog.rule(policy)
-    windows = _windows_for(inputs, catalog, policy, now, "window_minutes", candidates=candidates)
+    windows = _windows_for(inputs, catalog, policy, now, WINDOW_PARAM[PolicyKind.IDLE_ALLOCATION], candidates=candidates, rules=rules)
     if windows.is_empty():
         return findings(windows, rule)
     key = list(ATTEMPT_KEY)
@@ -457,7 +470,7 @@ def _span_findings(inputs: PolicyInputs, windows: pl.DataFrame, now: dt.datetime
 
 
 def zombie(inputs: PolicyInputs, catalog: PolicyCatalog, policy: str, now: dt.datetime,
-           candidates: pl.DataFrame | None = None) -> pl.DataFrame:
+           candidates: pl.DataFrame | None = None, rules: dict[str, pl.DataFrame] | None = None) -> pl.DataFrame:
     """Attempts whose GPUs are all idle (below the zombie threshold) and that show no sign of progress:
     no progress signal for limit_minutes, or (a training job with a declared time interval) every GPU
     idle for STALE_IDLE_MINUTES while its checkpoint is overdue (module docstring). The quiet period
@@ -466,8 +479,8 @@ def zombie(inputs: PolicyInputs, catalog: PolicyCatalog, policy: str, now: dt.da
     An attempt without an ok checkpoint in `inputs.progress` counts from its start: the frame must reach
     back the interval x tolerance (the tick's and the warehouse's do)."""
     rule = catalog.rule(policy)
-    windows = _windows_for(inputs, catalog, policy, now, "limit_minutes", shortest=STALE_IDLE_MINUTES,
-                           candidates=candidates)
+    windows = _windows_for(inputs, catalog, policy, now, WINDOW_PARAM[PolicyKind.ZOMBIE], shortest=STALE_IDLE_MINUTES,
+                           candidates=candidates, rules=rules)
     if windows.is_empty():
         return findings(windows, rule)
     key = list(ATTEMPT_KEY)
@@ -484,7 +497,8 @@ def zombie(inputs: PolicyInputs, catalog: PolicyCatalog, policy: str, now: dt.da
         .filter(pl.col("is_checkpoint").fill_null(False) & (pl.col("at") < pl.col("now_at")))
         .group_by("job_id", "attempt").agg(last_checkpoint_at=pl.col("at").max())
     )
-    declared = with_rules(inputs.allocations, catalog, policy, ("limit_minutes",)).group_by(key).agg(
+    allocs = rules[policy] if rules is not None else _rule_params(inputs, catalog, policy, (WINDOW_PARAM[PolicyKind.ZOMBIE],))
+    declared = allocs.group_by(key).agg(
         pl.col("limit_minutes", "checkpoint_policy").first())
     intervals = {p: checkpoint_interval_s(p) for p in declared["checkpoint_policy"].unique().to_list() if p}
     stale_idle = pl.duration(minutes=STALE_IDLE_MINUTES)
@@ -542,12 +556,12 @@ def zombie(inputs: PolicyInputs, catalog: PolicyCatalog, policy: str, now: dt.da
 
 
 def idle_interactive(inputs: PolicyInputs, catalog: PolicyCatalog, policy: str, now: dt.datetime,
-                     candidates: pl.DataFrame | None = None) -> pl.DataFrame:
+                     candidates: pl.DataFrame | None = None, rules: dict[str, pl.DataFrame] | None = None) -> pl.DataFrame:
     """Interactive sessions with every GPU idle for remind_after_minutes (or the job's own
     idle_reminder_s). The finding's steps (remind, then reclaim after the step's delay while the
     session is still idle) come from the rule; the planner runs them."""
     rule = catalog.rule(policy)
-    windows = _windows_for(inputs, catalog, policy, now, "remind_after_minutes", candidates=candidates)
+    windows = _windows_for(inputs, catalog, policy, now, WINDOW_PARAM[PolicyKind.IDLE_INTERACTIVE], candidates=candidates, rules=rules)
     if windows.is_empty():
         return findings(windows, rule)
     out = (
