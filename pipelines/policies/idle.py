@@ -220,22 +220,22 @@ class _RowMinutes:
         def bound(name: str) -> pl.Expr:
             return (pl.col(name) if name in given else pl.lit(None)).cast(TS).alias(name)
 
-        wide = params.lazy().select(
+        wide = params.select(
             *(pl.col(p).cast(pl.Float64) for p in _ROW_FLOATS), bound("started_at"), bound("ended_at"),
             now_at=pl.coalesce(bound("evaluated_at"), pl.lit(now, TS)),
         ).select(
             *(pl.col(c).fill_null(np.nan) for c in _ROW_FLOATS), *(pl.col(c).dt.epoch("us").fill_null(0) for c in _ROW_TIMES),
             *(pl.col(c).is_null().alias(f"{c} null") for c in (*_ROW_FLOATS, *_ROW_TIMES)),
-        ).collect(optimizations=pl.QueryOptFlags.none())
+        )
         self.params = {c: _Column(wide.get_column(c).to_numpy(), wide.get_column(f"{c} null").to_numpy())
                        for c in (*_ROW_FLOATS, *_ROW_TIMES)}
         self.allocation_ids = np.array(params.get_column("allocation_id").to_list(), dtype=object)
-        self.minutes = minutes.lazy().filter(pl.col("minute_at") < now, pl.col("allocation_id").is_not_null()).sort(
+        self.minutes = minutes.filter(pl.col("minute_at") < now, pl.col("allocation_id").is_not_null()).sort(
             "allocation_id", "minute_at").select(
             "allocation_id", series=pl.col("allocation_id").rle_id(), at=pl.col("minute_at").dt.epoch("us"),
             **{c: pl.col(c).fill_null(np.nan) for c in ("activity", "fb_used_mib")},
             **{f"{c} null": pl.col(c).is_null() for c in ("activity", "fb_used_mib")},
-        ).collect(optimizations=pl.QueryOptFlags.none())
+        )
         series = self.minutes.get_column("series").to_numpy().astype(np.int64)
         starts = np.flatnonzero(np.diff(series, prepend=-1))
         lengths_of = np.diff(np.append(starts, series.size))
