@@ -30,6 +30,7 @@ import numpy as np
 import polars as pl
 
 from pipelines.lake.tables import PARQUET_WRITE
+from pipelines.sources.dcgm_text import _read_lines as read_lines  # the parser's own first step
 from pipelines.sources.dcgm_text import parse_dcgm_file
 from pipelines.warehouse import Warehouse
 
@@ -171,12 +172,6 @@ def time_ours(path: Path, runs: int, samples: int) -> tuple[list[float], list[fl
     return parse_s, total_s
 
 
-def _lines(path: Path) -> pl.DataFrame:
-    """The file's lines as one String column (a separator and no quote that the text never holds)."""
-    return pl.read_csv(path, has_header=False, separator="\x01", quote_char=None, new_columns=["line"],
-                       schema={"line": pl.String})
-
-
 def floors(path: Path, runs: int, samples: int) -> list[tuple[str, float]]:
     """(step, median seconds) of what any parse and load of this file must do at least."""
     rows = parse_dcgm_file(path).tables["dcgm_samples"]
@@ -191,7 +186,7 @@ def floors(path: Path, runs: int, samples: int) -> list[tuple[str, float]]:
 
     with tempfile.TemporaryDirectory() as tmp:
         written = Path(tmp) / "partition.parquet"
-        steps = [("read the lines into Polars", median_s(lambda: _lines(path))),
+        steps = [("read the lines into Polars", median_s(lambda: read_lines(path))),
                  (f"Parquet write of the {rows.height:,} parsed rows", median_s(
                      lambda: rows.write_parquet(written, **PARQUET_WRITE)))]
     return steps

@@ -1,7 +1,7 @@
 """Benchmark: the simulated month with the idle-reclaim policies acting, against the same month without
 them, in one process (nothing written: the simulator's own work and the policies').
 
-Three runs of the same days and seed, in turn, `--runs` times:
+Four runs of the same days and seed, in turn, `--runs` times:
 
   * off: no policies;
   * on: the policies acting, looks evaluated ahead (`SimulatedGovernance`, the default);

@@ -285,8 +285,9 @@ def allocations_from_jobs(jobs: list[dict], queues: dict[str, dict] | None = Non
         "expected_runtime_s", "max_runtime_s", "idle_reminder_s", "checkpoint_policy", "min_replicas",
         "rollback", "reservation", "queue_low_priority",
     )
-    other = [_other_timestamps(frame.get_column(name), rows.get_column(name)) for name in ("started_at", "ended_at")]
-    return rows.with_columns(s for s in other if s is not None) if any(s is not None for s in other) else rows
+    reparsed = [_other_timestamps(frame.get_column(name), rows.get_column(name)) for name in ("started_at", "ended_at")]
+    reparsed = [column for column in reparsed if column is not None]
+    return rows.with_columns(reparsed) if reparsed else rows
 
 
 def _series_key(host: str, gpu: str, instance: str) -> pl.Expr:

@@ -351,20 +351,27 @@ def shared_windows(inputs: PolicyInputs, catalog: PolicyCatalog, kinds: list[Pol
     allocations with its rule (`_rule_params`, its window parameter included), and `candidates`, their
     candidate windows in one pass over the minutes: an allocation is judged once per distinct set of idle
     parameters its policies give it."""
-    rules = {name: _rule_params(inputs, catalog, name, (WINDOW_PARAM[kind],))
+    rules = {name: _policy_rules(inputs, catalog, name, kind, None)
              for kind in kinds for name in catalog.policies_of(kind)}
     return {"rules": rules,
             "candidates": rule_candidates(inputs.minutes, pl.concat(list(rules.values()), how="diagonal"), now)}
 
 
-def _windows_for(inputs: PolicyInputs, catalog: PolicyCatalog, policy: str, now: dt.datetime,
-                 window_param: str, shortest: float | None = None, candidates: pl.DataFrame | None = None,
+def _policy_rules(inputs: PolicyInputs, catalog: PolicyCatalog, policy: str, kind: PolicyKind,
+                  rules: dict[str, pl.DataFrame] | None) -> pl.DataFrame:
+    """The policy's allocations with its rule: `shared_windows`' when given, else found here."""
+    return rules[policy] if rules is not None else _rule_params(inputs, catalog, policy, (WINDOW_PARAM[kind],))
+
+
+def _windows_for(inputs: PolicyInputs, catalog: PolicyCatalog, policy: str, kind: PolicyKind, now: dt.datetime,
+                 shortest: float | None = None, candidates: pl.DataFrame | None = None,
                  rules: dict[str, pl.DataFrame] | None = None) -> pl.DataFrame:
     """Idle windows of the allocations the policy is enabled for, with their parameters and attempt;
-    `shortest`: keep windows this long when the parameter asks for longer ones (the caller filters);
-    `candidates` and `rules`: `shared_windows`' (found here when not given)."""
-    allocs = rules[policy] if rules is not None else _rule_params(inputs, catalog, policy, (window_param,))
-    if window_param == "remind_after_minutes":  # an interactive job's own idle_reminder_s wins
+    `shortest`: keep windows this long when the kind's window parameter asks for longer ones (the caller
+    filters); `candidates` and `rules`: `shared_windows`' (found here when not given)."""
+    window_param = WINDOW_PARAM[kind]
+    allocs = _policy_rules(inputs, catalog, policy, kind, rules)
+    if kind == PolicyKind.IDLE_INTERACTIVE:  # an interactive job's own idle_reminder_s wins
         allocs = allocs.with_columns(
             pl.coalesce((pl.col("idle_reminder_s") / 60).ceil(), pl.col(window_param)).alias(window_param)
         )
@@ -397,7 +404,7 @@ def idle_allocation(inputs: PolicyInputs, catalog: PolicyCatalog, policy: str, n
     does not hide later idleness: every qualifying window is a finding, the trailing one included.
     """
     rule = catalog.rule(policy)
-    windows = _windows_for(inputs, catalog, policy, now, WINDOW_PARAM[PolicyKind.IDLE_ALLOCATION], candidates=candidates, rules=rules)
+    windows = _windows_for(inputs, catalog, policy, PolicyKind.IDLE_ALLOCATION, now, candidates=candidates, rules=rules)
     if windows.is_empty():
         return findings(windows, rule)
     key = list(ATTEMPT_KEY)
@@ -479,7 +486,7 @@ def zombie(inputs: PolicyInputs, catalog: PolicyCatalog, policy: str, now: dt.da
     An attempt without an ok checkpoint in `inputs.progress` counts from its start: the frame must reach
     back the interval x tolerance (the tick's and the warehouse's do)."""
     rule = catalog.rule(policy)
-    windows = _windows_for(inputs, catalog, policy, now, WINDOW_PARAM[PolicyKind.ZOMBIE], shortest=STALE_IDLE_MINUTES,
+    windows = _windows_for(inputs, catalog, policy, PolicyKind.ZOMBIE, now, shortest=STALE_IDLE_MINUTES,
                            candidates=candidates, rules=rules)
     if windows.is_empty():
         return findings(windows, rule)
@@ -497,8 +504,7 @@ def zombie(inputs: PolicyInputs, catalog: PolicyCatalog, policy: str, now: dt.da
         .filter(pl.col("is_checkpoint").fill_null(False) & (pl.col("at") < pl.col("now_at")))
         .group_by("job_id", "attempt").agg(last_checkpoint_at=pl.col("at").max())
     )
-    allocs = rules[policy] if rules is not None else _rule_params(inputs, catalog, policy, (WINDOW_PARAM[PolicyKind.ZOMBIE],))
-    declared = allocs.group_by(key).agg(
+    declared = _policy_rules(inputs, catalog, policy, PolicyKind.ZOMBIE, rules).group_by(key).agg(
         pl.col("limit_minutes", "checkpoint_policy").first())
     intervals = {p: checkpoint_interval_s(p) for p in declared["checkpoint_policy"].unique().to_list() if p}
     stale_idle = pl.duration(minutes=STALE_IDLE_MINUTES)
@@ -561,7 +567,7 @@ def idle_interactive(inputs: PolicyInputs, catalog: PolicyCatalog, policy: str, 
     idle_reminder_s). The finding's steps (remind, then reclaim after the step's delay while the
     session is still idle) come from the rule; the planner runs them."""
     rule = catalog.rule(policy)
-    windows = _windows_for(inputs, catalog, policy, now, WINDOW_PARAM[PolicyKind.IDLE_INTERACTIVE], candidates=candidates, rules=rules)
+    windows = _windows_for(inputs, catalog, policy, PolicyKind.IDLE_INTERACTIVE, now, candidates=candidates, rules=rules)
     if windows.is_empty():
         return findings(windows, rule)
     out = (
