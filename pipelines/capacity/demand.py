@@ -8,13 +8,15 @@ midnight they appear). Reads only; `pipelines/capacity/replay.py` runs it throug
 
 Assumptions (docs/whatif.md): a job reclaimed by governance would have run until the reclaim ledger's
 `would_end_at` (run-time limit, else declared end, else +24 h); a job its user gave up on before it
-started gets the median run of its template's completed jobs; a job that started is never given up
-on; jobs submitted before the window and reservations are not replayed.
+started gets the median run of its template's completed jobs; a job that started gets a patience drawn
+from the month's (`PatienceCurve`) beyond the wait it had; jobs submitted before the window and
+reservations are not replayed.
 """
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import hashlib
 import itertools
 import json
 import re
@@ -311,6 +313,7 @@ def _load_demand(con: duckdb.DuckDBPyConnection, month: str | None, days: int | 
     builder = _Builder(pool, attempts, activity, would_run)
     planned = [p for p in (builder.job(row) for row in jobs) if p is not None]
     planned = builder.fill_typical(planned)
+    planned = builder.patience_beyond_wait(planned, {r[0]: (r[14] - r[1]).total_seconds() for r in jobs if r[14] is not None})
     planned = _chain_resubmissions(planned, {r[0]: r[15] for r in jobs})
     workload = Workload(tuple(planned), (), None, None, {k: () for k in Waste})
     return Demand(start, window, pool, workload, tuple(quota_changes), governed, dict(builder.notes))
@@ -428,6 +431,60 @@ class _Builder:
                 j = dataclasses.replace(j, behaviour=dataclasses.replace(j.behaviour, work_s=int(np.median(work))))
             out.append(j)
         return out
+
+    def patience_beyond_wait(self, jobs: list[PlannedJob], waits: Mapping[str, float]) -> list[PlannedJob]:
+        """Jobs that started get a patience too: one drawn from the month's patience beyond the wait they had
+        (`PatienceCurve.beyond`), so that a replay where they wait longer may see their users give up, as one
+        where a job that gave up starts sooner sees it start. Without it, drift could only add starts."""
+        given_up = [j.behaviour.patience_s for j in jobs if j.behaviour.patience_s is not None]
+        curve = PatienceCurve.estimate(given_up, [w for w in waits.values()])
+        out = []
+        for j in jobs:
+            wait = waits.get(j.job_id)
+            if wait is not None and j.behaviour.patience_s is None:
+                patience = curve.beyond(wait, _unit(j.job_id))
+                if patience is not None:
+                    self.notes["started: patience drawn beyond its wait"] += 1
+                    j = dataclasses.replace(j, behaviour=dataclasses.replace(j.behaviour, patience_s=patience))
+            out.append(j)
+        return out
+
+
+@dataclass(frozen=True)
+class PatienceCurve:
+    """How long users wait before giving up, as the month shows it: a Kaplan-Meier survival curve of the
+    waits that ended in a give-up (events) and of those that ended in a start (censored: that user would
+    have waited at least so long). `times` ascending, `surviving[i]`: the share still waiting after
+    times[i]."""
+
+    times: np.ndarray
+    surviving: np.ndarray
+
+    @classmethod
+    def estimate(cls, given_up_s: list[float], started_after_s: list[float]) -> PatienceCurve:
+        waits = np.concatenate([np.asarray(given_up_s, float), np.asarray(started_after_s, float)])
+        gave_up = np.concatenate([np.ones(len(given_up_s), bool), np.zeros(len(started_after_s), bool)])
+        order = np.lexsort((~gave_up, waits))  # at a tie the give-up counts first, as Kaplan-Meier's convention
+        waits, gave_up = waits[order], gave_up[order]
+        at_risk = len(waits) - np.arange(len(waits))
+        factors = np.where(gave_up, 1.0 - 1.0 / np.maximum(at_risk, 1), 1.0)
+        surviving = np.cumprod(factors)
+        return cls(waits[gave_up], surviving[gave_up])
+
+    def beyond(self, wait_s: float, unit: float) -> int | None:
+        """A patience longer than `wait_s`, at `unit` (0..1) along what the curve says of the users still
+        waiting then: the first give-up time where the share still waiting falls to (1 - unit) of its share at
+        `wait_s`. None where the curve ends first (the month never saw anyone give up that late)."""
+        later = int(np.searchsorted(self.times, wait_s, side="right"))
+        share = self.surviving[later - 1] if later > 0 else 1.0
+        # the curve never rises: the first point at or below the share sought, by a search on its negation
+        falls = max(int(np.searchsorted(-self.surviving, -share * (1.0 - unit), side="left")), later)
+        return None if falls >= len(self.times) else max(int(self.times[falls]), int(wait_s) + 1)
+
+
+def _unit(key: str) -> float:
+    """A job's own number in [0, 1): the same on every read of the same warehouse."""
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big") / 2**64
 
 
 def _chain_resubmissions(jobs: list[PlannedJob], finished: Mapping[str, dt.datetime | None]) -> list[PlannedJob]:

@@ -70,6 +70,16 @@ def test_reclaimed_jobs_run_to_the_ledgers_would_end(con, demand) -> None:
     assert plan.behaviour.cancel_after_run_s is None
 
 
+def test_a_started_job_may_give_up_later_than_it_started(con, demand) -> None:
+    waits = dict(con.execute(
+        "select job_id, epoch(first_started_at - submitted_at) from marts.dim_jobs where first_started_at is not null").fetchall())
+    drawn = [(j.behaviour.patience_s, waits[j.job_id]) for j in demand.workload.jobs
+             if j.job_id in waits and j.behaviour.patience_s is not None]
+    assert drawn, "the 3-day demo has give-ups: the started jobs get a patience from them"
+    assert all(patience > wait for patience, wait in drawn)
+    assert len(drawn) <= demand.notes["started: patience drawn beyond its wait"]
+
+
 def test_baseline_reproduces_the_observed_month(con, demand, baseline) -> None:
     seen = observed(con, demand.start, demand.days)
     assert baseline.jobs == len(demand.workload.jobs) + sum(j.behaviour.resubmits for j in demand.workload.jobs)
