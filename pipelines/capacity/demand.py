@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import hashlib
 import itertools
 import json
 import re
@@ -41,6 +40,7 @@ from allocator.model import (
 from allocator.pool import default_pool, validate_pool
 from allocator.sim.workload import Behaviour, PlannedJob, Waste, Workload
 from allocator.telemetry import ActivityProfile, typical_profile
+from pipelines.draws import unit_of
 
 _DAY = dt.timedelta(days=1)
 _RESUBMIT = re.compile(r"^(?P<root>.+)-r(?P<n>\d+)$")
@@ -437,12 +437,12 @@ class _Builder:
         (`PatienceCurve.beyond`), so that a replay where they wait longer may see their users give up, as one
         where a job that gave up starts sooner sees it start. Without it, drift could only add starts."""
         given_up = [j.behaviour.patience_s for j in jobs if j.behaviour.patience_s is not None]
-        curve = PatienceCurve.estimate(given_up, [w for w in waits.values()])
+        curve = PatienceCurve.estimate(given_up, list(waits.values()))
         out = []
         for j in jobs:
             wait = waits.get(j.job_id)
             if wait is not None and j.behaviour.patience_s is None:
-                patience = curve.beyond(wait, _unit(j.job_id))
+                patience = curve.beyond(wait, unit_of(j.job_id))  # its own point: the same on every read
                 if patience is not None:
                     self.notes["started: patience drawn beyond its wait"] += 1
                     j = dataclasses.replace(j, behaviour=dataclasses.replace(j.behaviour, patience_s=patience))
@@ -480,11 +480,6 @@ class PatienceCurve:
         # the curve never rises: the first point at or below the share sought, by a search on its negation
         falls = max(int(np.searchsorted(-self.surviving, -share * (1.0 - unit), side="left")), later)
         return None if falls >= len(self.times) else max(int(self.times[falls]), int(wait_s) + 1)
-
-
-def _unit(key: str) -> float:
-    """A job's own number in [0, 1): the same on every read of the same warehouse."""
-    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big") / 2**64
 
 
 def _chain_resubmissions(jobs: list[PlannedJob], finished: Mapping[str, dt.datetime | None]) -> list[PlannedJob]:

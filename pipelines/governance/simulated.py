@@ -37,7 +37,6 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import functools
-import hashlib
 import json
 import math
 import shutil
@@ -54,6 +53,7 @@ from allocator.store import job_view
 from allocator.telemetry import ActivityProfile
 from pipelines.clock import parse_utc
 from pipelines.contracts import DecisionStatus, PolicyKind, StepAction
+from pipelines.draws import unit_of
 from pipelines.enforcement.allocator import DeliveryError
 from pipelines.governance.live import allocations_from_jobs
 from pipelines.governance.outbox import Outbox
@@ -99,7 +99,7 @@ class EngineEnforcer:
         self.sent[action.idempotency_key] += 1
         self.acted_on.add(action.target)
         result = self.pool.act(action, now)
-        if self.sent[action.idempotency_key] == 1 and _unit(action.idempotency_key) < self.lose_answers:
+        if self.sent[action.idempotency_key] == 1 and unit_of(action.idempotency_key) < self.lose_answers:
             raise DeliveryError(f"answer to {action.idempotency_key} lost on the way back (simulated)")
         return result
 
@@ -685,7 +685,4 @@ def _next_minute(t: dt.datetime) -> dt.datetime:
     floor = t.replace(second=0, microsecond=0)
     return floor if floor == t else floor + _MINUTE
 
-
-def _unit(key: str) -> float:
-    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big") / 2**64
 
